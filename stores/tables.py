@@ -1,0 +1,108 @@
+"""SQLModel tables.
+
+`line`, `save` and `role` keep the column names and types of the seed author's database (seed 000,
+基础信息): a save is one conversation instance, its lines form a tree through `parent_line_id`
+(regenerate / swipe = siblings) and `save.last_message_id` is the leaf of the current branch.
+The rest models seed 002 (基本概念): a background with its world setting and ordered outline points,
+the character (role) and background of each instance, and the sessions of an instance.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Role(SQLModel, table=True):
+    """A character of the global library (seed 002 角色): name, description, avatar, initial persona."""
+
+    __tablename__ = "role"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    description: str = ""
+    avatar: str | None = None
+    persona: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Background(SQLModel, table=True):
+    """A story setting of the global library (seed 002 背景): one world-setting text plus an outline."""
+
+    __tablename__ = "background"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    world_setting: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class OutlinePoint(SQLModel, table=True):
+    """One key plot point of a background's story outline (seed 002: 故事主线大纲), 1-based `position`."""
+
+    __tablename__ = "outline_point"
+
+    id: int | None = Field(default=None, primary_key=True)
+    background_id: int = Field(foreign_key="background.id", index=True)
+    position: int
+    content: str
+
+
+class Save(SQLModel, table=True):
+    """A conversation instance (seed 002 会话实例): one play-through of a role in a background.
+
+    `last_message_id` has no foreign-key constraint: `line.save_id` already points here and a
+    constraint both ways would make the two tables impossible to create in order on PostgreSQL.
+    The history query checks that it names a line of this save.
+    """
+
+    __tablename__ = "save"
+
+    id: int | None = Field(default=None, primary_key=True)
+    title: str = ""
+    role_id: int | None = Field(default=None, foreign_key="role.id", index=True)
+    background_id: int | None = Field(default=None, foreign_key="background.id", index=True)
+    last_message_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Line(SQLModel, table=True):
+    """台词表: a node of the dialogue tree, exactly the seed's `Line` model (seed 000, 基础信息)."""
+
+    __tablename__ = "line"
+
+    id: int | None = Field(default=None, primary_key=True)
+
+    original_emotion: str | None = None
+    predicted_emotion: str | None = None
+    content: str
+    tts_content: str | None = None
+    action_content: str | None = None
+    audio_file: str | None = None
+
+    attribute: str  # assistant, user, system
+
+    role_id: int | None = Field(default=None, foreign_key="role.id", nullable=True)
+    script_role_id: str | None = None
+    display_name: str | None = None
+
+    save_id: int = Field(foreign_key="save.id", index=True)
+
+    parent_line_id: int | None = Field(default=None, foreign_key="line.id", nullable=True, index=True)
+
+
+class PlaySession(SQLModel, table=True):
+    """One sitting of an instance (seed 002: 可暂停/继续 — an instance has many sessions)."""
+
+    __tablename__ = "play_session"
+
+    id: int | None = Field(default=None, primary_key=True)
+    save_id: int = Field(foreign_key="save.id", index=True)
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None

@@ -1,0 +1,56 @@
+"""Chroma collections through langchain-chroma.
+
+Embedded persistent client in `<data dir>/chroma` by default; an HTTP client to a Chroma server when
+`PERSONALAB_CHROMA_HOST` (and optionally `PERSONALAB_CHROMA_PORT`) is set. One client per path per
+process (Chroma refuses two clients with different settings on one path), telemetry off, and always an
+explicit embedding function (Chroma's default one downloads a model).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+import chromadb
+from chromadb.config import Settings
+from langchain_chroma import Chroma
+
+from stores.config import data_dir
+from stores.embeddings import get_embeddings
+
+
+@lru_cache(maxsize=8)
+def _client(path: str | None, host: str | None, port: int) -> Any:
+    settings = Settings(anonymized_telemetry=False)
+    if host:
+        return chromadb.HttpClient(host=host, port=port, settings=settings)
+    return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=settings)
+
+
+def chroma_client(path: str | None = None) -> Any:
+    """The process's Chroma client for `path` (default `<data dir>/chroma`) or the configured server."""
+    host = os.environ.get("PERSONALAB_CHROMA_HOST") or None
+    port = int(os.environ.get("PERSONALAB_CHROMA_PORT", "8000"))
+    resolved = None if host else str((data_dir() / "chroma") if path is None else path)
+    return _client(resolved, host, port)
+
+
+def get_collection(name: str, path: str | None = None) -> Chroma:
+    """A langchain `Chroma` vector store on collection `name`, cosine distance."""
+    return Chroma(
+        collection_name=name,
+        embedding_function=get_embeddings(),
+        client=chroma_client(path),
+        collection_metadata={"hnsw:space": "cosine"},
+    )
+
+
+def where(**equals: Any) -> dict[str, Any] | None:
+    """A Chroma `where` filter of equalities; more than one key is wrapped in `$and` as Chroma requires."""
+    clauses = [{key: value} for key, value in equals.items() if value is not None]
+    if not clauses:
+        return None
+    if len(clauses) == 1:
+        return clauses[0]
+    return {"$and": clauses}
