@@ -10,7 +10,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
 
-from stores import tables  # noqa: F401  (registers every table on SQLModel.metadata)
+# Importing the table modules registers every table on SQLModel.metadata before create_all.
+from stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
 from stores.config import database_url
 
 

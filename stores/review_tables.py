@@ -1,0 +1,1 @@
+"""Tables of the post-turn review (seed 003): relationship state and pending suggestions."""

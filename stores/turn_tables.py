@@ -1,0 +1,1 @@
+"""Tables of the turn graph (seed 002): turn records, core-memory versions."""

@@ -1,0 +1,1 @@
+"""Tables of the world book and the knowledge library (seeds 004 / 001 常识知识库)."""

@@ -1,0 +1,75 @@
+"""Shared fixtures: a fresh data directory and a database per test, on SQLite and on PostgreSQL.
+
+PostgreSQL is the local server at 127.0.0.1:5432 (trust auth, database `test`); each test gets its own
+schema so parallel runs never see each other's rows. Without a reachable server the PostgreSQL cases
+skip, except on CI (`CI=true`), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_BASE = os.environ.get("PERSONALAB_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _pg_reachable() -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_BASE.replace("+psycopg", ""), connect_timeout=3):
+            return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return str(exc).splitlines()[0]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty `PERSONALAB_DATA_DIR`; the database URL falls back to its embedded SQLite file."""
+    monkeypatch.setenv("PERSONALAB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("PERSONALAB_DATABASE_URL", raising=False)
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def sqlite_url(data_dir: Path) -> Iterator[str]:
+    url = f"sqlite:///{data_dir / 'test.db'}"
+    yield url
+    _dispose(url)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    problem = _pg_reachable()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL at {PG_BASE} is unreachable on CI: {problem}")
+        pytest.skip(f"PostgreSQL unreachable: {problem}")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    plain = PG_BASE.replace("+psycopg", "")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = f"{PG_BASE}?options=-csearch_path%3D{schema}"
+    yield url
+    _dispose(url)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Run the test once on SQLite and once on PostgreSQL."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+def _dispose(url: str) -> None:
+    from stores.db import get_engine
+
+    get_engine(url).dispose()
+    get_engine.cache_clear()
