@@ -10,9 +10,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds = bench.add_subparsers(dest="bench", required=True, parser_class=type(bench))
     builder = kinds.add_parser("builder", help="memory builder throughput vs a concatenation floor")
     builder.add_argument("--lines", type=int, default=100_000)
+    builder.add_argument("--repeats", type=int, default=5)
     builder.set_defaults(handler=lambda a: __import__("evals.bench_builder", fromlist=["run"]).run(a))
     history = kinds.add_parser("history", help="recursive history fetch vs the seed's load-all walk")
     history.add_argument("--lines", type=int, default=100_000)
     history.add_argument("--depth", type=int, default=1_000)
-    history.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    history.add_argument("--repeats", type=int, default=5)
+    history.add_argument(
+        "--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test", help="empty to skip PostgreSQL"
+    )
     history.set_defaults(handler=lambda a: __import__("evals.bench_history", fromlist=["run"]).run(a))

@@ -28,8 +28,7 @@ def store_sample_scene() -> tuple[int, int]:
         background = create_background(session, **sample["background"])
         save = create_save(session, role.id, background.id, title="seed 000 example 2")
         lines = [
-            {**line, "role_id": role.id} if line.get("role_id") == SAMPLE_ROLE_ID else line
-            for line in sample["lines"]
+            {**line, "role_id": role.id} if line.get("role_id") == SAMPLE_ROLE_ID else line for line in sample["lines"]
         ]
         append_lines(session, save.id, lines)  # type: ignore[arg-type]
         return save.id, role.id  # type: ignore[return-value]

@@ -35,42 +35,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 ATTRIBUTES = frozenset({"user", "assistant", "system"})
-_FIELDS = (
-    "id",
-    "attribute",
-    "content",
-    "original_emotion",
-    "tts_content",
-    "action_content",
-    "role_id",
-    "script_role_id",
-    "display_name",
-)
 
 
-def _as_tuple(line: Any) -> tuple[Any, ...]:
-    """The fields the builder reads, from a SQLModel `Line` or a dict (`id` or `line_id`)."""
+def _getter(line: Any) -> Any:
+    """A `get(field)` for a dict line (`id` or `line_id`) or a SQLModel `Line`."""
     if isinstance(line, Mapping):
-        get = line.get
-        return (
-            get("id", get("line_id")),
-            get("attribute"),
-            get("content"),
-            get("original_emotion"),
-            get("tts_content"),
-            get("action_content"),
-            get("role_id"),
-            get("script_role_id"),
-            get("display_name"),
-        )
-    return tuple(getattr(line, name, None) for name in _FIELDS)
+        return line.get
+    return lambda name, default=None: getattr(line, name, default)
 
 
-def _key(value: Any) -> str | None:
-    if value is None:
-        return None
+def _identity_keys(value: Any) -> frozenset[Any]:
+    """Every spelling of a non-empty id that counts as the same: `1` and `"1"` alike."""
+    if value is None or value == "":
+        return frozenset()
     text = str(value)
-    return text or None
+    keys: set[Any] = {value, text}
+    if text.lstrip("-").isdigit():
+        keys.add(int(text))
+    return frozenset(keys)
 
 
 def format_own_line(emotion: Any, content: str, tts: Any, action: Any) -> str:
@@ -92,10 +74,10 @@ def build_memory(
     block_emotion: bool = False,
 ) -> list[dict[str, str]]:
     """Build the message list of one character from lines in root-to-leaf order (seed 000)."""
-    target_role = _key(role_id)
-    target_script = _key(script_role_id)
-    target_name = _key(display_name)
-    anyone = target_role is None and target_script is None and target_name is None
+    role_keys = _identity_keys(role_id)
+    script_keys = _identity_keys(script_role_id)
+    name_keys = _identity_keys(display_name)
+    anyone = not (role_keys or script_keys or name_keys)
 
     messages: list[dict[str, str]] = []
     own: list[str] = []  # segments of the character's current reply
@@ -103,7 +85,7 @@ def build_memory(
     users: list[tuple[str, str]] = []  # user lines not yet placed: (name, content)
 
     def flush_user() -> None:
-        text = "".join(content for _, content in users)
+        text = "".join([content for _, content in users])
         if block:
             text = "{" + "\n".join(block) + "}" + ("\n" + text if text else "")
         messages.append({"role": "user", "content": text})
@@ -115,25 +97,26 @@ def build_memory(
         own.clear()
 
     for line in lines:
-        line_id, attribute, content, emotion, tts, action, rid, sid, name = _as_tuple(line)
+        get = line.get if type(line) is dict else _getter(line)
+        attribute = get("attribute")
+        content = get("content")
         if attribute not in ATTRIBUTES:
-            raise ValueError(f"line {line_id}: unknown attribute {attribute!r} (expected user, assistant or system)")
-        if content is None or not str(content).strip():
-            raise ValueError(f"line {line_id}: no content")
-
-        rid, sid, name = _key(rid), _key(sid), _key(name)
-        same = anyone or (
-            (target_role is not None and rid == target_role)
-            or (target_script is not None and sid == target_script)
-            or (target_name is not None and name == target_name)
-        )
+            raise ValueError(
+                f"line {get('id', get('line_id'))}: unknown attribute {attribute!r} (expected user, assistant or system)"
+            )
+        if not content or type(content) is not str or content.isspace():
+            raise ValueError(f"line {get('id', get('line_id'))}: no content")
 
         if attribute == "user":
             if own:
                 flush_own()
-            users.append((name or "用户", content))
-        elif attribute == "system":
-            if same or (rid is None and sid is None and name is None):
+            users.append((get("display_name") or "用户", content))
+            continue
+
+        rid, sid, name = get("role_id"), get("script_role_id"), get("display_name")
+        same = anyone or rid in role_keys or sid in script_keys or name in name_keys
+        if attribute == "system":
+            if same or not (rid or sid or name):
                 if own:
                     flush_own()
                 if users or block:
@@ -142,17 +125,27 @@ def build_memory(
         elif same:
             if users or block:
                 flush_user()
-            own.append(format_own_line(emotion, content, tts, action))
+            emotion, tts, action = get("original_emotion"), get("tts_content"), get("action_content")
+            # format_own_line, inlined: this branch runs for most lines of a long history
+            own.append(
+                (f"【{emotion}】" if emotion else "")
+                + content
+                + (f"<{tts}>" if tts else "")
+                + (f"({action})" if action else "")
+            )
         else:
             if own:
                 flush_own()
             if users:
                 # user lines answered by another speaker are part of the scene, not the prompt
-                block.extend(f"{who}:{said}" for who, said in users)
+                block.extend([f"{who}:{said}" for who, said in users])
                 users.clear()
-            speaker = name or sid or (f"角色{rid}" if rid else "旁白")
-            shown = f"【{emotion}】{content}" if block_emotion and emotion else content
-            block.append(f"{speaker}:{shown}" + (f"({action})" if action else ""))
+            speaker = name or sid or (f"角色{rid}" if rid or rid == 0 else "旁白")
+            emotion = get("original_emotion") if block_emotion else None
+            action = get("action_content")
+            block.append(
+                f"{speaker}:" + (f"【{emotion}】" if emotion else "") + content + (f"({action})" if action else "")
+            )
 
     if own:
         flush_own()

@@ -32,6 +32,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty `PERSONALAB_DATA_DIR`; the database URL falls back to its embedded SQLite file."""
     monkeypatch.setenv("PERSONALAB_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("PERSONALAB_DATABASE_URL", raising=False)
+    (tmp_path / "data").mkdir()
     return tmp_path / "data"
 
 
@@ -62,7 +63,7 @@ def postgres_url() -> Iterator[str]:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest) -> str:
     """Run the test once on SQLite and once on PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")

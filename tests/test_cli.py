@@ -1,0 +1,61 @@
+"""The `personalab` CLI as a user runs it: demo output, benchmark commands, bad arguments."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graph.cli import main
+
+
+def test_demo_prints_each_characters_memory(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert str(data_dir) in out  # the embedded SQLite file lives in the data directory
+    qinling, baixiaomiao = out.split("=== memory of 白小喵")
+    assert "[system] 你叫钦灵,进行角色扮演" in qinling and "你叫白小喵" not in qinling
+    assert "[assistant] 【难为情】好啦..<はい、はい..>" in qinling
+    assert "[system] 你叫白小喵,进行角色扮演" in baixiaomiao
+    assert "[assistant] 【开心】你好呀莱姆,我在帮钦灵挑衣服呢~" in baixiaomiao
+    assert (data_dir / "personalab.db").exists()
+
+
+def test_demo_runs_again_on_the_same_database(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    assert main(["demo"]) == 0
+    assert "stored seed 000 example 2 as instance 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bogus"], ["bench"], ["bench", "builder", "--lines", "abc"], ["bench", "builder", "--lines", "0"]],
+)
+def test_bad_arguments_print_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("personalab")
+
+
+def test_bench_builder_prints_the_ratio_to_the_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "builder", "--lines", "2000", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "floor (concatenate contents)" in out and "ratio build/floor" in out
+
+
+def test_bench_history_compares_both_approaches(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "history", "--lines", "3000", "--depth", "200", "--repeats", "1", "--postgres-url", ""]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "path of 200 lines" in out and "speed-up" in out
+
+
+def test_console_script_exit_code(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("personalab")
+    env = {**os.environ, "PERSONALAB_DATA_DIR": str(tmp_path)}
+    result = subprocess.run([str(exe), "nope"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,182 @@
+"""The dialogue-tree store: recursive history fetch and appends, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+from sqlmodel import Session, select
+
+from stores.db import get_engine, session_scope
+from stores.history import (
+    ForeignParentError,
+    HistoryCycleError,
+    LineNotInSaveError,
+    MissingParentError,
+    SaveNotFoundError,
+    get_chat_history,
+    get_path_to_line,
+)
+from stores.saves import InstanceNotFoundError, append_lines, create_background, create_role, create_save
+from stores.tables import Line, Save
+
+
+def new_save(url: str) -> int:
+    with session_scope(url) as s:
+        role = create_role(s, "钦灵")
+        bg = create_background(s, "圣诞节", "冬日", ["相遇", "换衣服"])
+        return create_save(s, role.id, bg.id).id  # type: ignore[return-value]
+
+
+def say(n: int) -> list[dict[str, str]]:
+    return [{"attribute": "user" if i % 2 == 0 else "assistant", "content": f"第{i}句"} for i in range(n)]
+
+
+def contents(lines: list[Line]) -> list[str]:
+    return [line.content for line in lines]
+
+
+def test_history_is_root_to_last_message(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(5))
+    with session_scope(db_url) as s:
+        assert contents(get_chat_history(s, save_id)) == [f"第{i}句" for i in range(5)]
+
+
+def test_history_reads_only_the_current_branch(db_url: str) -> None:
+    """A regenerated reply is a sibling; only the branch ending at last_message_id is history."""
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        first = append_lines(s, save_id, say(3))
+        old_reply = append_lines(s, save_id, [{"attribute": "assistant", "content": "旧回复"}])[0]
+        new_reply = append_lines(
+            s, save_id, [{"attribute": "assistant", "content": "新回复"}], parent_line_id=first[-1].id
+        )[0]
+    with session_scope(db_url) as s:
+        assert contents(get_chat_history(s, save_id)) == ["第0句", "第1句", "第2句", "新回复"]
+        assert contents(get_path_to_line(s, save_id, old_reply.id))[-1] == "旧回复"  # type: ignore[arg-type]
+        assert s.get(Save, save_id).last_message_id == new_reply.id  # type: ignore[union-attr]
+
+
+def test_history_of_a_save_without_lines_is_empty(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        assert get_chat_history(s, save_id) == []
+
+
+def test_unknown_save_raises(db_url: str) -> None:
+    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError, match="save 999"):
+        get_chat_history(s, 999)
+
+
+def test_last_message_in_another_save_raises(db_url: str) -> None:
+    a, b = new_save(db_url), new_save(db_url)
+    with session_scope(db_url) as s:
+        foreign = append_lines(s, b, say(2))[-1]
+        save = s.get(Save, a)
+        save.last_message_id = foreign.id  # type: ignore[union-attr]
+    with session_scope(db_url) as s, pytest.raises(LineNotInSaveError, match=f"belongs to save {b}"):
+        get_chat_history(s, a)
+
+
+def test_last_message_that_does_not_exist_raises(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        s.get(Save, save_id).last_message_id = 123456  # type: ignore[union-attr]
+    with session_scope(db_url) as s, pytest.raises(LineNotInSaveError, match="line 123456 does not exist"):
+        get_chat_history(s, save_id)
+
+
+def test_parent_in_another_save_raises(db_url: str) -> None:
+    a, b = new_save(db_url), new_save(db_url)
+    with session_scope(db_url) as s:
+        foreign = append_lines(s, b, say(1))[0]
+        mine = append_lines(s, a, say(2))
+        mine[0].parent_line_id = foreign.id
+        s.add(mine[0])
+    with session_scope(db_url) as s, pytest.raises(ForeignParentError, match=f"in save {b}"):
+        get_chat_history(s, a)
+
+
+def test_cycle_raises_in_bounded_time(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        lines = append_lines(s, save_id, say(4))
+        lines[0].parent_line_id = lines[2].id  # 0 → 2 → 1 → 0 …
+        s.add(lines[0])
+    with session_scope(db_url) as s, pytest.raises(HistoryCycleError, match="loops"):
+        get_chat_history(s, save_id)
+
+
+def test_missing_parent_raises_on_sqlite(sqlite_url: str) -> None:
+    """SQLite databases written without foreign keys can hold a dangling parent id."""
+    save_id = new_save(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        last = append_lines(s, save_id, say(2))[-1]
+    with get_engine(sqlite_url).connect() as conn:
+        conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        conn.execute(text("UPDATE line SET parent_line_id = 999 WHERE id = :id"), {"id": last.id - 1})
+        conn.commit()
+    with session_scope(sqlite_url) as s, pytest.raises(MissingParentError, match="parent 999"):
+        get_chat_history(s, save_id)
+
+
+def test_missing_parent_is_refused_at_write_time(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s, pytest.raises(ValueError, match="parent line 999"):
+        append_lines(s, save_id, say(1), parent_line_id=999)
+
+
+def test_append_validates_everything_before_writing(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(2))
+    bad = [{"attribute": "user", "content": "好"}, {"attribute": "narrator", "content": "坏"}]
+    with pytest.raises(ValueError, match="line 2 of 2: attribute 'narrator'"), session_scope(db_url) as s:
+        append_lines(s, save_id, bad)
+    with pytest.raises(ValueError, match="line 1 of 1: no content"), session_scope(db_url) as s:
+        append_lines(s, save_id, [{"attribute": "user", "content": " "}])
+    with pytest.raises(ValueError, match="unknown field"), session_scope(db_url) as s:
+        append_lines(s, save_id, [{"attribute": "user", "content": "x", "mood": "?"}])
+    with Session(get_engine(db_url)) as s:
+        assert len(s.exec(select(Line)).all()) == 2
+        assert contents(get_chat_history(s, save_id)) == ["第0句", "第1句"]
+
+
+def test_failure_after_append_rolls_the_whole_append_back(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with pytest.raises(RuntimeError), session_scope(db_url) as s:
+        append_lines(s, save_id, say(3))
+        raise RuntimeError("generation failed")
+    with session_scope(db_url) as s:
+        assert get_chat_history(s, save_id) == []
+        assert s.exec(select(Line)).all() == []
+
+
+def test_append_to_unknown_instance_raises(db_url: str) -> None:
+    with pytest.raises(InstanceNotFoundError, match="instance 77"), session_scope(db_url) as s:
+        append_lines(s, 77, say(1))
+
+
+def test_history_query_reads_only_the_path(sqlite_url: str) -> None:
+    """One recursive statement, whose rows are the path's lines, not the save's other lines."""
+    from sqlalchemy import event
+
+    save_id = new_save(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        trunk = append_lines(s, save_id, say(3))
+        for i in range(50):  # many swipes under the first line
+            append_lines(s, save_id, [{"attribute": "assistant", "content": f"swipe{i}"}], parent_line_id=trunk[0].id)
+        s.get(Save, save_id).last_message_id = trunk[-1].id  # type: ignore[union-attr]
+    statements: list[str] = []
+    engine = get_engine(sqlite_url)
+    listener = lambda *a: statements.append(a[2])  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        with Session(engine) as s:
+            history = get_chat_history(s, save_id)
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert contents(history) == ["第0句", "第1句", "第2句"]
+    recursive = [st for st in statements if "RECURSIVE" in st.upper()]
+    assert len(recursive) == 1
