@@ -1,0 +1,53 @@
+"""Turn bookkeeping: one turn at a time per instance, and a record of every turn."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+
+from sqlalchemy import delete
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from stores.db import session_scope
+from stores.turn_tables import TurnLock, TurnRecord
+
+
+class InstanceBusyError(RuntimeError):
+    """Another turn is running on this instance; two replies to one parent are never written."""
+
+
+def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
+    """Take the instance's turn lock (its own transaction) or raise `InstanceBusyError`."""
+    token = uuid.uuid4().hex
+    now = time.time()
+    try:
+        with session_scope(url) as session:
+            session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.expires_at < now))  # type: ignore[call-overload]
+            session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
+    except IntegrityError as exc:
+        raise InstanceBusyError(f"instance {save_id} is busy: another turn is running") from exc
+    return token
+
+
+def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
+    with session_scope(url) as session:
+        session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.token == token))  # type: ignore[call-overload]
+
+
+def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:
+    lock = session.get(TurnLock, save_id)
+    return lock is not None and lock.token == token
+
+
+def record_turn(session: Session, record: TurnRecord) -> TurnRecord:
+    session.add(record)
+    session.flush()
+    return record
+
+
+def last_turn_time(session: Session, save_id: int) -> datetime | None:
+    """When the instance's previous turn happened (for the time gap of seed 003)."""
+    stmt = select(TurnRecord.created_at).where(TurnRecord.save_id == save_id)
+    return session.exec(stmt.order_by(col(TurnRecord.id).desc()).limit(1)).first()

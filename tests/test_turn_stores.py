@@ -1,0 +1,89 @@
+"""Turn lock, turn records, archival events and checkpointers on the real backends."""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from stores.checkpoints import open_checkpointer, thread_id_for
+from stores.db import session_scope
+from stores.events import flush_event_writes, search_events, write_event_async
+from stores.saves import create_save
+from stores.turn_tables import TurnRecord
+from stores.turns import InstanceBusyError, acquire_turn_lock, last_turn_time, record_turn, release_turn_lock
+
+
+def _save(url: str) -> int:
+    with session_scope(url) as s:
+        return create_save(s, None, None).id  # type: ignore[return-value]
+
+
+def test_thread_id_is_a_stable_uuid_per_instance() -> None:
+    assert uuid.UUID(thread_id_for(1)).version == 5
+    assert thread_id_for(1) == thread_id_for("1") != thread_id_for(2)
+
+
+def test_one_turn_at_a_time_per_instance(db_url: str) -> None:
+    a, b = _save(db_url), _save(db_url)
+    token = acquire_turn_lock(a, 60, db_url)
+    with pytest.raises(InstanceBusyError, match=f"instance {a} is busy"):
+        acquire_turn_lock(a, 60, db_url)
+    other = acquire_turn_lock(b, 60, db_url)  # other instances are not blocked
+    release_turn_lock(a, token, db_url)
+    release_turn_lock(b, other, db_url)
+    release_turn_lock(a, acquire_turn_lock(a, 60, db_url), db_url)
+
+
+def test_an_expired_lock_is_taken_over(db_url: str) -> None:
+    a = _save(db_url)
+    acquire_turn_lock(a, -1, db_url)  # a crashed holder's lease, already over
+    acquire_turn_lock(a, 60, db_url)
+
+
+def test_last_turn_time(db_url: str) -> None:
+    a = _save(db_url)
+    with session_scope(db_url) as s:
+        assert last_turn_time(s, a) is None
+        record_turn(s, TurnRecord(save_id=a, turn=1))
+        second = record_turn(s, TurnRecord(save_id=a, turn=2))
+    with session_scope(db_url) as s:
+        assert last_turn_time(s, a) == second.created_at
+
+
+def test_events_are_filtered_by_instance(data_dir: Path) -> None:
+    write_event_async("莱姆在据点和守卫起了冲突", instance_id=1, character_id=1, background_id=1, turn=1)
+    write_event_async("莱姆在据点和守卫起了冲突", instance_id=2, character_id=1, background_id=1, turn=1)
+    write_event_async("钦灵换好了衣服", instance_id=1, character_id=1, background_id=1, turn=2)
+    flush_event_writes()
+    mine = search_events("据点冲突", 5, instance_id=1)
+    assert {e["instance_id"] for e in mine} == {1} and len(mine) == 2
+    assert mine[0]["text"] == "莱姆在据点和守卫起了冲突"
+    others = search_events("据点冲突", 5, instance_id={"$ne": 1}, character_id=1, background_id=1)
+    assert [e["instance_id"] for e in others] == [2]
+
+
+class _Count(TypedDict):
+    n: Annotated[int, operator.add]
+
+
+def _counter_graph():  # type: ignore[no-untyped-def]
+    builder = StateGraph(_Count)
+    builder.add_node("inc", lambda s: {"n": 1})
+    builder.add_edge(START, "inc")
+    builder.add_edge("inc", END)
+    return builder
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_checkpointer_keeps_state_across_openings(backend: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue(f"{backend}_url")
+    config = {"configurable": {"thread_id": thread_id_for(7)}}
+    for expected in (1, 2):
+        with open_checkpointer(url) as saver:
+            graph = _counter_graph().compile(checkpointer=saver)
+            assert graph.invoke({"n": 0}, config)["n"] == expected
