@@ -15,10 +15,17 @@ from stores import memory_tables, review_tables, tables, turn_tables, worldbook_
 from stores.config import database_url
 
 
-@lru_cache(maxsize=8)
 def get_engine(url: str | None = None) -> Engine:
     """The engine for `url` (default: `PERSONALAB_DATABASE_URL` or the embedded SQLite file), schema created."""
-    url = url or database_url()
+    # resolved before the cache, so a changed environment (another data directory) gets its own engine
+    return _engine(url or database_url())
+
+
+_opened: list[Engine] = []
+
+
+@lru_cache(maxsize=16)
+def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -34,7 +41,16 @@ def get_engine(url: str | None = None) -> Engine:
         url = url.replace("postgresql://", "postgresql+psycopg://", 1)
         engine = create_engine(url, pool_pre_ping=True)
     SQLModel.metadata.create_all(engine)
+    _opened.append(engine)
     return engine
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection and forget the engines (tests, and before a process forks)."""
+    for engine in _opened:
+        engine.dispose()
+    _opened.clear()
+    _engine.cache_clear()
 
 
 @contextmanager

@@ -28,12 +28,13 @@ def _pg_reachable() -> str | None:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty `PERSONALAB_DATA_DIR`; the database URL falls back to its embedded SQLite file."""
     monkeypatch.setenv("PERSONALAB_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("PERSONALAB_DATABASE_URL", raising=False)
     (tmp_path / "data").mkdir()
-    return tmp_path / "data"
+    yield tmp_path / "data"
+    _dispose("")
 
 
 @pytest.fixture
@@ -69,8 +70,8 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(f"{request.param}_url")
 
 
-def _dispose(url: str) -> None:
-    from stores.db import get_engine
+def _dispose(_url: str) -> None:
+    """Close the test's connections before its PostgreSQL schema is dropped or its SQLite file removed."""
+    from stores.db import dispose_engines
 
-    get_engine(url).dispose()
-    get_engine.cache_clear()
+    dispose_engines()
