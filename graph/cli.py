@@ -15,6 +15,7 @@ from collections.abc import Sequence
 COMMAND_MODULES = [
     "graph.cli_demo",
     "evals.cli_bench",
+    "graph.cli_worldbook",
 ]
 
 

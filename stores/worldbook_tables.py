@@ -1,1 +1,66 @@
-"""Tables of the world book and the knowledge library (seeds 004 / 001 常识知识库)."""
+"""Tables of the world book and the knowledge library (seeds 004 / 001 常识知识库).
+
+Scope, for both tables: `role_id` and `save_id` both empty = global; `role_id` = one character's entry;
+`save_id` = one conversation instance's entry (never both). An instance sees global + its character's +
+its own. Keyword and emotion lists are JSON columns (the same on SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Column, Text
+from sqlmodel import Field, SQLModel
+
+from stores.tables import utcnow
+
+
+class KnowledgeEntryRow(SQLModel, table=True):
+    """Seed 001 CommonKnowledgeEntry: tag, content, importance, keywords, enabled, user-edited, target."""
+
+    __tablename__ = "knowledge_entry"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tag: str
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    importance: float = 0.5
+    keywords: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    enabled: bool = True
+    user_edited: bool = False
+    role_id: int | None = Field(default=None, foreign_key="role.id", index=True)
+    save_id: int | None = Field(default=None, foreign_key="save.id", index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class WorldbookEntryRow(SQLModel, table=True):
+    """Seed 004 MemoryTriggerEntry, plus SillyTavern's secondary keys and source uid for imported lorebooks."""
+
+    __tablename__ = "worldbook_entry"
+
+    id: int | None = Field(default=None, primary_key=True)
+    uid: str | None = None  # the entry's uid in the file it was imported from
+    title: str = ""
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    keywords: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    secondary_keywords: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    selective_logic: str = "and_any"
+    trigger_type: str = "keyword"
+    kind: str = "semantic"
+    priority: int = 100
+    constant: bool = False
+    enabled: bool = True
+    position: str | None = None
+    relevance_weight: float = 1.0
+    emotional_weight: float = 0.5
+    time_decay_factor: float = 0.0
+    emotions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    min_turn: int | None = None
+    max_turn: int | None = None
+    min_gap_seconds: float | None = None
+    max_gap_seconds: float | None = None
+    min_turns_since_fired: int | None = None
+    role_id: int | None = Field(default=None, foreign_key="role.id", index=True)
+    save_id: int | None = Field(default=None, foreign_key="save.id", index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

@@ -1,0 +1,287 @@
+"""`personalab knowledge ...` and `personalab worldbook ...`: add, list, import and export entries.
+
+Scope options (both command groups): none = global, `--character ID` = one character's entries,
+`--instance ID` = one conversation instance's entries. `list --visible` shows everything a character or an
+instance sees (global + character + own). Export writes a PersonaLab JSON file (or stdout); import reads
+that, and for the world book also SillyTavern world-info / lorebook files and character-card lorebooks.
+An import is all or nothing: a bad file changes nothing and prints one line naming the entry and field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from nodes.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES, TemporalWindow
+from stores.db import session_scope
+from stores.worldbook import (
+    Scope,
+    add_knowledge,
+    add_worldbook_entry,
+    export_knowledge,
+    export_worldbook,
+    import_knowledge,
+    import_worldbook,
+    list_knowledge,
+    list_worldbook,
+    read_json_file,
+    write_json_file,
+)
+
+PREVIEW_CHARS = 60
+
+
+def _scope(args: argparse.Namespace) -> Scope:
+    return Scope(role_id=args.character, save_id=args.instance)
+
+
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+
+
+def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
+    count = len(data["entries"])
+    if target in (None, "-"):
+        json.dump(data, sys.stdout, ensure_ascii=False, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    try:
+        write_json_file(target, data)
+    except OSError as exc:
+        raise ValueError(f"cannot write {target}: {exc.strerror or exc}") from None
+    print(f"exported {count} {what} to {target}")
+    return 0
+
+
+# --- knowledge ------------------------------------------------------------------------------------
+
+
+def knowledge_add(args: argparse.Namespace) -> int:
+    with session_scope() as session:
+        entry = add_knowledge(
+            session,
+            args.tag,
+            args.content,
+            importance=args.importance,
+            keywords=args.keyword or (),
+            enabled=not args.disabled,
+            scope=_scope(args),
+        )
+    print(f"added knowledge entry {entry.id} ({entry.scope}): [{entry.tag}] {_preview(entry.content)}")
+    return 0
+
+
+def knowledge_list(args: argparse.Namespace) -> int:
+    with session_scope() as session:
+        entries = list_knowledge(session, _scope(args), visible=args.visible)
+    if args.json:
+        rows = [
+            {
+                "id": int(e.id),
+                "scope": e.scope,
+                "tag": e.tag,
+                "content": e.content,
+                "importance": e.importance,
+                "keywords": list(e.keywords),
+                "enabled": e.enabled,
+                "user_edited": e.user_edited,
+            }
+            for e in entries
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return 0
+    if not entries:
+        print(f"no knowledge entries ({_scope(args).label})")
+    for e in entries:
+        flags = "" if e.enabled else ", disabled"
+        keywords = f", keywords: {', '.join(e.keywords)}" if e.keywords else ""
+        print(f"#{e.id} [{e.tag}] {_preview(e.content)} ({e.scope}, importance {e.importance:.2f}{keywords}{flags})")
+    return 0
+
+
+def knowledge_import(args: argparse.Namespace) -> int:
+    data = read_json_file(args.file)
+    with session_scope() as session:
+        report = import_knowledge(session, data, _scope(args))
+    print(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    return 0
+
+
+def knowledge_export(args: argparse.Namespace) -> int:
+    with session_scope() as session:
+        data = export_knowledge(session, _scope(args), with_keywords=args.with_keywords)
+    return _emit_export(data, args.file, "knowledge entries")
+
+
+# --- world book -----------------------------------------------------------------------------------
+
+
+def worldbook_add(args: argparse.Namespace) -> int:
+    temporal = TemporalWindow(args.min_turn, args.max_turn, args.min_gap, args.max_gap, args.every)
+    with session_scope() as session:
+        entry = add_worldbook_entry(
+            session,
+            args.content,
+            scope=_scope(args),
+            keywords=tuple(args.keyword or ()),
+            secondary_keywords=tuple(args.secondary or ()),
+            selective_logic=args.logic,
+            trigger_type=args.trigger,
+            kind=args.kind,
+            priority=args.priority,
+            constant=args.constant,
+            enabled=not args.disabled,
+            position=args.position,
+            title=args.title,
+            relevance_weight=args.weight,
+            emotional_weight=args.emotional_weight,
+            time_decay_factor=args.decay,
+            emotions=tuple(args.emotion or ()),
+            temporal=temporal,
+        )
+    how = "constant" if entry.constant else entry.trigger_type
+    print(f"added world-book entry {entry.id} ({entry.scope}, {how}): {_preview(entry.content)}")
+    return 0
+
+
+def worldbook_list(args: argparse.Namespace) -> int:
+    with session_scope() as session:
+        entries = list_worldbook(session, _scope(args), visible=args.visible)
+    if args.json:
+        rows = [
+            {
+                "id": int(e.id),
+                "scope": e.scope,
+                "title": e.title,
+                "content": e.content,
+                "keywords": list(e.keywords),
+                "secondary_keywords": list(e.secondary_keywords),
+                "selective_logic": e.selective_logic,
+                "trigger_type": e.trigger_type,
+                "kind": e.kind,
+                "priority": e.priority,
+                "constant": e.constant,
+                "enabled": e.enabled,
+                "position": e.position,
+                "relevance_weight": e.relevance_weight,
+                "emotional_weight": e.emotional_weight,
+                "time_decay_factor": e.time_decay_factor,
+                "emotions": list(e.emotions),
+                "temporal": {k: v for k, v in e.temporal.as_dict().items() if v is not None},
+            }
+            for e in entries
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        return 0
+    if not entries:
+        print(f"no world-book entries ({_scope(args).label})")
+    for e in entries:
+        how = "constant" if e.constant else e.trigger_type
+        what = ""
+        if e.keywords:
+            what = f", keys: {', '.join(e.keywords)}"
+        if e.emotions:
+            what += f", emotions: {', '.join(e.emotions)}"
+        window = {k: v for k, v in e.temporal.as_dict().items() if v is not None}
+        if window and e.trigger_type == "temporal":
+            what += ", " + ", ".join(f"{k}={v:g}" for k, v in window.items())
+        flags = (f", position {e.position}" if e.position else "") + ("" if e.enabled else ", disabled")
+        title = f"{e.title}: " if e.title else ""
+        print(f"#{e.id} {title}{_preview(e.content)} ({e.scope}, {how}, {e.kind}, priority {e.priority}{what}{flags})")
+    return 0
+
+
+def worldbook_import(args: argparse.Namespace) -> int:
+    data = read_json_file(args.file)
+    with session_scope() as session:
+        report = import_worldbook(session, data, _scope(args))
+    print(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    return 0
+
+
+def worldbook_export(args: argparse.Namespace) -> int:
+    with session_scope() as session:
+        data = export_worldbook(session, _scope(args))
+    return _emit_export(data, args.file, "world-book entries")
+
+
+# --- parsers --------------------------------------------------------------------------------------
+
+
+def _add_scope(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--character", type=int, metavar="ID", help="a character's entries (role id)")
+    group.add_argument("--instance", type=int, metavar="ID", help="a conversation instance's entries (save id)")
+
+
+def _add_list(sub: Any, handler: Any, what: str) -> None:
+    p = sub.add_parser("list", help=f"list {what}")
+    _add_scope(p)
+    p.add_argument("--visible", action="store_true", help="everything the character / instance sees, with global")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=handler)
+
+
+def _add_import_export(sub: Any, imp: Any, exp: Any, what: str, formats: str) -> argparse.ArgumentParser:
+    p = sub.add_parser("import", help=f"import {what} from a JSON file ({formats}); all or nothing")
+    p.add_argument("file", help="JSON file")
+    _add_scope(p)
+    p.set_defaults(handler=imp)
+    p = sub.add_parser("export", help=f"export {what} of one scope as JSON")
+    p.add_argument("file", nargs="?", help="output file (default: stdout)")
+    _add_scope(p)
+    p.set_defaults(handler=exp)
+    return p
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    knowledge = sub.add_parser("knowledge", help="the knowledge library (global / character / instance facts)")
+    ksub = knowledge.add_subparsers(dest="knowledge_command", required=True, parser_class=type(knowledge))
+    p = ksub.add_parser("add", help="add a knowledge entry")
+    p.add_argument("content", help="the text injected as world knowledge")
+    p.add_argument("--tag", required=True, help="tag shown as [tag] (several: comma-separated)")
+    p.add_argument("--importance", type=float, default=0.5, help="0..1 (default 0.5)")
+    p.add_argument("--keyword", action="append", metavar="WORD", help="keyword raising relevance (repeatable)")
+    p.add_argument("--disabled", action="store_true", help="store it disabled")
+    _add_scope(p)
+    p.set_defaults(handler=knowledge_add)
+    _add_list(ksub, knowledge_list, "knowledge entries")
+    exp = _add_import_export(ksub, knowledge_import, knowledge_export, "knowledge entries", "a PersonaLab export")
+    exp.add_argument("--with-keywords", action="store_true", help="include the hand-set keywords")
+
+    book = sub.add_parser("worldbook", help="the world book (triggered lore entries)")
+    wsub = book.add_subparsers(dest="worldbook_command", required=True, parser_class=type(book))
+    p = wsub.add_parser("add", help="add a world-book entry")
+    p.add_argument("content", help="the text injected when the entry fires")
+    p.add_argument("--keyword", action="append", metavar="WORD", help="primary keyword (repeatable)")
+    p.add_argument("--secondary", action="append", metavar="WORD", help="secondary keyword (repeatable)")
+    p.add_argument("--logic", choices=SELECTIVE_LOGICS, default="and_any", help="secondary keyword logic")
+    p.add_argument("--trigger", choices=TRIGGER_TYPES, default="keyword", help="trigger type (default keyword)")
+    p.add_argument("--kind", choices=KINDS, default="semantic", help="memory type (default semantic)")
+    p.add_argument("--priority", type=int, default=100, help="higher goes first (default 100)")
+    p.add_argument("--constant", action="store_true", help="always inject")
+    p.add_argument("--disabled", action="store_true", help="store it disabled")
+    p.add_argument("--position", choices=POSITIONS, help="injection position (default: the config's, system)")
+    p.add_argument("--title", default="", help="a name for the entry")
+    p.add_argument("--emotion", action="append", metavar="EMOTION", help="emotion it relates to (repeatable)")
+    p.add_argument("--weight", type=float, default=1.0, help="relevance weight (default 1)")
+    p.add_argument("--emotional-weight", type=float, default=0.5, help="emotional boost weight (default 0.5)")
+    p.add_argument("--decay", type=float, default=0.0, help="time decay per day of age (default 0: none)")
+    p.add_argument("--min-turn", type=int, help="temporal: from this turn")
+    p.add_argument("--max-turn", type=int, help="temporal: up to this turn")
+    p.add_argument("--min-gap", type=float, metavar="SECONDS", help="temporal: at least this long since last message")
+    p.add_argument("--max-gap", type=float, metavar="SECONDS", help="temporal: at most this long since last message")
+    p.add_argument("--every", type=int, metavar="TURNS", help="temporal: at least this many turns since it last fired")
+    _add_scope(p)
+    p.set_defaults(handler=worldbook_add)
+    _add_list(wsub, worldbook_list, "world-book entries")
+    _add_import_export(
+        wsub,
+        worldbook_import,
+        worldbook_export,
+        "world-book entries",
+        "PersonaLab export, SillyTavern world info / lorebook, character-card lorebook",
+    )

@@ -1,0 +1,293 @@
+"""Injection order and one token budget (seed 001 智能注入系统 / SmartInjectionManager).
+
+The seed's order: 1. Current Guidelines (指令/规则), 2. World Knowledge (常识/背景), 3. Character Memories
+(角色记忆). `plan_injection` fills one token budget in that order, item by item, and records every item it
+leaves out and why (empty, duplicate, over budget) so the retrieval debug can show it.
+
+Decided here:
+- Items are given ranked (best first) within their section; an item that does not fit is skipped and
+  the next ones are still tried, so a short memory can use what a long one could not.
+- Tokens are counted with langchain-core's `count_tokens_approximately` on the assembled text, at
+  `CHARS_PER_TOKEN` = 1.5 characters per token (the team's default in `nodes.prompt_assembly.RegionBudgets`:
+  langchain's default of 4 is for English and would let Chinese text overrun the budget ~2.5x; pass
+  `token_counter` to count otherwise). An item costs what it adds to the count of its position's text (its line, plus the section header
+  and `【group】` line it opens), so the included items' costs add up exactly to `tokens_used`.
+- A world-book entry may ask for the `user` or `assistant` position (seed 004 injectPosition): it is
+  rendered into that position's text under the same section header; the budget is shared by all positions.
+- The world-knowledge section holds the knowledge library's top entries (seed 001, `[tag] content`, right
+  under the header as the seed's block has them), then the fired world-book entries under their
+  `【世界书】` heading(s), constant ones first. The world book's own length budget (seed 004
+  maxTotalLength, `WorldbookConfig.max_total_tokens`) caps its share.
+- Items with a `group` are shown under a `【group】` line; put ungrouped items of a section first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages.utils import count_tokens_approximately
+
+from nodes.knowledge import ScoredKnowledge, format_knowledge_line
+from nodes.worldbook import (
+    POSITIONS,
+    TriggeredEntry,
+    WorldbookConfig,
+    entry_position,
+    group_label,
+    render_entry,
+)
+
+SECTIONS = ("guidelines", "world_knowledge", "character_memories")
+SECTION_HEADERS: Mapping[str, str] = {
+    "guidelines": "=== 指令/规则 ===",
+    "world_knowledge": "=== 世界知识 ===",
+    "character_memories": "=== 相关记忆 ===",
+}
+
+TokenCounter = Callable[[str], int]
+
+
+CHARS_PER_TOKEN = 1.5
+
+
+def count_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> int:
+    """Approximate tokens of a string: langchain-core's `count_tokens_approximately`, no per-message extra."""
+    if not text:
+        return 0
+    return count_tokens_approximately([text], chars_per_token=chars_per_token, extra_tokens_per_message=0)
+
+
+@dataclass(frozen=True)
+class InjectionItem:
+    """One line (or paragraph) to inject. `key` names it in the debug list (e.g. `knowledge:3`),
+    `group` is an optional sub-heading shown as `【group】`, `position` is system / user / assistant."""
+
+    key: str
+    text: str
+    score: float | None = None
+    group: str | None = None
+    position: str = "system"
+
+
+@dataclass(frozen=True)
+class IncludedItem:
+    section: str
+    key: str
+    position: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class SkippedItem:
+    section: str
+    key: str
+    reason: str
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class InjectionPlan:
+    """`texts[position]` is what to inject at that position ("" when nothing); `sections[name]` is the
+    system-position text of one section; `tokens_used` <= `budget`."""
+
+    budget: int
+    tokens_used: int
+    texts: Mapping[str, str]
+    sections: Mapping[str, str]
+    included: Sequence[IncludedItem]
+    skipped: Sequence[SkippedItem]
+
+    @property
+    def system_text(self) -> str:
+        return self.texts.get("system", "")
+
+    def debug(self) -> list[dict[str, Any]]:
+        """Plain dicts for the retrieval debug (state / CLI): included then skipped items."""
+        rows: list[dict[str, Any]] = [
+            {"section": i.section, "key": i.key, "position": i.position, "tokens": i.tokens, "status": "included"}
+            for i in self.included
+        ]
+        rows += [
+            {"section": s.section, "key": s.key, "tokens": s.tokens, "status": "skipped", "reason": s.reason}
+            for s in self.skipped
+        ]
+        return rows
+
+
+def _as_items(section: str, items: Iterable[InjectionItem | str]) -> list[InjectionItem]:
+    out: list[InjectionItem] = []
+    for index, item in enumerate(items, start=1):
+        if isinstance(item, str):
+            out.append(InjectionItem(key=f"{section}:{index}", text=item))
+        else:
+            out.append(item)
+    return out
+
+
+def plan_injection(
+    guidelines: Iterable[InjectionItem | str] = (),
+    world_knowledge: Iterable[InjectionItem | str] = (),
+    character_memories: Iterable[InjectionItem | str] = (),
+    *,
+    budget: int,
+    token_counter: TokenCounter = count_tokens,
+    headers: Mapping[str, str] = SECTION_HEADERS,
+    skipped: Iterable[SkippedItem] = (),
+) -> InjectionPlan:
+    """Seed 001 InjectSmartContext: guidelines → world knowledge → character memories in one budget.
+
+    Plain strings are accepted as items (keys `guidelines:1`, ...). `skipped` carries items already left
+    out upstream (e.g. by `world_knowledge_items`) so the debug list is complete."""
+    if budget < 0:
+        raise ValueError(f"budget is negative ({budget})")
+    sections = {
+        "guidelines": _as_items("guidelines", guidelines),
+        "world_knowledge": _as_items("world_knowledge", world_knowledge),
+        "character_memories": _as_items("character_memories", character_memories),
+    }
+    lines: dict[str, list[str]] = {p: [] for p in POSITIONS}
+    section_lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
+    opened: dict[tuple[str, str], str | None] = {}  # (position, section) -> last group
+    included: list[IncludedItem] = []
+    dropped: list[SkippedItem] = list(skipped)
+    seen: dict[str, str] = {}
+    counts = dict.fromkeys(POSITIONS, 0)
+    used = 0
+
+    for section in SECTIONS:
+        for item in sections[section]:
+            text = item.text.strip()
+            if item.position not in POSITIONS:
+                raise ValueError(f"item {item.key}: position {item.position!r} is not one of {', '.join(POSITIONS)}")
+            if not text:
+                dropped.append(SkippedItem(section, item.key, "empty text"))
+                continue
+            if text in seen:
+                dropped.append(SkippedItem(section, item.key, f"duplicate of {seen[text]}"))
+                continue
+            new_lines: list[str] = []
+            slot = (item.position, section)
+            if slot not in opened:
+                if lines[item.position]:
+                    new_lines.append("")
+                new_lines.append(headers[section])
+            if item.group and opened.get(slot) != item.group:
+                new_lines.append(f"【{item.group}】")
+            new_lines.append(text)
+            cost = token_counter("\n".join([*lines[item.position], *new_lines])) - counts[item.position]
+            if used + cost > budget:
+                dropped.append(
+                    SkippedItem(section, item.key, f"over budget: needs {cost} tokens, {budget - used} left", cost)
+                )
+                continue
+            used += cost
+            counts[item.position] += cost
+            lines[item.position].extend(new_lines)
+            if item.position == "system":
+                section_lines[section].extend(line for line in new_lines if line != "")
+            opened[slot] = item.group
+            seen[text] = item.key
+            included.append(IncludedItem(section, item.key, item.position, cost))
+
+    texts = {p: "\n".join(lines[p]) for p in POSITIONS}
+    return InjectionPlan(
+        budget=budget,
+        tokens_used=used,
+        texts=texts,
+        sections={s: "\n".join(section_lines[s]) for s in SECTIONS},
+        included=included,
+        skipped=dropped,
+    )
+
+
+def knowledge_items(knowledge: Iterable[ScoredKnowledge]) -> list[InjectionItem]:
+    """Knowledge-library entries as world-knowledge items (`[tag] content`, key `knowledge:<id>`)."""
+    return [InjectionItem(f"knowledge:{k.entry.id}", format_knowledge_line(k.entry), k.score) for k in knowledge]
+
+
+def worldbook_items(
+    triggered: Iterable[TriggeredEntry],
+    config: WorldbookConfig | None = None,
+    *,
+    token_counter: TokenCounter = count_tokens,
+) -> tuple[list[InjectionItem], list[SkippedItem]]:
+    """Fired world-book entries as items (template, group heading, position), in the given order, capped at
+    the world book's own `max_total_tokens`; the entries over the cap come back as skipped."""
+    config = config or WorldbookConfig()
+    items: list[InjectionItem] = []
+    skipped: list[SkippedItem] = []
+    spent = 0
+    groups: set[tuple[str, str]] = set()
+    for t in triggered:
+        key = f"worldbook:{t.entry.id}"
+        text = render_entry(t, config).strip()
+        group = group_label(t, config)
+        position = entry_position(t, config)
+        cost = token_counter(text + "\n")
+        if (position, group) not in groups:
+            cost += token_counter(f"【{group}】\n")
+        if spent + cost > config.max_total_tokens:
+            skipped.append(
+                SkippedItem(
+                    "world_knowledge",
+                    key,
+                    f"over the world book's budget: needs {cost} tokens, "
+                    f"{config.max_total_tokens - spent} of {config.max_total_tokens} left",
+                    cost,
+                )
+            )
+            continue
+        spent += cost
+        groups.add((position, group))
+        items.append(InjectionItem(key, text, t.score, group, position))
+    return items, skipped
+
+
+def world_knowledge_items(
+    knowledge: Iterable[ScoredKnowledge] = (),
+    triggered: Iterable[TriggeredEntry] = (),
+    config: WorldbookConfig | None = None,
+    *,
+    token_counter: TokenCounter = count_tokens,
+) -> tuple[list[InjectionItem], list[SkippedItem]]:
+    """The world-knowledge section: the knowledge library's entries, then the fired world-book entries in
+    the trigger's order (constants first). Returns (items, skipped) for `plan_injection(..., skipped=...)`."""
+    wb_items, skipped = worldbook_items(triggered, config, token_counter=token_counter)
+    return [*knowledge_items(knowledge), *wb_items], skipped
+
+
+@dataclass(frozen=True)
+class Injection:
+    """Convenience bundle for the prompt assembly: the plan plus the fired world-book entry ids that made it
+    in (store them as `last_fired_turns` for temporal entries)."""
+
+    plan: InjectionPlan
+    fired_worldbook_ids: list[str] = field(default_factory=list)
+
+
+def build_injection(
+    *,
+    guidelines: Iterable[InjectionItem | str] = (),
+    knowledge: Iterable[ScoredKnowledge] = (),
+    triggered: Iterable[TriggeredEntry] = (),
+    character_memories: Iterable[InjectionItem | str] = (),
+    budget: int,
+    worldbook_config: WorldbookConfig | None = None,
+    token_counter: TokenCounter = count_tokens,
+    headers: Mapping[str, str] = SECTION_HEADERS,
+) -> Injection:
+    """`world_knowledge_items` + `plan_injection` in one call."""
+    world, skipped = world_knowledge_items(knowledge, triggered, worldbook_config, token_counter=token_counter)
+    plan = plan_injection(
+        guidelines,
+        world,
+        character_memories,
+        budget=budget,
+        token_counter=token_counter,
+        headers=headers,
+        skipped=skipped,
+    )
+    fired = [i.key.split(":", 1)[1] for i in plan.included if i.key.startswith("worldbook:")]
+    return Injection(plan, fired)

@@ -1,0 +1,143 @@
+"""The knowledge library (seed 001 常识知识库): which entries apply, how relevant they are, how they read.
+
+Rules of the seed, as implemented:
+- an entry is global (seed: targetPawnId = -1) or belongs to one character; only enabled entries that are
+  global or the character's own apply (RetrieveKnowledge steps 1-2). Entries may also belong to one
+  conversation instance: an instance sees global + its character's + its own.
+- relevance (CalculateKnowledgeRelevance): +0.5 for every keyword found in the context, + importance x 0.5.
+  Keywords containing CJK match as substrings, ASCII keywords as whole words, case-insensitively
+  (`nodes.worldbook.contains_keyword`); the seed's `Contains` would fire "cat" inside "concatenate".
+- the top `max_knowledge` (seed default 5) by score, ties in the given order (the seed's stable
+  OrderByDescending).
+- injected as the seed's InjectKnowledge block: a `=== 世界知识 ===` line, then `[tag] content` per entry;
+  nothing at all when no entry applies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from nodes.worldbook import MAX_CONTENT_CHARS, MAX_KEYWORD_CHARS, MAX_KEYWORDS, check_keyword, contains_keyword
+
+KNOWLEDGE_HEADER = "=== 世界知识 ==="
+KEYWORD_HIT_SCORE = 0.5
+IMPORTANCE_FACTOR = 0.5
+DEFAULT_MAX_KNOWLEDGE = 5
+MAX_TAG_CHARS = 200
+
+
+@dataclass(frozen=True)
+class KnowledgeEntry:
+    """Seed 001 CommonKnowledgeEntry. `role_id` None and `save_id` None = global."""
+
+    id: str
+    tag: str
+    content: str
+    importance: float = 0.5
+    keywords: tuple[str, ...] = ()
+    enabled: bool = True
+    user_edited: bool = False
+    role_id: int | None = None
+    save_id: int | None = None
+
+    @property
+    def scope(self) -> str:
+        if self.save_id is not None:
+            return f"instance {self.save_id}"
+        if self.role_id is not None:
+            return f"character {self.role_id}"
+        return "global"
+
+
+@dataclass(frozen=True)
+class ScoredKnowledge:
+    entry: KnowledgeEntry
+    score: float
+    matched: tuple[str, ...] = ()
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+
+
+def applies_to(entry: KnowledgeEntry, role_id: int | None, save_id: int | None) -> bool:
+    """Seed RetrieveKnowledge step 2, plus instance scope: global, the character's own, the instance's own."""
+    if entry.save_id is not None:
+        return save_id is not None and entry.save_id == save_id
+    if entry.role_id is not None:
+        return role_id is not None and entry.role_id == role_id
+    return True
+
+
+def knowledge_relevance(entry: KnowledgeEntry, context: str) -> ScoredKnowledge:
+    """Seed CalculateKnowledgeRelevance: 0.5 per keyword in the context + importance x 0.5."""
+    hits = tuple(k for k in entry.keywords if k.strip() and contains_keyword(context, k))
+    keyword_part = KEYWORD_HIT_SCORE * len(hits)
+    importance_part = entry.importance * IMPORTANCE_FACTOR
+    return ScoredKnowledge(
+        entry, keyword_part + importance_part, hits, {"keywords": keyword_part, "importance": importance_part}
+    )
+
+
+def select_knowledge(
+    entries: Iterable[KnowledgeEntry],
+    context: str,
+    *,
+    role_id: int | None = None,
+    save_id: int | None = None,
+    max_knowledge: int = DEFAULT_MAX_KNOWLEDGE,
+) -> list[ScoredKnowledge]:
+    """Seed RetrieveKnowledge: enabled entries that apply to (role_id, save_id), by relevance, top N.
+
+    Pass the entries the store returns for an instance (they already apply) with that instance's ids, or
+    any list of entries with the ids to filter by."""
+    if max_knowledge < 0:
+        raise ValueError("max_knowledge is negative")
+    scored = [
+        knowledge_relevance(entry, context)
+        for entry in entries
+        if entry.enabled and entry.content.strip() and applies_to(entry, role_id, save_id)
+    ]
+    scored.sort(key=lambda s: -s.score)  # stable: equal scores keep the given order
+    return scored[:max_knowledge]
+
+
+def format_knowledge_line(entry: KnowledgeEntry) -> str:
+    """Seed InjectKnowledge / FormatKnowledgeForInjection: `[tag] content`."""
+    return f"[{entry.tag}] {entry.content.strip()}"
+
+
+def format_knowledge_block(knowledge: Iterable[ScoredKnowledge | KnowledgeEntry]) -> str:
+    """Seed InjectKnowledge: the `=== 世界知识 ===` block, or "" when there is nothing to inject."""
+    lines = [format_knowledge_line(k.entry if isinstance(k, ScoredKnowledge) else k) for k in knowledge]
+    if not lines:
+        return ""
+    return "\n".join([KNOWLEDGE_HEADER, *lines]) + "\n"
+
+
+def validate_knowledge(entry: KnowledgeEntry, where: str) -> None:
+    """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
+    if not isinstance(entry.content, str) or not entry.content.strip():
+        raise ValueError(f"{where}: field 'content' is empty")
+    if len(entry.content) > MAX_CONTENT_CHARS:
+        raise ValueError(
+            f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
+        )
+    if not entry.tag.strip():
+        raise ValueError(f"{where}: field 'tag' is empty")
+    if len(entry.tag) > MAX_TAG_CHARS:
+        raise ValueError(f"{where}: field 'tag' is over {MAX_TAG_CHARS} characters")
+    if not math.isfinite(entry.importance) or not 0 <= entry.importance <= 1:
+        raise ValueError(f"{where}: field 'importance' must be between 0 and 1, got {entry.importance!r}")
+    if len(entry.keywords) > MAX_KEYWORDS:
+        raise ValueError(
+            f"{where}: field 'keywords' has {len(entry.keywords)} keywords, over the limit of {MAX_KEYWORDS}"
+        )
+    for keyword in entry.keywords:
+        if len(keyword) > MAX_KEYWORD_CHARS:
+            raise ValueError(f"{where}: field 'keywords' has a keyword over {MAX_KEYWORD_CHARS} characters")
+        try:
+            check_keyword(keyword)
+        except ValueError as exc:
+            raise ValueError(f"{where}: field 'keywords': {exc}") from None
+    if entry.role_id is not None and entry.save_id is not None:
+        raise ValueError(f"{where}: an entry is scoped to a character or to an instance, not both")

@@ -1,0 +1,688 @@
+"""World-book triggering (seed 004 基于世界书触发机制的记忆服务): which entries fire for this turn, and why.
+
+Every rule here is a pure function: entries, a `WorldbookContext` (recent text, recent emotions, turn and
+time facts, optional precomputed vectors) and a `WorldbookConfig` in, `TriggeredEntry` values out.
+
+The seed's `MemoryTriggerEntry` / `MemoryTriggerConfig`, as implemented:
+- `triggerType` keyword / semantic / temporal / emotional (多维度触发策略), `priority`, `isConstant`,
+  `relevanceWeight`, `emotionalWeight`, `timeDecayFactor`, `emotionalContext` (here `emotions`) and the
+  memory `type` (here `kind`: episodic / semantic / trait / goal) are fields of `WorldbookEntry`.
+- `triggerStrategies`, `maxMemoriesPerType`, `relevanceThreshold`, `timeDecayEnabled`,
+  `emotionalBoostEnabled` and the injection settings (`maxTotalLength`, `injectPosition`, `template`,
+  `separateByType`) are fields of `WorldbookConfig`; the length budget is applied where the prompt is
+  assembled (`nodes.injection`), in tokens.
+
+What the seed leaves open, decided here (SillyTavern's world info is the reference the seed reuses,
+"复用WorldBookTriggerEngine"):
+- keyword: any primary keyword fires the entry; secondary keywords then apply SillyTavern's logic
+  (and_any / not_all / not_any / and_all). Keywords containing CJK match as substrings (Chinese has no
+  word boundaries); pure ASCII keywords match whole words, case-insensitively, so "cat" does not fire on
+  "concatenate" but "Alice" fires on "Alice说". `/pattern/flags` keywords are regular expressions.
+  Score: 0.5 for one hit plus 0.5 x the share of keywords hit (seed 001 CalculateKeywordMatchScore's
+  equal share per keyword), so a single hit is relevant on its own.
+- semantic: cosine similarity of the recent text and the entry (seed 001 CalculateVectorSimilarity) at or
+  above `semantic_threshold`; an entry that also has keywords fires on them too (SillyTavern's
+  "vectorized" entries). Score: the higher of the two.
+- temporal: the entry's `TemporalWindow` holds (turn range, wall-clock gap since the previous message,
+  turns since the entry last fired); every condition given must hold. Score 1.
+- emotional: an entry emotion matches a recent line's `original_emotion` (newest weighs 1, each older
+  line x0.8) or an emotion word in the recent text (0.7, not when negated: 不开心 is not 开心); words of one
+  family (开心 / 高兴 / 快乐) match each other. Score: the best match.
+- final score = trigger score x relevance_weight x time decay x emotional boost, where
+  decay = exp(-time_decay_factor x age in days) (seed 001 CalculateRecencyScore's exponential form) and
+  boost = 1 + emotional_weight x emotion match (for keyword / semantic / temporal entries that also name
+  emotions; an emotional entry's score already is its emotion match).
+- constant entries always fire (score 1), ahead of the rest, outside the threshold and the per-kind
+  maxima; disabled entries never fire.
+- order of the result: constants, then priority (higher first, SillyTavern's `order`), then score.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+TRIGGER_TYPES = ("keyword", "semantic", "temporal", "emotional")
+KINDS = ("episodic", "semantic", "trait", "goal")  # seed 004 MemoryType
+KIND_LABELS = {"episodic": "情景记忆", "semantic": "语义记忆", "trait": "特质记忆", "goal": "目标记忆"}
+POSITIONS = ("system", "user", "assistant")
+SELECTIVE_LOGICS = ("and_any", "not_all", "not_any", "and_all")
+
+# Documented limits: an entry beyond them is refused (import and add), so one pasted novel cannot eat the
+# whole prompt budget or the database.
+MAX_CONTENT_CHARS = 10_000
+MAX_KEYWORDS = 100
+MAX_KEYWORD_CHARS = 200
+MAX_EMOTIONS = 20
+
+KEYWORD_HIT_FLOOR = 0.5
+LINE_EMOTION_DECAY = 0.8
+TEXT_EMOTION_WEIGHT = 0.7
+SECONDS_PER_DAY = 86_400.0
+
+# Emotion families: a labelled emotion or an entry emotion matches any word of its family. Single
+# characters (爱, 哭) are left out: as substrings they hit 可爱 / 哭笑不得.
+EMOTION_FAMILIES: dict[str, tuple[str, ...]] = {
+    "开心": (
+        "开心",
+        "高兴",
+        "快乐",
+        "愉快",
+        "欢喜",
+        "喜悦",
+        "兴奋",
+        "幸福",
+        "开怀",
+        "happy",
+        "glad",
+        "joyful",
+        "excited",
+    ),
+    "悲伤": ("悲伤", "伤心", "难过", "哀伤", "失落", "沮丧", "痛苦", "心碎", "想哭", "sad", "upset", "heartbroken"),
+    "愤怒": ("愤怒", "生气", "恼火", "气愤", "发火", "暴怒", "烦躁", "angry", "furious", "annoyed"),
+    "害怕": ("害怕", "恐惧", "惊恐", "畏惧", "胆怯", "可怕", "afraid", "scared", "frightened"),
+    "担心": ("担心", "焦虑", "不安", "忧虑", "紧张", "担忧", "worried", "anxious", "nervous"),
+    "惊讶": ("惊讶", "吃惊", "震惊", "惊喜", "意外", "surprised", "shocked", "amazed"),
+    "尴尬": ("尴尬", "难为情", "害羞", "羞涩", "不好意思", "embarrassed", "shy"),
+    "厌恶": ("厌恶", "恶心", "讨厌", "嫌弃", "disgusted"),
+    "孤独": ("孤独", "寂寞", "孤单", "lonely"),
+    "好奇": ("好奇", "curious"),
+    "感激": ("感激", "感谢", "感动", "grateful", "thankful"),
+    "喜爱": ("喜欢", "心动", "爱慕", "思念", "想念", "love", "adore"),
+    "无奈": ("无奈", "无语", "helpless"),
+    "调皮": ("调皮", "淘气", "俏皮", "playful"),
+    "平静": ("平静", "淡定", "放松", "calm", "relaxed"),
+}
+NEGATIONS = ("不", "没", "别", "未", "非", "not ", "never ", "no ")
+
+_CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]")
+_REGEX_KEY = re.compile(r"^/(.+)/([imsx]*)$", re.S)
+
+
+@dataclass(frozen=True)
+class TemporalWindow:
+    """When a temporal entry fires: every condition that is set must hold (inclusive bounds)."""
+
+    min_turn: int | None = None
+    max_turn: int | None = None
+    min_gap_seconds: float | None = None
+    max_gap_seconds: float | None = None
+    min_turns_since_fired: int | None = None
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in self.as_dict().values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "min_turn": self.min_turn,
+            "max_turn": self.max_turn,
+            "min_gap_seconds": self.min_gap_seconds,
+            "max_gap_seconds": self.max_gap_seconds,
+            "min_turns_since_fired": self.min_turns_since_fired,
+        }
+
+
+@dataclass(frozen=True)
+class WorldbookEntry:
+    """One world-book entry (seed 004 MemoryTriggerEntry). `position=None` uses the config's position."""
+
+    id: str
+    content: str
+    keywords: tuple[str, ...] = ()
+    secondary_keywords: tuple[str, ...] = ()
+    selective_logic: str = "and_any"
+    trigger_type: str = "keyword"
+    kind: str = "semantic"
+    priority: int = 100
+    constant: bool = False
+    enabled: bool = True
+    position: str | None = None
+    title: str = ""
+    relevance_weight: float = 1.0
+    emotional_weight: float = 0.5
+    time_decay_factor: float = 0.0
+    emotions: tuple[str, ...] = ()
+    temporal: TemporalWindow = field(default_factory=TemporalWindow)
+    created_at: float | None = None  # epoch seconds, for time decay
+    role_id: int | None = None
+    save_id: int | None = None
+
+    @property
+    def scope(self) -> str:
+        if self.save_id is not None:
+            return f"instance {self.save_id}"
+        if self.role_id is not None:
+            return f"character {self.role_id}"
+        return "global"
+
+
+def _default_max_per_kind() -> dict[str, int]:
+    return {"episodic": 5, "semantic": 5, "trait": 3, "goal": 3}
+
+
+@dataclass(frozen=True)
+class WorldbookConfig:
+    """Seed 004 MemoryTriggerConfig. `max_total_tokens` is the seed's maxTotalLength, counted in tokens
+    like the rest of the prompt budget. `template` renders one entry ({content}, {title}, {kind},
+    {trigger}, {keywords}); `heading` titles the world-book group, per kind when `separate_by_type`."""
+
+    enabled: bool = True
+    keyword_matching: bool = True
+    semantic_similarity: bool = True
+    temporal_proximity: bool = True
+    emotional_relevance: bool = True
+    max_per_kind: Mapping[str, int] = field(default_factory=_default_max_per_kind)
+    relevance_threshold: float = 0.3
+    semantic_threshold: float = 0.35
+    time_decay_enabled: bool = True
+    emotional_boost_enabled: bool = True
+    max_total_tokens: int = 800
+    inject_position: str = "system"
+    template: str = "- {content}"
+    heading: str = "世界书"
+    separate_by_type: bool = False
+
+    def __post_init__(self) -> None:
+        if self.inject_position not in POSITIONS:
+            raise ValueError(f"inject_position {self.inject_position!r} is not one of {', '.join(POSITIONS)}")
+        if self.max_total_tokens < 0:
+            raise ValueError("max_total_tokens is negative")
+        for kind, limit in self.max_per_kind.items():
+            if kind not in KINDS:
+                raise ValueError(f"max_per_kind: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+            if limit < 0:
+                raise ValueError(f"max_per_kind[{kind!r}] is negative")
+        try:
+            self.template.format(content="", title="", kind="", trigger="", keywords="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"template {self.template!r}: unknown or malformed placeholder ({exc})") from None
+
+
+@dataclass(frozen=True)
+class WorldbookContext:
+    """What the trigger looks at this turn.
+
+    `text`: the recent dialogue to scan (oldest first). `emotions`: `original_emotion` of the recent lines,
+    oldest first. `gap_seconds`: wall-clock time since the previous message. `now`: epoch seconds, for
+    time decay. `last_fired_turns`: entry id → turn it last fired. Semantic entries are scored with
+    `similarity(entry)` when given, else cosine of `query_vector` and `entry_vectors[entry.id]`."""
+
+    text: str = ""
+    emotions: Sequence[str] = ()
+    current_turn: int = 0
+    gap_seconds: float | None = None
+    now: float | None = None
+    last_fired_turns: Mapping[str, int] = field(default_factory=dict)
+    query_vector: Sequence[float] | None = None
+    entry_vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    similarity: Callable[[WorldbookEntry], float | None] | None = None
+
+
+@dataclass(frozen=True)
+class TriggeredEntry:
+    """A fired entry: `trigger` is 'constant' or the trigger type, `reason` says why in words,
+    `breakdown` holds the factors of `score`."""
+
+    entry: WorldbookEntry
+    score: float
+    trigger: str
+    reason: str
+    matched: tuple[str, ...] = ()
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def position(self) -> str | None:
+        return self.entry.position
+
+
+@dataclass(frozen=True)
+class SkippedEntry:
+    entry_id: str
+    reason: str
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class WorldbookResult:
+    triggered: list[TriggeredEntry]
+    skipped: list[SkippedEntry]
+
+
+# --- matching -------------------------------------------------------------------------------------
+
+
+def has_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
+
+
+@lru_cache(maxsize=32_768)
+def _keyword_pattern(keyword: str) -> re.Pattern[str] | None:
+    """The compiled matcher of a keyword, None for a blank one. Raises ValueError for a bad regex."""
+    key = keyword.strip()
+    if not key:
+        return None
+    regex = _REGEX_KEY.match(key)
+    if regex:
+        flags = 0
+        for letter in regex.group(2):
+            flags |= {"i": re.I, "m": re.M, "s": re.S, "x": re.X}[letter]
+        try:
+            return re.compile(regex.group(1), flags)
+        except re.error as exc:
+            raise ValueError(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
+    escaped = re.escape(key)
+    if has_cjk(key):
+        return re.compile(escaped, re.I)
+    # ASCII lookarounds, not \b: in Python \b treats CJK characters as word characters, so
+    # r"\bAlice\b" would miss "Alice说".
+    left = r"(?<![A-Za-z0-9_])" if re.match(r"[A-Za-z0-9_]", key) else ""
+    right = r"(?![A-Za-z0-9_])" if re.search(r"[A-Za-z0-9_]$", key) else ""
+    return re.compile(f"{left}{escaped}{right}", re.I)
+
+
+def check_keyword(keyword: str) -> None:
+    """Raise ValueError if `keyword` is a `/regex/` that does not compile."""
+    _keyword_pattern(keyword)
+
+
+def contains_keyword(text: str, keyword: str) -> bool:
+    """Whether `keyword` occurs in `text`: substring for CJK, whole word for ASCII, case-insensitive."""
+    pattern = _keyword_pattern(keyword)
+    return bool(pattern and pattern.search(text))
+
+
+def matched_keywords(text: str, keywords: Iterable[str]) -> tuple[str, ...]:
+    return tuple(k for k in keywords if contains_keyword(text, k))
+
+
+def _secondary_ok(text: str, entry: WorldbookEntry) -> tuple[bool, tuple[str, ...]]:
+    """SillyTavern's selectiveLogic over the secondary keywords (checked only after a primary hit)."""
+    keys = [k for k in entry.secondary_keywords if k.strip()]
+    if not keys:
+        return True, ()
+    hits = matched_keywords(text, keys)
+    logic = entry.selective_logic
+    if logic == "and_any":
+        return bool(hits), hits
+    if logic == "not_all":
+        return len(hits) < len(keys), hits
+    if logic == "not_any":
+        return not hits, hits
+    return len(hits) == len(keys), hits  # and_all
+
+
+def keyword_score(text: str, entry: WorldbookEntry) -> tuple[float, tuple[str, ...], str | None]:
+    """(score, primary hits, why-not) of the keyword rule; score 0 when it does not fire."""
+    keys = [k for k in entry.keywords if k.strip()]
+    if not keys:
+        return 0.0, (), None
+    hits = matched_keywords(text, keys)
+    if not hits:
+        return 0.0, (), None
+    ok, secondary_hits = _secondary_ok(text, entry)
+    if not ok:
+        why = f"keyword {', '.join(hits)} hit but secondary keywords fail {entry.selective_logic}"
+        return 0.0, hits, why
+    return KEYWORD_HIT_FLOOR + (1 - KEYWORD_HIT_FLOOR) * len(hits) / len(keys), hits + secondary_hits, None
+
+
+# --- emotions -------------------------------------------------------------------------------------
+
+
+def _family_of(word: str) -> str | None:
+    low = word.strip().lower()
+    for family, words in EMOTION_FAMILIES.items():
+        if low == family or low in words:
+            return family
+    return None
+
+
+def _same_emotion(a: str, b: str) -> bool:
+    a, b = a.strip().lower(), b.strip().lower()
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    fa, fb = _family_of(a), _family_of(b)
+    return fa is not None and fa == fb
+
+
+def _negated(text: str, start: int) -> bool:
+    before = text[max(0, start - 6) : start].lower()
+    return any(before.endswith(neg) or before.endswith(neg + "太") for neg in NEGATIONS) or before.endswith("不是")
+
+
+@lru_cache(maxsize=64)
+def _emotions_in_text(text: str) -> tuple[str, ...]:
+    return tuple(_scan_emotions(text))
+
+
+def emotions_in_text(text: str) -> list[str]:
+    """Emotion words found in `text` (lexicon words of `EMOTION_FAMILIES`), skipping negated ones."""
+    return list(_emotions_in_text(text))
+
+
+def _scan_emotions(text: str) -> list[str]:
+    found: list[str] = []
+    low = text.lower()
+    for words in EMOTION_FAMILIES.values():
+        for word in words:
+            pattern = _keyword_pattern(word)
+            if pattern is None:
+                continue
+            for match in pattern.finditer(low):
+                if not _negated(low, match.start()):
+                    found.append(word)
+                    break
+    return found
+
+
+def emotion_match(entry_emotions: Sequence[str], context: WorldbookContext) -> tuple[float, tuple[str, ...]]:
+    """Best weight (0..1) with which any of `entry_emotions` is present now, and the signals that matched."""
+    wanted = [e for e in entry_emotions if e.strip()]
+    if not wanted:
+        return 0.0, ()
+    best = 0.0
+    hits: list[str] = []
+    labelled = [e for e in context.emotions if e and e.strip()]
+    for distance, felt in enumerate(reversed(labelled)):
+        if any(_same_emotion(w, felt) for w in wanted):
+            weight = LINE_EMOTION_DECAY**distance
+            if weight > best:
+                best = weight
+            hits.append(felt)
+    for word in _emotions_in_text(context.text):
+        if any(_same_emotion(w, word) or contains_keyword(word, w) for w in wanted):
+            best = max(best, TEXT_EMOTION_WEIGHT)
+            hits.append(word)
+    return best, tuple(dict.fromkeys(hits))
+
+
+# --- semantic / temporal / decay --------------------------------------------------------------------
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Seed 001 CalculateVectorSimilarity: 0 for missing, empty, mismatched or zero vectors."""
+    if not a or not b or len(a) != len(b):
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return dot / (na * nb)
+
+
+def _similarity(entry: WorldbookEntry, context: WorldbookContext) -> float | None:
+    if context.similarity is not None:
+        return context.similarity(entry)
+    vector = context.entry_vectors.get(entry.id)
+    if context.query_vector is None or vector is None:
+        return None
+    return cosine(context.query_vector, vector)
+
+
+def temporal_fires(window: TemporalWindow, entry_id: str, context: WorldbookContext) -> tuple[bool, str]:
+    """Whether every set condition of `window` holds now, and a description of what was checked."""
+    parts: list[str] = []
+    turn = context.current_turn
+    if window.min_turn is not None or window.max_turn is not None:
+        lo = window.min_turn if window.min_turn is not None else -math.inf
+        hi = window.max_turn if window.max_turn is not None else math.inf
+        if not lo <= turn <= hi:
+            return False, f"turn {turn} outside {window.min_turn}..{window.max_turn}"
+        parts.append(f"turn {turn} in {window.min_turn}..{window.max_turn}")
+    if window.min_gap_seconds is not None or window.max_gap_seconds is not None:
+        gap = context.gap_seconds
+        if gap is None:
+            return False, "no wall-clock gap known"
+        lo = window.min_gap_seconds if window.min_gap_seconds is not None else -math.inf
+        hi = window.max_gap_seconds if window.max_gap_seconds is not None else math.inf
+        if not lo <= gap <= hi:
+            return False, f"gap {gap:.0f}s outside window"
+        parts.append(f"gap {gap:.0f}s")
+    if window.min_turns_since_fired is not None:
+        last = context.last_fired_turns.get(entry_id)
+        if last is not None and turn - last < window.min_turns_since_fired:
+            return False, f"fired {turn - last} turns ago"
+        parts.append("never fired" if last is None else f"{turn - last} turns since last fired")
+    if not parts:
+        return False, "no time window set"
+    return True, "; ".join(parts)
+
+
+def time_decay(entry: WorldbookEntry, now: float | None) -> float:
+    """exp(-time_decay_factor x age in days); 1 without a factor, a creation time or a clock."""
+    if entry.time_decay_factor <= 0 or entry.created_at is None or now is None:
+        return 1.0
+    age_days = max(0.0, now - entry.created_at) / SECONDS_PER_DAY
+    return math.exp(-entry.time_decay_factor * age_days)
+
+
+# --- the trigger ----------------------------------------------------------------------------------
+
+
+def _base_score(
+    entry: WorldbookEntry, context: WorldbookContext, config: WorldbookConfig
+) -> tuple[float, str, tuple[str, ...], str | None]:
+    """(trigger score, reason, matched, why-not-if-notable) for a non-constant entry."""
+    kind = entry.trigger_type
+    if kind == "keyword":
+        if not config.keyword_matching:
+            return 0.0, "", (), None
+        score, hits, why = keyword_score(context.text, entry)
+        return score, f"keyword: {', '.join(hits)} ({len(hits)}/{len(entry.keywords)})", hits, why
+    if kind == "semantic":
+        if not config.semantic_similarity:
+            return 0.0, "", (), None
+        kw, hits, why = keyword_score(context.text, entry) if config.keyword_matching else (0.0, (), None)
+        sim = _similarity(entry, context)
+        sem = sim if sim is not None and sim >= config.semantic_threshold else 0.0
+        if sem <= 0 and kw <= 0:
+            if sim is None and why is None:
+                why = "semantic entry without an embedding of the recent text or of the entry"
+            return 0.0, "", (), why
+        if sem >= kw:
+            return sem, f"semantic: similarity {sem:.3f} >= {config.semantic_threshold}", hits, None
+        return kw, f"keyword: {', '.join(hits)} (semantic entry)", hits, None
+    if kind == "temporal":
+        if not config.temporal_proximity:
+            return 0.0, "", (), None
+        fired, desc = temporal_fires(entry.temporal, entry.id, context)
+        return (1.0, f"temporal: {desc}", (), None) if fired else (0.0, "", (), None)
+    if kind == "emotional":
+        if not config.emotional_relevance:
+            return 0.0, "", (), None
+        score, hits = emotion_match(entry.emotions, context)
+        return score, f"emotional: {', '.join(hits)}", hits, None
+    raise ValueError(f"entry {entry.id}: unknown trigger_type {kind!r}")
+
+
+def explain_worldbook(
+    entries: Iterable[WorldbookEntry], context: WorldbookContext, config: WorldbookConfig | None = None
+) -> WorldbookResult:
+    """The fired entries, ordered for injection, plus the notable ones that did not make it and why
+    (below the threshold, over the per-kind maximum, secondary keywords failed, no embedding).
+    Entries that simply do not match are not listed."""
+    config = config or WorldbookConfig()
+    if not config.enabled:
+        return WorldbookResult([], [])
+    fired: list[TriggeredEntry] = []
+    skipped: list[SkippedEntry] = []
+    for entry in entries:
+        if not entry.enabled or not entry.content.strip():
+            continue
+        if entry.constant:
+            fired.append(TriggeredEntry(entry, 1.0, "constant", "constant entry", (), {"trigger": 1.0}))
+            continue
+        base, reason, hits, why = _base_score(entry, context, config)
+        if base <= 0:
+            if why:
+                skipped.append(SkippedEntry(entry.id, why))
+            continue
+        decay = time_decay(entry, context.now) if config.time_decay_enabled else 1.0
+        boost = 1.0
+        if config.emotional_boost_enabled and entry.emotions and entry.trigger_type != "emotional":
+            match, _ = emotion_match(entry.emotions, context)
+            boost = 1.0 + entry.emotional_weight * match
+        score = base * entry.relevance_weight * decay * boost
+        breakdown = {"trigger": base, "relevance_weight": entry.relevance_weight, "decay": decay, "boost": boost}
+        if score < config.relevance_threshold:
+            skipped.append(
+                SkippedEntry(entry.id, f"{reason}; score {score:.3f} < threshold {config.relevance_threshold}", score)
+            )
+            continue
+        fired.append(TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown))
+
+    fired.sort(key=lambda t: (t.trigger != "constant", -t.entry.priority, -t.score))
+    kept: list[TriggeredEntry] = []
+    per_kind: dict[str, int] = {}
+    for item in fired:
+        if item.trigger != "constant":
+            limit = config.max_per_kind.get(item.entry.kind)
+            count = per_kind.get(item.entry.kind, 0)
+            if limit is not None and count >= limit:
+                skipped.append(
+                    SkippedEntry(item.entry.id, f"over the maximum of {limit} '{item.entry.kind}' entries", item.score)
+                )
+                continue
+            per_kind[item.entry.kind] = count + 1
+        kept.append(item)
+    return WorldbookResult(kept, skipped)
+
+
+def trigger_worldbook(
+    entries: Iterable[WorldbookEntry], context: WorldbookContext, config: WorldbookConfig | None = None
+) -> list[TriggeredEntry]:
+    """Seed 004 触发引擎: the entries that fire this turn, each with its score and why it fired."""
+    return explain_worldbook(entries, context, config).triggered
+
+
+# --- context and rendering ------------------------------------------------------------------------
+
+
+def _field(line: Any, name: str) -> Any:
+    if isinstance(line, Mapping):
+        return line.get(name)
+    return getattr(line, name, None)
+
+
+def context_from_lines(
+    lines: Sequence[Any],
+    *,
+    user_message: str = "",
+    depth: int = 4,
+    current_turn: int = 0,
+    gap_seconds: float | None = None,
+    now: float | None = None,
+    last_fired_turns: Mapping[str, int] | None = None,
+) -> WorldbookContext:
+    """A context from the last `depth` lines (dicts or `Line` rows, oldest first) plus the new user message.
+    Each line is scanned as `display_name: content` when it has a display name (SillyTavern's "include
+    names", so entries keyed on a character's name fire when that character speaks)."""
+    recent = list(lines)[-depth:] if depth > 0 else []
+    texts: list[str] = []
+    emotions: list[str] = []
+    for line in recent:
+        content = _field(line, "content") or ""
+        name = _field(line, "display_name")
+        texts.append(f"{name}: {content}" if name else content)
+        emotion = _field(line, "original_emotion")
+        if emotion:
+            emotions.append(str(emotion))
+    if user_message:
+        texts.append(user_message)
+    return WorldbookContext(
+        text="\n".join(texts),
+        emotions=tuple(emotions),
+        current_turn=current_turn,
+        gap_seconds=gap_seconds,
+        now=now,
+        last_fired_turns=dict(last_fired_turns or {}),
+    )
+
+
+def render_entry(item: TriggeredEntry, config: WorldbookConfig) -> str:
+    """One entry through the config's template."""
+    entry = item.entry
+    return config.template.format(
+        content=entry.content.strip(),
+        title=entry.title,
+        kind=KIND_LABELS.get(entry.kind, entry.kind),
+        trigger=item.trigger,
+        keywords=", ".join(entry.keywords),
+    )
+
+
+def group_label(item: TriggeredEntry, config: WorldbookConfig) -> str:
+    """The heading an entry is shown under: the world-book heading, per kind when `separate_by_type`."""
+    if config.separate_by_type:
+        return f"{config.heading}·{KIND_LABELS.get(item.entry.kind, item.entry.kind)}"
+    return config.heading
+
+
+def entry_position(item: TriggeredEntry, config: WorldbookConfig) -> str:
+    return item.entry.position or config.inject_position
+
+
+def validate_entry(entry: WorldbookEntry, where: str) -> None:
+    """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
+    if not isinstance(entry.content, str) or not entry.content.strip():
+        raise ValueError(f"{where}: field 'content' is empty")
+    if len(entry.content) > MAX_CONTENT_CHARS:
+        raise ValueError(
+            f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
+        )
+    for name in ("keywords", "secondary_keywords"):
+        values = getattr(entry, name)
+        if len(values) > MAX_KEYWORDS:
+            raise ValueError(f"{where}: field '{name}' has {len(values)} keywords, over the limit of {MAX_KEYWORDS}")
+        for value in values:
+            if len(value) > MAX_KEYWORD_CHARS:
+                raise ValueError(f"{where}: field '{name}' has a keyword over {MAX_KEYWORD_CHARS} characters")
+            try:
+                check_keyword(value)
+            except ValueError as exc:
+                raise ValueError(f"{where}: field '{name}': {exc}") from None
+    if len(entry.emotions) > MAX_EMOTIONS:
+        raise ValueError(f"{where}: field 'emotions' has more than {MAX_EMOTIONS} emotions")
+    if entry.trigger_type not in TRIGGER_TYPES:
+        raise ValueError(
+            f"{where}: field 'trigger_type' is {entry.trigger_type!r}, not one of {', '.join(TRIGGER_TYPES)}"
+        )
+    if entry.kind not in KINDS:
+        raise ValueError(f"{where}: field 'kind' is {entry.kind!r}, not one of {', '.join(KINDS)}")
+    if entry.position is not None and entry.position not in POSITIONS:
+        raise ValueError(f"{where}: field 'position' is {entry.position!r}, not one of {', '.join(POSITIONS)}")
+    if entry.selective_logic not in SELECTIVE_LOGICS:
+        raise ValueError(
+            f"{where}: field 'selective_logic' is {entry.selective_logic!r}, not one of {', '.join(SELECTIVE_LOGICS)}"
+        )
+    for name in ("relevance_weight", "emotional_weight", "time_decay_factor"):
+        value = getattr(entry, name)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{where}: field '{name}' must be a finite number >= 0, got {value!r}")
+    if entry.role_id is not None and entry.save_id is not None:
+        raise ValueError(f"{where}: an entry is scoped to a character or to an instance, not both")
+    if entry.constant:
+        return
+    has_keys = any(k.strip() for k in entry.keywords)
+    if entry.trigger_type == "keyword" and not has_keys:
+        raise ValueError(f"{where}: a keyword entry needs at least one keyword (field 'keywords')")
+    if entry.trigger_type == "temporal" and entry.temporal.is_empty():
+        raise ValueError(f"{where}: a temporal entry needs a time window (field 'temporal')")
+    if entry.trigger_type == "emotional" and not any(e.strip() for e in entry.emotions):
+        raise ValueError(f"{where}: an emotional entry needs at least one emotion (field 'emotions')")
+    window = entry.temporal
+    if window.min_turn is not None and window.max_turn is not None and window.min_turn > window.max_turn:
+        raise ValueError(f"{where}: field 'temporal': min_turn is after max_turn")
+    if (
+        window.min_gap_seconds is not None
+        and window.max_gap_seconds is not None
+        and window.min_gap_seconds > window.max_gap_seconds
+    ):
+        raise ValueError(f"{where}: field 'temporal': min_gap_seconds is above max_gap_seconds")
