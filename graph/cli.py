@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 COMMAND_MODULES = [
     "graph.cli_demo",
+    "graph.cli_turn",
     "evals.cli_bench",
     "graph.cli_worldbook",
 ]

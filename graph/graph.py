@@ -1,20 +1,59 @@
-"""The graph served by `langgraph.json`: fetch an instance's history, build the character's memory."""
+"""The turn graph (seed 002): one role-play turn of a conversation instance, end to end.
+
+history_fetch → memory_build → query_rewrite → rag_retrieve → [director, only when the story has stalled]
+→ generate → progress_parse → write_back → [maintenance, every N turns]; a model failure goes from
+generate to abort_turn instead. Served by `langgraph.json` without a checkpointer (the server brings
+the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` for in-process use.
+"""
 
 from __future__ import annotations
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
-from graph.state import TurnState
+from graph.routing import after_generate, after_retrieval, after_write_back
+from graph.state import TurnInput, TurnOutput, TurnState
+from nodes.director import director
+from nodes.generate import generate
 from nodes.history_fetch import history_fetch
+from nodes.maintenance import maintenance
 from nodes.memory_build import memory_build
+from nodes.progress_parse import progress_parse
+from nodes.query_rewrite import query_rewrite
+from nodes.rag_retrieve import rag_retrieve
+from nodes.write_back import abort_turn, write_back
 
-builder = StateGraph(TurnState, context_schema=Context)
+builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
 builder.add_node("history_fetch", history_fetch)
 builder.add_node("memory_build", memory_build)
+builder.add_node("query_rewrite", query_rewrite)
+builder.add_node("rag_retrieve", rag_retrieve)
+builder.add_node("director", director)
+builder.add_node("generate", generate)
+builder.add_node("abort_turn", abort_turn)
+builder.add_node("progress_parse", progress_parse)
+builder.add_node("write_back", write_back)
+builder.add_node("maintenance", maintenance)
+
 builder.add_edge(START, "history_fetch")
 builder.add_edge("history_fetch", "memory_build")
-builder.add_edge("memory_build", END)
+builder.add_edge("memory_build", "query_rewrite")
+builder.add_edge("query_rewrite", "rag_retrieve")
+builder.add_conditional_edges("rag_retrieve", after_retrieval, ["director", "generate"])
+builder.add_edge("director", "generate")
+builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
+builder.add_edge("abort_turn", END)
+builder.add_edge("progress_parse", "write_back")
+builder.add_conditional_edges("write_back", after_write_back, ["maintenance", END])
+builder.add_edge("maintenance", END)
 
-graph = builder.compile()
-graph.name = "PersonaLab"
+
+def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+    compiled = builder.compile(checkpointer=checkpointer)
+    compiled.name = "PersonaLab turn"
+    return compiled
+
+
+graph = compile_turn_graph()

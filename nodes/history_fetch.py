@@ -1,17 +1,48 @@
-"""History fetch: the lines from the root of the instance's dialogue tree to its current leaf."""
+"""History fetch (seed 002 对话功能 / seed 000 get_chat_history): take the instance's turn lock, append the
+host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf.
+
+Nothing is written when the input is bad: the message and every host line are checked first.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
 
-from graph.context import Context
+from graph.context import Context, context_of
 from graph.state import TurnState
+from nodes.core_memory import initial_core_memory
+from nodes.progress_parse import new_plot_state
 from stores.db import session_scope
+from stores.embeddings import warm_up_embeddings
 from stores.history import get_chat_history
-from stores.saves import get_save
-from stores.tables import Line
+from stores.saves import append_lines, get_save, outline_of, validate_line
+from stores.tables import Background, Line, Role
+from stores.turns import acquire_turn_lock, release_turn_lock
+
+
+def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[dict[str, Any]]:
+    """The lines to append (host lines, then the user's), or `ValueError` naming what is wrong."""
+    if not isinstance(message, str) or not message.strip():
+        raise ValueError("message is empty")
+    if len(message) > max_chars:
+        raise ValueError(f"message is {len(message)} characters, over the limit of {max_chars}")
+    if lines_before is None:
+        lines_before = []
+    if not isinstance(lines_before, Sequence) or isinstance(lines_before, str):
+        raise ValueError("lines_before must be a list of lines")
+    lines: list[dict[str, Any]] = []
+    for index, line in enumerate(lines_before, start=1):
+        if not isinstance(line, Mapping):
+            raise ValueError(f"lines_before[{index}] is not an object")
+        validate_line(line, f"lines_before[{index}]")
+        if len(line["content"]) > max_chars:
+            raise ValueError(f"lines_before[{index}] is over the limit of {max_chars} characters")
+        lines.append(dict(line))
+    lines.append({"attribute": "user", "content": message})
+    return lines
 
 
 def line_to_dict(line: Line) -> dict[str, Any]:
@@ -19,7 +50,53 @@ def line_to_dict(line: Line) -> dict[str, Any]:
 
 
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
-    with session_scope(runtime.context.database_url if runtime.context else None) as session:
-        get_save(session, state["instance_id"])
-        history = get_chat_history(session, state["instance_id"])
-        return {"history": [line_to_dict(line) for line in history]}
+    ctx = context_of(runtime)
+    instance_id = state.get("instance_id")
+    if not isinstance(instance_id, int) or isinstance(instance_id, bool):
+        raise ValueError(f"instance_id must be an integer, got {instance_id!r}")
+    lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars)
+    warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
+    if state.get("user_name"):
+        lines[-1]["display_name"] = state["user_name"]  # type: ignore[typeddict-item]
+    with session_scope(ctx.database_url) as session:
+        get_save(session, instance_id)  # unknown instance: nothing written, not even a lock
+    token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
+    try:
+        with session_scope(ctx.database_url) as session:
+            save = get_save(session, instance_id)
+            written = append_lines(session, instance_id, lines)
+            history = [line_to_dict(line) for line in get_chat_history(session, instance_id)]
+            role = session.get(Role, save.role_id) if save.role_id else None
+            background = session.get(Background, save.background_id) if save.background_id else None
+            outline = [point.content for point in outline_of(session, background.id)] if background else []
+    except BaseException:
+        release_turn_lock(instance_id, token, ctx.database_url)
+        raise
+
+    character = {
+        "role_id": save.role_id,
+        "name": role.name if role else "角色",
+        "persona": role.persona if role else "",
+        "background_id": save.background_id,
+        "world_setting": background.world_setting if background else "",
+    }
+    update: dict[str, Any] = {
+        "turn": state.get("turn", 0) + 1,
+        "lock_token": token,
+        "character": character,
+        "history": history,
+        "user_line_id": written[-1].id,
+        "retrieved": [],
+        "director_events": None,
+        "reply_raw": "",
+        "reply": "",
+        "reply_lines": [],
+        "error": None,
+        "debug": {"reset": True, "instance_id": instance_id},
+    }
+    if not state.get("plot_state"):
+        update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])
+    if not state.get("core_memory"):
+        update["core_memory"] = initial_core_memory(character["name"], character["persona"])
+        update["core_memory_versions"] = []
+    return update

@@ -154,14 +154,9 @@ def build_memory(
     return messages
 
 
-def memory_build(state: dict[str, Any], runtime: Any) -> dict[str, Any]:
-    """Graph node: the instance's history → the character's messages (recall memory)."""
-    ctx = runtime.context
+def memory_build(state: Mapping[str, Any], runtime: Any = None) -> dict[str, Any]:
+    """Graph node: the instance's history → the messages its character sees (recall memory, seed 002)."""
+    character = state["character"]
     return {
-        "messages": build_memory(
-            state.get("history", []),
-            role_id=getattr(ctx, "role_id", None),
-            script_role_id=getattr(ctx, "script_role_id", None),
-            display_name=getattr(ctx, "display_name", None),
-        )
+        "messages": build_memory(state.get("history", []), role_id=character.get("role_id"), display_name=character["name"])
     }

@@ -29,6 +29,12 @@ class OfflineUSEEmbeddings(Embeddings):
                 cls._model = USE()
         return cls._model
 
+    @classmethod
+    def warm_up_async(cls) -> None:
+        """Load the model in the background, so the first turn's retrieval does not pay for it."""
+        if cls._model is None:
+            threading.Thread(target=cls._encoder, name="use-warm-up", daemon=True).start()
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
@@ -36,6 +42,13 @@ class OfflineUSEEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
+
+
+def warm_up_embeddings() -> None:
+    """Start loading the configured embedding model now (no-op when loaded or when it is remote)."""
+    embeddings = get_embeddings()
+    if isinstance(embeddings, OfflineUSEEmbeddings):
+        embeddings.warm_up_async()
 
 
 @lru_cache(maxsize=1)

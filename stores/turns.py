@@ -33,7 +33,12 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
     with session_scope(url) as session:
-        session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.token == token))  # type: ignore[call-overload]
+        drop_turn_lock(session, save_id, token)
+
+
+def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
+    """Release inside the caller's transaction, so the reply and the release commit together."""
+    session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.token == token))  # type: ignore[call-overload]
 
 
 def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:

@@ -1,0 +1,133 @@
+"""`personalab instance create --sample`, `personalab turn`, `personalab chat`: play an instance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from graph.context import Context
+from graph.runner import create_sample_instance, run_turn, turn_graph
+from graph.streaming import MarkerFilter
+from stores.events import flush_event_writes
+
+
+def _cmd_instance_create(args: argparse.Namespace) -> int:
+    if not args.sample:
+        raise ValueError("instance create: only --sample is supported from the CLI (the Python API creates others)")
+    print(create_sample_instance(Context().database_url))
+    return 0
+
+
+def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--lines-before is not valid JSON: {exc}") from exc
+    if not isinstance(value, list):
+        raise ValueError("--lines-before must be a JSON list of line objects")
+    return value
+
+
+def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
+    debug = state.get("debug") or {}
+    prompt = debug.get("prompt") or {}
+    return {
+        "instance_id": state.get("instance_id"),
+        "turn": state.get("turn"),
+        "reply": state.get("reply"),
+        "reply_lines": state.get("reply_lines"),
+        "error": state.get("error"),
+        "model": state.get("model"),
+        "plot_state": state.get("plot_state"),
+        "core_memory": state.get("core_memory"),
+        "relationship": state.get("relationship"),
+        "retrieved_events": state.get("retrieved"),
+        "director_events": state.get("director_events"),
+        "dropped": {region: info.get("dropped", []) for region, info in prompt.items() if isinstance(info, dict)},
+        "timings_ms": debug.get("timings_ms"),
+        "total_ms": debug.get("total_ms"),
+        "debug": debug,
+    }
+
+
+def play_turn(graph: Any, ctx: Context, instance_id: int, message: str, *, as_json: bool, **extra: Any) -> int:
+    """One turn on the CLI: the reply streams to stdout (markers hidden), or one JSON object with `--json`."""
+
+    def show(token: str) -> None:
+        text = stream.feed(token)
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    stream = MarkerFilter()
+    state = run_turn(graph, ctx, instance_id, message, on_token=None if as_json else show, **extra)
+    if as_json:
+        print(json.dumps(_turn_summary(state), ensure_ascii=False, indent=1, default=str))
+        return 1 if state.get("error") else 0
+    rest = stream.flush()
+    if rest:
+        sys.stdout.write(rest)
+    print()
+    print(f"  — {state.get('model')}")
+    if state.get("error"):
+        print(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_turn(args: argparse.Namespace) -> int:
+    with turn_graph() as (graph, ctx):
+        code = play_turn(
+            graph,
+            ctx,
+            args.instance,
+            args.message,
+            as_json=args.json,
+            lines_before=_parse_lines_before(args.lines_before),
+            user_name=args.user_name,
+        )
+    flush_event_writes()
+    return code
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    with turn_graph() as (graph, ctx):
+        print(f"instance {args.instance} — an empty line or /quit ends the chat")
+        while True:
+            try:
+                message = input("你> ")
+            except EOFError:
+                break
+            if not message.strip() or message.strip() == "/quit":
+                break
+            try:
+                play_turn(graph, ctx, args.instance, message, as_json=False, user_name=args.user_name)
+            except ValueError as exc:
+                print(f"personalab: error: {exc}", file=sys.stderr)
+    flush_event_writes()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    instance = sub.add_parser("instance", help="conversation instances")
+    actions = instance.add_subparsers(dest="action", required=True, parser_class=type(instance))
+    create = actions.add_parser("create", help="create an instance and print its id")
+    create.add_argument("--sample", action="store_true", help="the shipped sample character and background")
+    create.set_defaults(handler=_cmd_instance_create)
+
+    turn = sub.add_parser("turn", help="run one turn and stream the reply")
+    turn.add_argument("--instance", type=int, required=True)
+    turn.add_argument("message")
+    turn.add_argument("--json", action="store_true", help="print reply, plot state, retrieval, drops, timings")
+    turn.add_argument("--lines-before", help="JSON list of lines (narration, other characters) before the message")
+    turn.add_argument("--user-name", help="the user's display name in the dialogue tree")
+    turn.set_defaults(handler=_cmd_turn)
+
+    chat = sub.add_parser("chat", help="interactive chat with an instance")
+    chat.add_argument("--instance", type=int, required=True)
+    chat.add_argument("--user-name")
+    chat.set_defaults(handler=_cmd_chat)

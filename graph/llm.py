@@ -1,0 +1,331 @@
+"""The chat model of the turn graph: any OpenAI-compatible endpoint, or an offline scripted model.
+
+Configuration, from the environment (read on every `get_chat_model` call):
+- `OPENAI_API_KEY`: with none (or `PERSONALAB_LLM=scripted`), the model is `ScriptedChatModel` — offline and
+  deterministic; every place that shows its output must show `model_label(model)` with it. Local servers that
+  need no key (Ollama, vLLM) take any non-empty value, e.g. `OPENAI_API_KEY=ollama`.
+- `OPENAI_BASE_URL`: the endpoint (`http(s)://…/v1`); unset = api.openai.com. DeepSeek, Qwen on vLLM,
+  Ollama (`http://127.0.0.1:11434/v1`)… all speak this API.
+- `PERSONALAB_MODEL` (default `gpt-4o-mini`); `PERSONALAB_MODEL_<PURPOSE>` (e.g. `PERSONALAB_MODEL_QUERY_REWRITE`)
+  overrides it for one purpose, so the small rewrite call can use a faster model.
+- `PERSONALAB_TEMPERATURE` (0–2; unset = the server's default).
+- `PERSONALAB_LLM_TIMEOUT`: seconds per request (default 30, the seed's 响应时间要求 for a whole turn; lower it
+  to leave room for retrieval and the other calls of the turn).
+- `PERSONALAB_LLM_MAX_RETRIES` (default 0): each retry can add a whole timeout to a turn, so retrying is opt-in.
+- `PERSONALAB_LLM`: `auto` (default: scripted without a key), `scripted` (always offline), `openai` (a missing key
+  is an error instead of a silent switch to the scripted model).
+A bad value raises ValueError naming the variable.
+
+The scripted model tells requests apart by the purpose marker each system prompt starts with
+(nodes/prompts.py), and answers:
+- reply: one to three `【emotion】content<tts>(action)` segments in Chinese, built from the user's message and the
+  turn (from the head's 【当前轮次】 line), with `[PROGRESS:i:status]` markers on a 6-turn cycle — turn 6k+1
+  `in_progress` of the current point (at the start), 6k+2 `completed` (at the end), then none for 4 turns, so
+  the director's fallback (≥ 3 turns without a marker) fires on turn 6k+5; when the director's
+  【当前剧情事件】 block is in the prompt it mentions an event and marks `in_progress` (in the middle). Turn 18k+13
+  writes its marker with full-width brackets and colons; turn 12k+10 adds an out-of-range marker (ignored path).
+- query_rewrite: `独立查询：…` or `改写后的查询：“…”` — the input's topic plus context from the last character line.
+- core_memory: the old core memory with one more `recent_changes` entry and an adjusted first opposition, as
+  valid JSON inside a ```json fence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+from nodes import prompts
+from nodes.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_RETRIES = 0
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MODES = ("auto", "scripted", "openai")
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def _number(name: str, default: float | None, low: float, high: float | None, *, exclusive_low: bool) -> float | None:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    too_low = value <= low if exclusive_low else value < low
+    if not math.isfinite(value) or too_low or (high is not None and value > high):
+        bound = f"> {low}" if exclusive_low else f">= {low}"
+        raise ValueError(f"{name}={raw!r} is out of range (expected {bound}{f' and <= {high}' if high else ''})")
+    return value
+
+
+def _retries() -> int:
+    raw = _env("PERSONALAB_LLM_MAX_RETRIES")
+    if raw is None:
+        return DEFAULT_MAX_RETRIES
+    if not raw.isdigit():
+        raise ValueError(f"PERSONALAB_LLM_MAX_RETRIES={raw!r} is not a non-negative integer")
+    return int(raw)
+
+
+def get_chat_model(purpose: str = prompts.PURPOSE_REPLY) -> BaseChatModel:
+    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the environment (module doc)."""
+    prompts.purpose_marker(purpose)  # validates the purpose
+    mode = (_env("PERSONALAB_LLM") or "auto").lower()
+    if mode not in MODES:
+        raise ValueError(f"PERSONALAB_LLM={mode!r} is not one of {', '.join(MODES)}")
+    key = _env("OPENAI_API_KEY")
+    if mode == "scripted":
+        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted")
+    if key is None:
+        if mode == "openai":
+            raise ValueError("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
+        return ScriptedChatModel(reason="no OPENAI_API_KEY")
+
+    base_url = _env("OPENAI_BASE_URL")
+    if base_url is not None and not re.match(r"^https?://[^/\s]+", base_url):
+        raise ValueError(f"OPENAI_BASE_URL={base_url!r} is not an http(s) URL")
+    model = _env(f"PERSONALAB_MODEL_{purpose.upper()}") or _env("PERSONALAB_MODEL") or DEFAULT_MODEL
+    temperature = _number("PERSONALAB_TEMPERATURE", None, 0.0, 2.0, exclusive_low=False)
+    timeout = _number("PERSONALAB_LLM_TIMEOUT", DEFAULT_TIMEOUT, 0.0, None, exclusive_low=True)
+    from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
+
+    return ChatOpenAI(
+        model=model,
+        api_key=key,
+        base_url=base_url,
+        temperature=temperature,
+        timeout=timeout,
+        max_retries=_retries(),
+    )
+
+
+def model_label(model: BaseChatModel) -> str:
+    """What answered: shown next to every output so scripted text is never mistaken for a real model's."""
+    if isinstance(model, ScriptedChatModel):
+        return f"scripted (offline, {model.reason})"
+    name = getattr(model, "model_name", None)
+    if name is not None:
+        return f"openai-compatible: {name} @ {getattr(model, 'openai_api_base', None) or DEFAULT_BASE_URL}"
+    return type(model).__name__
+
+
+# --- the offline scripted model ----------------------------------------------------------------------------
+
+_EMOTIONS = ("平静", "好奇", "开心", "担心", "认真", "惊讶", "犹豫", "坚定")
+_ACTIONS = ("轻轻点了点头", "把目光移向远处", "握紧了手中的东西", "叹了口气", "向前走了一步", "沉默了片刻")
+_TTS = ("うん、わかった", "そうだね", "ちょっと待って", "なるほど")
+_OPENINGS = (
+    "你说「{topic}」……让我想一想。",
+    "「{topic}」吗？这倒让我有些在意。",
+    "关于「{topic}」，我记在心里了。",
+    "嗯，「{topic}」，我明白你的意思。",
+    "「{topic}」？你这么一说，我想起了不少事。",
+)
+_PLOT_LINES = (
+    "说起来，「{point}」这件事，我们得继续往前走。",
+    "别忘了，眼下最要紧的是「{point}」。",
+    "我有预感，「{point}」就在眼前了。",
+)
+_TRAITS = ("谨慎", "重情义", "倔强", "敏锐", "温柔")
+_TURN_RE = re.compile(r"【当前轮次】第(\d+)轮")
+_CLAUSE_RE = re.compile(r"[，。！？、；：,.!?;:\s「」“”\"'（）()…~～]+")
+_FILLER_RE = re.compile(r"^(你还记得|还记得|你记得|记得|我们|你|我)+|(吗|呢|吧|啊|呀|嘛)+$")
+
+
+def _text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+
+
+def _topic(text: str, size: int = 16) -> str:
+    """The longest clause of `text` without leading pronouns / "还记得" and trailing particles."""
+    clauses = [c for c in _CLAUSE_RE.split(text or "") if c]
+    trimmed = [_FILLER_RE.sub("", c) or c for c in clauses]
+    return max(trimmed, key=len)[:size] if trimmed else "……"
+
+
+def _json_after(text: str, label: str) -> Any:
+    at = text.find(label)
+    start = text.find("{", at) if at >= 0 else -1
+    if start < 0:
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(text[start:])[0]
+    except json.JSONDecodeError:
+        return None
+
+
+def _section(text: str, label: str) -> str:
+    at = text.find(label)
+    if at < 0:
+        return ""
+    rest = text[at + len(label) :]
+    end = rest.find("\n【")
+    return (rest if end < 0 else rest[:end]).strip()
+
+
+def _scripted_reply(system: str, user_input: str, turn: int) -> str:
+    seed = turn + sum(map(ord, user_input))
+    topic = _topic(user_input)
+    segments = [
+        "【{}】{}{}{}".format(
+            _EMOTIONS[seed % len(_EMOTIONS)],
+            _OPENINGS[seed % len(_OPENINGS)].format(topic=topic),
+            f"<{_TTS[turn % len(_TTS)]}>" if turn % 2 == 0 else "",
+            f"({_ACTIONS[seed % len(_ACTIONS)]})" if turn % 3 else "",
+        )
+    ]
+    plot = _json_after(system, prompts.HEAD_PLOT_STATE)
+    outline = plot.get("story_outline") if isinstance(plot, dict) else None
+    current = plot.get("current_plot_index") if isinstance(plot, dict) else None
+    has_plot = isinstance(outline, list) and isinstance(current, int) and 1 <= current <= len(outline)
+    point = outline[current - 1].get("content", "") if has_plot else ""
+    recovering = prompts.DIRECTOR_CURRENT_TITLE in system
+    if recovering:
+        events = _section(system, prompts.DIRECTOR_CURRENT_TITLE).splitlines()
+        event = re.sub(r"^\d+\.\s*", "", events[0]) if events else ""
+        segments.append(f"【认真】我想起来了——{event[:30]}。" if event else "【认真】我想起来我们还有正事要办。")
+    if has_plot:
+        segments.append(
+            f"【{_EMOTIONS[(seed + 3) % len(_EMOTIONS)]}】" + _PLOT_LINES[seed % len(_PLOT_LINES)].format(point=point)
+        )
+    text = "".join(segments)
+    if not has_plot:
+        return text
+    position = (turn - 1) % 6
+    if recovering:
+        cut = len(segments[0])
+        text = text[:cut] + f"[PROGRESS:{current}:in_progress]" + text[cut:]
+    elif position == 0:
+        marker = f"[PROGRESS:{current}:in_progress]"
+        if turn % 18 == 13:
+            marker = f"［PROGRESS：{current}：in_progress］"
+        text = marker + text
+    elif position == 1:
+        text = text + f" [PROGRESS:{current}:completed]"
+    if turn % 12 == 10:
+        text += f"[PROGRESS:{len(outline) + 1}:completed]"
+    return text
+
+
+def _scripted_rewrite(user_text: str) -> str:
+    latest = _section(user_text, "【用户最新输入】")
+    latest = latest.split("\n\n")[0].strip()
+    history = _section(user_text, "【最近对话】")
+    character = [line for line in history.splitlines() if line.startswith(prompts.SPEAKER_CHARACTER + "：")]
+    query = _topic(latest, 24)
+    if character:
+        query += f"（上下文：{_topic(character[-1].split('：', 1)[1], 16)}）"
+    if len(latest) % 2:
+        return f"独立查询：{query}"
+    return f"改写后的查询：“{query}”"
+
+
+def _scripted_core_memory(user_text: str) -> str:
+    try:
+        core = parse_core_memory(_section(user_text, "【旧核心记忆】"))
+    except ValueError:
+        return "抱歉，旧核心记忆无法解析。"
+    turn_match = _TURN_RE.search(user_text)
+    turn = int(turn_match.group(1)) if turn_match else 0
+    said = [
+        line.split("：", 1)[1]
+        for line in _section(user_text, "【最近对话】").splitlines()
+        if line.startswith(prompts.SPEAKER_USER + "：")
+    ]
+    topic = _topic(said[-1]) if said else "近来的经历"
+    trait = _TRAITS[turn % len(_TRAITS)]
+    traits = core.get("traits")
+    if isinstance(traits, list) and trait not in traits and len(traits) < 8:
+        traits.append(trait)
+    oppositions = core.get("binary_oppositions")
+    if isinstance(oppositions, list):
+        if not oppositions and MAX_BINARY:
+            oppositions.append({"a": "信任", "b": "戒备", "balance": 0.5, "note": "对用户的态度仍在摇摆"})
+        elif isinstance(oppositions[0], dict) and isinstance(oppositions[0].get("balance"), int | float):
+            shift = 0.05 if turn % 20 < 10 else -0.05
+            oppositions[0]["balance"] = round(min(1.0, max(0.0, oppositions[0]["balance"] + shift)), 2)
+    changes = core.get("recent_changes")
+    if isinstance(changes, list):
+        changes.append({"turn": turn, "change": f"与用户谈到「{topic}」后，变得更加{trait}"})
+        del changes[:-MAX_CHANGES]
+        while validate_core_memory(core) and len(changes) > 1:
+            del changes[0]
+    return "```json\n" + json.dumps(core, ensure_ascii=False, indent=2) + "\n```"
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Offline, deterministic stand-in for the chat model (module doc): every graph path runs without a key."""
+
+    reason: str = "no OPENAI_API_KEY"
+    chunk_size: int = 5
+
+    @property
+    def _llm_type(self) -> str:
+        return "personalab-scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": "scripted", "reason": self.reason}
+
+    def answer(self, messages: Sequence[BaseMessage]) -> str:
+        """The scripted answer to a request."""
+        system = "\n".join(_text(m) for m in messages if m.type == "system")
+        users = [_text(m) for m in messages if m.type == "human"]
+        last_user = users[-1] if users else ""
+        purpose = prompts.detect_purpose(system) or prompts.PURPOSE_REPLY
+        if purpose == prompts.PURPOSE_QUERY_REWRITE:
+            return _scripted_rewrite(last_user)
+        if purpose == prompts.PURPOSE_CORE_MEMORY:
+            return _scripted_core_memory(last_user)
+        turn_match = _TURN_RE.search(system)
+        turn = int(turn_match.group(1)) if turn_match else len(users)
+        return _scripted_reply(system, last_user, max(turn, 1))
+
+    def _metadata(self) -> dict[str, Any]:
+        return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        message = AIMessage(content=self.answer(messages), response_metadata=self._metadata())
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        text = self.answer(messages)
+        pieces = [text[i : i + self.chunk_size] for i in range(0, len(text), self.chunk_size)]
+        for number, piece in enumerate(pieces):
+            last = number == len(pieces) - 1
+            chunk = ChatGenerationChunk(
+                message=AIMessageChunk(content=piece, response_metadata=self._metadata() if last else {})
+            )
+            if run_manager:
+                run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk

@@ -1,0 +1,26 @@
+"""Conditional edges of the turn graph."""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context, context_of
+from graph.state import TurnState
+from nodes.core_memory import should_maintain
+from nodes.director import is_stalled
+
+
+def after_retrieval(state: TurnState, runtime: Runtime[Context]) -> str:
+    """The director's fallback runs only when the story has stalled (seed 002 需求1 兜底机制)."""
+    plot = state["plot_state"]
+    stalled = is_stalled(state["turn"], plot.get("last_progress_turn", 0), context_of(runtime).stall_turns)
+    return "director" if stalled else "generate"
+
+
+def after_generate(state: TurnState) -> str:
+    return "abort_turn" if state.get("error") else "progress_parse"
+
+
+def after_write_back(state: TurnState, runtime: Runtime[Context]) -> str:
+    """Core memory is maintained every N turns (seed 002 定期维护机制)."""
+    return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "__end__"

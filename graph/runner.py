@@ -1,0 +1,81 @@
+"""Running turns in-process (CLI, demo, benchmarks, batch evaluation) with the instance's checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+from langchain_core.messages import AIMessageChunk
+from langgraph.graph.state import CompiledStateGraph
+
+from graph.context import Context
+from graph.graph import compile_turn_graph
+from stores.checkpoints import open_checkpointer, thread_id_for
+from stores.db import session_scope
+from stores.saves import create_background, create_role, create_save, get_save
+
+
+def load_sample(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("graph.samples").joinpath(name).read_text(encoding="utf-8"))
+
+
+def create_sample_instance(database_url: str | None = None) -> int:
+    """A new instance of the shipped sample character and background (10 outline points)."""
+    sample = load_sample("wasteland.json")
+    with session_scope(database_url) as session:
+        role = create_role(session, **sample["role"])
+        background = create_background(session, **sample["background"])
+        save = create_save(session, role.id, background.id, title=f"{role.name} · {background.name}")
+        return save.id  # type: ignore[return-value]
+
+
+def turn_config(instance_id: int) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id_for(instance_id)}}
+
+
+@contextmanager
+def turn_graph(context: Context | None = None) -> Iterator[tuple[CompiledStateGraph, Context]]:
+    """The turn graph compiled with the configured checkpointer, and the context to run it with."""
+    ctx = context or Context()
+    with open_checkpointer(ctx.database_url) as saver:
+        yield compile_turn_graph(saver), ctx
+
+
+def run_turn(
+    graph: CompiledStateGraph,
+    ctx: Context,
+    instance_id: int,
+    message: str,
+    *,
+    on_token: Callable[[str], None] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One turn; `on_token` receives the reply's tokens as the model streams them. Returns the final state
+    with `debug.timings_ms` (per node) and `debug.total_ms`."""
+    with session_scope(ctx.database_url) as session:
+        get_save(session, instance_id)  # unknown instance: a clear LookupError before anything runs
+    payload = {"instance_id": instance_id, "message": message, **{k: v for k, v in extra.items() if v is not None}}
+    timings: dict[str, float] = {}
+    started = last = time.perf_counter()
+    for mode, chunk in graph.stream(
+        payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"]
+    ):
+        if mode == "messages":
+            message_chunk, meta = chunk
+            if on_token and meta.get("langgraph_node") == "generate" and isinstance(message_chunk, AIMessageChunk):
+                on_token(str(message_chunk.content))
+        else:
+            now = time.perf_counter()
+            for node in chunk:
+                timings[node] = round((now - last) * 1000, 2)
+            last = now
+    state = dict(graph.get_state(turn_config(instance_id)).values)
+    debug = dict(state.get("debug") or {})
+    debug["timings_ms"] = timings
+    debug["total_ms"] = round((time.perf_counter() - started) * 1000, 2)
+    state["debug"] = debug
+    return state

@@ -1,0 +1,84 @@
+"""Generation (seed 002 Prompt区域分配 + 响应时间要求): assemble the regions under their token budgets and
+stream the character's reply from the configured model (ChatOpenAI, or the labelled offline scripted model).
+
+A model error or timeout does not raise out of the graph: the turn is routed to `abort_turn`, which keeps
+the user's line, stores no half reply and reports the error."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context, context_of
+from graph.llm import get_chat_model, model_label
+from graph.state import TurnState
+from nodes import prompts
+from nodes.director import director_blocks
+from nodes.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+
+log = logging.getLogger(__name__)
+
+
+def budgets_of(ctx: Context) -> RegionBudgets:
+    return RegionBudgets(
+        head=ctx.head_tokens,
+        middle=ctx.middle_tokens,
+        retrieved=ctx.retrieved_tokens,
+        tail=ctx.tail_tokens,
+        max_turns=ctx.recall_turns,
+    )
+
+
+def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
+    """Retrieved events first, then the director's two layers (current facts, other stories' reference)."""
+    blocks: list[RetrievedBlock] = []
+    if state.get("retrieved"):
+        blocks.append(
+            RetrievedBlock(title=prompts.RETRIEVED_EVENTS_TITLE, items=[e["text"] for e in state["retrieved"]])
+        )
+    director = state.get("director_events")
+    if director:
+        blocks.extend(director_blocks(director.get("current", []), director.get("others", [])))
+    return blocks
+
+
+def build_prompt(state: TurnState, ctx: Context) -> Any:
+    character = state["character"]
+    recent, latest = split_latest_user(state.get("messages", []))
+    return assemble_prompt(
+        system_instruction=prompts.role_play_instruction(character["name"]),
+        core_memory=state.get("core_memory", {}),
+        plot_state=state["plot_state"],
+        relationship=state.get("relationship") or None,
+        world_setting=character.get("world_setting", ""),
+        recent_messages=recent,
+        retrieved_blocks=retrieved_blocks(state),
+        user_input=latest or state["message"],
+        budgets=budgets_of(ctx),
+        turn=state.get("turn"),
+    )
+
+
+def generate(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = context_of(runtime)
+    prompt = build_prompt(state, ctx)
+    model = get_chat_model("reply")
+    label = model_label(model)
+    parts: list[str] = []
+    try:
+        # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
+        for chunk in model.stream(prompt.messages):
+            parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
+    except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
+        log.error("generation failed on instance %s: %s", state["instance_id"], exc)
+        return {
+            "error": f"model error ({type(exc).__name__}): {exc}",
+            "model": label,
+            "debug": {"prompt": prompt.debug},
+        }
+    text = "".join(parts)
+    if not text.strip():
+        return {"error": "model returned an empty reply", "model": label, "debug": {"prompt": prompt.debug}}
+    return {"reply_raw": text, "model": label, "debug": {"prompt": prompt.debug}}

@@ -1,0 +1,58 @@
+"""Periodic maintenance (seed 002 定期维护机制, every N turns): the model merges the old core memory, the last
+10 turns and the state-change events into a new persona JSON. An answer that is not valid JSON, breaks the
+schema or the seed's limits (≤ 3 binary oppositions, ≤ 2 ternary tensions) keeps the old core memory and is
+logged; every accepted rewrite is kept as a version so a bad one can be rolled back."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context
+from graph.llm import get_chat_model, model_label
+from graph.state import TurnState
+from nodes.core_memory import CoreMemoryHistory, accept_core_memory, maintenance_messages
+
+log = logging.getLogger(__name__)
+LAST_TURNS = 10
+
+
+def last_turn_messages(messages: list[dict[str, str]], turns: int = LAST_TURNS) -> list[dict[str, str]]:
+    """The messages of the last `turns` turns (a turn starts at a user message)."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return list(messages[starts[-turns] if len(starts) >= turns else 0 :])
+
+
+def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    old = state["core_memory"]
+    turn = state["turn"]
+    dialogue = [*state.get("messages", []), {"role": "assistant", "content": state.get("reply", "")}]
+    request = maintenance_messages(old, last_turn_messages(dialogue), state.get("state_events", []), turn=turn)
+    model = get_chat_model("core_memory")
+    try:
+        answer = str(model.invoke(request).content)
+    except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored
+        log.error("core-memory maintenance failed on instance %s: %s", state["instance_id"], exc)
+        return {"debug": {"maintenance": {"status": "model error, core memory kept", "error": str(exc)}}}
+    core, problems = accept_core_memory(old, answer)
+    if problems:
+        log.warning("core-memory rewrite rejected on instance %s: %s", state["instance_id"], "; ".join(problems))
+        return {"debug": {"maintenance": {"status": "rejected, core memory kept", "problems": problems}}}
+    history = CoreMemoryHistory.from_state(state.get("core_memory_versions"))
+    if not history.versions:
+        history = history.push(old, turn=0, reason="initial")
+    history = history.push(core, turn=turn, reason=f"maintenance at turn {turn}")
+    return {
+        "core_memory": core,
+        "core_memory_versions": history.to_state(),
+        "state_events": [],
+        "debug": {
+            "maintenance": {
+                "status": "core memory rewritten",
+                "version": history.versions[-1]["version"],
+                "model": model_label(model),
+            }
+        },
+    }

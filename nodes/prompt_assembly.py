@@ -1,0 +1,303 @@
+"""Prompt regions under token budgets (seed 002 技术约束: LLM注意力机制的U型特点 / Prompt区域分配策略).
+
+Order of the messages, one region after the other:
+- head (0–4K): one system message — system instruction, current turn, core memory JSON, plot state JSON with
+  every outline point and its status (全部主线大纲, JSON 提升权重), relationship JSON when given;
+- middle (4K–32K): the world setting (a system message), then the recent dialogue (recall memory);
+- retrieved (32K+): one system message of clearly titled blocks (RAG events, the director's two layers);
+- tail: the latest user input, a user message.
+
+A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话) starts at a `user` message and runs up to
+the next one: the character's reply and any system line in between belong to it. Messages before the first
+user message (the instance's opening system lines, a greeting) are the preamble, not a turn.
+
+Budgets (`RegionBudgets`) are counted with langchain-core's `count_tokens_approximately`. Its default of 4
+characters per token is for English; Chinese runs about 1–1.5 characters per token on common tokenizers, so the
+default here is 1.5 (conservative for English text). When a region is over its budget:
+- middle: whole units go, oldest first — the preamble (oldest), then the oldest turns; the world setting stays;
+- retrieved: single items go, lowest-ranked first — items are assumed sorted best first inside each block, the
+  item with the highest rank position among all blocks goes first, on a tie the later block's (blocks are
+  given in importance order); a block left empty loses its title too;
+- head and tail are never cut: the outline must not vanish silently, nor the user's words. Over budget, they
+  are sent whole and the region's debug says `over_budget` with a note.
+Every drop is listed in the region's debug with the reason.
+
+`recent_messages` must not contain the latest input: `split_latest_user` takes it off the memory builder's
+output (whose last user message is the input, with the scene block of other speakers in front of it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from langchain_core.messages.utils import count_tokens_approximately
+
+from nodes import prompts
+from nodes.progress_parse import check_plot_state
+
+REGIONS = ("head", "middle", "retrieved", "tail")
+
+
+@dataclass(frozen=True)
+class RegionBudgets:
+    """Token budget of each region, the recall-memory turn cap and the characters-per-token ratio."""
+
+    head: int = 4000
+    middle: int = 28000
+    retrieved: int = 8000
+    tail: int = 4000
+    max_turns: int = 20
+    chars_per_token: float = 1.5
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"RegionBudgets.{item.name} must be a positive number, got {value!r}")
+            if item.name != "chars_per_token" and not isinstance(value, int):
+                raise ValueError(f"RegionBudgets.{item.name} must be an integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetrievedBlock:
+    """A titled block of the retrieved region; `items` sorted best first."""
+
+    title: str
+    items: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AssembledPrompt:
+    """The messages to send, the region of each message, and per-region debug (plain data, checkpointable)."""
+
+    messages: list[dict[str, str]]
+    regions: list[str]
+    debug: dict[str, Any]
+
+
+def split_latest_user(messages: Sequence[Mapping[str, str]]) -> tuple[list[dict[str, str]], str | None]:
+    """(earlier messages, content of the trailing user message) — (messages, None) when the last is not a user's."""
+    items = [dict(m) for m in messages]
+    if items and items[-1].get("role") == "user":
+        return items[:-1], items[-1]["content"]
+    return items, None
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    """JSON with one top-level key per line (readable, few tokens: no indentation inside the values)."""
+    lines = [
+        f" {json.dumps(key, ensure_ascii=False)}: {json.dumps(item, ensure_ascii=False)}" for key, item in value.items()
+    ]
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def _plot_json(outline: list[Mapping[str, Any]], current: int) -> str:
+    """The plot state JSON of the head (seed 002 静态约束), one outline point per line."""
+    points = ",\n".join("  " + json.dumps(dict(point), ensure_ascii=False) for point in outline)
+    return '{\n "story_outline": [\n' + points + '\n ],\n "current_plot_index": ' + str(current) + "\n}"
+
+
+def _region(tokens: int, budget: int) -> dict[str, Any]:
+    return {"tokens": tokens, "budget": budget, "over_budget": tokens > budget, "dropped": [], "notes": []}
+
+
+def _preview(text: str, size: int = 40) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= size else text[:size] + "…"
+
+
+def _item_text(item: Any, where: str) -> str:
+    if isinstance(item, str):
+        text = item
+    elif isinstance(item, Mapping) and isinstance(item.get("text", item.get("content")), str):
+        text = item.get("text", item.get("content"))
+    else:
+        raise ValueError(f"{where}: expected a string or a dict with 'text', got {type(item).__name__}")
+    return " ".join(text.split())
+
+
+def _blocks(retrieved_blocks: Sequence[Any]) -> list[tuple[str, list[str]]]:
+    blocks = []
+    for number, block in enumerate(retrieved_blocks):
+        if isinstance(block, RetrievedBlock):
+            title, items = block.title, block.items
+        elif isinstance(block, Mapping) and "title" in block and "items" in block:
+            title, items = block["title"], block["items"]
+        else:
+            raise ValueError(f"retrieved block {number}: expected a RetrievedBlock or a dict with title and items")
+        if not isinstance(title, str) or not title.strip():
+            raise ValueError(f"retrieved block {number}: empty title")
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            raise ValueError(f"retrieved block {number} ({title}): items must be a list")
+        texts = [_item_text(item, f"retrieved block {number} ({title}) item {i}") for i, item in enumerate(items)]
+        blocks.append((title.strip(), [t for t in texts if t]))
+    return blocks
+
+
+def _retrieved_text(blocks: list[tuple[str, list[str]]], keep: list[int]) -> str | None:
+    parts = []
+    for (title, items), count in zip(blocks, keep, strict=True):
+        if count:
+            parts.append(title + "\n" + "\n".join(f"{n}. {text}" for n, text in enumerate(items[:count], start=1)))
+    return prompts.RETRIEVED_REGION + "\n\n" + "\n\n".join(parts) if parts else None
+
+
+def _units(recent: list[dict[str, str]]) -> list[tuple[str, int, int]]:
+    """(kind, start, end) slices: an optional preamble, then one per turn."""
+    starts = [i for i, m in enumerate(recent) if m.get("role") == "user"]
+    units: list[tuple[str, int, int]] = []
+    first = starts[0] if starts else len(recent)
+    if first:
+        units.append(("preamble", 0, first))
+    for number, start in enumerate(starts):
+        end = starts[number + 1] if number + 1 < len(starts) else len(recent)
+        units.append(("turn", start, end))
+    return units
+
+
+def assemble_prompt(
+    *,
+    system_instruction: str,
+    core_memory: Mapping[str, Any],
+    plot_state: Mapping[str, Any],
+    relationship: Mapping[str, Any] | None,
+    world_setting: str,
+    recent_messages: Sequence[Mapping[str, str]],
+    retrieved_blocks: Sequence[RetrievedBlock | Mapping[str, Any]],
+    user_input: str,
+    budgets: RegionBudgets | None = None,
+    turn: int | None = None,
+) -> AssembledPrompt:
+    """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
+
+    `turn` (the turn being answered) is shown in the head so the model can relate it to `last_progress_turn`.
+    """
+    budgets = budgets or RegionBudgets()
+    if not system_instruction or not system_instruction.strip():
+        raise ValueError("assemble_prompt: system_instruction is empty")
+    if not isinstance(user_input, str) or not user_input.strip():
+        raise ValueError("assemble_prompt: user_input is empty")
+    if not isinstance(core_memory, Mapping):
+        raise ValueError("assemble_prompt: core_memory must be a dict")
+    check_plot_state(plot_state)
+
+    def count(messages: list[dict[str, str]]) -> int:
+        return count_tokens_approximately(messages, chars_per_token=budgets.chars_per_token) if messages else 0
+
+    # head — pinned
+    head_parts = [system_instruction.strip()]
+    if turn is not None:
+        head_parts.append(prompts.HEAD_TURN.format(turn=turn))
+    head_parts.append(prompts.HEAD_CORE_MEMORY + "\n" + _json(dict(core_memory)))
+    plot = _plot_json(plot_state["story_outline"], plot_state["current_plot_index"])
+    head_parts.append(prompts.HEAD_PLOT_STATE + "\n" + plot)
+    if relationship:
+        head_parts.append(prompts.HEAD_RELATIONSHIP + "\n" + _json(dict(relationship)))
+    head = [{"role": "system", "content": "\n\n".join(head_parts)}]
+    head_debug = _region(count(head), budgets.head)
+    if head_debug["over_budget"]:
+        head_debug["notes"].append(
+            f"head is {head_debug['tokens']} tokens, over its budget of {budgets.head}; nothing is dropped from the "
+            "head (the outline and core memory must stay): shorten the core memory or raise the head budget"
+        )
+
+    # middle — world setting pinned, then whole dialogue units, oldest dropped first
+    setting = [{"role": "system", "content": prompts.WORLD_SETTING + "\n" + world_setting.strip()}]
+    if not world_setting.strip():
+        setting = []
+    recent = [dict(m) for m in recent_messages]
+    for number, message in enumerate(recent):
+        if message.get("role") not in ("system", "user", "assistant") or not isinstance(message.get("content"), str):
+            raise ValueError(f"recent_messages[{number}]: expected a dict with role system/user/assistant and content")
+    units = _units(recent)
+    middle_debug = _region(0, budgets.middle)
+    turns_total = sum(1 for kind, _, _ in units if kind == "turn")
+    excess_turns = max(0, turns_total - budgets.max_turns)
+
+    def describe(kind: str, start: int, end: int, reason: str) -> dict[str, Any]:
+        return {
+            "item": f"{kind} (recent_messages[{start}:{end}])",
+            "preview": _preview(recent[start]["content"]),
+            "reason": reason,
+        }
+
+    kept: list[tuple[str, int, int]] = []
+    for unit in units:
+        if unit[0] == "turn" and excess_turns:
+            excess_turns -= 1
+            middle_debug["dropped"].append(describe(*unit, f"older than the last {budgets.max_turns} turns"))
+        else:
+            kept.append(unit)
+    unit_tokens = [count(recent[start:end]) for _, start, end in kept]
+    setting_tokens = count(setting)
+    total = setting_tokens + sum(unit_tokens)
+    while kept and total > budgets.middle:
+        unit = kept.pop(0)
+        total -= unit_tokens.pop(0)
+        middle_debug["dropped"].append(
+            describe(*unit, f"middle region over its budget of {budgets.middle} tokens: oldest dialogue goes first")
+        )
+    middle = setting + [m for _, start, end in kept for m in recent[start:end]]
+    middle_debug.update(tokens=count(middle), turns_total=turns_total)
+    middle_debug["turns_kept"] = sum(1 for kind, _, _ in kept if kind == "turn")
+    middle_debug["over_budget"] = middle_debug["tokens"] > budgets.middle
+    if middle_debug["over_budget"]:
+        middle_debug["notes"].append(
+            f"the world setting alone is {setting_tokens} tokens, over the middle budget of {budgets.middle}; "
+            "it is sent whole"
+        )
+
+    # retrieved — single items, lowest-ranked first
+    blocks = _blocks(retrieved_blocks)
+    keep = [len(items) for _, items in blocks]
+    retrieved_debug = _region(0, budgets.retrieved)
+    for (title, _items), count_kept in zip(blocks, keep, strict=True):
+        if not count_kept:
+            retrieved_debug["notes"].append(f"block {title} has no items; left out")
+
+    def retrieved_messages() -> list[dict[str, str]]:
+        text = _retrieved_text(blocks, keep)
+        return [{"role": "system", "content": text}] if text else []
+
+    retrieved = retrieved_messages()
+    while retrieved and count(retrieved) > budgets.retrieved:
+        # the highest rank position overall; on a tie the later block (blocks come in importance order)
+        victim = max((k, number) for number, k in enumerate(keep) if k)[1]
+        keep[victim] -= 1
+        title, items = blocks[victim]
+        retrieved_debug["dropped"].append(
+            {
+                "item": f"{title} #{keep[victim] + 1}",
+                "preview": _preview(items[keep[victim]]),
+                "reason": f"retrieved region over its budget of {budgets.retrieved} tokens: lowest-ranked goes first",
+            }
+        )
+        retrieved = retrieved_messages()
+    retrieved_debug.update(
+        tokens=count(retrieved), items_total=sum(len(items) for _, items in blocks), items_kept=sum(keep)
+    )
+    retrieved_debug["over_budget"] = retrieved_debug["tokens"] > budgets.retrieved
+
+    # tail — pinned
+    tail = [{"role": "user", "content": user_input.strip()}]
+    tail_debug = _region(count(tail), budgets.tail)
+    if tail_debug["over_budget"]:
+        tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")
+
+    parts = {"head": head, "middle": middle, "retrieved": retrieved, "tail": tail}
+    debug: dict[str, Any] = {
+        "head": head_debug,
+        "middle": middle_debug,
+        "retrieved": retrieved_debug,
+        "tail": tail_debug,
+    }
+    debug["total_tokens"] = sum(debug[name]["tokens"] for name in REGIONS)
+    debug["chars_per_token"] = budgets.chars_per_token
+    return AssembledPrompt(
+        messages=[m for name in REGIONS for m in parts[name]],
+        regions=[name for name in REGIONS for _ in parts[name]],
+        debug=debug,
+    )

@@ -1,0 +1,136 @@
+"""Every LLM instruction text of the turn graph (seed 002), in Chinese; logic modules format these, never inline text.
+
+Purpose marker: each system prompt starts with `purpose_marker(purpose)` (`〔PersonaLab任务：reply〕` ...).
+It tells the offline scripted model (graph/llm.py) which kind of request it got, without guessing from the
+wording; a real model just reads one harmless line. `detect_purpose` is its inverse.
+"""
+
+from __future__ import annotations
+
+import re
+
+PURPOSE_REPLY = "reply"
+PURPOSE_QUERY_REWRITE = "query_rewrite"
+PURPOSE_CORE_MEMORY = "core_memory"
+PURPOSES = (PURPOSE_REPLY, PURPOSE_QUERY_REWRITE, PURPOSE_CORE_MEMORY)
+
+_MARKER_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
+
+
+def purpose_marker(purpose: str) -> str:
+    """The first line of every system prompt of `purpose` (one of PURPOSES)."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown LLM purpose {purpose!r} (expected one of {', '.join(PURPOSES)})")
+    return f"〔PersonaLab任务：{purpose}〕"
+
+
+def detect_purpose(text: str) -> str | None:
+    """The purpose named by the first marker in `text`, or None."""
+    match = _MARKER_RE.search(text or "")
+    return match.group(1) if match and match.group(1) in PURPOSES else None
+
+
+# --- role-play reply (seed 002 需求1 导演模块 + seed 000 台词格式) -------------------------------------------
+
+ROLE_PLAY_SYSTEM = """{marker}
+你是「{role_name}」，正在与用户进行长篇角色扮演。始终以「{role_name}」的身份、语气和人格说话，不要跳出角色，不要替用户说话或行动。
+
+【回复格式】
+回复由一个或多个片段组成，每个片段的格式为：【情绪】台词<语音文本>(动作)
+- 【情绪】：一个简短的情绪词，如【开心】【担心】【愤怒】。
+- 台词：角色说的话或叙述，必须有。
+- <语音文本>：可选，给语音合成用的文本；没有就整个省略，不写空的<>。
+- (动作)：可选，角色的动作或神态；没有就整个省略，不写空的()。
+示例：【惊讶】哇，你怎么来了？(往后退了一步)【好奇】今天想做什么呢？
+
+【剧情进度标记】
+下方「剧情状态」JSON 给出了故事主线大纲的全部要点和当前进度（current_plot_index）。你可以在细节上自由发挥，但故事的大方向要沿着大纲推进。
+每次回复时，请在回复中任意位置附上一个剧情进度标记，格式严格为：[PROGRESS:大纲点序号:状态]
+- 状态只能是 completed（已完成）、in_progress（进行中）、pending（待进行）。
+- 例：[PROGRESS:3:in_progress] 表示第3点正在进行；某一点的剧情已经完成时输出 [PROGRESS:3:completed]。
+- 标记只给系统看，用户看不到；不必每次都输出，但至少每3轮输出一次。
+
+【参考资料的使用】
+- 【历史事件】和【当前剧情事件】是本次故事中实际发生过的事，要与之保持一致。
+- 【剧情经验参考】来自其他剧情中的类似情节，仅供参考剧情走向，不代表当前剧情的事实，不要把其中的人物经历当作已经发生的事。
+- 【核心记忆】是角色当前的人格画像，言行要符合其中的性格、内在矛盾、价值观和说话风格。"""
+
+HEAD_TURN = "【当前轮次】第{turn}轮"
+HEAD_CORE_MEMORY = "【核心记忆】（角色当前完整的人格画像）"
+HEAD_PLOT_STATE = "【剧情状态】（故事主线大纲全部要点与进度）"
+HEAD_RELATIONSHIP = "【关系状态】（角色与用户当前的关系）"
+WORLD_SETTING = "【世界设定】"
+RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
+RETRIEVED_EVENTS_TITLE = "【历史事件】（本次故事中过去发生的、与当前话题相关的事件）"
+
+# seed 002 需求1 兜底机制: the two labelled layers of the director's pull-back retrieval
+DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"
+DIRECTOR_REFERENCE_TITLE = "【剧情经验参考】（其他剧情中的类似情节，仅供参考剧情走向，不代表当前剧情的事实）"
+FALLBACK_QUERY = "故事大纲第{index}点：{content}"
+
+
+def role_play_instruction(role_name: str) -> str:
+    """The head's system instruction for the character `role_name`."""
+    if not role_name or not role_name.strip():
+        raise ValueError("role_play_instruction: role_name is empty")
+    return ROLE_PLAY_SYSTEM.format(marker=purpose_marker(PURPOSE_REPLY), role_name=role_name.strip())
+
+
+# --- conversational RAG query rewrite (seed 002 需求3 检索触发机制) ------------------------------------------
+
+QUERY_REWRITE_SYSTEM = """{marker}
+你是检索查询改写器。根据最近的对话和用户的最新输入，把用户的最新输入改写成一条可以独立理解的检索查询，用于在角色扮演故事的历史事件库中做语义检索。
+要求：
+- 把代词（他、那次、那里……）替换成对话中提到的具体人物、地点、事件。
+- 只保留检索需要的信息：人物、地点、事件、物品、时间线索。
+- 只输出一行查询语句本身，不要解释，不要加引号或“查询：”之类的前缀。
+示例：用户输入“你还记得我们在据点的那次冲突吗？” → 据点冲突事件，涉及主角与某人的对抗"""
+
+QUERY_REWRITE_USER = """【最近对话】
+{history}
+
+【用户最新输入】
+{user_input}
+
+请输出改写后的独立检索查询（一行）："""
+
+QUERY_REWRITE_NO_HISTORY = "（无）"
+SPEAKER_USER = "用户"
+SPEAKER_CHARACTER = "角色"
+
+
+# --- core memory maintenance (seed 002 需求2 Core Memory 维护) ----------------------------------------------
+
+CORE_MEMORY_SYSTEM = """{marker}
+你负责维护角色扮演中角色的「核心记忆」（Core Memory）：角色当前完整的人格画像。
+请整合【旧核心记忆】【最近对话】【状态变化事件】，重新生成完整的核心记忆。人格可以随剧情成长变化，但变化要有对话或事件依据，不要凭空改写。
+
+只输出一个 JSON 对象，不要输出其他文字。字段（全部必填，不要增加其他字段）：
+- "name": 角色名，保持不变
+- "identity": 身份与背景，一两句话
+- "traits": 性格特征列表（字符串，最多{max_traits}个）
+- "binary_oppositions": 二元对立，最多{max_binary}组，每组 {{"a": 一极, "b": 另一极, "balance": 0到1的小数（偏向a的程度，0.5为势均力敌）, "note": 说明}}
+- "ternary_tensions": 三元张力，最多{max_ternary}组，每组 {{"poles": [三个不同的极], "weights": [三个0到1的小数，和为1], "note": 说明}}
+- "values": 价值观列表（最多{max_values}个）
+- "goals": 当前目标列表（最多{max_goals}个）
+- "speech_style": 说话风格，一两句话
+- "recent_changes": 最近的人格变化，最多{max_changes}条，每条 {{"turn": 轮次（整数）, "change": 变化说明}}，新的在后
+人格复杂度必须控制在上述上限内（二元对立最多{max_binary}组、三元张力最多{max_ternary}组），整个 JSON 不超过{max_chars}个字符。"""
+
+CORE_MEMORY_USER = """【旧核心记忆】
+```json
+{old_core}
+```
+
+【最近对话】（最近{turn_count}轮）
+{dialogue}
+
+【状态变化事件】
+{events}
+
+【当前轮次】第{turn}轮
+
+请输出新的完整核心记忆 JSON："""
+
+CORE_MEMORY_NO_EVENTS = "（无）"
+CORE_MEMORY_NO_DIALOGUE = "（无）"

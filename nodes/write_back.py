@@ -1,0 +1,97 @@
+"""Write-back (seed 002 对话功能; 事件写入异步执行): the reply's lines go under the user's line and
+`save.last_message_id` advances in the same transaction that records the turn and releases the turn lock.
+The turn's event is queued for the archival store off the reply's critical path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context, context_of
+from graph.state import TurnState
+from stores.db import session_scope
+from stores.events import write_event_async
+from stores.saves import append_lines, get_save
+from stores.turn_tables import TurnRecord
+from stores.turns import InstanceBusyError, drop_turn_lock, holds_turn_lock, record_turn, release_turn_lock
+
+EVENT_EXCERPT = 80
+
+
+def _excerpt(text: str, limit: int = EVENT_EXCERPT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def turn_event_text(turn: int, user_name: str, message: str, character_name: str, reply: str) -> str:
+    """The turn's event for archival memory, in short: who said what (seed 002 Archival Memory)."""
+    return f"第{turn}轮：{user_name}说「{_excerpt(message)}」；{character_name}回应「{_excerpt(reply)}」"
+
+
+def reply_line_rows(segments: list[dict[str, Any]], character: dict[str, Any]) -> list[dict[str, Any]]:
+    """Parsed reply segments as `line` rows spoken by the instance's character."""
+    rows = []
+    for segment in segments:
+        row = {k: v for k, v in segment.items() if v not in (None, "")}
+        rows.append(
+            {**row, "attribute": "assistant", "role_id": character.get("role_id"), "display_name": character["name"]}
+        )
+    return rows
+
+
+def write_back(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = context_of(runtime)
+    instance_id, token = state["instance_id"], state.get("lock_token") or ""
+    character = state["character"]
+    with session_scope(ctx.database_url) as session:
+        # never two replies to one parent: the lock must still be ours and the leaf still our user line
+        if not holds_turn_lock(session, instance_id, token):
+            raise InstanceBusyError(f"instance {instance_id}: turn lock lost before the reply was stored")
+        if get_save(session, instance_id).last_message_id != state["user_line_id"]:
+            raise InstanceBusyError(f"instance {instance_id}: the dialogue moved on while this turn ran")
+        written = append_lines(
+            session, instance_id, reply_line_rows(state["reply_lines"], character), parent_line_id=state["user_line_id"]
+        )
+        record_turn(
+            session,
+            TurnRecord(
+                save_id=instance_id,
+                turn=state["turn"],
+                user_line_id=state["user_line_id"],
+                reply_line_id=written[-1].id,
+                model=state.get("model", ""),
+            ),
+        )
+        drop_turn_lock(session, instance_id, token)
+    write_event_async(
+        turn_event_text(
+            state["turn"], state.get("user_name") or "用户", state["message"], character["name"], state["reply"]
+        ),
+        instance_id=instance_id,
+        character_id=character.get("role_id"),
+        background_id=character.get("background_id"),
+        turn=state["turn"],
+    )
+    return {"lock_token": None, "debug": {"reply_line_ids": [line.id for line in written]}}
+
+
+def abort_turn(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """After a model failure: keep the user's line, store no reply, record the error, free the instance."""
+    ctx = context_of(runtime)
+    instance_id, token = state["instance_id"], state.get("lock_token") or ""
+    with session_scope(ctx.database_url) as session:
+        record_turn(
+            session,
+            TurnRecord(
+                save_id=instance_id,
+                turn=state["turn"],
+                user_line_id=state.get("user_line_id"),
+                status="error",
+                error=state.get("error"),
+                model=state.get("model", ""),
+            ),
+        )
+    release_turn_lock(instance_id, token, ctx.database_url)
+    # a turn without a reply does not count: the maintenance schedule and the stall counter stay put
+    return {"lock_token": None, "turn": state["turn"] - 1}
