@@ -11,7 +11,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from stores.vectors import get_collection, where
+from stores.vectors import chroma_path, get_collection, where
 
 log = logging.getLogger(__name__)
 COLLECTION = "events"
@@ -19,8 +19,8 @@ _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
 _pending: list[Future[None]] = []
 
 
-def _write(text: str, metadata: dict[str, Any], event_id: str) -> None:
-    get_collection(COLLECTION).add_texts([text], metadatas=[metadata], ids=[event_id])
+def _write(text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
+    get_collection(COLLECTION, path).add_texts([text], metadatas=[metadata], ids=[event_id])
 
 
 def write_event_async(
@@ -33,7 +33,8 @@ def write_event_async(
         "background_id": background_id if background_id is not None else -1,
         "turn": turn,
     }
-    future = _writer.submit(_write, text, metadata, f"i{instance_id}-t{turn}")
+    # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
+    future = _writer.submit(_write, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
     future.add_done_callback(_log_failure)
     _pending.append(future)
     return future

@@ -28,11 +28,16 @@ def _client(path: str | None, host: str | None, port: int) -> Any:
     return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=settings)
 
 
+def chroma_path() -> str:
+    """Where the embedded Chroma store of the current data directory lives."""
+    return str(data_dir() / "chroma")
+
+
 def chroma_client(path: str | None = None) -> Any:
     """The process's Chroma client for `path` (default `<data dir>/chroma`) or the configured server."""
     host = os.environ.get("PERSONALAB_CHROMA_HOST") or None
     port = int(os.environ.get("PERSONALAB_CHROMA_PORT", "8000"))
-    resolved = None if host else str((data_dir() / "chroma") if path is None else path)
+    resolved = None if host else (path or chroma_path())
     return _client(resolved, host, port)
 
 

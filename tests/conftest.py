@@ -27,6 +27,17 @@ def _pg_reachable() -> str | None:
         return str(exc).splitlines()[0]
 
 
+@pytest.fixture(autouse=True)
+def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests use the scripted model unless they start the OpenAI stub; queued event writes finish in their test."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PERSONALAB_LLM", "PERSONALAB_MODEL", "PERSONALAB_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    from stores.events import flush_event_writes
+
+    flush_event_writes()
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty `PERSONALAB_DATA_DIR`; the database URL falls back to its embedded SQLite file."""
