@@ -1,28 +1,45 @@
-"""`personalab demo`: the seed's multi-character scene, stored and rebuilt per character."""
+"""`personalab demo`: what PersonaLab does, on the embedded defaults.
+
+Part 1 (seed 000): the seed's multi-character scene is stored and rebuilt per character.
+Part 2 (seed 002): a scripted 12-turn session with the sample character, where the director's fallback and a
+core-memory maintenance both happen; each turn shows the reply and its memory and plot panels.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-from importlib import resources
 from typing import Any
 
+from graph.context import Context
+from graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
 from nodes.memory_build import build_memory
 from stores.config import database_url
 from stores.db import session_scope
+from stores.events import flush_event_writes
 from stores.history import get_chat_history
 from stores.saves import append_lines, create_background, create_role, create_save
 
 SAMPLE_ROLE_ID = 1  # the role id the seed's example uses for 钦灵
-
-
-def load_sample(name: str = "seed_multi_character.json") -> dict[str, Any]:
-    return json.loads(resources.files("graph.samples").joinpath(name).read_text(encoding="utf-8"))
+STATUS_MARK = {"completed": "✓", "in_progress": "▶", "pending": "·"}
+SESSION = [
+    "雷娜，我回来了。背叛我的人是谁，你有线索吗？",
+    "老仓库里的账本？走，我们去看看。",
+    "账本上写着“黑鸦”……这是什么人？",
+    "黑鸦的据点在北边的废弃工厂吧。",
+    "我们今晚就潜进去，你负责掩护。",
+    "你还记得我们当年在据点守夜的事吗？",
+    "工厂里的守卫换岗了，现在是机会。",
+    "里面那个人……是老七？他就是叛徒？",
+    "老七说他是被逼的，你怎么看？",
+    "雷娜，如果是你，你会怎么选？",
+    "我决定先听他把话说完。",
+    "不管结果如何，谢谢你一直站在我这边。",
+]
 
 
 def store_sample_scene() -> tuple[int, int]:
     """Store the seed 000 example 2 scene as a new instance; returns (save id, 钦灵's role id)."""
-    sample = load_sample()
+    sample = load_sample("seed_multi_character.json")
     with session_scope() as session:
         role = create_role(session, **sample["role"])
         background = create_background(session, **sample["background"])
@@ -34,9 +51,8 @@ def store_sample_scene() -> tuple[int, int]:
         return save.id, role.id  # type: ignore[return-value]
 
 
-def run_demo(_args: argparse.Namespace) -> int:
+def show_builder() -> None:
     save_id, role_id = store_sample_scene()
-    print(f"database: {database_url()}")
     print(f"stored seed 000 example 2 as instance {save_id}\n")
     with session_scope() as session:
         history = get_chat_history(session, save_id)
@@ -49,9 +65,65 @@ def run_demo(_args: argparse.Namespace) -> int:
         for message in messages:
             print(f"[{message['role']}] {message['content']}")
         print()
+
+
+def plot_panel(plot: dict[str, Any]) -> str:
+    points = " ".join(f"{p['index']}{STATUS_MARK.get(p['status'], '?')}" for p in plot["story_outline"])
+    current = plot["story_outline"][plot["current_plot_index"] - 1]["content"]
+    return f"plot   | {points} | now {plot['current_plot_index']}: {current} | last progress: turn {plot['last_progress_turn']}"
+
+
+def memory_panel(state: dict[str, Any]) -> list[str]:
+    debug = state.get("debug") or {}
+    rows = [f"memory | query: {debug.get('query_rewrite', {}).get('query', '')}"]
+    retrieved = state.get("retrieved") or []
+    rows.append(
+        f"       | recalled {len(retrieved)} event(s)" + (f", best: {retrieved[0]['text'][:40]}…" if retrieved else "")
+    )
+    director = state.get("director_events")
+    if director:
+        rows.append(
+            f"       | director fallback: {director['query']} → {len(director['current'])} current, "
+            f"{len(director['others'])} from other play-throughs"
+        )
+    maintenance = debug.get("maintenance")
+    if maintenance:
+        rows.append(f"       | core memory maintenance: {maintenance['status']}")
+    core = state.get("core_memory") or {}
+    rows.append(f"       | core memory: traits {core.get('traits') or '—'}; goals {core.get('goals') or '—'}")
+    return rows
+
+
+def show_session() -> None:
+    instance = create_sample_instance()
+    with turn_graph(Context()) as (graph, ctx):
+        print(f"sample instance {instance}: 雷娜 · 废土复仇记 (10 outline points)")
+        for number, message in enumerate(SESSION, start=1):
+            state = run_turn(graph, ctx, instance, message)
+            if number == 1:
+                print(f"model: {state['model']}\n")
+            print(f"--- turn {state['turn']}")
+            print(f"you    > {message}")
+            print(f"雷娜   > {state['reply'] if not state.get('error') else '(error) ' + state['error']}")
+            for row in memory_panel(state):
+                print(row)
+            print(plot_panel(state["plot_state"]))
+            print()
+    flush_event_writes()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    print(f"database: {database_url()}\n")
+    if args.part in ("builder", "all"):
+        print("## Part 1 — the memory builder (seed 000)\n")
+        show_builder()
+    if args.part in ("session", "all"):
+        print("## Part 2 — a 12-turn role-play session (seed 002), offline scripted model\n")
+        show_session()
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("demo", help="store the seed's multi-character scene and print each character's memory")
+    parser = sub.add_parser("demo", help="the memory builder on the seed's scene, then a scripted 12-turn session")
+    parser.add_argument("--part", choices=["builder", "session", "all"], default="all")
     parser.set_defaults(handler=run_demo)

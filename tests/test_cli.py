@@ -13,7 +13,7 @@ from graph.cli import main
 
 
 def test_demo_prints_each_characters_memory(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+    assert main(["demo", "--part", "builder"]) == 0
     out = capsys.readouterr().out
     assert str(data_dir) in out  # the embedded SQLite file lives in the data directory
     qinling, baixiaomiao = out.split("=== memory of 白小喵")
@@ -25,9 +25,23 @@ def test_demo_prints_each_characters_memory(data_dir: Path, capsys: pytest.Captu
 
 
 def test_demo_runs_again_on_the_same_database(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
-    assert main(["demo"]) == 0
+    assert main(["demo", "--part", "builder"]) == 0
+    assert main(["demo", "--part", "builder"]) == 0
     assert "stored seed 000 example 2 as instance 2" in capsys.readouterr().out
+
+
+def test_demo_session_shows_director_fallback_and_maintenance(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "## Part 1" in out and "## Part 2" in out
+    assert "model: scripted (offline, no OPENAI_API_KEY)" in out
+    turns = out.split("--- turn ")[1:]
+    assert len(turns) == 12
+    assert sum("director fallback:" in turn for turn in turns) >= 1
+    assert "core memory maintenance: core memory rewritten" in turns[9]
+    assert all("plot   |" in turn and "PROGRESS" not in turn for turn in turns)
 
 
 @pytest.mark.parametrize(
