@@ -50,7 +50,11 @@ def test_a_turn_stores_the_exchange_and_advances_the_leaf(db_url: str, data_dir:
     assert state["model"].startswith("scripted (offline")
     history = tree(db_url, instance)
     user, *reply = history
-    assert user.attribute == "user" and user.content == "雷娜，我们从哪里开始找叛徒的线索？" and user.parent_line_id is None
+    assert (
+        user.attribute == "user"
+        and user.content == "雷娜，我们从哪里开始找叛徒的线索？"
+        and user.parent_line_id is None
+    )
     assert reply and all(line.attribute == "assistant" and line.display_name == "雷娜" for line in reply)
     assert [line.parent_line_id for line in reply] == [line.id for line in history[:-1]]
     with session_scope(db_url) as s:
@@ -213,9 +217,7 @@ def test_a_busy_instance_refuses_a_second_turn(sqlite_url: str) -> None:
         assert run_turn(graph, ctx, instance, "你好")["error"] is None
 
 
-def test_two_turns_at_once_never_give_two_replies_to_one_parent(
-    sqlite_url: str, openai_stub: OpenAIStub
-) -> None:
+def test_two_turns_at_once_never_give_two_replies_to_one_parent(sqlite_url: str, openai_stub: OpenAIStub) -> None:
     instance = create_sample_instance(sqlite_url)
     # rewrite is skipped on a first turn; each turn streams one slow reply
     openai_stub.queue(StubReply("【平静】第一个回复。", delay=1.0), StubReply("【平静】第二个回复。", delay=1.0))
@@ -287,9 +289,7 @@ def test_real_chatopenai_client_streams_the_reply(sqlite_url: str, openai_stub: 
     assert sent[-1] == {"role": "user", "content": "出发吧。"}
 
 
-def test_malformed_maintenance_answer_keeps_the_old_core_memory(
-    sqlite_url: str, openai_stub: OpenAIStub
-) -> None:
+def test_malformed_maintenance_answer_keeps_the_old_core_memory(sqlite_url: str, openai_stub: OpenAIStub) -> None:
     instance = create_sample_instance(sqlite_url)
     with turn_graph(ctx_for(sqlite_url, maintenance_every=1)) as (graph, ctx):
         openai_stub.queue("【平静】嗯。", "{这不是JSON")
