@@ -1,1 +1,67 @@
-"""Tables of the character's long-term memory (seed 001 / 004). Owned by the long-term-memory work."""
+"""Tables of the character's long-term memory (seed 001 记忆条目数据结构, seed 004 记忆类型).
+
+`memory_entry` is one memory of one character in one conversation instance (save). Its fields follow the
+seed's `MemoryEntry` (+ the mention tracking of 避免重复对话的机制 / 记忆标记机制); the seed's game tick is a
+turn number here, next to a wall-clock time. `memory_index_state` holds a revision number per instance that
+every write changing what the keyword index sees (content, tags, a new or deleted memory) increments in the
+same transaction, so that every process can tell whether its cached BM25 index is still current.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Column, Index, Text
+from sqlmodel import Field, SQLModel
+
+from stores.tables import utcnow
+
+
+class MemoryEntry(SQLModel, table=True):
+    """One memory (seed 001 `MemoryEntry`)."""
+
+    __tablename__ = "memory_entry"
+    __table_args__ = (Index("ix_memory_entry_scope", "instance_id", "character_id", "layer"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    instance_id: int = Field(foreign_key="save.id", index=True)
+    # The character whose memory this is: a role id, 0 when the instance has no role.
+    character_id: int = 0
+
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    type: str  # nodes.memory_layers.MemoryType
+    layer: str  # nodes.memory_layers.Layer
+
+    turn: int = 0  # the turn the memory was made (the seed's tick timestamp)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    importance: float = 0.5  # 0–1
+    activity: float = 1.0  # 0–1, decays with time (seed: 活跃度)
+    activity_turn: int = 0  # the turn `activity` was last brought up to date
+    layer_since_turn: int = 0  # the turn the memory entered its layer
+
+    related_character: str = ""  # seed: relatedPawnId / relatedPawnName
+    location: str = ""
+    tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    keywords: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # Search-mode tokens of content + tags, space-separated: tokenised once at write time so that building
+    # an instance's BM25 index never runs jieba over every memory.
+    search_text: str = Field(default="", sa_column=Column(Text, nullable=False))
+
+    user_edited: bool = False
+    pinned: bool = False
+    notes: str = ""
+
+    mention_count: int = 0
+    last_mentioned_turn: int | None = None
+    last_mentioned_at: datetime | None = None
+
+
+class MemoryIndexState(SQLModel, table=True):
+    """Revision of an instance's searchable memory text (see the module docstring)."""
+
+    __tablename__ = "memory_index_state"
+
+    instance_id: int = Field(foreign_key="save.id", primary_key=True)
+    revision: int = 0

@@ -1,0 +1,217 @@
+"""Keyword extraction and CJK-safe tokenisation (seed 001 记忆条目数据结构 `keywords`, 关键词匹配算法, 记忆去重).
+
+Pure functions, no I/O. Text is split into runs of Han characters and runs of everything else:
+- Han runs go through jieba (never split on spaces: Chinese has none). `tokenize` uses jieba's search
+  mode (``北京大学`` → ``北京``, ``大学``, ``北京大学``) so that a query word matches a longer memory word and
+  the other way round; `tokenize(..., search=False)` uses the precise mode (one segmentation, for
+  similarity).
+- Other runs are split into words (Unicode letters and digits, apostrophes inside a word kept), lower-cased,
+  possessive ``'s`` removed and lightly stemmed (``paintings`` → ``paint``), so that English queries match
+  inflected forms.
+Full-width punctuation and whitespace never become tokens. Stop words (a short English and Chinese
+function-word list) are dropped.
+
+The seed's `CalculateKeywordMatchScore` matches a keyword with `context.Contains(keyword)`. That is right
+for Chinese (``种植`` in ``种植计划怎么样``) but wrong for English (``art`` in ``party``), so `keyword_in`
+matches Chinese keywords as substrings and other keywords as whole (stemmed) words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jieba
+
+jieba.setLogLevel(60)  # jieba prints its dictionary loading on stderr; the CLI must stay one-line on errors
+
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_RUN = re.compile(f"[{_HAN}]+")
+_HAN_CHAR = re.compile(f"[{_HAN}]")
+# A word of a non-Han run: letters/digits (any script but Han), apostrophes only between letters.
+_WORD = re.compile(rf"[^\W_{_HAN}]+(?:['’][^\W_{_HAN}]+)*")
+
+ENGLISH_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been before being below
+    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each
+    few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself
+    him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most
+    mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same shan't
+    she she'd she'll she's should shouldn't so some such than that that's the their theirs them themselves then
+    there there's these they they'd they'll they're they've this those through to too under until up very was
+    wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while who who's
+    whom why why's with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves
+    also just yeah yes oh ok okay really so will""".split()
+)
+CHINESE_STOPWORDS = frozenset(
+    """的 了 着 过 是 在 和 与 及 或 也 就 都 而 又 还 把 被 让 给 对 从 向 于 以 之 其 这 那 这个 那个 这些 那些
+    一个 一些 有 没 没有 不 吗 呢 吧 啊 呀 哦 嗯 哈 啦 嘛 么 得 地 所 为 为了 因为 所以 但是 但 如果 然后 可以
+    就是 还是 什么 怎么 怎么样 自己 我们 你们 他们 她们 它们""".split()
+)
+STOPWORDS = ENGLISH_STOPWORDS | CHINESE_STOPWORDS
+
+_MIN_STEM = 3
+
+
+def has_han(text: str) -> bool:
+    return _HAN_CHAR.search(text) is not None
+
+
+def stem(word: str) -> str:
+    """A light English suffix stripper (plural, -ing, -ed, -ly); consistency between query and memory
+    matters, not linguistic accuracy. Non-ASCII words are returned unchanged."""
+    if not word.isascii() or not word.isalpha() or len(word) <= _MIN_STEM:
+        return word
+    w = word
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > _MIN_STEM + 1:
+        w = w[:-1]
+    for suffix in ("ingly", "edly", "ing", "ied", "ed", "ly"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= _MIN_STEM:
+            base = w[: -len(suffix)]
+            if suffix == "ied":
+                base += "y"
+            elif len(base) > _MIN_STEM and base[-1] == base[-2] and base[-1] not in "lsz":
+                base = base[:-1]  # running → run, planned → plan
+            w = base
+            break
+    return w
+
+
+def _latin_words(run: str) -> Iterable[str]:
+    for match in _WORD.finditer(run):
+        word = match.group().lower().replace("’", "'")
+        if word.endswith("'s"):
+            word = word[:-2]
+        if word and word not in ENGLISH_STOPWORDS:
+            yield stem(word)
+
+
+def _han_words(run: str, search: bool) -> Iterable[str]:
+    pieces = jieba.cut_for_search(run) if search else jieba.cut(run)
+    for piece in pieces:
+        if piece and piece not in CHINESE_STOPWORDS:
+            yield piece
+
+
+def tokenize(text: str, *, search: bool = True) -> list[str]:
+    """Tokens of `text` for BM25 and similarity: jieba for Han runs, stemmed lower-case words otherwise,
+    no punctuation, whitespace or stop words. `search=True` adds jieba's sub-words of long Han words."""
+    tokens: list[str] = []
+    position = 0
+    for match in _HAN_RUN.finditer(text):
+        if match.start() > position:
+            tokens.extend(_latin_words(text[position : match.start()]))
+        tokens.extend(_han_words(match.group(), search))
+        position = match.end()
+    if position < len(text):
+        tokens.extend(_latin_words(text[position:]))
+    return tokens
+
+
+def token_set(text: str) -> frozenset[str]:
+    """The precise-mode token set of `text` (for similarity between two texts)."""
+    return frozenset(tokenize(text, search=False))
+
+
+def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+    """|a ∩ b| / |a ∪ b| (seed 001 `CalculateTextSimilarity`, on CJK-safe tokens); 0 when both are empty."""
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def text_similarity(a: str, b: str) -> float:
+    return jaccard(token_set(a), token_set(b))
+
+
+@lru_cache(maxsize=1)
+def _idf() -> tuple[dict[str, float], float]:
+    import jieba.analyse
+
+    table = jieba.analyse.default_tfidf
+    return table.idf_freq, float(table.median_idf)
+
+
+def _keyword_candidates(text: str) -> list[str]:
+    """Precise-mode words that can be keywords: Han words of 2+ characters, other words of 3+ characters
+    or numbers of 2+ digits, lower-case, unstemmed (they are shown to users)."""
+    words: list[str] = []
+    position = 0
+
+    def latin(run: str) -> None:
+        for match in _WORD.finditer(run):
+            word = match.group().lower().replace("’", "'")
+            if word.endswith("'s"):
+                word = word[:-2]
+            if word in ENGLISH_STOPWORDS:
+                continue
+            if (word.isdigit() and len(word) >= 2) or (not word.isdigit() and len(word) >= 3):
+                words.append(word)
+
+    for match in _HAN_RUN.finditer(text):
+        latin(text[position : match.start()])
+        words.extend(w for w in jieba.cut(match.group()) if len(w) >= 2 and w not in CHINESE_STOPWORDS)
+        position = match.end()
+    latin(text[position:])
+    return words
+
+
+def extract_keywords(text: str, top_k: int = 8) -> list[str]:
+    """The `top_k` keywords of `text` by TF-IDF (jieba's IDF table for Chinese, its median IDF for other
+    words), most important first, ties in order of first appearance (seed 001 数据流设计: 提取关键词)."""
+    words = _keyword_candidates(text)
+    if not words or top_k <= 0:
+        return []
+    idf, median = _idf()
+    counts = Counter(words)
+    first = {word: index for index, word in reversed(list(enumerate(words)))}
+    ranked = sorted(counts, key=lambda w: (-counts[w] * idf.get(w, median), first[w]))
+    return ranked[:top_k]
+
+
+@dataclass(frozen=True)
+class MatchText:
+    """A context prepared once for many keyword matches: lower-cased text and its search-mode tokens."""
+
+    lower: str
+    tokens: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> MatchText:
+        return cls(text.lower(), frozenset(tokenize(text)))
+
+
+def keyword_in(keyword: str, context: MatchText) -> bool:
+    """Whether `keyword` occurs in `context`: Chinese keywords as substrings (the seed's `Contains`),
+    other keywords as whole stemmed words (all of a multi-word keyword's words)."""
+    keyword = keyword.strip().lower()
+    if not keyword:
+        return False
+    if has_han(keyword):
+        return keyword in context.lower
+    words = _word_tokens(keyword)
+    return bool(words) and all(word in context.tokens for word in words)
+
+
+@lru_cache(maxsize=65536)
+def _word_tokens(keyword: str) -> tuple[str, ...]:
+    # Keywords repeat across memories and retrievals: stem each one once per process.
+    return tuple(tokenize(keyword))
+
+
+def keyword_match_score(keywords: Sequence[str], context: MatchText) -> float:
+    """Seed 001 `CalculateKeywordMatchScore`: the share of `keywords` found in the context, 0 without keywords."""
+    if not keywords:
+        return 0.0
+    return sum(1 for keyword in keywords if keyword_in(keyword, context)) / len(keywords)
+
+
+def count_hits(words: Iterable[str], context: MatchText) -> int:
+    """How many of `words` occur in the context (scene keywords, tags)."""
+    return sum(1 for word in words if keyword_in(word, context))

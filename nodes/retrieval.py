@@ -1,0 +1,702 @@
+"""Memory retrieval (seed 001 记忆检索和匹配算法, 高级评分系统, 避免重复对话的机制; seed 004 多维度触发策略).
+
+The rules are pure functions over plain data; `retrieve` is the one orchestration that talks to a store.
+
+Flow of `retrieve` (seed 001 检索流程):
+
+1. Scene analysis (`analyse_scene`, seed 场景识别算法): the query (+ the recent context) is matched against
+   the keywords of the seed's six scenes (Chinese as in the seed, plus English equivalents); the scene with
+   the most hits wins, ties go to the earlier scene of the seed's list, no hit at all means ``casual`` (the
+   seed's `OrderByDescending(...).First()`). Its weight set (`SCENE_WEIGHTS`) is the seed's table.
+2. Candidate paths, all at once (seed 多路检索): ``bm25`` (rank_bm25 over CJK-safe tokens), ``vector``
+   (Chroma, cosine), ``tags`` (memories with a tag occurring in the context), plus any extra path passed in
+   `extra_paths` (the hook for world-book triggers: a callable `PathQuery -> [PathHit]`; a hit names a memory
+   id, or carries a ready `Candidate` of its own kind, e.g. a world-book entry).
+3. Fusion (seed 结果融合): reciprocal-rank fusion of the paths' rankings, the best `pool` go on.
+4. Dedupe (seed `DeduplicateMemories`): candidates whose token overlap (Jaccard on jieba tokens) with a line
+   the character said recently exceeds `dedupe_threshold` (0.8) are dropped; so is a candidate too similar
+   to one already selected (the seed adds each kept memory to `seenContent`).
+5. Scoring (seed `CalculateMemoryScore`) and greedy MMR selection of the top `k`:
+
+       score = ( context_relevance · w_relevance + recency · w_recency + importance · w_importance
+               + diversity · w_diversity + layer_priority · w_layer ) · mention_penalty
+
+   - context_relevance = 0.6 · keyword + 0.4 · vector (seed `CalculateContextRelevance`). ``keyword`` is,
+     by default (`keyword_mode="bm25"`), the candidate's BM25 score divided by the best BM25 score of the
+     pool. The seed's own keyword score — the share of the memory's keywords found in the query — is
+     `keyword_mode="seed"` (``"max"``: the higher of the two). Measured on LoCoMo (one memory per turn,
+     questions as queries, relevance-only weights, R@10 over categories 1–4): seed share alone .33, max of
+     both .616, BM25 alone .629 — the share is 0 for almost every memory when the query is a short question.
+     ``vector`` is the cosine similarity of query and memory embeddings, floored at 0.
+   - recency = exp(−recency_rate · age in turns) (seed `CalculateRecencyScore`; default rate 0.01/turn).
+   - importance = the memory's importance.
+   - diversity = 1 − the highest cosine similarity to the memories already selected (MMR; 1 for the first).
+     The seed's sample code takes the lowest similarity, which contradicts its own comment (相似度越低,
+     多样性得分越高) and would reward a near-duplicate; the highest is what MMR uses.
+   - layer_priority: active 1.0, situational 0.8, event log 0.6, archive 0.4, anything else 0.5.
+   - mention_penalty = max(0.2, 1 − 0.2 · mention_count) (seed `AdjustScoreForMentionedMemory`).
+   Before selection, a candidate that only the vector path found and whose relevance is below
+   `min_relevance` (0.05) is dropped (seed 注入优化策略: 相关性过滤): without it, every retrieval fills its
+   `k` places with unrelated memories that recency, importance and layer alone score at ~0.45.
+6. The selected memories are marked as mentioned (seed `MarkMemoryAsMentioned`): their mention count goes
+   up, so the next retrieval penalises them.
+
+Every selected item carries its score breakdown (`Breakdown`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import numpy as np
+
+from nodes.keywords import MatchText, count_hits, jaccard, keyword_match_score, tokenize
+
+# --------------------------------------------------------------------------------------------------
+# Scenes and weights (seed 001 场景分析器, 动态权重调整)
+
+
+class Scene(StrEnum):
+    """Seed 001 `SceneType`, in the seed's order (which breaks ties)."""
+
+    CASUAL = "casual"
+    EMOTIONAL_TALK = "emotional_talk"
+    WORK_DISCUSSION = "work_discussion"
+    HISTORY_RECALL = "history_recall"
+    EMERGENCY = "emergency"
+    INTRODUCTION = "introduction"
+
+
+@dataclass(frozen=True)
+class ScoringWeights:
+    """Seed 001 `ScoringWeights`; the defaults are the seed's general ones (40/20/20/10/10)."""
+
+    context_relevance: float = 0.40
+    recency: float = 0.20
+    importance: float = 0.20
+    diversity: float = 0.10
+    layer_priority: float = 0.10
+
+
+SCENE_WEIGHTS: Mapping[Scene, ScoringWeights] = {
+    Scene.CASUAL: ScoringWeights(0.35, 0.25, 0.15, 0.15, 0.10),
+    Scene.EMOTIONAL_TALK: ScoringWeights(0.30, 0.15, 0.30, 0.10, 0.15),
+    Scene.WORK_DISCUSSION: ScoringWeights(0.45, 0.20, 0.20, 0.10, 0.05),
+    Scene.HISTORY_RECALL: ScoringWeights(0.40, 0.10, 0.25, 0.15, 0.10),
+    Scene.EMERGENCY: ScoringWeights(0.50, 0.30, 0.15, 0.05, 0.00),
+    Scene.INTRODUCTION: ScoringWeights(0.35, 0.20, 0.20, 0.15, 0.10),
+}
+
+# The seed's Chinese keywords first, then English equivalents (matched as whole, stemmed words).
+SCENE_KEYWORDS: Mapping[Scene, tuple[str, ...]] = {
+    Scene.CASUAL: ("天气", "食物", "娱乐", "聊天", "weather", "food", "fun", "chat"),
+    Scene.EMOTIONAL_TALK: ("爱", "恨", "悲伤", "快乐", "担心", "love", "hate", "sad", "happy", "worry"),
+    Scene.WORK_DISCUSSION: ("工作", "任务", "计划", "建造", "种植", "work", "task", "plan", "build", "plant"),
+    Scene.HISTORY_RECALL: ("记得", "以前", "那时候", "过去", "remember", "before", "back then", "past"),
+    Scene.EMERGENCY: ("危险", "紧急", "帮助", "逃跑", "danger", "emergency", "urgent", "help", "escape"),
+    Scene.INTRODUCTION: ("你好", "我是", "认识", "hello", "introduce", "meet"),
+}
+
+LAYER_PRIORITY: Mapping[str, float] = {"active": 1.0, "situational": 0.8, "event_log": 0.6, "archive": 0.4}
+DEFAULT_LAYER_PRIORITY = 0.5
+
+
+@dataclass(frozen=True)
+class SceneAnalysis:
+    scene: Scene
+    weights: ScoringWeights
+    hits: Mapping[str, int]  # scene → number of its keywords found
+
+
+def analyse_scene(text: str) -> SceneAnalysis:
+    """Seed 001 `IdentifyScene` + `GetWeightsForScene` (see the module docstring for ties)."""
+    context = MatchText.of(text)
+    hits = {scene.value: count_hits(words, context) for scene, words in SCENE_KEYWORDS.items()}
+    best = max(Scene, key=lambda s: (hits[s.value], -list(Scene).index(s)))
+    return SceneAnalysis(best, SCENE_WEIGHTS[best], hits)
+
+
+# --------------------------------------------------------------------------------------------------
+# Factors (seed 001 各评分因子详解)
+
+
+def recency_score(age_turns: float, rate: float) -> float:
+    """Seed `CalculateRecencyScore`: exp(−rate · age); a memory from the future counts as age 0."""
+    return math.exp(-rate * max(0.0, age_turns))
+
+
+def layer_priority(layer: str | None) -> float:
+    """Seed `CalculateLayerPriorityScore`."""
+    return LAYER_PRIORITY.get(layer or "", DEFAULT_LAYER_PRIORITY)
+
+
+def mention_penalty(mention_count: int, step: float = 0.2, floor: float = 0.2) -> float:
+    """Seed `AdjustScoreForMentionedMemory`: the factor on the score, 1 for a memory never mentioned."""
+    if mention_count <= 0:
+        return 1.0
+    return max(floor, 1.0 - step * mention_count)
+
+
+def context_relevance(keyword: float, vector: float, keyword_share: float = 0.6, vector_share: float = 0.4) -> float:
+    """Seed `CalculateContextRelevance`: keyword · 0.6 + vector · 0.4."""
+    return keyword * keyword_share + vector * vector_share
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0 or a.shape != b.shape:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def diversity_score(similarities_to_selected: Sequence[float]) -> float:
+    """1 − the highest similarity to what is already selected (MMR), in [0, 1]; 1 when nothing is."""
+    if not len(similarities_to_selected):
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - max(similarities_to_selected)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Candidates, paths and fusion
+
+
+@dataclass
+class Candidate:
+    """Anything that can be selected: a memory, or an item an extra path brings (`kind` other than
+    ``memory``, e.g. a world-book entry). `tokens` are its search tokens (for dedupe)."""
+
+    kind: str
+    id: int | str
+    content: str
+    importance: float = 0.5
+    layer: str | None = None
+    turn: int = 0
+    keywords: Sequence[str] = ()
+    tags: Sequence[str] = ()
+    mention_count: int = 0
+    embedding: np.ndarray | None = None
+    tokens: frozenset[str] | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int | str]:
+        return (self.kind, self.id)
+
+
+@dataclass(frozen=True)
+class PathHit:
+    """One candidate found by a path: a memory id (kind ``memory``) or an item of its own (`item`)."""
+
+    id: int | str
+    score: float
+    kind: str = "memory"
+    item: Candidate | None = None
+
+    @property
+    def key(self) -> tuple[str, int | str]:
+        return (self.kind, self.id)
+
+
+@dataclass(frozen=True)
+class PathQuery:
+    """What a candidate path gets: who is remembering, the query (text, tokens, embedding) and the context."""
+
+    instance_id: int
+    character_id: int
+    query: str
+    tokens: Sequence[str]
+    embedding: np.ndarray
+    context: MatchText
+    turn: int
+    limit: int
+
+
+CandidatePath = Callable[[PathQuery], Sequence[PathHit]]
+BUILTIN_PATHS = ("bm25", "vector", "tags")
+KEYWORD_MODES = ("bm25", "seed", "max")
+
+
+@dataclass(frozen=True)
+class Fused:
+    key: tuple[str, int | str]
+    rrf: float
+    ranks: Mapping[str, int]  # path → 1-based rank
+    scores: Mapping[str, float]  # path → the path's own score
+    item: Candidate | None = None
+
+
+def fuse(paths: Mapping[str, Sequence[PathHit]], *, rrf_k: int = 60, limit: int | None = None) -> list[Fused]:
+    """Reciprocal-rank fusion: Σ over paths of 1 / (rrf_k + rank); best first, ties by best single rank,
+    then by the order of the paths and of their hits."""
+    table: dict[tuple[str, int | str], dict[str, Any]] = {}
+    order = 0
+    for path, hits in paths.items():
+        seen: set[tuple[str, int | str]] = set()
+        for rank, hit in enumerate(hits, start=1):
+            if hit.key in seen:
+                continue
+            seen.add(hit.key)
+            entry = table.get(hit.key)
+            if entry is None:
+                entry = table[hit.key] = {"rrf": 0.0, "ranks": {}, "scores": {}, "item": None, "order": order}
+                order += 1
+            entry["rrf"] += 1.0 / (rrf_k + rank)
+            entry["ranks"][path] = rank
+            entry["scores"][path] = float(hit.score)
+            if hit.item is not None and entry["item"] is None:
+                entry["item"] = hit.item
+    ranked = sorted(table.items(), key=lambda kv: (-kv[1]["rrf"], min(kv[1]["ranks"].values()), kv[1]["order"]))
+    if limit is not None:
+        ranked = ranked[:limit]
+    return [Fused(key, e["rrf"], e["ranks"], e["scores"], e["item"]) for key, e in ranked]
+
+
+# --------------------------------------------------------------------------------------------------
+# Dedupe (seed 001 记忆去重)
+
+
+def _tokens_of(candidate: Candidate) -> frozenset[str]:
+    if candidate.tokens is None:
+        candidate.tokens = frozenset(tokenize(candidate.content))
+    return candidate.tokens
+
+
+def drop_said_recently(
+    candidates: Sequence[Candidate], recent_lines: Sequence[str], threshold: float = 0.8
+) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    """Seed `DeduplicateMemories`: drop candidates whose Jaccard token similarity with something the
+    character said recently is above `threshold`. Returns (kept, dropped with the line's similarity)."""
+    said = [frozenset(tokenize(line)) for line in recent_lines if line and line.strip()]
+    kept: list[Candidate] = []
+    dropped: list[dict[str, Any]] = []
+    for candidate in candidates:
+        tokens = _tokens_of(candidate)
+        best = max((jaccard(tokens, line) for line in said), default=0.0)
+        if best > threshold:
+            dropped.append({"kind": candidate.kind, "id": candidate.id, "reason": "said_recently", "similarity": best})
+        else:
+            kept.append(candidate)
+    return kept, dropped
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring and selection
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Why an item scored what it did: every factor, its weighted share, and the paths that found it."""
+
+    scene: str
+    context_relevance: float
+    keyword: float
+    vector: float
+    recency: float
+    importance: float
+    diversity: float
+    layer_priority: float
+    mention_penalty: float
+    weighted: Mapping[str, float]
+    paths: Mapping[str, int]
+    score: float
+
+
+@dataclass(frozen=True)
+class RetrievedItem:
+    kind: str
+    id: int | str
+    content: str
+    score: float
+    breakdown: Breakdown
+    layer: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "content": self.content,
+            "score": self.score,
+            "layer": self.layer,
+            **dict(self.data),
+            "breakdown": asdict(self.breakdown),
+        }
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Knobs of a retrieval; defaults from seed 001 where it gives them (k = maxMemories = 10, the 0.6/0.4
+    relevance mix, the 0.2 mention step and floor, the 0.8 dedupe threshold)."""
+
+    k: int = 10
+    path_limit: int = 50  # candidates each path returns
+    pool: int = 100  # fused candidates that are scored
+    rrf_k: int = 60
+    keyword_share: float = 0.6
+    vector_share: float = 0.4
+    recency_rate: float = 0.01  # per turn
+    mention_step: float = 0.2
+    mention_floor: float = 0.2
+    dedupe_threshold: float = 0.8
+    keyword_mode: str = "bm25"  # "bm25", "seed" (share of the memory's keywords in the query) or "max" of both
+    min_relevance: float = 0.05  # a candidate only the vector path found is dropped below this relevance
+    weights: ScoringWeights | None = None  # fixed weights instead of the scene's
+    mark_mentioned: bool = True
+
+
+@dataclass
+class _Scored:
+    candidate: Candidate
+    keyword: float
+    vector: float
+    relevance: float
+    recency: float
+    layer_priority: float
+    penalty: float
+    paths: Mapping[str, int]
+
+
+def score_candidates(
+    candidates: Sequence[Candidate],
+    fused: Mapping[tuple[str, int | str], Fused],
+    query: MatchText,
+    query_embedding: np.ndarray | None,
+    turn: int,
+    config: RetrievalConfig,
+) -> list[_Scored]:
+    """The factors that do not depend on what is already selected (everything but diversity)."""
+    bm25 = {c.key: fused[c.key].scores.get("bm25", 0.0) if c.key in fused else 0.0 for c in candidates}
+    best_bm25 = max(bm25.values(), default=0.0)
+    scored = []
+    if config.keyword_mode not in KEYWORD_MODES:
+        raise ValueError(f"keyword mode {config.keyword_mode!r} is not one of {', '.join(KEYWORD_MODES)}")
+    for candidate in candidates:
+        share = keyword_match_score(candidate.keywords, query) if config.keyword_mode != "bm25" else 0.0
+        normalised = bm25[candidate.key] / best_bm25 if best_bm25 > 0 else 0.0
+        keyword = {"bm25": normalised, "seed": share, "max": max(share, normalised)}[config.keyword_mode]
+        vector = 0.0
+        if query_embedding is not None and candidate.embedding is not None:
+            vector = max(0.0, cosine(query_embedding, candidate.embedding))
+        scored.append(
+            _Scored(
+                candidate=candidate,
+                keyword=keyword,
+                vector=vector,
+                relevance=context_relevance(keyword, vector, config.keyword_share, config.vector_share),
+                recency=recency_score(turn - candidate.turn, config.recency_rate),
+                layer_priority=layer_priority(candidate.layer),
+                penalty=mention_penalty(candidate.mention_count, config.mention_step, config.mention_floor),
+                paths=dict(fused[candidate.key].ranks) if candidate.key in fused else {},
+            )
+        )
+    return scored
+
+
+def drop_irrelevant(scored: Sequence[_Scored], min_relevance: float) -> tuple[list[_Scored], list[dict[str, Any]]]:
+    """Seed 001 注入优化策略 相关性过滤: a candidate that only the vector path found (no shared word, tag or
+    trigger) and whose context relevance is below `min_relevance` is not related to the context."""
+    kept, dropped = [], []
+    for item in scored:
+        if item.relevance < min_relevance and set(item.paths) <= {"vector"}:
+            dropped.append(
+                {
+                    "kind": item.candidate.kind,
+                    "id": item.candidate.id,
+                    "reason": "irrelevant",
+                    "relevance": item.relevance,
+                }
+            )
+        else:
+            kept.append(item)
+    return kept, dropped
+
+
+def _similarity_matrix(items: Sequence[_Scored]) -> np.ndarray:
+    """Pairwise similarity: cosine of embeddings where both have one, token Jaccard otherwise."""
+    n = len(items)
+    matrix = np.zeros((n, n), dtype=np.float64)
+    have = [i for i, s in enumerate(items) if s.candidate.embedding is not None]
+    if have:
+        vectors = np.stack([np.asarray(items[i].candidate.embedding, dtype=np.float64) for i in have])
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.where(norms == 0, 1.0, norms)
+        sims = vectors @ vectors.T
+        matrix[np.ix_(have, have)] = sims
+    missing = [i for i, s in enumerate(items) if s.candidate.embedding is None]
+    for i in missing:
+        for j in range(n):
+            matrix[i, j] = matrix[j, i] = jaccard(_tokens_of(items[i].candidate), _tokens_of(items[j].candidate))
+    return matrix
+
+
+def select(
+    scored: Sequence[_Scored], weights: ScoringWeights, scene: Scene, k: int, dedupe_threshold: float = 0.8
+) -> tuple[list[RetrievedItem], list[dict[str, Any]]]:
+    """Greedy MMR: repeatedly take the candidate with the best total score given what is already taken
+    (diversity changes as items are taken). A candidate whose tokens overlap an already taken one by more
+    than `dedupe_threshold` is skipped (seed: seenContent). Returns (selected best first, skipped)."""
+    n = len(scored)
+    if n == 0 or k <= 0:
+        return [], []
+    similarity = _similarity_matrix(scored)
+    static = np.array(
+        [
+            s.relevance * weights.context_relevance
+            + s.recency * weights.recency
+            + s.candidate.importance * weights.importance
+            + s.layer_priority * weights.layer_priority
+            for s in scored
+        ]
+    )
+    penalty = np.array([s.penalty for s in scored])
+    max_similarity = np.full(n, -np.inf)
+    available = np.ones(n, dtype=bool)
+    chosen: list[RetrievedItem] = []
+    chosen_tokens: list[tuple[int | str, frozenset[str]]] = []
+    skipped: list[dict[str, Any]] = []
+    while len(chosen) < k and available.any():
+        diversity = np.where(np.isinf(max_similarity), 1.0, np.clip(1.0 - max_similarity, 0.0, 1.0))
+        total = (static + diversity * weights.diversity) * penalty
+        total = np.where(available, total, -np.inf)
+        best = int(np.argmax(total))  # first of equal scores: fused order breaks ties
+        available[best] = False
+        item = scored[best]
+        tokens = _tokens_of(item.candidate)
+        duplicate = next((key for key, seen in chosen_tokens if jaccard(tokens, seen) > dedupe_threshold), None)
+        if duplicate is not None:
+            skipped.append(
+                {"kind": item.candidate.kind, "id": item.candidate.id, "reason": "duplicate_of", "of": duplicate}
+            )
+            continue
+        chosen_tokens.append((item.candidate.id, tokens))
+        max_similarity = np.maximum(max_similarity, similarity[best])
+        weighted = {
+            "context_relevance": item.relevance * weights.context_relevance,
+            "recency": item.recency * weights.recency,
+            "importance": item.candidate.importance * weights.importance,
+            "diversity": float(diversity[best]) * weights.diversity,
+            "layer_priority": item.layer_priority * weights.layer_priority,
+        }
+        breakdown = Breakdown(
+            scene=scene.value,
+            context_relevance=item.relevance,
+            keyword=item.keyword,
+            vector=item.vector,
+            recency=item.recency,
+            importance=item.candidate.importance,
+            diversity=float(diversity[best]),
+            layer_priority=item.layer_priority,
+            mention_penalty=item.penalty,
+            weighted=weighted,
+            paths=item.paths,
+            score=float(total[best]),
+        )
+        chosen.append(
+            RetrievedItem(
+                kind=item.candidate.kind,
+                id=item.candidate.id,
+                content=item.candidate.content,
+                score=float(total[best]),
+                breakdown=breakdown,
+                layer=item.candidate.layer,
+                data=dict(item.candidate.data),
+            )
+        )
+    return chosen, skipped
+
+
+# --------------------------------------------------------------------------------------------------
+# Orchestration
+
+
+class KeywordIndex(Protocol):
+    """A snapshot of one character's keyword and tag indexes (`stores.memory.MemoryIndex` is one)."""
+
+    character_id: int
+    latest_turn: int
+
+    def bm25_search(self, tokens: Sequence[str], n: int) -> Sequence[tuple[int, float]]: ...
+    def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> Sequence[tuple[int, float]]: ...
+
+
+class MemorySource(Protocol):
+    """What `retrieve` needs from a store (`stores.memory.MemoryStore` is one)."""
+
+    def index(self, instance_id: int, character_id: int | None = None) -> KeywordIndex: ...
+    def embed_query(self, text: str) -> np.ndarray: ...
+    def vector_search(
+        self, instance_id: int, character_id: int, embedding: np.ndarray, n: int
+    ) -> Sequence[tuple[int, float, np.ndarray]]: ...
+    def embeddings(
+        self, instance_id: int, character_id: int, memory_ids: Sequence[int]
+    ) -> Mapping[int, np.ndarray]: ...
+    def load(self, instance_id: int, memory_ids: Sequence[int]) -> Mapping[int, Any]: ...
+    def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    instance_id: int
+    character_id: int
+    query: str
+    turn: int
+    scene: SceneAnalysis
+    items: tuple[RetrievedItem, ...]
+    dropped: tuple[dict[str, Any], ...] = ()
+    candidates: int = 0
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the graph state (last retrieval debug) and `--json`."""
+        return {
+            "instance_id": self.instance_id,
+            "character_id": self.character_id,
+            "query": self.query,
+            "turn": self.turn,
+            "scene": self.scene.scene.value,
+            "weights": asdict(self.scene.weights),
+            "scene_hits": dict(self.scene.hits),
+            "items": [item.to_dict() for item in self.items],
+            "dropped": list(self.dropped),
+            "candidates": self.candidates,
+            "timings_ms": dict(self.timings_ms),
+        }
+
+
+def memory_candidate(entry: Any, embedding: np.ndarray | None) -> Candidate:
+    """A stored memory (`stores.memory_tables.MemoryEntry`) as a candidate."""
+    return Candidate(
+        kind="memory",
+        id=entry.id,
+        content=entry.content,
+        importance=entry.importance,
+        layer=entry.layer,
+        turn=entry.turn,
+        keywords=tuple(entry.keywords or ()),
+        tags=tuple(entry.tags or ()),
+        mention_count=entry.mention_count,
+        embedding=embedding,
+        tokens=frozenset(entry.search_text.split()) if entry.search_text else None,
+        data={
+            "type": entry.type,
+            "tags": list(entry.tags or ()),
+            "turn": entry.turn,
+            "pinned": entry.pinned,
+            "user_edited": entry.user_edited,
+            "mention_count": entry.mention_count,
+        },
+    )
+
+
+def retrieve(
+    store: MemorySource,
+    instance_id: int,
+    query: str,
+    *,
+    context: str = "",
+    recent_own_lines: Sequence[str] = (),
+    turn: int | None = None,
+    character_id: int | None = None,
+    tags: Sequence[str] = (),
+    k: int | None = None,
+    extra_paths: Mapping[str, CandidatePath] | None = None,
+    config: RetrievalConfig | None = None,
+) -> RetrievalResult:
+    """Retrieve the memories of the instance's character (or `character_id`) for `query`.
+
+    `query`: what the memories must be relevant to (the user's message or the rewritten standalone query).
+    `context`: recent dialogue text, used with the query for scene analysis and tag matching.
+    `recent_own_lines`: what the character said recently (candidates repeating it are dropped).
+    `turn`: now, in turns (default: the latest memory's turn). `tags`: tags that select memories directly.
+    `extra_paths`: more candidate paths by name (world-book triggers). Returns the ranked items, each with
+    its score breakdown; the selected memories are marked as mentioned unless `config.mark_mentioned` is off.
+    """
+    config = config or RetrievalConfig()
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query is empty")
+    k = config.k if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k {k!r} is not a whole number ≥ 1")
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
+        raise ValueError(f"turn {turn!r} is not a whole number ≥ 0")
+    for name in extra_paths or {}:
+        if name in BUILTIN_PATHS:
+            raise ValueError(f"extra path {name!r} has the name of a built-in path")
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round((now - clock) * 1000, 3)
+        clock = now
+
+    started = clock
+    index = store.index(instance_id, character_id)
+    character = index.character_id
+    scene = analyse_scene(f"{query}\n{context}" if context else query)
+    query_match = MatchText.of(query)
+    scene_match = MatchText.of(f"{query}\n{context}") if context else query_match
+    tokens = tokenize(query)
+    now_turn = index.latest_turn if turn is None else turn
+    lap("analyse")
+    embedding = store.embed_query(query)
+    lap("embed")
+
+    limit = config.path_limit
+    paths: dict[str, Sequence[PathHit]] = {}
+    paths["bm25"] = [PathHit(i, s) for i, s in index.bm25_search(tokens, limit)]
+    lap("bm25")
+    vector_hits = store.vector_search(instance_id, character, embedding, limit)
+    paths["vector"] = [PathHit(i, s) for i, s, _e in vector_hits]
+    lap("vector")
+    paths["tags"] = [PathHit(i, s) for i, s in index.tag_search(scene_match, tags, limit)]
+    if extra_paths:
+        request = PathQuery(instance_id, character, query, tokens, embedding, scene_match, now_turn, limit)
+        for name, path in extra_paths.items():
+            paths[name] = list(path(request))
+    lap("paths")
+
+    fused = fuse(paths, rrf_k=config.rrf_k, limit=config.pool)
+    memory_ids = [f.key[1] for f in fused if f.key[0] == "memory" and f.item is None]
+    entries = store.load(instance_id, memory_ids)
+    vectors = {i: e for i, _s, e in vector_hits}
+    missing = [i for i in memory_ids if i not in vectors and i in entries]
+    vectors.update(store.embeddings(instance_id, character, missing))
+    candidates: list[Candidate] = []
+    for item in fused:
+        if item.item is not None:
+            candidates.append(item.item)
+        elif item.key[0] == "memory" and item.key[1] in entries and entries[item.key[1]].character_id == character:
+            candidates.append(memory_candidate(entries[item.key[1]], vectors.get(item.key[1])))
+    lap("load")
+
+    kept, dropped = drop_said_recently(candidates, recent_own_lines, config.dedupe_threshold)
+    weights = config.weights or scene.weights
+    by_key = {f.key: f for f in fused}
+    scored, irrelevant = drop_irrelevant(
+        score_candidates(kept, by_key, query_match, embedding, now_turn, config), config.min_relevance
+    )
+    items, skipped = select(scored, weights, scene.scene, k, config.dedupe_threshold)
+    lap("score")
+
+    if config.mark_mentioned:
+        store.mark_mentioned(instance_id, [item.id for item in items if item.kind == "memory"], now_turn)  # type: ignore[misc]
+        lap("mark")
+    timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+    return RetrievalResult(
+        instance_id=instance_id,
+        character_id=character,
+        query=query,
+        turn=now_turn,
+        scene=SceneAnalysis(scene.scene, weights, scene.hits),
+        items=tuple(items),
+        dropped=tuple(dropped + irrelevant + skipped),
+        candidates=len(candidates),
+        timings_ms=timings,
+    )

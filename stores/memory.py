@@ -1,0 +1,858 @@
+"""The character's long-term memory: CRUD, the Chroma index, cached BM25 and tag indexes, maintenance.
+
+Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算法, 性能优化策略) and seed 004 (记忆类型).
+
+- The database (SQLite or PostgreSQL, SQLModel) is the truth. Every memory belongs to one instance (save)
+  and one character of it (a role id, 0 for an instance without a role); every read and write is filtered
+  by instance, so an instance never sees another's memories.
+- Chroma holds one collection per (instance, character), ``memories_<instance>_<character>``, with
+  metadata ``instance_id``, ``character_id``, ``memory_id``, ``layer``, ``type``, ``turn``. A collection per
+  instance rather than a ``where`` filter on one shared collection: with Chroma's embedded engine a metadata
+  filter costs 15–40 ms per query at 10,000 memories, an unfiltered query in its own collection 2–3 ms.
+  Vector hits are always checked against the database, so a vector left behind by a failed write is never
+  returned. `reindex` rebuilds an instance's collections from the database.
+- BM25 (rank_bm25's Okapi model over CJK-safe tokens) and the tag index are built once per
+  (instance, character) and cached in the process. Each write that changes what they see increments the
+  instance's revision (`MemoryIndexState`) in the same transaction; a search compares revisions (one
+  primary-key read) and rebuilds only when they differ, so caches stay right across processes.
+- Memory tokens are computed at write time (`MemoryEntry.search_text`), so building an index reads one
+  column instead of running jieba over every memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+from sqlalchemy import case, delete, func, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
+
+from nodes.keywords import MatchText, extract_keywords, has_han, tokenize
+from nodes.memory_layers import (
+    Layer,
+    LayerConfig,
+    LayerMemory,
+    MemoryType,
+    Transition,
+    check_importance,
+    initial_importance,
+    parse_layer,
+    parse_type,
+    plan_maintenance,
+)
+from stores.config import data_dir, database_url
+from stores.db import session_scope
+from stores.memory_tables import MemoryEntry, MemoryIndexState
+from stores.saves import get_save
+from stores.tables import Save, utcnow
+
+CHROMA_BATCH = 1000
+INDEX_CACHE_SIZE = 64
+# Lucene/Anserini's BM25 parameters rather than rank_bm25's 1.5 / 0.75: memories are short, and on LoCoMo
+# (one memory per turn) they raise BM25 recall@10 from .594 to .615.
+BM25_K1 = 0.9
+BM25_B = 0.4
+
+
+class MemoryNotFoundError(LookupError):
+    """No memory with that id in that instance."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Input validation (everything is checked before anything is written)
+
+
+def _clean_tags(tags: Iterable[str] | str | None, what: str = "tag") -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        tags = tags.replace("，", ",").split(",")
+    cleaned: list[str] = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise ValueError(f"{what} {tag!r} is not text")
+        tag = tag.strip()
+        if tag and tag not in cleaned:
+            cleaned.append(tag)
+    return cleaned
+
+
+def _check_content(content: object) -> str:
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("memory content is empty")
+    return content.strip()
+
+
+def _check_turn(turn: object) -> int:
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+        raise ValueError(f"turn {turn!r} is not a whole number ≥ 0")
+    return turn
+
+
+def _search_text(content: str, tags: Sequence[str]) -> str:
+    return " ".join(tokenize(" ".join([content, *tags])))
+
+
+def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """Validate one new memory's fields (`content` required; `type`, `layer`, `importance`, `tags`,
+    `keywords`, `turn`, `related_character`, `location`, `notes`, `pinned` optional) and fill the defaults:
+    type ``event``, layer ``active`` (seed: 新记忆首先进入Active层), importance by type, keywords extracted
+    from the content. `ValueError` naming `where` and the bad field."""
+    allowed = {
+        "content",
+        "type",
+        "layer",
+        "importance",
+        "tags",
+        "keywords",
+        "turn",
+        "related_character",
+        "location",
+        "notes",
+        "pinned",
+    }
+    unknown = set(item) - allowed
+    if unknown:
+        raise ValueError(f"{where or 'memory'}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        content = _check_content(item.get("content"))
+        memory_type = parse_type(item.get("type") or MemoryType.EVENT)
+        layer = parse_layer(item.get("layer") or Layer.ACTIVE)
+        importance = item.get("importance")
+        importance = initial_importance(memory_type) if importance is None else check_importance(importance)
+        tags = _clean_tags(item.get("tags"))
+        keywords = item.get("keywords")
+        keywords = extract_keywords(content) if keywords is None else _clean_tags(keywords, "keyword")
+        turn = item.get("turn")
+        if turn is not None:
+            turn = _check_turn(turn)
+        texts = {name: item.get(name) or "" for name in ("related_character", "location", "notes")}
+        for name, value in texts.items():
+            if not isinstance(value, str):
+                raise ValueError(f"{name} {value!r} is not text")
+    except ValueError as exc:
+        if not where:
+            raise
+        raise ValueError(f"{where}: {exc}") from None
+    return {
+        "content": content,
+        "type": memory_type.value,
+        "layer": layer.value,
+        "importance": importance,
+        "tags": tags,
+        "keywords": keywords,
+        "turn": turn,
+        "pinned": bool(item.get("pinned", False)),
+        "search_text": _search_text(content, tags),
+        **texts,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# BM25 over cached postings
+
+
+class BM25Index:
+    """rank_bm25's `BM25Okapi` (its IDF, k1, b and epsilon), scored through postings lists.
+
+    `BM25Okapi.get_scores` loops in Python over every document for every query token; at 10,000 memories
+    that is most of a retrieval's time budget. The scores here are the same numbers (tested against
+    `get_scores`), computed only for documents that contain a query token."""
+
+    def __init__(
+        self, ids: Sequence[int], docs: Sequence[Sequence[str]], k1: float = BM25_K1, b: float = BM25_B
+    ) -> None:
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.idf: dict[str, float] = {}
+        self.k1 = k1
+        if not docs or not any(docs):
+            return
+        model = BM25Okapi([list(doc) for doc in docs], k1=k1, b=b)
+        self.idf = dict(model.idf)
+        doc_len = np.asarray(model.doc_len, dtype=np.float64)
+        self.norm = k1 * (1 - b + b * doc_len / model.avgdl)
+        rows: dict[str, tuple[list[int], list[int]]] = {}
+        for index, freqs in enumerate(model.doc_freqs):
+            for token, tf in freqs.items():
+                entry = rows.setdefault(token, ([], []))
+                entry[0].append(index)
+                entry[1].append(tf)
+        self.postings = {
+            token: (np.asarray(idx, dtype=np.int64), np.asarray(tf, dtype=np.float64))
+            for token, (idx, tf) in rows.items()
+        }
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def score_array(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(document indexes that contain a query token, their BM25 scores)."""
+        scores = np.zeros(len(self.ids), dtype=np.float64)
+        touched = np.zeros(len(self.ids), dtype=bool)
+        for token, count in _counts(tokens).items():
+            posting = self.postings.get(token)
+            if posting is None:
+                continue
+            idx, tf = posting
+            scores[idx] += count * self.idf.get(token, 0.0) * (tf * (self.k1 + 1) / (tf + self.norm[idx]))
+            touched[idx] = True
+        hit = np.flatnonzero(touched)
+        return hit, scores[hit]
+
+    def top(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
+        """The `n` best (memory id, score), best first; only memories sharing a token with the query."""
+        hit, scores = self.score_array(tokens)
+        if not len(hit) or n <= 0:
+            return []
+        if len(hit) > n:
+            keep = np.argpartition(-scores, n - 1)[:n]
+            hit, scores = hit[keep], scores[keep]
+        order = np.lexsort((self.ids[hit], -scores))
+        return [(int(self.ids[hit[i]]), float(scores[i])) for i in order]
+
+
+def _counts(tokens: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for token in tokens:
+        counts[token] = counts.get(token, 0) + 1
+    return counts
+
+
+@dataclass
+class MemoryIndex:
+    """A snapshot of one character's keyword and tag indexes in one instance, as of `revision`."""
+
+    instance_id: int
+    character_id: int
+    revision: int
+    bm25: BM25Index
+    tags: dict[str, list[int]]  # tag (lower case) → memory ids, newest first
+    tag_forms: list[tuple[str, bool, frozenset[str]]]  # (tag, is Chinese, tokens) for matching
+    latest_turn: int  # the latest turn among the memories (the default "now" of a retrieval)
+
+    def __len__(self) -> int:
+        return len(self.bm25)
+
+    def bm25_search(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
+        """Keyword path: the `n` best memories by BM25 over CJK-safe tokens, (id, score) best first."""
+        return self.bm25.top(tokens, n)
+
+    def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> list[tuple[int, float]]:
+        """Tag path (seed 001 标签过滤检索): memories with a tag that occurs in the context or is one of
+        `tags`, (id, number of matched tags) most matched first, then newest."""
+        wanted = {t.strip().lower() for t in tags if t.strip()}
+        counts: dict[int, int] = {}
+        for tag, han, words in self.tag_forms:
+            if tag in wanted or (han and tag in context.lower) or (not han and words and words <= context.tokens):
+                for memory_id in self.tags[tag]:
+                    counts[memory_id] = counts.get(memory_id, 0) + 1
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], -item[0]))
+        return [(memory_id, float(count)) for memory_id, count in ranked[:n]]
+
+
+_INDEXES: OrderedDict[tuple[str, int, int, float, float], MemoryIndex] = OrderedDict()
+_ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance's role: it never changes
+_INDEX_LOCK = threading.Lock()
+_COLLECTIONS: dict[tuple[str, str], Any] = {}
+_COLLECTION_LOCK = threading.Lock()
+
+
+def clear_index_cache() -> None:
+    with _INDEX_LOCK:
+        _INDEXES.clear()
+        _ROLES.clear()
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+
+
+class MemoryRow(NamedTuple):
+    """The columns of a memory that retrieval scores and shows."""
+
+    id: int
+    character_id: int
+    content: str
+    type: str
+    layer: str
+    turn: int
+    importance: float
+    tags: list[str]
+    keywords: list[str]
+    search_text: str
+    mention_count: int
+    pinned: bool
+    user_edited: bool
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What one maintenance step did to an instance."""
+
+    instance_id: int
+    turn: int
+    transitions: tuple[Transition, ...] = ()
+    deleted: tuple[int, ...] = ()
+    counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # character → layer → count
+
+
+def memory_to_dict(entry: MemoryEntry) -> dict[str, Any]:
+    """A memory as JSON-ready plain data (no `search_text`)."""
+    data = entry.model_dump(exclude={"search_text"})
+    for key, value in data.items():
+        if isinstance(value, datetime):
+            data[key] = value.isoformat()
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
+# The store
+
+
+@dataclass
+class MemoryStore:
+    """A handle on the memory store: a database URL (default `PERSONALAB_DATABASE_URL` / the embedded
+    SQLite file) and a Chroma path (default ``<data dir>/chroma``). Cheap to create; caches are per process."""
+
+    db_url: str | None = None
+    chroma_path: str | None = None
+    bm25_k1: float = BM25_K1
+    bm25_b: float = BM25_B
+
+    # ---- plumbing ------------------------------------------------------------------------------
+
+    def _url(self) -> str:
+        return self.db_url or database_url()
+
+    def _chroma_path(self) -> str:
+        return str(self.chroma_path or (data_dir() / "chroma"))
+
+    def _collection(self, instance_id: int, character_id: int) -> Any:
+        """The raw chromadb collection of one character of one instance (the langchain wrapper hides the
+        stored embeddings, which diversity scoring needs)."""
+        from stores.vectors import get_collection
+
+        name = f"memories_{instance_id}_{character_id}"
+        key = (self._chroma_path(), name)
+        with _COLLECTION_LOCK:
+            found = _COLLECTIONS.get(key)
+            if found is None:
+                found = get_collection(name, path=self.chroma_path)._collection
+                _COLLECTIONS[key] = found
+        return found
+
+    @staticmethod
+    def _check_character(character_id: object) -> int:
+        if isinstance(character_id, bool) or not isinstance(character_id, int) or character_id < 0:
+            raise ValueError(f"character id {character_id!r} is not a whole number ≥ 0")
+        return character_id
+
+    @classmethod
+    def _character(cls, session: Session, instance_id: int, character_id: int | None) -> int:
+        save: Save = get_save(session, instance_id)
+        if character_id is None:
+            return int(save.role_id or 0)
+        return cls._check_character(character_id)
+
+    @staticmethod
+    def _entry(session: Session, instance_id: int, memory_id: int) -> MemoryEntry:
+        entry = session.get(MemoryEntry, memory_id) if isinstance(memory_id, int) else None
+        if entry is None or entry.instance_id != instance_id:
+            raise MemoryNotFoundError(f"memory {memory_id} does not exist in instance {instance_id}")
+        return entry
+
+    @staticmethod
+    def _bump_revision(session: Session, instance_id: int) -> None:
+        dialect = session.get_bind().dialect.name
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert(MemoryIndexState).values(instance_id=instance_id, revision=1)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["instance_id"], set_={"revision": MemoryIndexState.revision + 1}
+        )
+        session.exec(stmt)
+
+    @staticmethod
+    def _revision(session: Session, instance_id: int) -> int:
+        state = session.get(MemoryIndexState, instance_id)
+        return state.revision if state else 0
+
+    @staticmethod
+    def _metadata(entry: MemoryEntry) -> dict[str, Any]:
+        return {
+            "instance_id": entry.instance_id,
+            "character_id": entry.character_id,
+            "memory_id": entry.id,
+            "layer": entry.layer,
+            "type": entry.type,
+            "turn": entry.turn,
+        }
+
+    @staticmethod
+    def _latest_turn(session: Session, instance_id: int, character_id: int) -> int:
+        stmt = select(func.max(MemoryEntry.turn)).where(
+            MemoryEntry.instance_id == instance_id, MemoryEntry.character_id == character_id
+        )
+        return int(session.exec(stmt).one() or 0)
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def add_memory(
+        self,
+        instance_id: int,
+        content: str,
+        *,
+        type: str = MemoryType.EVENT,
+        layer: str = Layer.ACTIVE,
+        importance: float | None = None,
+        tags: Sequence[str] | str | None = None,
+        keywords: Sequence[str] | None = None,
+        turn: int | None = None,
+        related_character: str = "",
+        location: str = "",
+        notes: str = "",
+        pinned: bool = False,
+        character_id: int | None = None,
+    ) -> MemoryEntry:
+        """Store one memory and index it; returns it with its id. Defaults: see `prepare_new_memory`;
+        `turn` defaults to the latest turn of the character's memories, `character_id` to the instance's role."""
+        item = {
+            "content": content,
+            "type": type,
+            "layer": layer,
+            "importance": importance,
+            "tags": tags,
+            "keywords": keywords,
+            "turn": turn,
+            "related_character": related_character,
+            "location": location,
+            "notes": notes,
+            "pinned": pinned,
+        }
+        return self.add_memories(instance_id, [item], character_id=character_id)[0]
+
+    def add_memories(
+        self, instance_id: int, items: Sequence[Mapping[str, Any]], *, character_id: int | None = None
+    ) -> list[MemoryEntry]:
+        """Store many memories of one character in one transaction (all or nothing)."""
+        prepared = [
+            prepare_new_memory(item, "" if len(items) == 1 else f"memory {index + 1} of {len(items)}")
+            for index, item in enumerate(items)
+        ]
+        if not prepared:
+            return []
+        from stores.embeddings import get_embeddings
+
+        vectors = get_embeddings().embed_documents([p["content"] for p in prepared])
+        with session_scope(self._url()) as session:
+            character = self._character(session, instance_id, character_id)
+            default_turn = None
+            entries = []
+            for fields in prepared:
+                if fields["turn"] is None:
+                    if default_turn is None:
+                        default_turn = self._latest_turn(session, instance_id, character)
+                    fields["turn"] = default_turn
+                turn = fields["turn"]
+                entries.append(
+                    MemoryEntry(
+                        instance_id=instance_id,
+                        character_id=character,
+                        activity=1.0,
+                        activity_turn=turn,
+                        layer_since_turn=turn,
+                        **fields,
+                    )
+                )
+            session.add_all(entries)
+            session.flush()
+            self._bump_revision(session, instance_id)
+            collection = self._collection(instance_id, character)
+            for start in range(0, len(entries), CHROMA_BATCH):
+                chunk = entries[start : start + CHROMA_BATCH]
+                collection.upsert(
+                    ids=[str(e.id) for e in chunk],
+                    embeddings=[list(map(float, v)) for v in vectors[start : start + CHROMA_BATCH]],
+                    metadatas=[self._metadata(e) for e in chunk],
+                    documents=[e.content for e in chunk],
+                )
+        return entries
+
+    def edit_memory(
+        self,
+        instance_id: int,
+        memory_id: int,
+        *,
+        content: str | None = None,
+        type: str | None = None,
+        layer: str | None = None,
+        importance: float | None = None,
+        tags: Sequence[str] | str | None = None,
+        keywords: Sequence[str] | None = None,
+        notes: str | None = None,
+        location: str | None = None,
+        related_character: str | None = None,
+    ) -> MemoryEntry:
+        """A user edit: change the given fields and set `user_edited`, which keeps the layer flow off this
+        memory for good (seed: isUserEdited 保护用户修改的内容). New content gets new keywords (unless
+        given), tokens and embedding."""
+        changes: dict[str, Any] = {}
+        if content is not None:
+            changes["content"] = _check_content(content)
+        if type is not None:
+            changes["type"] = parse_type(type).value
+        if layer is not None:
+            changes["layer"] = parse_layer(layer).value
+        if importance is not None:
+            changes["importance"] = check_importance(importance)
+        if tags is not None:
+            changes["tags"] = _clean_tags(tags)
+        if keywords is not None:
+            changes["keywords"] = _clean_tags(keywords, "keyword")
+        for name, value in (("notes", notes), ("location", location), ("related_character", related_character)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise ValueError(f"{name} {value!r} is not text")
+                changes[name] = value
+        if not changes:
+            raise ValueError(f"nothing to change in memory {memory_id}")
+        vector = None
+        if "content" in changes:
+            from stores.embeddings import get_embeddings
+
+            vector = get_embeddings().embed_query(changes["content"])
+            if "keywords" not in changes:
+                changes["keywords"] = extract_keywords(changes["content"])
+        with session_scope(self._url()) as session:
+            entry = self._entry(session, instance_id, memory_id)
+            text_changed = "content" in changes or "tags" in changes
+            if "layer" in changes and changes["layer"] != entry.layer:
+                entry.layer_since_turn = self._latest_turn(session, instance_id, entry.character_id)
+            for name, value in changes.items():
+                setattr(entry, name, value)
+            if text_changed:
+                entry.search_text = _search_text(entry.content, entry.tags)
+                self._bump_revision(session, instance_id)
+            entry.user_edited = True
+            entry.updated_at = utcnow()
+            session.add(entry)
+            session.flush()
+            collection = self._collection(instance_id, entry.character_id)
+            if vector is not None:
+                collection.upsert(
+                    ids=[str(entry.id)],
+                    embeddings=[list(map(float, vector))],
+                    metadatas=[self._metadata(entry)],
+                    documents=[entry.content],
+                )
+            else:
+                collection.update(ids=[str(entry.id)], metadatas=[self._metadata(entry)])
+            return entry
+
+    def set_pinned(self, instance_id: int, memory_id: int, pinned: bool = True) -> MemoryEntry:
+        """Pin (seed: isPinned, 不会被删除) or unpin a memory."""
+        with session_scope(self._url()) as session:
+            entry = self._entry(session, instance_id, memory_id)
+            entry.pinned = bool(pinned)
+            entry.updated_at = utcnow()
+            session.add(entry)
+            return entry
+
+    def delete_memory(self, instance_id: int, memory_id: int) -> None:
+        """Delete a memory (by the user) from the database and its vector from Chroma."""
+        with session_scope(self._url()) as session:
+            entry = self._entry(session, instance_id, memory_id)
+            character = entry.character_id
+            session.delete(entry)
+            session.flush()
+            self._bump_revision(session, instance_id)
+            self._collection(instance_id, character).delete(ids=[str(memory_id)])
+
+    def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None:
+        """Seed 001 `MarkMemoryAsMentioned`: one more mention at `turn`; the recall also refreshes the
+        memory's activity (see `nodes.memory_layers`). One UPDATE for all ids."""
+        ids = [int(i) for i in memory_ids]
+        if not ids:
+            return
+        turn = _check_turn(turn)
+        with session_scope(self._url()) as session:
+            session.exec(
+                update(MemoryEntry)
+                .where(col(MemoryEntry.id).in_(ids), MemoryEntry.instance_id == instance_id)
+                .values(
+                    mention_count=MemoryEntry.mention_count + 1,
+                    last_mentioned_turn=turn,
+                    last_mentioned_at=utcnow(),
+                    activity=1.0,
+                    activity_turn=case((MemoryEntry.activity_turn > turn, MemoryEntry.activity_turn), else_=turn),
+                )
+            )
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def get_memory(self, instance_id: int, memory_id: int) -> MemoryEntry:
+        with session_scope(self._url()) as session:
+            get_save(session, instance_id)
+            return self._entry(session, instance_id, memory_id)
+
+    def list_memories(
+        self,
+        instance_id: int,
+        *,
+        character_id: int | None = None,
+        layer: str | None = None,
+        type: str | None = None,
+        limit: int | None = None,
+    ) -> list[MemoryEntry]:
+        """An instance's memories in id order; all characters unless `character_id` is given."""
+        layer_value = parse_layer(layer).value if layer is not None else None
+        type_value = parse_type(type).value if type is not None else None
+        with session_scope(self._url()) as session:
+            get_save(session, instance_id)
+            stmt = select(MemoryEntry).where(MemoryEntry.instance_id == instance_id)
+            if character_id is not None:
+                stmt = stmt.where(MemoryEntry.character_id == character_id)
+            if layer_value is not None:
+                stmt = stmt.where(MemoryEntry.layer == layer_value)
+            if type_value is not None:
+                stmt = stmt.where(MemoryEntry.type == type_value)
+            stmt = stmt.order_by(col(MemoryEntry.id))
+            if limit is not None:
+                stmt = stmt.limit(limit)
+            return list(session.exec(stmt).all())
+
+    def count(self, instance_id: int) -> int:
+        with session_scope(self._url()) as session:
+            stmt = select(func.count()).select_from(MemoryEntry).where(MemoryEntry.instance_id == instance_id)
+            return int(session.exec(stmt).one())
+
+    # ---- retrieval support (used by nodes.retrieval) ------------------------------------------------
+
+    def resolve_character(self, instance_id: int, character_id: int | None = None) -> int:
+        """The character whose memories are meant: `character_id`, else the instance's role (0 if none).
+        `InstanceNotFoundError` for an unknown instance."""
+        with session_scope(self._url()) as session:
+            return self._character(session, instance_id, character_id)
+
+    def index(self, instance_id: int, character_id: int | None = None) -> MemoryIndex:
+        """The current keyword/tag index of a character's memories (`character_id` default: the instance's
+        role), from the process cache unless the instance's revision moved on. `InstanceNotFoundError` for an
+        unknown instance."""
+        url = self._url()
+        with session_scope(url) as session:
+            role = _ROLES.get((url, instance_id))
+            if role is None:
+                role = _ROLES[(url, instance_id)] = self._character(session, instance_id, None)
+            character_id = role if character_id is None else self._check_character(character_id)
+            revision = self._revision(session, instance_id)
+            key = (url, instance_id, character_id, self.bm25_k1, self.bm25_b)
+            with _INDEX_LOCK:
+                cached = _INDEXES.get(key)
+                if cached is not None and cached.revision == revision:
+                    _INDEXES.move_to_end(key)
+                    return cached
+            stmt = (
+                select(MemoryEntry.id, MemoryEntry.search_text, MemoryEntry.tags, MemoryEntry.turn)
+                .where(MemoryEntry.instance_id == instance_id, MemoryEntry.character_id == character_id)
+                .order_by(col(MemoryEntry.id))
+            )
+            rows = session.exec(stmt).all()
+        bm25 = BM25Index([row[0] for row in rows], [row[1].split() for row in rows], self.bm25_k1, self.bm25_b)
+        tags: dict[str, list[int]] = {}
+        for memory_id, _text, memory_tags, _turn in reversed(rows):
+            for tag in memory_tags or []:
+                tags.setdefault(tag.lower(), []).append(memory_id)
+        forms = [(tag, has_han(tag), frozenset(tokenize(tag))) for tag in tags]
+        latest = max((row[3] for row in rows), default=0)
+        index = MemoryIndex(instance_id, character_id, revision, bm25, tags, forms, latest)
+        with _INDEX_LOCK:
+            _INDEXES[key] = index
+            _INDEXES.move_to_end(key)
+            while len(_INDEXES) > INDEX_CACHE_SIZE:
+                _INDEXES.popitem(last=False)
+        return index
+
+    def embed_query(self, text: str) -> np.ndarray:
+        from stores.embeddings import get_embeddings
+
+        return np.asarray(get_embeddings().embed_query(text), dtype=np.float32)
+
+    def vector_search(
+        self, instance_id: int, character_id: int, embedding: np.ndarray, n: int
+    ) -> list[tuple[int, float, np.ndarray]]:
+        """Vector path: the `n` nearest memories in Chroma, (id, cosine similarity, embedding) best first."""
+        if n <= 0:
+            return []
+        collection = self._collection(instance_id, character_id)
+        found = collection.query(
+            query_embeddings=[np.asarray(embedding, dtype=np.float32).tolist()],
+            n_results=n,
+            include=["distances", "embeddings"],
+        )
+        ids = found["ids"][0] if found["ids"] else []
+        if not ids:
+            return []
+        distances = found["distances"][0]
+        embeddings = found["embeddings"][0]
+        return [
+            (int(i), 1.0 - float(d), np.asarray(e, dtype=np.float32))
+            for i, d, e in zip(ids, distances, embeddings, strict=True)
+        ]
+
+    def embeddings(self, instance_id: int, character_id: int, memory_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """Stored embeddings of `memory_ids` (those Chroma has)."""
+        if not memory_ids:
+            return {}
+        got = self._collection(instance_id, character_id).get(ids=[str(i) for i in memory_ids], include=["embeddings"])
+        return {int(i): np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], got["embeddings"], strict=True)}
+
+    def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
+        """What scoring needs of the memories `memory_ids` that exist in the instance, in one query of plain
+        columns (no ORM objects: this is on the path of every retrieval)."""
+        if not memory_ids:
+            return {}
+        columns = [getattr(MemoryEntry, name) for name in MemoryRow._fields]
+        with session_scope(self._url()) as session:
+            stmt = select(*columns).where(
+                col(MemoryEntry.id).in_(list(memory_ids)), MemoryEntry.instance_id == instance_id
+            )
+            return {row[0]: MemoryRow(*row) for row in session.exec(stmt).all()}
+
+    # ---- maintenance ---------------------------------------------------------------------------------
+
+    def run_maintenance(
+        self, instance_id: int, turn: int | None = None, config: LayerConfig | None = None
+    ) -> MaintenanceReport:
+        """One step of the layer flow (`nodes.memory_layers.plan_maintenance`) for every character of the
+        instance, applied in one transaction; `turn` defaults to the latest memory turn of the instance."""
+        if turn is not None:
+            turn = _check_turn(turn)
+        with session_scope(self._url()) as session:
+            get_save(session, instance_id)
+            columns = (
+                MemoryEntry.id,
+                MemoryEntry.character_id,
+                MemoryEntry.layer,
+                MemoryEntry.importance,
+                MemoryEntry.activity,
+                MemoryEntry.activity_turn,
+                MemoryEntry.layer_since_turn,
+                MemoryEntry.turn,
+                MemoryEntry.pinned,
+                MemoryEntry.user_edited,
+                MemoryEntry.last_mentioned_turn,
+                MemoryEntry.type,
+            )
+            rows = session.exec(select(*columns).where(MemoryEntry.instance_id == instance_id)).all()
+            if turn is None:
+                turn = max((row[7] for row in rows), default=0)
+            by_character: dict[int, list[LayerMemory]] = {}
+            types: dict[int, str] = {}
+            for row in rows:
+                memory_id, character, layer, importance, activity, a_turn, since, m_turn, pin, edited, last, kind = row
+                types[memory_id] = kind
+                by_character.setdefault(character, []).append(
+                    LayerMemory(
+                        id=memory_id,
+                        layer=Layer(layer),
+                        importance=importance,
+                        activity=activity,
+                        activity_turn=a_turn,
+                        layer_since_turn=since,
+                        turn=m_turn,
+                        pinned=pin,
+                        user_edited=edited,
+                        last_mentioned_turn=last,
+                    )
+                )
+            transitions: list[Transition] = []
+            deleted: list[int] = []
+            counts: dict[int, Mapping[str, int]] = {}
+            chroma_work: list[tuple[int, list[LayerMemory], list[int], set[int]]] = []
+            for character, memories in by_character.items():
+                plan = plan_maintenance(memories, turn, config or LayerConfig())
+                counts[character] = dict(plan.counts)
+                transitions.extend(plan.transitions)
+                deleted.extend(plan.deleted)
+                if plan.updated:
+                    session.exec(
+                        update(MemoryEntry),
+                        params=[
+                            {
+                                "id": m.id,
+                                "layer": m.layer.value,
+                                "activity": m.activity,
+                                "activity_turn": m.activity_turn,
+                                "layer_since_turn": m.layer_since_turn,
+                            }
+                            for m in plan.updated
+                        ],
+                    )
+                moved = {t.id for t in plan.transitions if t.to_layer is not None}
+                chroma_work.append((character, list(plan.updated), list(plan.deleted), moved))
+            if deleted:
+                session.exec(delete(MemoryEntry).where(col(MemoryEntry.id).in_(deleted)))
+                self._bump_revision(session, instance_id)
+            session.flush()
+            for character, updated, gone, moved in chroma_work:
+                collection = self._collection(instance_id, character)
+                if gone:
+                    collection.delete(ids=[str(i) for i in gone])
+                relayered = [m for m in updated if m.id in moved]
+                if relayered:
+                    collection.update(
+                        ids=[str(m.id) for m in relayered],
+                        metadatas=[
+                            {
+                                "instance_id": instance_id,
+                                "character_id": character,
+                                "memory_id": m.id,
+                                "layer": m.layer.value,
+                                "type": types[m.id],
+                                "turn": m.turn,
+                            }
+                            for m in relayered
+                        ],
+                    )
+        return MaintenanceReport(instance_id, turn, tuple(transitions), tuple(deleted), counts)
+
+    def reindex(self, instance_id: int) -> int:
+        """Rebuild the instance's Chroma collections from the database (repair after a crash between the
+        two); returns the number of memories indexed."""
+        entries = self.list_memories(instance_id)
+        from stores.embeddings import get_embeddings
+
+        vectors = get_embeddings().embed_documents([e.content for e in entries]) if entries else []
+        by_character: dict[int, list[int]] = {}
+        for position, entry in enumerate(entries):
+            by_character.setdefault(entry.character_id, []).append(position)
+        existing = self._characters_in_chroma(instance_id)
+        for character in existing | set(by_character):
+            collection = self._collection(instance_id, character)
+            stale = collection.get(include=[])["ids"]
+            if stale:
+                collection.delete(ids=stale)
+            positions = by_character.get(character, [])
+            for start in range(0, len(positions), CHROMA_BATCH):
+                chunk = positions[start : start + CHROMA_BATCH]
+                collection.upsert(
+                    ids=[str(entries[p].id) for p in chunk],
+                    embeddings=[list(map(float, vectors[p])) for p in chunk],
+                    metadatas=[self._metadata(entries[p]) for p in chunk],
+                    documents=[entries[p].content for p in chunk],
+                )
+        return len(entries)
+
+    def _characters_in_chroma(self, instance_id: int) -> set[int]:
+        from stores.vectors import chroma_client
+
+        prefix = f"memories_{instance_id}_"
+        names = [getattr(c, "name", c) for c in chroma_client(self.chroma_path).list_collections()]
+        return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()}

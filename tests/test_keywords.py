@@ -1,0 +1,101 @@
+"""Keyword extraction and CJK-safe tokenisation (seed 001 keywords, 关键词匹配, 记忆去重)."""
+
+from __future__ import annotations
+
+from nodes.keywords import (
+    MatchText,
+    extract_keywords,
+    jaccard,
+    keyword_in,
+    keyword_match_score,
+    stem,
+    text_similarity,
+    token_set,
+    tokenize,
+)
+
+
+def test_chinese_is_segmented_by_jieba_not_by_spaces() -> None:
+    tokens = tokenize("昨天和John讨论了种植计划")
+    assert {"昨天", "john", "讨论", "种植", "计划"} <= set(tokens)
+    assert "昨天和John讨论了种植计划" not in tokens
+
+
+def test_full_width_punctuation_and_whitespace_never_become_tokens() -> None:
+    tokens = tokenize("你好，我是白小喵！　今天……天气真好？（笑）「嗯」")
+    assert tokens
+    assert not any(ch in token for token in tokens for ch in "，！　…？（）「」 ")
+
+
+def test_chinese_function_words_are_dropped() -> None:
+    tokens = tokenize("我们的计划了吗")
+    assert "的" not in tokens and "了" not in tokens and "吗" not in tokens
+    assert "计划" in tokens
+
+
+def test_search_mode_adds_the_parts_of_long_chinese_words() -> None:
+    assert {"北京", "大学", "北京大学"} <= set(tokenize("北京大学"))
+    assert "北京" not in tokenize("北京大学", search=False)
+
+
+def test_english_is_lower_cased_stemmed_and_stripped_of_stop_words() -> None:
+    assert tokenize("Caroline's paintings were PAINTED in the park") == ["caroline", "paint", "paint", "park"]
+
+
+def test_stemming_maps_inflections_to_one_form() -> None:
+    assert stem("running") == stem("run") == "run"
+    assert stem("studies") == stem("studied") == "study"
+    assert stem("planned") == "plan"
+    assert stem("class") == "class"  # no plural to strip
+
+
+def test_mixed_chinese_and_english_text() -> None:
+    tokens = tokenize("我和Melanie去了camping，很开心")
+    assert {"melanie", "camp", "开心"} <= set(tokens)
+
+
+def test_chinese_keywords_are_extracted_without_function_words() -> None:
+    keywords = extract_keywords("昨天和John讨论了种植计划，我们要在北京大学附近建造新的防御塔。")
+    assert {"种植", "讨论", "北京大学", "防御", "建造"} <= set(keywords)
+    assert not {"了", "和", "的", "，", "。"} & set(keywords)
+
+
+def test_english_keywords_are_extracted_without_stop_words() -> None:
+    keywords = extract_keywords("Caroline went to the LGBTQ support group yesterday, and the group was great.")
+    assert keywords[0] == "group"  # said twice
+    assert {"caroline", "lgbtq", "support", "yesterday"} <= set(keywords)
+    assert not {"the", "to", "and", "was"} & set(keywords)
+
+
+def test_keyword_count_is_capped() -> None:
+    text = "种植 计划 防御 建造 讨论 附近 昨天 北京 上海 广州 深圳"
+    assert len(extract_keywords(text, top_k=5)) == 5
+    assert extract_keywords("", top_k=5) == []
+    assert extract_keywords("的了吗，。", top_k=5) == []
+
+
+def test_chinese_keyword_matches_as_a_substring() -> None:
+    assert keyword_in("种植", MatchText.of("种植计划怎么样了？"))
+    assert not keyword_in("防御", MatchText.of("种植计划怎么样了？"))
+
+
+def test_english_keyword_matches_whole_words_only() -> None:
+    context = MatchText.of("Let's go to the party, I love painting")
+    assert not keyword_in("art", context)
+    assert keyword_in("party", context)
+    assert keyword_in("paintings", context)  # same stem
+    assert keyword_in("Party", context)  # case-insensitive
+
+
+def test_keyword_match_score_is_the_share_of_keywords_found() -> None:
+    context = MatchText.of("种植计划怎么样了? Let's talk about the party")
+    assert keyword_match_score(["种植", "计划", "art", "party", "防御"], context) == 0.6
+    assert keyword_match_score([], context) == 0.0
+
+
+def test_text_similarity_is_jaccard_on_cjk_tokens() -> None:
+    assert text_similarity("我昨天去了北京", "我昨天去了北京") == 1.0
+    assert text_similarity("我昨天去了北京", "今天天气很好") == 0.0
+    assert 0.0 < text_similarity("我昨天去了北京", "我昨天去了上海") < 1.0
+    assert jaccard(frozenset(), frozenset()) == 0.0
+    assert token_set("Hello, world!") == frozenset({"hello", "world"})

@@ -1,0 +1,192 @@
+"""Retrieval rules (seed 001 场景分析, 多因子评分, 多样性, 去重, 已提及惩罚), pure: no store, no model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nodes.keywords import MatchText
+from nodes.retrieval import (
+    SCENE_WEIGHTS,
+    Candidate,
+    PathHit,
+    RetrievalConfig,
+    Scene,
+    ScoringWeights,
+    analyse_scene,
+    context_relevance,
+    diversity_score,
+    drop_irrelevant,
+    drop_said_recently,
+    fuse,
+    layer_priority,
+    mention_penalty,
+    recency_score,
+    score_candidates,
+    select,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "scene"),
+    [
+        ("今天天气不错，想吃点什么食物？", Scene.CASUAL),
+        ("我好担心你，一想到就很悲伤", Scene.EMOTIONAL_TALK),
+        ("明天的工作计划是建造仓库", Scene.WORK_DISCUSSION),
+        ("你还记得以前那时候吗", Scene.HISTORY_RECALL),
+        ("危险！紧急情况，快逃跑", Scene.EMERGENCY),
+        ("你好，我是新来的", Scene.INTRODUCTION),
+        ("Do you remember what happened in the past?", Scene.HISTORY_RECALL),
+        ("Help! This is an emergency", Scene.EMERGENCY),
+    ],
+)
+def test_scene_analysis_picks_the_scene_with_most_keywords(text: str, scene: Scene) -> None:
+    analysis = analyse_scene(text)
+    assert analysis.scene is scene
+    assert analysis.weights == SCENE_WEIGHTS[scene]
+
+
+def test_no_scene_keyword_means_casual_and_ties_go_to_the_earlier_scene() -> None:
+    assert analyse_scene("嗯嗯").scene is Scene.CASUAL
+    assert analyse_scene("工作 记得").scene is Scene.WORK_DISCUSSION  # one hit each: work comes first
+
+
+def test_scene_weights_are_the_seed_table() -> None:
+    assert SCENE_WEIGHTS[Scene.EMOTIONAL_TALK] == ScoringWeights(0.30, 0.15, 0.30, 0.10, 0.15)
+    assert SCENE_WEIGHTS[Scene.EMERGENCY] == ScoringWeights(0.50, 0.30, 0.15, 0.05, 0.00)
+    for weights in SCENE_WEIGHTS.values():
+        total = (
+            weights.context_relevance
+            + weights.recency
+            + weights.importance
+            + weights.diversity
+            + weights.layer_priority
+        )
+        assert total == pytest.approx(1.0)
+
+
+def test_context_relevance_is_keyword_sixty_vector_forty() -> None:
+    assert context_relevance(1.0, 0.0) == pytest.approx(0.6)
+    assert context_relevance(0.5, 0.5) == pytest.approx(0.5)
+
+
+def test_recency_decays_exponentially_with_age() -> None:
+    assert recency_score(0, 0.01) == 1.0
+    assert recency_score(100, 0.01) == pytest.approx(math.exp(-1))
+    assert recency_score(-5, 0.01) == 1.0
+
+
+def test_layer_priority_prefers_shallow_layers() -> None:
+    assert [layer_priority(x) for x in ("active", "situational", "event_log", "archive", None)] == [
+        1.0,
+        0.8,
+        0.6,
+        0.4,
+        0.5,
+    ]
+
+
+def test_mention_penalty_drops_by_a_fifth_per_mention_down_to_a_floor() -> None:
+    assert [mention_penalty(n) for n in range(6)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2, 0.2])
+    assert mention_penalty(10) == 0.2
+
+
+def test_diversity_is_one_minus_the_highest_similarity() -> None:
+    assert diversity_score([]) == 1.0
+    assert diversity_score([0.2, 0.9]) == pytest.approx(0.1)
+
+
+def test_fusion_sums_reciprocal_ranks_across_paths() -> None:
+    fused = fuse({"bm25": [PathHit(1, 5.0), PathHit(2, 3.0)], "vector": [PathHit(2, 0.9), PathHit(3, 0.8)]}, rrf_k=60)
+    assert [f.key for f in fused] == [("memory", 2), ("memory", 1), ("memory", 3)]
+    assert fused[0].rrf == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[0].ranks == {"bm25": 2, "vector": 1}
+    assert fused[0].scores == {"bm25": 3.0, "vector": 0.9}
+    assert len(fuse({"bm25": [PathHit(i, 1.0) for i in range(10)]}, limit=4)) == 4
+
+
+def test_an_extra_path_can_bring_its_own_items() -> None:
+    entry = Candidate(kind="worldbook", id="wb-7", content="龙族不能进入人类城市")
+    fused = fuse({"bm25": [PathHit(1, 2.0)], "worldbook": [PathHit("wb-7", 1.0, kind="worldbook", item=entry)]})
+    assert {f.key for f in fused} == {("memory", 1), ("worldbook", "wb-7")}
+    assert next(f for f in fused if f.key[0] == "worldbook").item is entry
+
+
+def test_candidates_repeating_what_the_character_just_said_are_dropped() -> None:
+    said = Candidate("memory", 1, "我们昨天一起去了海边看日落")
+    other = Candidate("memory", 2, "我最喜欢吃鱼干")
+    kept, dropped = drop_said_recently([said, other], ["我们昨天一起去了海边看日落！"], threshold=0.8)
+    assert kept == [other]
+    assert dropped[0]["id"] == 1 and dropped[0]["reason"] == "said_recently"
+
+
+def _candidate(id: int, vector: list[float], **fields: object) -> Candidate:
+    return Candidate("memory", id, fields.pop("content", f"memory {id}"), embedding=np.array(vector), **fields)  # type: ignore[arg-type]
+
+
+def _score(candidates: list[Candidate], query: list[float], turn: int = 0, **config: object):  # type: ignore[no-untyped-def]
+    fused = {f.key: f for f in fuse({"vector": [PathHit(c.id, 1.0) for c in candidates]})}
+    return score_candidates(candidates, fused, MatchText.of("x"), np.array(query), turn, RetrievalConfig(**config))  # type: ignore[arg-type]
+
+
+def test_score_is_the_weighted_sum_of_the_factors() -> None:
+    weights = ScoringWeights(0.4, 0.2, 0.2, 0.1, 0.1)
+    candidate = _candidate(1, [1.0, 0.0], importance=0.7, layer="situational", turn=90)
+    items, _ = select(_score([candidate], [1.0, 0.0], turn=100), weights, Scene.CASUAL, k=1)
+    b = items[0].breakdown
+    expected = 0.4 * (0.4 * 1.0) + 0.2 * math.exp(-0.1) + 0.2 * 0.7 + 0.1 * 1.0 + 0.1 * 0.8
+    assert items[0].score == pytest.approx(expected)
+    assert b.vector == pytest.approx(1.0) and b.keyword == 0.0 and b.diversity == 1.0
+    assert sum(b.weighted.values()) == pytest.approx(expected)
+    assert b.paths == {"vector": 1} and b.scene == "casual"
+
+
+def test_a_near_duplicate_of_a_selected_memory_loses_to_a_different_one() -> None:
+    weights = ScoringWeights(0.4, 0.0, 0.0, 0.6, 0.0)
+    first = _candidate(1, [1.0, 0.0, 0.0], content="a")
+    twin = _candidate(2, [0.99, 0.14, 0.0], content="b")
+    other = _candidate(3, [0.6, 0.0, 0.8], content="c")
+    items, _ = select(_score([first, twin, other], [1.0, 0.0, 0.0]), weights, Scene.CASUAL, k=3)
+    assert [i.id for i in items] == [1, 3, 2]
+    assert items[2].breakdown.diversity < items[1].breakdown.diversity
+
+
+def test_mentioned_memories_are_penalised() -> None:
+    weights = ScoringWeights(1.0, 0.0, 0.0, 0.0, 0.0)
+    fresh = _candidate(1, [0.9, 0.436], content="a")
+    mentioned = _candidate(2, [1.0, 0.0], content="b", mention_count=2)
+    items, _ = select(_score([fresh, mentioned], [1.0, 0.0]), weights, Scene.CASUAL, k=2)
+    assert [i.id for i in items] == [1, 2]
+    assert items[1].breakdown.mention_penalty == pytest.approx(0.6)
+    assert items[1].score == pytest.approx(0.4 * 0.6)
+
+
+def test_text_duplicates_are_selected_once() -> None:
+    weights = ScoringWeights(1.0, 0.0, 0.0, 0.0, 0.0)
+    a = _candidate(1, [1.0, 0.0], content="我们昨天一起去了海边")
+    b = _candidate(2, [0.99, 0.1], content="我们昨天一起去了海边。")
+    items, skipped = select(_score([a, b], [1.0, 0.0]), weights, Scene.CASUAL, k=2)
+    assert [i.id for i in items] == [1]
+    assert skipped == [{"kind": "memory", "id": 2, "reason": "duplicate_of", "of": 1}]
+
+
+def test_vector_only_candidates_unrelated_to_the_query_are_filtered() -> None:
+    related = _candidate(1, [1.0, 0.0])
+    unrelated = _candidate(2, [0.0, 1.0])
+    kept, dropped = drop_irrelevant(_score([related, unrelated], [1.0, 0.0]), min_relevance=0.05)
+    assert [s.candidate.id for s in kept] == [1]
+    assert dropped[0]["id"] == 2 and dropped[0]["reason"] == "irrelevant"
+
+
+def test_keyword_part_of_relevance_uses_bm25_normalised_by_the_best() -> None:
+    a, b = Candidate("memory", 1, "a", keywords=("种植",)), Candidate("memory", 2, "b")
+    fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 4.0), PathHit(2, 1.0)]})}
+    query = MatchText.of("种植")
+    scored = score_candidates([a, b], fused, query, None, 0, RetrievalConfig())
+    assert [s.keyword for s in scored] == [1.0, 0.25]
+    seed = score_candidates([a, b], fused, query, None, 0, RetrievalConfig(keyword_mode="seed"))
+    assert [s.keyword for s in seed] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="keyword mode 'magic'"):
+        score_candidates([a], fused, query, None, 0, RetrievalConfig(keyword_mode="magic"))
