@@ -17,6 +17,8 @@ COMMAND_MODULES = [
     "graph.cli_turn",
     "evals.cli_bench",
     "graph.cli_worldbook",
+    "graph.cli_suggestions",
+    "graph.cli_memory",
 ]
 
 

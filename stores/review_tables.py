@@ -1,1 +1,54 @@
-"""Tables of the post-turn review (seed 003): relationship state and pending suggestions."""
+"""Tables of the post-turn review (seed 003): plot nodes and pending world-book suggestions.
+
+The relationship values themselves live in the turn graph's checkpointed state, not here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from stores.tables import utcnow
+
+
+class PlotNodeRow(SQLModel, table=True):
+    """A plot node the review suggested (seed 003 剧情更新): one per instance and turn; the director reads them."""
+
+    __tablename__ = "plot_node"
+    __table_args__ = (UniqueConstraint("save_id", "turn", name="uq_plot_node_save_turn"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    save_id: int = Field(foreign_key="save.id", index=True)
+    turn: int
+    level: str | None = None  # the selected choice's level; None when an LLM review suggested it without a choice
+    summary: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class WorldbookSuggestionRow(SQLModel, table=True):
+    """A proposed world-book entry (seed 003 世界书更新), waiting for a person to approve or reject it.
+
+    `scope` is where the entry goes on approval: "instance" (this save, the default), "character" (the
+    save's role) or "global". `worldbook_entry_id` is the entry created on approval; it becomes NULL if
+    that entry is deleted later (the suggestion stays approved).
+    """
+
+    __tablename__ = "worldbook_suggestion"
+
+    id: int | None = Field(default=None, primary_key=True)
+    save_id: int = Field(foreign_key="save.id", index=True)
+    turn: int
+    choice_level: str | None = None
+    title: str = ""
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    keywords: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    trigger_type: str = "keyword"
+    kind: str = "episodic"
+    scope: str = "instance"
+    status: str = Field(default="pending", index=True)  # pending / approved / rejected
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+    decided_at: datetime | None = None
+    worldbook_entry_id: int | None = Field(default=None, foreign_key="worldbook_entry.id", ondelete="SET NULL")

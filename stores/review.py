@@ -1,0 +1,375 @@
+"""What a post-turn review (seed 003) leaves behind in the database: plot nodes and world-book suggestions.
+
+Plot nodes (seed 003 剧情更新): `record_plot_node` stores one node per instance and turn — recording the same
+turn again (a retried or regenerated turn) replaces it, so the director never sees a turn twice;
+`list_plot_nodes` returns them in turn order.
+
+World-book suggestions (seed 003 世界书更新): the review only proposes; nothing reaches the world book until
+a person approves. `create_suggestion` stores a pending proposal (validated as a world-book entry right
+away, so approving it cannot fail on its content; a pending proposal for the same instance and turn is
+replaced rather than duplicated). `approve_suggestion` creates the entry with
+`stores.worldbook.add_worldbook_entry` in the proposal's scope (the instance by default) and marks the
+proposal approved, in the caller's transaction: both happen or neither. `reject_suggestion` marks it
+rejected. Only a pending proposal can be decided: an unknown id raises `SuggestionNotFoundError` (a
+LookupError), a decided one `SuggestionDecidedError` (a ValueError), both naming the id (and the status),
+with nothing changed. The decision is a conditional UPDATE (`... WHERE status = 'pending'`), so two
+processes deciding the same proposal at once cannot both win.
+
+Every function works in the caller's session (`stores.db.session_scope`), which commits or rolls back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import update
+from sqlmodel import Session, col, select
+
+from nodes.review_effects import MAX_SUMMARY_CHARS, SUGGESTION_KIND, SUGGESTION_SCOPES, check_choice, check_turn
+from nodes.worldbook import WorldbookEntry, validate_entry
+from stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
+from stores.saves import get_save
+from stores.tables import utcnow
+from stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
+
+STATUSES: tuple[str, ...] = ("pending", "approved", "rejected")
+SUGGESTION_TRIGGERS: tuple[str, ...] = ("keyword", "semantic")
+
+
+class SuggestionNotFoundError(LookupError):
+    """No world-book suggestion with that id."""
+
+
+class SuggestionDecidedError(ValueError):
+    """The suggestion was already approved or rejected."""
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # SQLite hands back naive datetimes; they were written in UTC
+    return value.isoformat()
+
+
+@dataclass(frozen=True)
+class PlotNode:
+    id: int
+    save_id: int
+    turn: int
+    level: str | None
+    summary: str
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "created_at": _iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class WorldbookSuggestion:
+    id: int
+    save_id: int
+    turn: int
+    choice_level: str | None
+    title: str
+    content: str
+    keywords: tuple[str, ...]
+    trigger_type: str
+    kind: str
+    scope: str
+    status: str
+    reason: str
+    created_at: datetime
+    decided_at: datetime | None
+    worldbook_entry_id: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(keywords=list(self.keywords), created_at=_iso(self.created_at), decided_at=_iso(self.decided_at))
+        return data
+
+
+def _plot_node(row: PlotNodeRow) -> PlotNode:
+    assert row.id is not None
+    return PlotNode(row.id, row.save_id, row.turn, row.level, row.summary, row.created_at)
+
+
+def _suggestion(row: WorldbookSuggestionRow) -> WorldbookSuggestion:
+    assert row.id is not None
+    return WorldbookSuggestion(
+        id=row.id,
+        save_id=row.save_id,
+        turn=row.turn,
+        choice_level=row.choice_level,
+        title=row.title,
+        content=row.content,
+        keywords=tuple(row.keywords or ()),
+        trigger_type=row.trigger_type,
+        kind=row.kind,
+        scope=row.scope,
+        status=row.status,
+        reason=row.reason,
+        created_at=row.created_at,
+        decided_at=row.decided_at,
+        worldbook_entry_id=row.worldbook_entry_id,
+    )
+
+
+# --- plot nodes -----------------------------------------------------------------------------------
+
+
+def record_plot_node(session: Session, save_id: int, turn: int, level: str | None, summary: str) -> PlotNode:
+    """Store the plot node of `turn` in instance `save_id`, replacing an earlier one of the same turn.
+    `level` is the choice level (None: suggested without a choice). InstanceNotFoundError for an unknown
+    instance, ValueError for a bad turn, level or summary."""
+    check_turn(turn)
+    level = check_choice(level, "plot node level")
+    if not isinstance(summary, str) or not summary.strip():
+        raise ValueError(f"plot node summary must be non-empty text, got {summary!r}")
+    summary = summary.strip()
+    if len(summary) > MAX_SUMMARY_CHARS:
+        raise ValueError(f"plot node summary has {len(summary)} characters, over the limit of {MAX_SUMMARY_CHARS}")
+    get_save(session, save_id)
+    stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id, PlotNodeRow.turn == turn)
+    row = session.exec(stmt).first()
+    if row is None:
+        row = PlotNodeRow(save_id=save_id, turn=turn, level=level, summary=summary)
+    else:
+        row.level, row.summary, row.created_at = level, summary, utcnow()
+    session.add(row)
+    session.flush()
+    return _plot_node(row)
+
+
+def list_plot_nodes(session: Session, save_id: int) -> list[PlotNode]:
+    """The plot nodes of instance `save_id`, oldest turn first (InstanceNotFoundError for an unknown one)."""
+    get_save(session, save_id)
+    stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id)
+    return [_plot_node(r) for r in session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()]
+
+
+# --- world-book suggestions -----------------------------------------------------------------------
+
+
+def _clean_keywords(keywords: object) -> list[str]:
+    if isinstance(keywords, str) or not isinstance(keywords, Sequence):
+        raise ValueError(f"world-book suggestion keywords must be a list of texts, got {keywords!r}")
+    out: list[str] = []
+    for word in keywords:
+        if not isinstance(word, str):
+            raise ValueError(f"world-book suggestion keywords must be texts, got {type(word).__name__}: {word!r}")
+        word = word.strip()
+        if word and word not in out:
+            out.append(word)
+    return out
+
+
+def _target_scope(session: Session, save_id: int, scope: str) -> Scope:
+    """Where an approved suggestion's entry goes."""
+    if scope not in SUGGESTION_SCOPES:
+        raise ValueError(f"world-book suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
+    save = get_save(session, save_id)
+    if scope == "instance":
+        return Scope(save_id=save_id)
+    if scope == "character":
+        if save.role_id is None:
+            raise ValueError(f"world-book suggestion scope 'character': instance {save_id} has no character")
+        return Scope(role_id=save.role_id)
+    return GLOBAL
+
+
+def _check_entry(
+    content: str, keywords: list[str], title: str, trigger_type: str, kind: str, scope: Scope, where: str
+) -> None:
+    """Raise ValueError when the proposal could not become a world-book entry."""
+    if trigger_type not in SUGGESTION_TRIGGERS:
+        raise ValueError(
+            f"{where}: field 'trigger_type' must be one of {', '.join(SUGGESTION_TRIGGERS)}, got {trigger_type!r}"
+        )
+    entry = WorldbookEntry(
+        id="new",
+        content=content,
+        keywords=tuple(keywords),
+        title=title,
+        trigger_type=trigger_type,
+        kind=kind,
+        role_id=scope.role_id,
+        save_id=scope.save_id,
+    )
+    validate_entry(entry, where)
+
+
+def create_suggestion(
+    session: Session,
+    save_id: int,
+    turn: int,
+    content: str,
+    *,
+    keywords: Sequence[str] = (),
+    title: str = "",
+    trigger_type: str | None = None,
+    kind: str = SUGGESTION_KIND,
+    scope: str = "instance",
+    choice_level: str | None = None,
+    reason: str = "",
+) -> WorldbookSuggestion:
+    """A pending world-book suggestion for `turn` of instance `save_id`. Takes the dict of
+    `nodes.review_effects.worldbook_suggestion_from_turn` as keyword arguments. `trigger_type` defaults to
+    "keyword" with keywords, "semantic" without. A pending suggestion of the same instance and turn is
+    replaced (same id). InstanceNotFoundError / ValueError for bad input, nothing stored."""
+    check_turn(turn)
+    choice_level = check_choice(choice_level, "world-book suggestion choice_level")
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError(f"world-book suggestion content must be non-empty text, got {content!r}")
+    for name, value in (("title", title), ("reason", reason), ("kind", kind)):
+        if not isinstance(value, str):
+            raise ValueError(f"world-book suggestion {name} must be text, got {type(value).__name__}")
+    content = content.strip()
+    words = _clean_keywords(keywords)
+    trigger = trigger_type if trigger_type is not None else ("keyword" if words else "semantic")
+    target = _target_scope(session, save_id, scope)
+    check_scope(session, target)
+    _check_entry(content, words, title.strip(), trigger, kind, target, "world-book suggestion")
+    stmt = select(WorldbookSuggestionRow).where(
+        WorldbookSuggestionRow.save_id == save_id,
+        WorldbookSuggestionRow.turn == turn,
+        WorldbookSuggestionRow.status == "pending",
+    )
+    row = session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).first()
+    values = {
+        "choice_level": choice_level,
+        "title": title.strip(),
+        "content": content,
+        "keywords": words,
+        "trigger_type": trigger,
+        "kind": kind,
+        "scope": scope,
+        "reason": reason.strip(),
+    }
+    if row is None:
+        row = WorldbookSuggestionRow(save_id=save_id, turn=turn, **values)
+    else:
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.created_at = utcnow()
+    session.add(row)
+    session.flush()
+    return _suggestion(row)
+
+
+def _row(session: Session, suggestion_id: int) -> WorldbookSuggestionRow:
+    if isinstance(suggestion_id, bool) or not isinstance(suggestion_id, int):
+        raise ValueError(f"world-book suggestion id must be an integer, got {suggestion_id!r}")
+    row = session.get(WorldbookSuggestionRow, suggestion_id)
+    if row is None:
+        raise SuggestionNotFoundError(f"world-book suggestion {suggestion_id} does not exist")
+    return row
+
+
+def get_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
+    return _suggestion(_row(session, suggestion_id))
+
+
+def list_suggestions(
+    session: Session, save_id: int | None = None, status: str | None = None
+) -> list[WorldbookSuggestion]:
+    """Suggestions, oldest first: all, or of one instance (InstanceNotFoundError for an unknown one),
+    and / or with one status (ValueError for a status outside pending / approved / rejected)."""
+    stmt = select(WorldbookSuggestionRow)
+    if status is not None:
+        if status not in STATUSES:
+            raise ValueError(f"suggestion status must be one of {', '.join(STATUSES)}, got {status!r}")
+        stmt = stmt.where(WorldbookSuggestionRow.status == status)
+    if save_id is not None:
+        get_save(session, save_id)
+        stmt = stmt.where(WorldbookSuggestionRow.save_id == save_id)
+    return [_suggestion(r) for r in session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).all()]
+
+
+def _decided_error(row: WorldbookSuggestionRow, action: str) -> SuggestionDecidedError:
+    entry = f" (world-book entry {row.worldbook_entry_id})" if row.worldbook_entry_id is not None else ""
+    return SuggestionDecidedError(
+        f"world-book suggestion {row.id} is already {row.status}{entry}; only a pending suggestion can be {action}"
+    )
+
+
+def _decide(session: Session, row: WorldbookSuggestionRow, status: str, action: str) -> None:
+    """Move `row` from pending to `status`, or raise if someone else decided it first."""
+    result = session.execute(
+        update(WorldbookSuggestionRow)
+        .where(col(WorldbookSuggestionRow.id) == row.id, col(WorldbookSuggestionRow.status) == "pending")
+        .values(status=status, decided_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(row)
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise _decided_error(row, action)
+
+
+def approve_suggestion(
+    session: Session,
+    suggestion_id: int,
+    *,
+    content: str | None = None,
+    keywords: Sequence[str] | None = None,
+) -> WorldbookSuggestion:
+    """Create the suggested world-book entry and mark the suggestion approved (one transaction: the
+    caller's). `content` / `keywords` replace the proposed ones (a person's edit before approving).
+    Returns the approved suggestion; its `worldbook_entry_id` is the new entry."""
+    row = _row(session, suggestion_id)
+    if row.status != "pending":
+        raise _decided_error(row, "approved")
+    if content is not None:
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError(f"world-book suggestion {suggestion_id}: the new content is empty")
+        content = content.strip()
+    words = _clean_keywords(keywords) if keywords is not None else list(row.keywords or ())
+    final_content = content if content is not None else row.content
+    trigger = row.trigger_type
+    if keywords is not None:
+        trigger = "keyword" if words else "semantic"
+    target = _target_scope(session, row.save_id, row.scope)
+    check_scope(session, target)
+    # Everything is checked before the first write, so a bad edit leaves the suggestion pending.
+    _check_entry(final_content, words, row.title, trigger, row.kind, target, f"world-book suggestion {suggestion_id}")
+    _decide(session, row, "approved", "approved")
+    entry = add_worldbook_entry(
+        session,
+        final_content,
+        scope=target,
+        title=row.title,
+        keywords=tuple(words),
+        trigger_type=trigger,
+        kind=row.kind,
+    )
+    row.worldbook_entry_id = int(entry.id)
+    row.content, row.keywords, row.trigger_type = final_content, words, trigger
+    session.add(row)
+    session.flush()
+    return _suggestion(row)
+
+
+def reject_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
+    """Mark a pending suggestion rejected; the world book is not touched."""
+    row = _row(session, suggestion_id)
+    if row.status != "pending":
+        raise _decided_error(row, "rejected")
+    _decide(session, row, "rejected", "rejected")
+    return _suggestion(row)
+
+
+# --- one reviewed turn ----------------------------------------------------------------------------
+
+
+def save_review_effects(session: Session, save_id: int, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Store what `nodes.review_effects.plan_review_effects` planned: its plot node and its world-book
+    suggestion (either may be None). Returns {"plot_node": PlotNode | None, "worldbook_suggestion":
+    WorldbookSuggestion | None}."""
+    plot = plan.get("plot_node")
+    proposal = plan.get("worldbook_suggestion")
+    node = record_plot_node(session, save_id, plot["turn"], plot["level"], plot["summary"]) if plot else None
+    suggestion = create_suggestion(session, save_id, **proposal) if proposal else None
+    return {"plot_node": node, "worldbook_suggestion": suggestion}
