@@ -89,6 +89,12 @@ def memory_panel(state: dict[str, Any]) -> list[str]:
     maintenance = debug.get("maintenance")
     if maintenance:
         rows.append(f"       | core memory maintenance: {maintenance['status']}")
+    relationship = state.get("relationship") or {}
+    if relationship:
+        rows.append(
+            f"       | relationship: trust {relationship.get('trust', 0)}, affection {relationship.get('affection', 0)}, "
+            f"familiarity {relationship.get('familiarity', 0)}"
+        )
     core = state.get("core_memory") or {}
     rows.append(f"       | core memory: traits {core.get('traits') or '—'}; goals {core.get('goals') or '—'}")
     return rows

@@ -45,6 +45,7 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
         "plot_state": state.get("plot_state"),
         "core_memory": state.get("core_memory"),
         "relationship": state.get("relationship"),
+        "review": state.get("review"),
         "retrieved_events": state.get("retrieved"),
         "director_events": state.get("director_events"),
         "dropped": {region: info.get("dropped", []) for region, info in prompt.items() if isinstance(info, dict)},
@@ -89,6 +90,8 @@ def _cmd_turn(args: argparse.Namespace) -> int:
             as_json=args.json,
             lines_before=_parse_lines_before(args.lines_before),
             user_name=args.user_name,
+            selected_choice={"level": args.choice} if args.choice else None,
+            time_gap=args.gap,
         )
     flush_event_writes()
     return code
@@ -125,6 +128,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     turn.add_argument("--json", action="store_true", help="print reply, plot state, retrieval, drops, timings")
     turn.add_argument("--lines-before", help="JSON list of lines (narration, other characters) before the message")
     turn.add_argument("--user-name", help="the user's display name in the dialogue tree")
+    turn.add_argument(
+        "--choice", help="level of the story choice this message makes: normal, important, turning_point, ending"
+    )
+    turn.add_argument(
+        "--gap", help="real time since the last turn: none, minutes, hours, days, long_absence (default: computed)"
+    )
     turn.set_defaults(handler=_cmd_turn)
 
     chat = sub.add_parser("chat", help="interactive chat with an instance")

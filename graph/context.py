@@ -19,6 +19,13 @@ def _env_number(name: str, default: float, *, integer: bool = False, minimum: fl
     return value
 
 
+def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = (os.environ.get(name) or default).strip().lower()
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _int(name: str, default: int, minimum: int = 1) -> int:
     return int(_env_number(name, default, integer=True, minimum=minimum))
 
@@ -44,6 +51,8 @@ class Context:
     retrieved_tokens: int = field(default_factory=lambda: _int("PERSONALAB_RETRIEVED_TOKENS", 8000))
     tail_tokens: int = field(default_factory=lambda: _int("PERSONALAB_TAIL_TOKENS", 4000))
     recall_turns: int = field(default_factory=lambda: _int("PERSONALAB_RECALL_TURNS", 20))
+    # seed 003: the post-turn review runs on rules (no LLM call) unless told to ask the model
+    review_mode: str = field(default_factory=lambda: _choice("PERSONALAB_REVIEW_MODE", "rule", ("rule", "llm")))
 
 
 def context_of(runtime: object) -> Context:

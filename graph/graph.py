@@ -1,7 +1,7 @@
 """The turn graph (seed 002): one role-play turn of a conversation instance, end to end.
 
 history_fetch → memory_build → query_rewrite → rag_retrieve → [director, only when the story has stalled]
-→ generate → progress_parse → write_back → [maintenance, every N turns]; a model failure goes from
+→ generate → progress_parse → write_back → review → [maintenance, every N turns]; a model failure goes from
 generate to abort_turn instead. Served by `langgraph.json` without a checkpointer (the server brings
 the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` for in-process use.
 """
@@ -13,7 +13,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
-from graph.routing import after_generate, after_retrieval, after_write_back
+from graph.routing import after_generate, after_retrieval, after_review
 from graph.state import TurnInput, TurnOutput, TurnState
 from nodes.director import director
 from nodes.generate import generate
@@ -23,6 +23,7 @@ from nodes.memory_build import memory_build
 from nodes.progress_parse import progress_parse
 from nodes.query_rewrite import query_rewrite
 from nodes.rag_retrieve import rag_retrieve
+from nodes.review import review
 from nodes.write_back import abort_turn, write_back
 
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
@@ -35,6 +36,7 @@ builder.add_node("generate", generate)
 builder.add_node("abort_turn", abort_turn)
 builder.add_node("progress_parse", progress_parse)
 builder.add_node("write_back", write_back)
+builder.add_node("review", review)
 builder.add_node("maintenance", maintenance)
 
 builder.add_edge(START, "history_fetch")
@@ -46,7 +48,8 @@ builder.add_edge("director", "generate")
 builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
 builder.add_edge("abort_turn", END)
 builder.add_edge("progress_parse", "write_back")
-builder.add_conditional_edges("write_back", after_write_back, ["maintenance", END])
+builder.add_edge("write_back", "review")
+builder.add_conditional_edges("review", after_review, ["maintenance", END])
 builder.add_edge("maintenance", END)
 
 

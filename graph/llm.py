@@ -238,6 +238,23 @@ def _scripted_rewrite(user_text: str) -> str:
     return f"改写后的查询：“{query}”"
 
 
+def _scripted_review(user_text: str) -> str:
+    """The rule baseline the request carries, taken as the verdict, with the four model-judged scores filled."""
+    baseline = _json_after(user_text, "规则版审查的结果(供参考):") or {}
+    delta = baseline.get("relationship_delta") or {}
+    answer = {
+        "skipped": bool(baseline.get("skipped", False)),
+        "should_write_memory": bool(baseline.get("should_write_memory", False)),
+        "memory_value": float(baseline.get("memory_value", 0.0)),
+        "relationship_delta": {k: int(delta.get(k, 0)) for k in ("trust", "affection", "familiarity")},
+        "suggest_plot_node": bool(baseline.get("suggest_plot_node", False)),
+        "suggest_worldbook_update": bool(baseline.get("suggest_worldbook_update", False)),
+        "quality": {"character_fidelity": 0.8, "immersion": 0.7, "world_consistency": 0.9, "risk": 0.05},
+        "reasons": {"memory_value": "脚本模型沿用规则结果"},
+    }
+    return json.dumps(answer, ensure_ascii=False)
+
+
 def _scripted_core_memory(user_text: str) -> str:
     try:
         core = parse_core_memory(_section(user_text, "【旧核心记忆】"))
@@ -295,6 +312,8 @@ class ScriptedChatModel(BaseChatModel):
             return _scripted_rewrite(last_user)
         if purpose == prompts.PURPOSE_CORE_MEMORY:
             return _scripted_core_memory(last_user)
+        if purpose == prompts.PURPOSE_REVIEW:
+            return _scripted_review(last_user)
         turn_match = _TURN_RE.search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
         return _scripted_reply(system, last_user, max(turn, 1))

@@ -21,6 +21,6 @@ def after_generate(state: TurnState) -> str:
     return "abort_turn" if state.get("error") else "progress_parse"
 
 
-def after_write_back(state: TurnState, runtime: Runtime[Context]) -> str:
+def after_review(state: TurnState, runtime: Runtime[Context]) -> str:
     """Core memory is maintained every N turns (seed 002 定期维护机制)."""
     return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "__end__"

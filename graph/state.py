@@ -60,6 +60,9 @@ class TurnState(TurnInput, total=False):
     reply_lines: list[dict[str, Any]]
     model: str
     error: str | None
+    # seed 003: the real-time gap since the previous turn (given by the host or computed) and the review
+    gap: str
+    review: dict[str, Any] | None
     debug: Annotated[dict[str, Any], merge_debug]
 
 
@@ -74,4 +77,7 @@ class TurnOutput(TypedDict, total=False):
     turn: int
     model: str
     error: str | None
+    # seed 003: the real-time gap since the previous turn (given by the host or computed) and the review
+    gap: str
+    review: dict[str, Any] | None
     debug: dict[str, Any]

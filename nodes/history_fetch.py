@@ -7,6 +7,7 @@ Nothing is written when the input is bad: the message and every host line are ch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -15,12 +16,13 @@ from graph.context import Context, context_of
 from graph.state import TurnState
 from nodes.core_memory import initial_core_memory
 from nodes.progress_parse import new_plot_state
+from nodes.review_effects import check_choice, check_gap, gap_from_seconds
 from stores.db import session_scope
 from stores.embeddings import warm_up_embeddings
 from stores.history import get_chat_history
 from stores.saves import append_lines, get_save, outline_of, validate_line
 from stores.tables import Background, Line, Role
-from stores.turns import acquire_turn_lock, release_turn_lock
+from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
 
 
 def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[dict[str, Any]]:
@@ -45,6 +47,15 @@ def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[di
     return lines
 
 
+def seconds_since(moment: datetime | None) -> float | None:
+    """Seconds from `moment` (a stored timestamp, naive = UTC) to now; None when there is no previous turn."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (datetime.now(UTC) - moment).total_seconds())
+
+
 def line_to_dict(line: Line) -> dict[str, Any]:
     return line.model_dump(exclude={"audio_file", "predicted_emotion"})
 
@@ -55,6 +66,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
         raise ValueError(f"instance_id must be an integer, got {instance_id!r}")
     lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars)
+    check_choice(state.get("selected_choice"), "selected_choice")
+    given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
     if state.get("user_name"):
         lines[-1]["display_name"] = state["user_name"]  # type: ignore[typeddict-item]
@@ -69,6 +82,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
             role = session.get(Role, save.role_id) if save.role_id else None
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = [point.content for point in outline_of(session, background.id)] if background else []
+            previous = last_turn_time(session, instance_id)
     except BaseException:
         release_turn_lock(instance_id, token, ctx.database_url)
         raise
@@ -92,6 +106,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         "reply": "",
         "reply_lines": [],
         "error": None,
+        "gap": given_gap or gap_from_seconds(seconds_since(previous)),
+        "review": None,
         "debug": {"reset": True, "instance_id": instance_id},
     }
     if not state.get("plot_state"):

@@ -938,3 +938,97 @@ def get_review_pipeline(
         config=config,
         cache=cache if cache is not None else _SHARED_CACHE,
     )
+
+
+# ---- the graph node ---------------------------------------------------------------------------------------
+
+TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
+
+
+def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+    """Graph node, after the reply is stored (seed 003 使用方式: 每轮对话后调用): review the turn, move the
+    relationship, write the turn as a memory when it is worth it, record plot nodes and world-book suggestions.
+    A failing review is logged and reported in `debug.review`; the turn (already stored) is never lost."""
+    # imported here: this module is the seed's pure rule library first, usable without the graph's stores
+    from graph.context import context_of
+    from graph.llm import get_chat_model
+    from nodes.review_effects import plan_review_effects
+    from stores.db import session_scope
+    from stores.memory import MemoryStore
+    from stores.review import save_review_effects
+
+    ctx = context_of(runtime)
+    character = state["character"]
+    user_name = state.get("user_name") or "用户"
+    try:
+        pipeline = get_review_pipeline(
+            TURN_EVENT_BUS,
+            mode=ctx.review_mode,  # type: ignore[arg-type]
+            llm=get_chat_model("review") if ctx.review_mode == "llm" else None,
+        )
+        output = pipeline.run(
+            ReviewInput(
+                conversation_id=state["instance_id"],
+                character_id=character.get("role_id") or 0,
+                user_id=user_name,
+                user_message=state["message"],
+                assistant_message=state["reply"],
+                selected_choice=state.get("selected_choice"),
+                turn_context={"turn": state["turn"], "current_plot_index": state["plot_state"]["current_plot_index"]},
+                real_time_context={"gap": state.get("gap") or "none"},
+            )
+        )
+        plan = plan_review_effects(
+            output,
+            relationship=state.get("relationship"),
+            user_message=state["message"],
+            assistant_reply=state["reply"],
+            choice=state.get("selected_choice"),
+            turn=state["turn"],
+            character_name=character["name"],
+            user_name=user_name,
+        )
+        memories: list[int] = []
+        store = MemoryStore(db_url=ctx.database_url)
+        if output.should_write_memory:
+            text = f"第{state['turn']}轮：{user_name}：{state['message']} / {character['name']}：{state['reply']}"
+            entry = store.add_memory(
+                state["instance_id"], text, type="conversation", importance=output.memory_value, turn=state["turn"]
+            )
+            memories.append(entry.id)  # type: ignore[arg-type]
+        if plan["relationship_memory"]:
+            entry = store.add_memory(
+                state["instance_id"],
+                plan["relationship_memory"],
+                type="relationship",
+                importance=max(0.5, output.memory_value),
+                turn=state["turn"],
+            )
+            memories.append(entry.id)  # type: ignore[arg-type]
+        with session_scope(ctx.database_url) as session:
+            saved = save_review_effects(session, state["instance_id"], plan)
+            plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
+            suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
+    except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
+        logger.error("review failed on instance %s turn %s: %s", state.get("instance_id"), state.get("turn"), exc)
+        return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
+    events = list(state.get("state_events", []))
+    delta = output.relationship_delta
+    if delta:
+        events.append(
+            f"第{state['turn']}轮：关系变化 信任{delta.trust:+d} 好感{delta.affection:+d} 熟悉{delta.familiarity:+d}"
+        )
+    return {
+        "relationship": plan["relationship"],
+        "state_events": events,
+        "review": output.to_dict(),
+        "debug": {
+            "review": {
+                "skipped": output.skipped,
+                "memory_ids": memories,
+                "plot_node_id": plot_node_id,
+                "worldbook_suggestion_id": suggestion_id,
+                "reasons": output.reasons,
+            }
+        },
+    }

@@ -13,6 +13,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from nodes.prompts import PURPOSE_REVIEW, purpose_marker
+
 REVIEW_ANSWER_SCHEMA = """{
   "skipped": 布尔值,普通闲聊且无特殊条件时为 true(为 true 时 should_write_memory、suggest_plot_node、suggest_worldbook_update 必须都为 false),
   "should_write_memory": 布尔值,这一轮是否值得写入长期记忆,
@@ -74,6 +76,7 @@ def _dump(value: Any) -> str:
 def build_review_messages(turn: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[BaseMessage]:
     """The chat messages of one LLM review: the instructions, then the turn and the rule baseline."""
     return [
-        SystemMessage(content=REVIEW_SYSTEM_PROMPT),
+        # the purpose marker lets the offline scripted model answer a review with review JSON
+        SystemMessage(content=purpose_marker(PURPOSE_REVIEW) + "\n" + REVIEW_SYSTEM_PROMPT),
         HumanMessage(content=REVIEW_USER_TEMPLATE.format(turn_json=_dump(turn), baseline_json=_dump(baseline))),
     ]

@@ -14,6 +14,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
+from nodes.prompts import detect_purpose
 from nodes.review import (
     EVENT_NAMES,
     AssessmentCache,
@@ -700,6 +701,7 @@ def test_llm_mode_needs_a_model_and_modes_are_checked() -> None:
 def test_llm_prompt_carries_the_turn_and_the_rule_baseline() -> None:
     inp = make("谢谢你", level="important")
     messages = build_review_messages(inp.to_dict(), run_rule_review(inp).to_dict())
-    assert messages[0].content == REVIEW_SYSTEM_PROMPT
+    assert messages[0].content.endswith(REVIEW_SYSTEM_PROMPT)
+    assert detect_purpose(messages[0].content) == "review"  # how the offline scripted model knows it
     assert "谢谢你" in messages[1].content and '"level": "important"' in messages[1].content
     assert '"should_write_memory": true' in messages[1].content
