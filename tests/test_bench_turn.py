@@ -1,0 +1,52 @@
+"""`personalab bench turn` with tiny sizes: the fixture it builds and the shape of its report (no timings)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from graph.cli import main
+
+NUMBER = r"\d+\.\d"
+NODES_EVERY_TURN = ("history_fetch", "memory_build", "query_rewrite", "rag_retrieve", "generate", "write_back")
+
+
+def test_bench_turn_reports_nodes_totals_and_the_goal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "bench"
+    argv = ["bench", "turn", "--history-turns", "20", "--events", "100", "--turns", "3", "--data-dir", str(data)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+
+    assert "20-turn history, 100 archived events (20 of this instance), 2 measured turns (+1 warm-up)" in out
+    assert "model: scripted (offline" in out
+    for node in NODES_EVERY_TURN:  # skipped warm-up: every node row counts the 2 measured turns
+        assert re.search(rf"^  {node} +2 +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}$", out, re.M), node
+    for row in ("framework", "total per turn", "total - generate", "total - model calls", "GC pauses \\(in total\\)"):
+        assert re.search(rf"^  {row} +2 +{NUMBER} +{NUMBER} *$", out, re.M), row
+    assert re.search(
+        rf"^goal: p95 at most 100 ms excluding the model's time \(generate\): {NUMBER} ms — (met|NOT met)$", out, re.M
+    )
+    assert re.search(r"^  checkpoint: [\d,]+ KiB serialized \(biggest channels, KiB: history ", out, re.M)
+
+    # the fixture is where --data-dir says: the history chain plus the measured turns, the events in Chroma
+    from stores.db import dispose_engines, session_scope
+    from stores.history import get_chat_history
+    from stores.vectors import get_collection
+
+    engine_url = f"sqlite:///{data / 'personalab.db'}"
+    with session_scope(engine_url) as session:
+        history = get_chat_history(session, 1)
+    dispose_engines()
+    users = [line for line in history if line.attribute == "user"]
+    assert len(users) == 23 and len(history) >= 2 * 23
+    assert all(line.parent_line_id == previous.id for previous, line in zip(history, history[1:], strict=False))
+    events = get_collection("events", path=str(data / "chroma")).get(include=[])["ids"]
+    assert len(events) == 100 + 3  # one archived event per measured turn
+
+
+def test_bench_turn_needs_a_measured_turn_after_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "turn", "--turns", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "personalab: error: --turns must be at least 2 (the first is a warm-up), got 1"

@@ -1,0 +1,186 @@
+"""The graph as `langgraph dev` serves it from `langgraph.json`: two turns through the LangGraph SDK.
+
+The server runs in its own directory with a copy of `langgraph.json` whose relative paths point at the
+repository. `langgraph dev` keeps its thread and run records in `./.langgraph_api` and loads them on the
+next start; started from the repository root, a second run of this test would find the thread of
+instance 1 already there (ConflictError) and would share that directory with a developer's own server.
+`--no-reload`: other files of the tree change while the test runs, and a reload would cut a run off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from graph.runner import create_sample_instance
+from nodes.memory_build import format_own_line
+from stores.checkpoints import open_checkpointer, thread_id_for
+from stores.db import session_scope
+from stores.history import get_chat_history
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 90.0
+# Variables that would switch the server to a real model, another database or remote tracing.
+UNSET = (
+    "OPENAI_API_KEY",
+    "PERSONALAB_LLM",
+    "PERSONALAB_DATABASE_URL",
+    "PERSONALAB_CHROMA_HOST",
+    "LANGSMITH_TRACING",
+    "LANGCHAIN_TRACING_V2",
+    "LANGSMITH_API_KEY",
+)
+
+
+def _absolute(value: Any) -> Any:
+    """`langgraph.json` with every `./…` path (and `.`) made absolute against the repository."""
+    if isinstance(value, dict):
+        if isinstance(value.get("env"), str):  # a dotenv file name, relative to the config
+            value = {**value, "env": str(REPO / value["env"])}
+        return {key: _absolute(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_absolute(item) for item in value]
+    if isinstance(value, str) and (value == "." or value.startswith(("./", "../"))):
+        return str((REPO / value).resolve()) if ":" not in value else _absolute_spec(value)
+    return value
+
+
+def _absolute_spec(spec: str) -> str:
+    path, _, attribute = spec.rpartition(":")
+    return f"{(REPO / path).resolve()}:{attribute}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _langgraph_cli() -> Path:
+    for candidate in (Path(sys.executable).parent / "langgraph", REPO / ".venv" / "bin" / "langgraph"):
+        if candidate.exists():
+            return candidate
+    pytest.fail("the langgraph CLI is not installed (pip install -e '.[test]')")
+
+
+@pytest.fixture
+def server(data_dir: Path, tmp_path: Path) -> Iterator[str]:
+    """`langgraph dev` on a free port with the test's data directory; stopped (whole process group) after."""
+    workdir = tmp_path / "server"
+    workdir.mkdir()
+    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
+    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key not in UNSET}
+    env.update(
+        LANGGRAPH_CLI_NO_ANALYTICS="1",
+        LANGGRAPH_NO_VERSION_CHECK="true",
+        PERSONALAB_DATA_DIR=str(data_dir),
+    )
+    port = _free_port()
+    log_path = tmp_path / "server.log"
+    command = [str(_langgraph_cli()), "dev", "--no-browser", "--no-reload", "--port", str(port)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "--config", "langgraph.json"],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, process)
+        yield url
+    finally:
+        _stop(process)
+        # pytest shows a fixture's teardown output only when the test failed
+        print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
+
+
+def _wait_until_up(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"langgraph dev exited with code {process.returncode} before it was up")
+        try:
+            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"langgraph dev did not answer GET /ok within {START_TIMEOUT_S:g} s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+    except ProcessLookupError:
+        pass
+
+
+def _run(client: Any, thread_id: str, instance_id: int, message: str) -> dict[str, Any]:
+    result = client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id, "message": message})
+    assert isinstance(result, dict) and "__error__" not in result, f"the run failed: {result}"
+    assert not result.get("error"), f"the turn failed: {result.get('error')}"
+    return result
+
+
+def test_served_graph_plays_two_turns_and_checkpoints_them(server: str, data_dir: Path) -> None:
+    from langgraph_sdk import get_sync_client
+
+    instance_id = create_sample_instance()
+    thread_id = thread_id_for(instance_id)
+    client = get_sync_client(url=server, timeout=httpx.Timeout(60.0, connect=5.0))
+    client.threads.create(thread_id=thread_id)
+
+    messages = ["你好，雷娜。", "我们下一步去哪儿？"]
+    first = _run(client, thread_id, instance_id, messages[0])
+    _run(client, thread_id, instance_id, messages[1])
+
+    values = client.threads.get_state(thread_id)["values"]
+    assert values["turn"] == 2
+    assert values["reply"] and "[PROGRESS" not in values["reply"]
+    assert values["model"].startswith("scripted")
+    assert values["plot_state"]["story_outline"] and values["plot_state"]["current_plot_index"] >= 1
+
+    # The state lives in the checkpointer langgraph.json names (the SQLite file of the data directory),
+    # not in the dev server's memory: the in-process runner reads the same thread.
+    with open_checkpointer() as saver:
+        saved = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    assert saved is not None and saved.checkpoint["channel_values"]["turn"] == 2
+
+    with session_scope() as session:
+        history = get_chat_history(session, instance_id)
+        lines = [(line.id, line.parent_line_id, line.attribute, line) for line in history]
+    assert lines[0][1] is None
+    for (previous_id, *_), (_, parent_id, _, _) in zip(lines, lines[1:], strict=False):
+        assert parent_id == previous_id  # one chain, each line under the one before it
+    users = [line.content for _, _, attribute, line in lines if attribute == "user"]
+    assert users == messages
+    second_user = next(i for i, (_, _, attribute, _) in enumerate(lines) if i > 0 and attribute == "user")
+    turns = [lines[1:second_user], lines[second_user + 1 :]]
+    for turn_lines, reply in zip(turns, [first["reply"], values["reply"]], strict=True):
+        assert turn_lines and all(attribute == "assistant" for _, _, attribute, _ in turn_lines)
+        shown = "".join(
+            format_own_line(line.original_emotion, line.content, line.tts_content, line.action_content)
+            for *_, line in turn_lines
+        )
+        assert shown == reply
