@@ -2,12 +2,14 @@
 
 Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`, and the
 last turn's `debug`. Everything else is rebuilt each turn (`history_fetch` resets it) or lives in the
-database.
+database; the dialogue path and the built messages are not checkpointed at all.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict
+
+from langgraph.channels import UntrackedValue
 
 
 def merge_debug(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
@@ -49,8 +51,10 @@ class TurnState(TurnInput, total=False):
     # this turn
     lock_token: str | None
     character: dict[str, Any]
-    history: list[dict[str, Any]]
-    messages: list[dict[str, str]]
+    # rebuilt from the database every turn, so never checkpointed: a long play-through's path would
+    # otherwise be copied into every checkpoint of every turn
+    history: Annotated[list[dict[str, Any]], UntrackedValue(list)]
+    messages: Annotated[list[dict[str, str]], UntrackedValue(list)]
     user_line_id: int | None
     query: str
     retrieved: list[dict[str, Any]]

@@ -19,9 +19,9 @@ from nodes.progress_parse import new_plot_state
 from nodes.review_effects import check_choice, check_gap, gap_from_seconds
 from stores.db import session_scope
 from stores.embeddings import warm_up_embeddings
-from stores.history import get_chat_history
+from stores.history import get_history_rows
 from stores.saves import append_lines, get_save, outline_of, validate_line
-from stores.tables import Background, Line, Role
+from stores.tables import Background, Role
 from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
 
 
@@ -56,10 +56,6 @@ def seconds_since(moment: datetime | None) -> float | None:
     return max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
-def line_to_dict(line: Line) -> dict[str, Any]:
-    return line.model_dump(exclude={"audio_file", "predicted_emotion"})
-
-
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
@@ -78,7 +74,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
             written = append_lines(session, instance_id, lines)
-            history = [line_to_dict(line) for line in get_chat_history(session, instance_id)]
+            history = get_history_rows(session, instance_id)
             role = session.get(Role, save.role_id) if save.role_id else None
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = [point.content for point in outline_of(session, background.id)] if background else []

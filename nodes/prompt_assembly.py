@@ -225,12 +225,24 @@ def assemble_prompt(
         }
 
     kept: list[tuple[str, int, int]] = []
+    too_old: list[tuple[str, int, int]] = []
     for unit in units:
         if unit[0] == "turn" and excess_turns:
             excess_turns -= 1
-            middle_debug["dropped"].append(describe(*unit, f"older than the last {budgets.max_turns} turns"))
+            too_old.append(unit)
         else:
             kept.append(unit)
+    if too_old:
+        # one entry for the whole run: a long play-through drops hundreds of turns every turn
+        first, last = too_old[0], too_old[-1]
+        middle_debug["dropped"].append(
+            {
+                "item": f"{len(too_old)} turn(s) (recent_messages[{first[1]}:{last[2]}])",
+                "preview": _preview(recent[first[1]]["content"]),
+                "reason": f"older than the last {budgets.max_turns} turns",
+                "count": len(too_old),
+            }
+        )
     unit_tokens = [count(recent[start:end]) for _, start, end in kept]
     setting_tokens = count(setting)
     total = setting_tokens + sum(unit_tokens)

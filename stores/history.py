@@ -13,6 +13,8 @@ Errors (all subclasses of `HistoryError`, itself a `ValueError`):
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, literal, select
 from sqlmodel import Session
 
@@ -55,6 +57,29 @@ def get_chat_history(session: Session, save_id: int) -> list[Line]:
 
 def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[Line]:
     """Lines from the root to `leaf_line_id` (any line of the save, e.g. a sibling branch), in order."""
+    rows = session.exec(_path_query(save_id, leaf_line_id, Line)).all()  # type: ignore[call-overload]
+    return _check_path(save_id, leaf_line_id, [(line_id, line) for line_id, _depth, line in rows], _attr)
+
+
+def get_history_rows(session: Session, save_id: int) -> list[dict[str, Any]]:
+    """`get_chat_history` as plain dicts (every column of `line`): the same query and checks, without building
+    ORM objects, which is most of the cost on a long path (the turn graph reads a path every turn)."""
+    save = session.get(Save, save_id)
+    if save is None:
+        raise SaveNotFoundError(f"save {save_id} does not exist")
+    if not save.last_message_id:
+        return []
+    columns = [column for column in Line.__table__.columns]  # type: ignore[attr-defined]
+    result = session.connection().execute(_path_query(save_id, save.last_message_id, *columns))
+    rows = [(row[0], dict(zip(_COLUMN_NAMES, row[2:], strict=True)) if row[2] is not None else None) for row in result]
+    return _check_path(save_id, save.last_message_id, rows, dict.get)  # type: ignore[arg-type]
+
+
+_COLUMN_NAMES = [column.name for column in Line.__table__.columns]  # type: ignore[attr-defined]
+
+
+def _path_query(save_id: int, leaf_line_id: int, *selected: Any) -> Any:
+    """The recursive walk from the leaf to the root, joined to `selected` (the Line entity or its columns)."""
     # The depth bound makes a cycle end the recursion: a real path has at most as many steps as the
     # save has lines, so one step more proves a loop. Uncorrelated, the count is computed once.
     lines_in_save = select(func.count()).select_from(Line).where(Line.save_id == save_id).scalar_subquery()
@@ -66,36 +91,40 @@ def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[
         .where(Line.parent_line_id.is_not(None), path.c.depth < lines_in_save)
     )
     path = path.union_all(step)
-    rows = session.exec(  # type: ignore[call-overload]
-        select(path.c.line_id, path.c.depth, Line)
+    return (
+        select(path.c.line_id, path.c.depth, *selected)
         .select_from(path)
         .outerjoin(Line, Line.id == path.c.line_id)
         .order_by(path.c.depth.desc())
-    ).all()
-    return _check_path(save_id, leaf_line_id, [(line_id, line) for line_id, _depth, line in rows])
+    )
 
 
-def _check_path(save_id: int, leaf_line_id: int, rows: list[tuple[int, Line | None]]) -> list[Line]:
+def _attr(line: Line, name: str) -> Any:
+    return getattr(line, name)
+
+
+def _check_path(save_id: int, leaf_line_id: int, rows: list[tuple[int, Any]], field: Any) -> list[Any]:
+    """Validate a root → leaf path of Line objects or dicts (read with `field(record, name)`)."""
     if not rows or rows[-1][1] is None:
         raise LineNotInSaveError(f"line {leaf_line_id} does not exist (leaf of save {save_id})")
-    leaf = rows[-1][1]
-    if leaf.save_id != save_id:
-        raise LineNotInSaveError(f"line {leaf_line_id} belongs to save {leaf.save_id}, not save {save_id}")
+    leaf_save = field(rows[-1][1], "save_id")
+    if leaf_save != save_id:
+        raise LineNotInSaveError(f"line {leaf_line_id} belongs to save {leaf_save}, not save {save_id}")
     seen: set[int] = set()
-    history: list[Line] = []
+    history: list[Any] = []
     # rows run root → leaf; report the problem nearest the leaf, where the walk met it.
     for index in range(len(rows) - 1, -1, -1):
         line_id, line = rows[index]
-        child = rows[index + 1][1] if index + 1 < len(rows) else None
+        child = field(rows[index + 1][1], "id") if index + 1 < len(rows) else "?"
         if line is None:
-            raise MissingParentError(f"line {child.id if child else '?'} has parent {line_id}, which does not exist")
-        if line.id in seen:
-            raise HistoryCycleError(f"save {save_id}: parent_line_id loops back to line {line.id}")
-        if line.save_id != save_id:
+            raise MissingParentError(f"line {child} has parent {line_id}, which does not exist")
+        if line_id in seen:
+            raise HistoryCycleError(f"save {save_id}: parent_line_id loops back to line {line_id}")
+        if field(line, "save_id") != save_id:
             raise ForeignParentError(
-                f"line {child.id if child else '?'} of save {save_id} has parent {line.id} in save {line.save_id}"
+                f"line {child} of save {save_id} has parent {line_id} in save {field(line, 'save_id')}"
             )
-        seen.add(line.id)  # type: ignore[arg-type]
+        seen.add(line_id)
         history.append(line)
     history.reverse()
     return history

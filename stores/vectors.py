@@ -42,11 +42,17 @@ def chroma_client(path: str | None = None) -> Any:
 
 
 def get_collection(name: str, path: str | None = None) -> Chroma:
-    """A langchain `Chroma` vector store on collection `name`, cosine distance."""
+    """A langchain `Chroma` vector store on collection `name`, cosine distance (one wrapper per store)."""
+    host = os.environ.get("PERSONALAB_CHROMA_HOST") or None
+    return _collection(name, None if host else (path or chroma_path()), host)
+
+
+@lru_cache(maxsize=256)
+def _collection(name: str, path: str | None, host: str | None) -> Chroma:
     return Chroma(
         collection_name=name,
         embedding_function=get_embeddings(),
-        client=chroma_client(path),
+        client=chroma_client(path),  # host, when set, is read again by chroma_client
         collection_metadata={"hnsw:space": "cosine"},
     )
 

@@ -14,6 +14,7 @@ from stores.history import (
     MissingParentError,
     SaveNotFoundError,
     get_chat_history,
+    get_history_rows,
     get_path_to_line,
 )
 from stores.saves import InstanceNotFoundError, append_lines, create_background, create_role, create_save
@@ -180,3 +181,23 @@ def test_history_query_reads_only_the_path(sqlite_url: str) -> None:
     assert contents(history) == ["第0句", "第1句", "第2句"]
     recursive = [st for st in statements if "RECURSIVE" in st.upper()]
     assert len(recursive) == 1
+
+
+def test_history_rows_are_the_same_path_as_plain_dicts(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(4))
+    with session_scope(db_url) as s:
+        assert get_history_rows(s, save_id) == [line.model_dump() for line in get_chat_history(s, save_id)]
+
+
+def test_history_rows_check_the_tree_too(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        lines = append_lines(s, save_id, say(3))
+        lines[0].parent_line_id = lines[1].id
+        s.add(lines[0])
+    with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
+        get_history_rows(s, save_id)
+    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
+        get_history_rows(s, 4242)

@@ -122,7 +122,9 @@ def test_only_the_last_20_turns_are_kept() -> None:
     assert middle[1] == preamble[0]
     assert middle[2]["content"].startswith("用户第6轮") and len(middle) == 2 + 40
     dropped = prompt.debug["middle"]["dropped"]
-    assert len(dropped) == 5 and all("last 20 turns" in d["reason"] for d in dropped)
+    # one summary entry for the whole run of turns that are too old
+    assert len(dropped) == 1 and dropped[0]["count"] == 5 and "last 20 turns" in dropped[0]["reason"]
+    assert dropped[0]["item"] == "5 turn(s) (recent_messages[1:11])"
     assert (prompt.debug["middle"]["turns_kept"], prompt.debug["middle"]["turns_total"]) == (20, 25)
 
 
