@@ -77,9 +77,9 @@ def memory_panel(state: dict[str, Any]) -> list[str]:
     debug = state.get("debug") or {}
     rows = [f"memory | query: {debug.get('query_rewrite', {}).get('query', '')}"]
     retrieved = state.get("retrieved") or []
-    rows.append(
-        f"       | recalled {len(retrieved)} event(s)" + (f", best: {retrieved[0]['text'][:40]}…" if retrieved else "")
-    )
+    scene = debug.get("retrieval", {}).get("scene", "—")
+    best = f", best ({retrieved[0]['score']:.2f}): {retrieved[0]['content'][:36]}…" if retrieved else ""
+    rows.append(f"       | scene {scene}; recalled {len(retrieved)} memories{best}")
     director = state.get("director_events")
     if director:
         rows.append(

@@ -46,6 +46,8 @@ class TurnState(TurnInput, total=False):
     core_memory: dict[str, Any]
     core_memory_versions: list[dict[str, Any]]
     relationship: dict[str, Any]
+    # world-book entry id → the turn it last fired (temporal triggers, seed 004)
+    worldbook_fired: dict[str, int]
     # state changes since the last core-memory maintenance (seed 002: 状态变化事件)
     state_events: list[str]
     # this turn
@@ -58,6 +60,9 @@ class TurnState(TurnInput, total=False):
     user_line_id: int | None
     query: str
     retrieved: list[dict[str, Any]]
+    # the retrieved region's blocks (world knowledge, memories) and world-book text for other positions
+    memory_blocks: list[dict[str, Any]]
+    injected: dict[str, str]
     director_events: dict[str, list[dict[str, Any]]] | None
     reply_raw: str
     reply: str
@@ -77,6 +82,9 @@ class TurnOutput(TypedDict, total=False):
     core_memory: dict[str, Any]
     relationship: dict[str, Any]
     retrieved: list[dict[str, Any]]
+    # the retrieved region's blocks (world knowledge, memories) and world-book text for other positions
+    memory_blocks: list[dict[str, Any]]
+    injected: dict[str, str]
     director_events: dict[str, list[dict[str, Any]]] | None
     turn: int
     model: str

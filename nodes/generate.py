@@ -32,12 +32,9 @@ def budgets_of(ctx: Context) -> RegionBudgets:
 
 
 def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
-    """Retrieved events first, then the director's two layers (current facts, other stories' reference)."""
-    blocks: list[RetrievedBlock] = []
-    if state.get("retrieved"):
-        blocks.append(
-            RetrievedBlock(title=prompts.RETRIEVED_EVENTS_TITLE, items=[e["text"] for e in state["retrieved"]])
-        )
+    """The long-term memory injection first (world knowledge, then memories), then the director's two layers
+    (current facts, other stories' reference)."""
+    blocks = [RetrievedBlock(title=b["title"], items=list(b["items"])) for b in state.get("memory_blocks") or []]
     director = state.get("director_events")
     if director:
         blocks.extend(director_blocks(director.get("current", []), director.get("others", [])))
@@ -58,6 +55,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
         user_input=latest or state["message"],
         budgets=budgets_of(ctx),
         turn=state.get("turn"),
+        position_texts=state.get("injected") or {},
     )
 
 

@@ -97,6 +97,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         "history": history,
         "user_line_id": written[-1].id,
         "retrieved": [],
+        "memory_blocks": [],
+        "injected": {},
         "director_events": None,
         "reply_raw": "",
         "reply": "",

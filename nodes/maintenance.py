@@ -10,10 +10,12 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from graph.context import Context
+from graph.context import Context, context_of
 from graph.llm import get_chat_model, model_label
 from graph.state import TurnState
 from nodes.core_memory import CoreMemoryHistory, accept_core_memory, maintenance_messages
+from stores.events import flush_event_writes
+from stores.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 LAST_TURNS = 10
@@ -26,6 +28,26 @@ def last_turn_messages(messages: list[dict[str, str]], turns: int = LAST_TURNS) 
 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Both periodic jobs: the long-term memory's layer flow (seed 001), then the core-memory rewrite."""
+    layers = maintain_memory_layers(state, runtime)
+    update = rewrite_core_memory(state, runtime)
+    update.setdefault("debug", {}).setdefault("maintenance", {})["memory_layers"] = layers
+    return update
+
+
+def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Decay, move and fade the instance's memories up to this turn; pinned and user-edited ones stay."""
+    ctx = context_of(runtime)
+    flush_event_writes()  # this turn's memory is part of the flow
+    try:
+        report = MemoryStore(db_url=ctx.database_url).run_maintenance(state["instance_id"], turn=state["turn"])
+    except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored
+        log.error("memory layer maintenance failed on instance %s: %s", state["instance_id"], exc)
+        return {"status": f"failed: {exc}"}
+    return {"status": "ok", "transitions": len(report.transitions), "deleted": len(report.deleted)}
+
+
+def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     old = state["core_memory"]
     turn = state["turn"]
     dialogue = [*state.get("messages", []), {"role": "assistant", "content": state.get("reply", "")}]

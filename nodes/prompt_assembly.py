@@ -170,12 +170,15 @@ def assemble_prompt(
     user_input: str,
     budgets: RegionBudgets | None = None,
     turn: int | None = None,
+    position_texts: Mapping[str, str] | None = None,
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
     `turn` (the turn being answered) is shown in the head so the model can relate it to `last_progress_turn`.
+    `position_texts`: world-book text for the `user` / `assistant` positions (seed 004), put in the tail.
     """
     budgets = budgets or RegionBudgets()
+    position_texts = position_texts or {}
     if not system_instruction or not system_instruction.strip():
         raise ValueError("assemble_prompt: system_instruction is empty")
     if not isinstance(user_input, str) or not user_input.strip():
@@ -293,8 +296,13 @@ def assemble_prompt(
     )
     retrieved_debug["over_budget"] = retrieved_debug["tokens"] > budgets.retrieved
 
-    # tail — pinned
+    # tail — pinned; world-book entries that asked for the user / assistant position (seed 004 injectPosition)
+    # stand right before the input, in those roles
     tail = [{"role": "user", "content": user_input.strip()}]
+    if position_texts.get("assistant", "").strip():
+        tail.insert(0, {"role": "assistant", "content": position_texts["assistant"].strip()})
+    if position_texts.get("user", "").strip():
+        tail[-1] = {"role": "user", "content": position_texts["user"].strip() + "\n\n" + user_input.strip()}
     tail_debug = _region(count(tail), budgets.tail)
     if tail_debug["over_budget"]:
         tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")

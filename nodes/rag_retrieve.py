@@ -1,43 +1,146 @@
-"""RAG retrieval (seed 002 需求3, 检索触发机制): the rewritten query searches this instance's events only,
-under a time cap (技术约束: RAG检索设置超时保护 1.5 秒). On timeout or error the turn goes on without events
-and the debug output says why."""
+"""RAG retrieval (seed 002 需求3; seeds 001 + 004): the character's long-term memory of this instance, the
+world book and the knowledge library, fused into one injection under the retrieved region's token budget.
+
+- memories: `nodes.retrieval.retrieve` — BM25, vector and tag paths over this instance only, scene-weighted
+  scoring, mention penalty, dedupe against what the character said recently, every item with its breakdown;
+- world book (seed 004): keyword / semantic / temporal / emotional triggers on the recent lines;
+- knowledge library (seed 001 常识知识库): global and per-character entries by relevance;
+- injection (seed 001 智能注入): guidelines → world knowledge → character memories, one budget, what was
+  skipped and why in the debug output.
+All of it runs under a time cap (seed 002: RAG检索设置超时保护 1.5 秒); on timeout or error the turn goes on
+without it and the debug output says why.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from graph.context import Context, context_of
 from graph.state import TurnState
-from stores.events import search_events
+from nodes.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
+from nodes.knowledge import select_knowledge
+from nodes.retrieval import retrieve
+from nodes.worldbook import WorldbookConfig, context_from_lines, explain_worldbook
+from stores.db import session_scope
+from stores.memory import MemoryStore
+from stores.vectors import chroma_path
+from stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
 
 # A search that overruns its cap keeps its worker until it ends; a few workers keep the next turns moving.
 _searches = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rag")
+RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
 
 
-def search_with_cap(search: Any, timeout_s: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run `search()` for at most `timeout_s`; returns (results, debug)."""
+def search_with_cap(search: Any, timeout_s: float) -> tuple[Any, dict[str, Any]]:
+    """Run `search()` for at most `timeout_s`; returns (result or [], debug)."""
     start = time.perf_counter()
     future = _searches.submit(search)
     try:
         results = future.result(timeout=timeout_s)
         status = "ok"
     except FutureTimeout:
-        results, status = [], f"timed out after {timeout_s:g} s: the turn goes on without retrieved events"
+        results, status = [], f"timed out after {timeout_s:g} s: the turn goes on without retrieved memory"
     except Exception as exc:  # noqa: BLE001 - retrieval must never fail the turn
-        results, status = [], f"failed ({type(exc).__name__}: {exc}): the turn goes on without retrieved events"
-    return results, {"status": status, "ms": round((time.perf_counter() - start) * 1000, 1), "count": len(results)}
+        results, status = [], f"failed ({type(exc).__name__}: {exc}): the turn goes on without retrieved memory"
+    return results, {"status": status, "ms": round((time.perf_counter() - start) * 1000, 1)}
+
+
+def recent_context(history: Sequence[Mapping[str, Any]], role_id: int | None) -> tuple[str, list[str]]:
+    """(recent dialogue text, what the character itself said lately) from the end of the path."""
+    recent = list(history)[-RECENT_LINES:]
+    text = "\n".join(f"{line.get('display_name') or line['attribute']}: {line['content']}" for line in recent)
+    own = [line["content"] for line in recent if line["attribute"] == "assistant" and line.get("role_id") == role_id]
+    return text, own
+
+
+def injection_blocks(plan: InjectionPlan) -> list[dict[str, Any]]:
+    """The plan's system-position sections as titled blocks of the prompt's retrieved region, in the seed's order."""
+    blocks = []
+    for section, header in SECTION_HEADERS.items():
+        lines = [line for line in plan.sections.get(section, "").splitlines() if line.strip() and line != header]
+        if lines:
+            blocks.append({"title": header, "items": lines})
+    return blocks
+
+
+def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
+    """Everything the retrieved region holds this turn (runs under the time cap)."""
+    instance_id, turn = state["instance_id"], state["turn"]
+    character = state["character"]
+    history = state.get("history", [])
+    query = state.get("query") or state["message"]
+    dialogue, own_lines = recent_context(history, character.get("role_id"))
+    memories = retrieve(
+        MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()),
+        instance_id,
+        query,
+        context=dialogue,
+        recent_own_lines=own_lines,
+        turn=turn,
+        k=ctx.rag_results,
+    )
+    with session_scope(ctx.database_url) as session:
+        worldbook = worldbook_for_instance(session, instance_id)
+        knowledge = knowledge_for_instance(session, instance_id)
+    worldbook_context = context_from_lines(
+        history[:-1],
+        user_message=state["message"],
+        current_turn=turn,
+        now=time.time(),
+        last_fired_turns=state.get("worldbook_fired") or {},
+    )
+    fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), WorldbookConfig())
+    injection = build_injection(
+        knowledge=select_knowledge(
+            knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id
+        ),
+        triggered=fired.triggered,
+        character_memories=[
+            InjectionItem(key=f"memory:{item.id}", text=f"- {item.content}", score=item.score)
+            for item in memories.items
+        ],
+        budget=ctx.retrieved_tokens,
+    )
+    return {
+        "memories": memories.to_dict(),
+        "worldbook_skipped": [asdict(skipped) for skipped in fired.skipped],
+        "injection": injection,
+    }
 
 
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
-    instance_id = state["instance_id"]
-    query = state.get("query") or state.get("message", "")
-    events, debug = search_with_cap(
-        lambda: search_events(query, ctx.rag_results, instance_id=instance_id), ctx.rag_timeout_s
-    )
-    return {"retrieved": events, "debug": {"retrieval": {"query": query, **debug}}}
+    found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
+    if not found:
+        return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
+    injection = found["injection"]
+    plan: InjectionPlan = injection.plan
+    memories = found["memories"]
+    fired = dict(state.get("worldbook_fired") or {})
+    fired.update({entry_id: state["turn"] for entry_id in injection.fired_worldbook_ids})
+    return {
+        "retrieved": memories["items"],
+        "memory_blocks": injection_blocks(plan),
+        "injected": {position: text for position, text in plan.texts.items() if position != "system" and text},
+        "worldbook_fired": fired,
+        "debug": {
+            "retrieval": {
+                **debug,
+                "query": memories["query"],
+                "scene": memories["scene"],
+                "weights": memories["weights"],
+                "count": len(memories["items"]),
+                "dropped": memories["dropped"],
+                "timings_ms": memories.get("timings_ms"),
+                "injection": plan.debug(),
+                "worldbook_skipped": found["worldbook_skipped"],
+            }
+        },
+    }

@@ -942,6 +942,7 @@ def get_review_pipeline(
 
 # ---- the graph node ---------------------------------------------------------------------------------------
 
+MIN_TURN_IMPORTANCE = 0.1
 TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
 
 
@@ -953,9 +954,12 @@ def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     from graph.context import context_of
     from graph.llm import get_chat_model
     from nodes.review_effects import plan_review_effects
+    from nodes.write_back import turn_event_text
     from stores.db import session_scope
+    from stores.events import run_in_background
     from stores.memory import MemoryStore
     from stores.review import save_review_effects
+    from stores.vectors import chroma_path
 
     ctx = context_of(runtime)
     character = state["character"]
@@ -988,23 +992,30 @@ def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
             character_name=character["name"],
             user_name=user_name,
         )
-        memories: list[int] = []
-        store = MemoryStore(db_url=ctx.database_url)
-        if output.should_write_memory:
-            text = f"第{state['turn']}轮：{user_name}：{state['message']} / {character['name']}：{state['reply']}"
-            entry = store.add_memory(
-                state["instance_id"], text, type="conversation", importance=output.memory_value, turn=state["turn"]
-            )
-            memories.append(entry.id)  # type: ignore[arg-type]
+        # Every turn becomes an active-layer memory (seed 001), worth what the review says it is worth: an
+        # ordinary exchange fades with the layers, a turning point stays. Written off the reply's path.
+        store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+        writes = [
+            {
+                "content": turn_event_text(
+                    state["turn"], user_name, state["message"], character["name"], state["reply"]
+                ),
+                "type": "conversation" if output.should_write_memory else "event",
+                "importance": max(MIN_TURN_IMPORTANCE, output.memory_value),
+                "tags": ["important"] if output.should_write_memory else [],
+                "turn": state["turn"],
+            }
+        ]
         if plan["relationship_memory"]:
-            entry = store.add_memory(
-                state["instance_id"],
-                plan["relationship_memory"],
-                type="relationship",
-                importance=max(0.5, output.memory_value),
-                turn=state["turn"],
+            writes.append(
+                {
+                    "content": plan["relationship_memory"],
+                    "type": "relationship",
+                    "importance": max(0.5, output.memory_value),
+                    "turn": state["turn"],
+                }
             )
-            memories.append(entry.id)  # type: ignore[arg-type]
+        run_in_background(store.add_memories, state["instance_id"], writes)
         with session_scope(ctx.database_url) as session:
             saved = save_review_effects(session, state["instance_id"], plan)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
@@ -1025,7 +1036,7 @@ def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
         "debug": {
             "review": {
                 "skipped": output.skipped,
-                "memory_ids": memories,
+                "memory_writes": [{"type": w["type"], "importance": w["importance"]} for w in writes],
                 "plot_node_id": plot_node_id,
                 "worldbook_suggestion_id": suggestion_id,
                 "reasons": output.reasons,

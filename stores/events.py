@@ -16,11 +16,19 @@ from stores.vectors import chroma_path, get_collection, where
 log = logging.getLogger(__name__)
 COLLECTION = "events"
 _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
-_pending: list[Future[None]] = []
+_pending: list[Future[Any]] = []
 
 
 def _write(text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
     get_collection(COLLECTION, path).add_texts([text], metadatas=[metadata], ids=[event_id])
+
+
+def run_in_background(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
+    """Queue a store write on the single background worker; failures are logged, never raised into the turn."""
+    future = _writer.submit(fn, *args, **kwargs)
+    future.add_done_callback(_log_failure)
+    _pending.append(future)
+    return future
 
 
 def write_event_async(
@@ -34,15 +42,12 @@ def write_event_async(
         "turn": turn,
     }
     # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
-    future = _writer.submit(_write, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
-    future.add_done_callback(_log_failure)
-    _pending.append(future)
-    return future
+    return run_in_background(_write, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
 
 
-def _log_failure(future: Future[None]) -> None:
+def _log_failure(future: Future[Any]) -> None:
     if future.exception() is not None:
-        log.error("archival event write failed: %s", future.exception())
+        log.error("background store write failed: %s", future.exception())
 
 
 def flush_event_writes(timeout: float = 60.0) -> None:

@@ -21,6 +21,7 @@ from nodes.memory_build import build_memory
 from stores.db import session_scope
 from stores.events import flush_event_writes, search_events
 from stores.history import get_chat_history
+from stores.memory import MemoryStore
 from stores.saves import InstanceNotFoundError
 from stores.tables import Line, Save
 from stores.turn_tables import TurnRecord
@@ -139,9 +140,12 @@ def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) ->
         run_turn(graph, ctx, b, "今天天气不错。")
         flush_event_writes()
         state = run_turn(graph, ctx, b, "金色怀表藏在哪里？")
-    assert state["retrieved"], "b's own events are found"
-    assert {e["instance_id"] for e in state["retrieved"]} == {b}
-    assert all("怀表藏在了旧仓库" not in e["text"] for e in state["retrieved"])
+    assert state["retrieved"], "b's own memories are found"
+    own = {m.id for m in MemoryStore(db_url=sqlite_url).list_memories(b)}
+    assert {item["id"] for item in state["retrieved"]} <= own
+    assert all("怀表藏在了旧仓库" not in item["content"] for item in state["retrieved"])
+    prompt_text = json.dumps(state["debug"]["prompt"], ensure_ascii=False)
+    assert "旧仓库" not in prompt_text
     assert search_events("金色怀表", 5, instance_id=a)  # a's event exists, it is only not b's
 
 
@@ -305,13 +309,16 @@ def test_retrieval_timeout_lets_the_turn_go_on(sqlite_url: str, monkeypatch: pyt
 
     import nodes.rag_retrieve as rag
 
-    def slow_search(*_args: Any, **_kwargs: Any) -> list[dict[str, Any]]:
-        time.sleep(1.0)
-        return [{"text": "太迟的事件"}]
+    real_retrieve = rag.retrieve
 
-    monkeypatch.setattr(rag, "search_events", slow_search)
+    def slow_retrieve(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # a store that is too slow today
+        return real_retrieve(*args, **kwargs)
+
+    monkeypatch.setattr(rag, "retrieve", slow_retrieve)
     instance = create_sample_instance(sqlite_url)
     with turn_graph(ctx_for(sqlite_url, rag_timeout_s=0.05)) as (graph, ctx):
         state = run_turn(graph, ctx, instance, "你好")
-    assert state["error"] is None and state["retrieved"] == []
+    assert state["error"] is None and state["retrieved"] == [] and state["reply"]
     assert state["debug"]["retrieval"]["status"].startswith("timed out after 0.05 s")
+    assert state["debug"]["prompt"]["retrieved"]["tokens"] == 0

@@ -14,6 +14,7 @@ import nodes.review_effects
 from graph.context import Context
 from graph.runner import create_sample_instance, run_turn, turn_graph
 from stores.db import session_scope
+from stores.events import flush_event_writes
 from stores.history import get_chat_history
 from stores.memory import MemoryStore
 from stores.review import approve_suggestion, list_plot_nodes, list_suggestions
@@ -47,6 +48,7 @@ def test_a_turning_point_writes_memory_plot_node_and_a_pending_suggestion(sqlite
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "我决定放过老七，让他加入我们。", selected_choice={"level": "turning_point"})
     assert state["review"]["should_write_memory"] and state["review"]["suggest_worldbook_update"]
+    flush_event_writes()
     memories = MemoryStore(db_url=sqlite_url).list_memories(instance)
     assert any("我决定放过老七" in m.content and m.importance == state["review"]["memory_value"] for m in memories)
     assert any(m.type == "relationship" for m in memories), "a large relationship change is remembered too"
@@ -61,11 +63,15 @@ def test_a_turning_point_writes_memory_plot_node_and_a_pending_suggestion(sqlite
         assert [str(e.id) for e in entries] == [str(approved.worldbook_entry_id)]
 
 
-def test_an_ordinary_turn_is_skipped_and_writes_no_memory(sqlite_url: str) -> None:
+def test_an_ordinary_turn_is_remembered_at_low_importance(sqlite_url: str) -> None:
+    """Every turn is an active-layer memory (seed 001); a skipped one is worth little and fades with the layers."""
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "嗯。")
     assert state["review"]["skipped"] is True
-    assert MemoryStore(db_url=sqlite_url).list_memories(instance) == []
+    flush_event_writes()
+    (memory,) = MemoryStore(db_url=sqlite_url).list_memories(instance)
+    assert (memory.type, memory.layer, memory.importance) == ("event", "active", 0.1)
+    assert "嗯。" in memory.content
 
 
 def test_gap_is_computed_from_stored_timestamps(sqlite_url: str) -> None:
