@@ -76,3 +76,28 @@ def test_chat_loop(data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypat
     assert main(["chat", "--instance", instance]) == 0
     out = capsys.readouterr().out
     assert out.count("— scripted") == 2
+
+
+def test_choice_and_gap_from_the_cli_reach_the_review(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["instance", "create", "--sample"])
+    instance = capsys.readouterr().out.strip()
+    argv = ["turn", "--instance", instance, "我决定放过他。", "--choice", "turning_point", "--gap", "days", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["review"]["choice_level"] == "turning_point" and result["review"]["gap"] == "days"
+    assert result["relationship"] == {"trust": 1, "affection": 2, "familiarity": 2}
+    assert main(["suggestions", "list", "--instance", instance, "--json"]) == 0
+    (suggestion,) = json.loads(capsys.readouterr().out)
+    assert suggestion["status"] == "pending"
+    assert main(["suggestions", "approve", str(suggestion["id"])]) == 0
+
+
+@pytest.mark.parametrize(("option", "value"), [("--choice", "epic"), ("--gap", "weeks")])
+def test_unknown_choice_or_gap_on_the_cli(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    main(["instance", "create", "--sample"])
+    instance = capsys.readouterr().out.strip()
+    assert main(["turn", "--instance", instance, "你好", option, value]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and value in err
