@@ -151,29 +151,7 @@ def worldbook_list(args: argparse.Namespace) -> int:
     with session_scope() as session:
         entries = list_worldbook(session, _scope(args), visible=args.visible)
     if args.json:
-        rows = [
-            {
-                "id": int(e.id),
-                "scope": e.scope,
-                "title": e.title,
-                "content": e.content,
-                "keywords": list(e.keywords),
-                "secondary_keywords": list(e.secondary_keywords),
-                "selective_logic": e.selective_logic,
-                "trigger_type": e.trigger_type,
-                "kind": e.kind,
-                "priority": e.priority,
-                "constant": e.constant,
-                "enabled": e.enabled,
-                "position": e.position,
-                "relevance_weight": e.relevance_weight,
-                "emotional_weight": e.emotional_weight,
-                "time_decay_factor": e.time_decay_factor,
-                "emotions": list(e.emotions),
-                "temporal": {k: v for k, v in e.temporal.as_dict().items() if v is not None},
-            }
-            for e in entries
-        ]
+        rows = [{"id": int(e.id), "scope": e.scope, **e.fields_dict()} for e in entries]
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
     if not entries:

@@ -19,7 +19,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from nodes.worldbook import MAX_CONTENT_CHARS, MAX_KEYWORD_CHARS, MAX_KEYWORDS, check_keyword, contains_keyword
+from nodes.worldbook import (
+    MAX_CONTENT_CHARS,
+    MAX_KEYWORD_CHARS,
+    MAX_KEYWORDS,
+    check_keyword,
+    contains_keyword,
+    scope_label,
+)
 
 KNOWLEDGE_HEADER = "=== 世界知识 ==="
 KEYWORD_HIT_SCORE = 0.5
@@ -44,11 +51,7 @@ class KnowledgeEntry:
 
     @property
     def scope(self) -> str:
-        if self.save_id is not None:
-            return f"instance {self.save_id}"
-        if self.role_id is not None:
-            return f"character {self.role_id}"
-        return "global"
+        return scope_label(self.role_id, self.save_id)
 
 
 @dataclass(frozen=True)

@@ -153,11 +153,37 @@ class WorldbookEntry:
 
     @property
     def scope(self) -> str:
-        if self.save_id is not None:
-            return f"instance {self.save_id}"
-        if self.role_id is not None:
-            return f"character {self.role_id}"
-        return "global"
+        return scope_label(self.role_id, self.save_id)
+
+    def fields_dict(self) -> dict[str, Any]:
+        """The entry's own fields as JSON data (the export format and `worldbook list --json`)."""
+        return {
+            "title": self.title,
+            "content": self.content,
+            "keywords": list(self.keywords),
+            "secondary_keywords": list(self.secondary_keywords),
+            "selective_logic": self.selective_logic,
+            "trigger_type": self.trigger_type,
+            "kind": self.kind,
+            "priority": self.priority,
+            "constant": self.constant,
+            "enabled": self.enabled,
+            "position": self.position,
+            "relevance_weight": self.relevance_weight,
+            "emotional_weight": self.emotional_weight,
+            "time_decay_factor": self.time_decay_factor,
+            "emotions": list(self.emotions),
+            "temporal": {k: v for k, v in self.temporal.as_dict().items() if v is not None},
+        }
+
+
+def scope_label(role_id: int | None, save_id: int | None) -> str:
+    """Where an entry applies: an instance, a character, or everywhere."""
+    if save_id is not None:
+        return f"instance {save_id}"
+    if role_id is not None:
+        return f"character {role_id}"
+    return "global"
 
 
 def _default_max_per_kind() -> dict[str, int]:

@@ -504,26 +504,7 @@ def worldbook_for_instance(session: Session, save_id: int) -> list[WorldbookEntr
 
 
 def _worldbook_export_item(row: WorldbookEntryRow) -> dict[str, Any]:
-    e = _worldbook_from_row(row)
-    return {
-        "uid": row.uid if row.uid is not None else str(row.id),
-        "title": e.title,
-        "content": e.content,
-        "keywords": list(e.keywords),
-        "secondary_keywords": list(e.secondary_keywords),
-        "selective_logic": e.selective_logic,
-        "trigger_type": e.trigger_type,
-        "kind": e.kind,
-        "priority": e.priority,
-        "constant": e.constant,
-        "enabled": e.enabled,
-        "position": e.position,
-        "relevance_weight": e.relevance_weight,
-        "emotional_weight": e.emotional_weight,
-        "time_decay_factor": e.time_decay_factor,
-        "emotions": list(e.emotions),
-        "temporal": {k: v for k, v in e.temporal.as_dict().items() if v is not None},
-    }
+    return {"uid": row.uid if row.uid is not None else str(row.id), **_worldbook_from_row(row).fields_dict()}
 
 
 def export_worldbook(session: Session, scope: Scope = GLOBAL) -> dict[str, Any]:
