@@ -8,9 +8,11 @@ import sys
 from typing import Any
 
 from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_graph
+from graph.runner import create_sample_instance, rollback_core_memory, run_turn, turn_config, turn_graph
 from graph.streaming import MarkerFilter
+from stores.db import session_scope
 from stores.events import flush_event_writes
+from stores.saves import get_save
 
 
 def _cmd_instance_create(args: argparse.Namespace) -> int:
@@ -115,6 +117,23 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_core(args: argparse.Namespace) -> int:
+    with turn_graph() as (graph, _ctx):
+        with session_scope() as session:
+            get_save(session, args.instance)
+        if args.action == "rollback":
+            version = rollback_core_memory(graph, args.instance, args.to)
+            print(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
+            return 0
+        values = graph.get_state(turn_config(args.instance)).values
+    if args.action == "versions":
+        for item in values.get("core_memory_versions") or []:
+            print(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
+        return 0
+    print(json.dumps(values.get("core_memory") or {}, ensure_ascii=False, indent=1))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     instance = sub.add_parser("instance", help="conversation instances")
     actions = instance.add_subparsers(dest="action", required=True, parser_class=type(instance))
@@ -135,6 +154,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gap", help="real time since the last turn: none, minutes, hours, days, long_absence (default: computed)"
     )
     turn.set_defaults(handler=_cmd_turn)
+
+    core = sub.add_parser("core", help="an instance's core memory: show it, list its versions, roll back")
+    core.add_argument("action", choices=["show", "versions", "rollback"])
+    core.add_argument("--instance", type=int, required=True)
+    core.add_argument("--to", type=int, help="with rollback: the version to restore (default: the one before)")
+    core.set_defaults(handler=_cmd_core)
 
     chat = sub.add_parser("chat", help="interactive chat with an instance")
     chat.add_argument("--instance", type=int, required=True)

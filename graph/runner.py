@@ -14,6 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
 from graph.graph import compile_turn_graph
+from nodes.core_memory import CoreMemoryHistory
 from stores.checkpoints import open_checkpointer, thread_id_for
 from stores.db import session_scope
 from stores.saves import create_background, create_role, create_save, get_save
@@ -79,3 +80,18 @@ def run_turn(
     debug["total_ms"] = round((time.perf_counter() - started) * 1000, 2)
     state["debug"] = debug
     return state
+
+
+def rollback_core_memory(graph: CompiledStateGraph, instance_id: int, to_version: int | None = None) -> dict[str, Any]:
+    """Make an earlier core-memory version current again (seed 002 需求2: a bad rewrite can be undone).
+    The rollback is itself a new version, so it can be undone too. Returns the new current version."""
+    config = turn_config(instance_id)
+    values = graph.get_state(config).values
+    history = CoreMemoryHistory.from_state(values.get("core_memory_versions"))
+    history = history.rollback(to_version, turn=values.get("turn", 0))
+    graph.update_state(
+        config,
+        {"core_memory": history.current, "core_memory_versions": history.to_state()},
+        as_node="maintenance",
+    )
+    return history.versions[-1]

@@ -101,3 +101,23 @@ def test_unknown_choice_or_gap_on_the_cli(
     assert main(["turn", "--instance", instance, "你好", option, value]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and value in err
+
+
+def test_core_memory_versions_and_rollback(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "1")
+    main(["instance", "create", "--sample"])
+    instance = capsys.readouterr().out.strip()
+    for message in ("出发。", "继续。"):
+        main(["turn", "--instance", instance, message, "--json"])
+    capsys.readouterr()
+    assert main(["core", "versions", "--instance", instance]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["1", "2", "3"]
+    assert main(["core", "rollback", "--instance", instance, "--to", "1"]) == 0
+    assert "now version 4 (rollback to version 1)" in capsys.readouterr().out
+    assert main(["core", "show", "--instance", instance]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["recent_changes"] == [] and shown["name"] == "雷娜"
+    assert main(["core", "rollback", "--instance", instance, "--to", "99"]) == 2
+    assert "version 99 is not kept" in capsys.readouterr().err
