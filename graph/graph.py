@@ -23,7 +23,7 @@ from nodes.memory_build import memory_build
 from nodes.progress_parse import progress_parse
 from nodes.query_rewrite import query_rewrite
 from nodes.rag_retrieve import rag_retrieve
-from nodes.review import review
+from nodes.review_node import review
 from nodes.write_back import abort_turn, write_back
 
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)

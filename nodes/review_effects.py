@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodes.keywords import extract_keywords
-from nodes.review import CHOICE_LEVELS, GAPS, ReviewOutput
+from nodes.review import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
 RELATIONSHIP_KEYS: tuple[str, ...] = ("trust", "affection", "familiarity")
 RELATIONSHIP_START: dict[str, int] = {"trust": 0, "affection": 0, "familiarity": 0}
@@ -474,3 +474,38 @@ def plan_review_effects(
         "plot_node": plot,
         "worldbook_suggestion": suggestion,
     }
+
+
+MIN_TURN_IMPORTANCE = 0.1
+
+
+def turn_memories(review: ReviewOutput, plan: Mapping[str, Any], event_text: str, turn: int) -> list[dict[str, Any]]:
+    """The memories a reviewed turn leaves (seeds 001 + 003): the turn itself, always, in the active layer and
+    worth what the review says it is worth (an ordinary exchange fades with the layers, a turning point stays);
+    plus a relationship memory when the relationship moved a lot."""
+    memories = [
+        {
+            "content": event_text,
+            "type": "conversation" if review.should_write_memory else "event",
+            "importance": max(MIN_TURN_IMPORTANCE, review.memory_value),
+            "tags": ["important"] if review.should_write_memory else [],
+            "turn": turn,
+        }
+    ]
+    if plan.get("relationship_memory"):
+        memories.append(
+            {
+                "content": plan["relationship_memory"],
+                "type": "relationship",
+                "importance": max(0.5, review.memory_value),
+                "turn": turn,
+            }
+        )
+    return memories
+
+
+def relationship_event(turn: int, delta: RelationshipDelta) -> str | None:
+    """A state-change event for core-memory maintenance (seed 002 状态变化事件), None when nothing moved."""
+    if not delta:
+        return None
+    return f"第{turn}轮：关系变化 信任{delta.trust:+d} 好感{delta.affection:+d} 熟悉{delta.familiarity:+d}"

@@ -19,7 +19,9 @@ from nodes.review_effects import (
     plan_review_effects,
     plot_node_summary,
     relationship_causes,
+    relationship_event,
     relationship_memory_text,
+    turn_memories,
     worldbook_suggestion_from_turn,
 )
 from nodes.worldbook import MAX_CONTENT_CHARS
@@ -334,3 +336,18 @@ def test_plan_rejects_something_that_is_not_a_review() -> None:
         plan_review_effects(
             {"skipped": True}, relationship=None, user_message="a", assistant_reply="b", choice=None, turn=1
         )
+
+
+def test_every_turn_leaves_a_memory_worth_its_review() -> None:
+    ordinary = run_rule_review(ReviewInput("c", "ch", "u", "嗯", "好"))
+    (memory,) = turn_memories(ordinary, {"relationship_memory": None}, "第1轮：嗯", 1)
+    assert (memory["type"], memory["importance"], memory["tags"]) == ("event", 0.1, [])
+    important = run_rule_review(ReviewInput("c", "ch", "u", "我决定了", "好", {"level": "turning_point"}))
+    turn, relation = turn_memories(important, {"relationship_memory": "信任加深"}, "第2轮：我决定了", 2)
+    assert (turn["type"], turn["importance"], turn["tags"]) == ("conversation", important.memory_value, ["important"])
+    assert relation == {"content": "信任加深", "type": "relationship", "importance": important.memory_value, "turn": 2}
+
+
+def test_relationship_event_only_when_something_moved() -> None:
+    assert relationship_event(3, RelationshipDelta(0, 0, 0)) is None
+    assert relationship_event(3, RelationshipDelta(1, -1, 1)) == "第3轮：关系变化 信任+1 好感-1 熟悉+1"

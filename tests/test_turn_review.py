@@ -10,7 +10,7 @@ import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
 from sqlmodel import select
 
-import nodes.review_effects
+import nodes.review_node
 from graph.context import Context
 from graph.runner import create_sample_instance, run_turn, turn_graph
 from stores.db import session_scope
@@ -111,7 +111,7 @@ def test_a_failing_review_never_loses_the_turn(sqlite_url: str, monkeypatch: pyt
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("review store is down")
 
-    monkeypatch.setattr(nodes.review_effects, "plan_review_effects", broken)
+    monkeypatch.setattr(nodes.review_node, "plan_review_effects", broken)
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "谢谢你。")
     assert state["error"] is None and state["reply"]

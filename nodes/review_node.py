@@ -1,0 +1,86 @@
+"""The review node (seed 003 使用方式: 每轮对话后调用), after the reply is stored: review the turn with
+`nodes.review`, then apply what `nodes.review_effects` plans — the relationship in the graph state, the turn's
+memories, a plot node, a pending world-book suggestion. A failing review is logged and reported in
+`debug.review`; the turn, already stored, is never lost."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from graph.context import context_of
+from graph.llm import get_chat_model
+from nodes.review import EventBus, ReviewInput, get_review_pipeline
+from nodes.review_effects import plan_review_effects, relationship_event, turn_memories
+from nodes.write_back import turn_event_text
+from stores.db import session_scope
+from stores.events import run_in_background
+from stores.memory import MemoryStore
+from stores.review import save_review_effects
+from stores.vectors import chroma_path
+
+log = logging.getLogger(__name__)
+TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
+
+
+def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+    ctx = context_of(runtime)
+    character = state["character"]
+    user_name = state.get("user_name") or "用户"
+    turn = state["turn"]
+    try:
+        pipeline = get_review_pipeline(
+            TURN_EVENT_BUS,
+            mode=ctx.review_mode,  # type: ignore[arg-type]
+            llm=get_chat_model("review") if ctx.review_mode == "llm" else None,
+        )
+        output = pipeline.run(
+            ReviewInput(
+                conversation_id=state["instance_id"],
+                character_id=character.get("role_id") or 0,
+                user_id=user_name,
+                user_message=state["message"],
+                assistant_message=state["reply"],
+                selected_choice=state.get("selected_choice"),
+                turn_context={"turn": turn, "current_plot_index": state["plot_state"]["current_plot_index"]},
+                real_time_context={"gap": state.get("gap") or "none"},
+            )
+        )
+        plan = plan_review_effects(
+            output,
+            relationship=state.get("relationship"),
+            user_message=state["message"],
+            assistant_reply=state["reply"],
+            choice=state.get("selected_choice"),
+            turn=turn,
+            character_name=character["name"],
+            user_name=user_name,
+        )
+        event = turn_event_text(turn, user_name, state["message"], character["name"], state["reply"])
+        memories = turn_memories(output, plan, event, turn)
+        # off the reply's path (seed 002: 事件写入异步执行); the store is resolved now, where the turn runs
+        store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+        run_in_background(store.add_memories, state["instance_id"], memories)
+        with session_scope(ctx.database_url) as session:
+            saved = save_review_effects(session, state["instance_id"], plan)
+            plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
+            suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
+    except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
+        log.error("review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
+        return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
+    change = relationship_event(turn, output.relationship_delta)
+    return {
+        "relationship": plan["relationship"],
+        "state_events": [*state.get("state_events", []), *([change] if change else [])],
+        "review": output.to_dict(),
+        "debug": {
+            "review": {
+                "skipped": output.skipped,
+                "memory_writes": [{"type": m["type"], "importance": m["importance"]} for m in memories],
+                "plot_node_id": plot_node_id,
+                "worldbook_suggestion_id": suggestion_id,
+                "reasons": output.reasons,
+            }
+        },
+    }
