@@ -62,8 +62,10 @@ def run_turn(
     payload = {"instance_id": instance_id, "message": message, **{k: v for k, v in extra.items() if v is not None}}
     timings: dict[str, float] = {}
     started = last = time.perf_counter()
+    # durability="exit": one checkpoint per turn, written when the turn ends; a turn that dies midway is
+    # retried from the stored dialogue, so the supersteps in between need not be persisted
     for mode, chunk in graph.stream(
-        payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"]
+        payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"], durability="exit"
     ):
         if mode == "messages":
             message_chunk, meta = chunk

@@ -19,7 +19,7 @@ from graph.context import context_of
 from nodes import prompts
 from nodes.progress_parse import check_plot_state
 from nodes.prompt_assembly import RetrievedBlock
-from nodes.rag_retrieve import search_with_cap
+from nodes.rag_retrieve import start_search, wait_with_cap
 from stores.events import search_events
 
 STALL_THRESHOLD = 3
@@ -86,14 +86,15 @@ def director(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
         "character_id": character.get("role_id") if character.get("role_id") is not None else -1,
         "background_id": character.get("background_id") if character.get("background_id") is not None else -1,
     }
-    current, current_debug = search_with_cap(
-        lambda: search_events(query, CURRENT_EVENTS_LIMIT, instance_id=state["instance_id"], **same_story),
-        ctx.rag_timeout_s,
+    # both layers are searched at once, each under the cap
+    current_search = start_search(
+        lambda: search_events(query, CURRENT_EVENTS_LIMIT, instance_id=state["instance_id"], **same_story)
     )
-    others, others_debug = search_with_cap(
-        lambda: search_events(query, OTHER_EVENTS_LIMIT, instance_id={"$ne": state["instance_id"]}, **same_story),
-        ctx.rag_timeout_s,
+    others_search = start_search(
+        lambda: search_events(query, OTHER_EVENTS_LIMIT, instance_id={"$ne": state["instance_id"]}, **same_story)
     )
+    current, current_debug = wait_with_cap(current_search, ctx.rag_timeout_s)
+    others, others_debug = wait_with_cap(others_search, ctx.rag_timeout_s)
     return {
         "director_events": {"query": query, "current": current, "others": others},
         "debug": {"director": {"query": query, "current": current_debug, "others": others_debug}},

@@ -14,8 +14,9 @@ from graph.context import Context, context_of
 from graph.llm import get_chat_model, model_label
 from graph.state import TurnState
 from nodes.core_memory import CoreMemoryHistory, accept_core_memory, maintenance_messages
-from stores.events import flush_event_writes
+from stores.events import run_in_background
 from stores.memory import MemoryStore
+from stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
 LAST_TURNS = 10
@@ -36,15 +37,13 @@ def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
 
 
 def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Decay, move and fade the instance's memories up to this turn; pinned and user-edited ones stay."""
+    """Decay, move and fade the instance's memories up to this turn; pinned and user-edited ones stay.
+    Queued behind this turn's memory writes on the background writer (same worker, so in order), off the
+    reply's path; failures are logged there."""
     ctx = context_of(runtime)
-    flush_event_writes()  # this turn's memory is part of the flow
-    try:
-        report = MemoryStore(db_url=ctx.database_url).run_maintenance(state["instance_id"], turn=state["turn"])
-    except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored
-        log.error("memory layer maintenance failed on instance %s: %s", state["instance_id"], exc)
-        return {"status": f"failed: {exc}"}
-    return {"status": "ok", "transitions": len(report.transitions), "deleted": len(report.deleted)}
+    store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+    run_in_background(store.run_maintenance, state["instance_id"], turn=state["turn"])
+    return {"status": "queued"}
 
 
 def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:

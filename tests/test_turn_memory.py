@@ -10,6 +10,7 @@ from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixt
 from graph.context import Context
 from graph.runner import create_sample_instance, run_turn, turn_graph
 from stores.db import session_scope
+from stores.events import flush_event_writes
 from stores.memory import MemoryStore
 from stores.saves import get_save
 from stores.worldbook import GLOBAL, Scope, add_knowledge, add_worldbook_entry
@@ -92,7 +93,8 @@ def test_pinned_memory_survives_maintenance_in_the_turn(sqlite_url: str) -> None
     with turn_graph(Context(database_url=sqlite_url, maintenance_every=1)) as (graph, ctx):
         for message in ("走吧。", "继续。", "再走走。"):
             state = run_turn(graph, ctx, instance, message)
-    assert state["debug"]["maintenance"]["memory_layers"]["status"] == "ok"
+    assert state["debug"]["maintenance"]["memory_layers"]["status"] == "queued"
+    flush_event_writes()
     ids = {m.id for m in store.list_memories(instance)}
     assert pinned.id in ids
     assert store.get_memory(instance, pinned.id).content == "雷娜发誓永远不背叛莱姆"
