@@ -27,3 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     turn.add_argument("--event-pool", type=int, default=500, help="distinct texts embedded for the events; 0 = all")
     turn.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
     turn.set_defaults(handler=lambda a: __import__("evals.bench_turn", fromlist=["run"]).run(a))
+    retrieval = kinds.add_parser(
+        "retrieval", help="memory retrieval latency on a large store (query embedding included) and memory growth"
+    )
+    retrieval.add_argument("--memories", type=int, default=100_000, help="memories in the store, all instances")
+    retrieval.add_argument("--instances", type=int, default=10)
+    retrieval.add_argument("--pool", type=int, default=2_000, help="distinct texts embedded for the memories")
+    retrieval.add_argument("--retrievals", type=int, default=1_000, help="retrievals measured (after a warm-up)")
+    retrieval.add_argument("--inserts", type=int, default=1_000, help="single inserts after the retrievals")
+    retrieval.add_argument(
+        "--after-insert", type=int, default=50, help="insert + retrieval pairs (the index rebuild after a write)"
+    )
+    retrieval.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
+    retrieval.set_defaults(handler=lambda a: __import__("evals.bench_retrieval", fromlist=["run"]).run(a))

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "graph.cli_worldbook",
     "graph.cli_suggestions",
     "graph.cli_memory",
+    "evals.cli_eval",
 ]
 
 

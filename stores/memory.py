@@ -17,6 +17,12 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
   primary-key read) and rebuilds only when they differ, so caches stay right across processes.
 - Memory tokens are computed at write time (`MemoryEntry.search_text`), so building an index reads one
   column instead of running jieba over every memory.
+- A new memory may come with `context`: the text it came after in its source (the previous line of a dialogue,
+  see `nodes.dialogue_memory`). It is stored and embedded in front of the content, and its words count half as
+  much as the memory's own words in BM25 (the own words are indexed twice). Measured on LoCoMo (one memory per
+  dialog turn with its session date, recall retrieval, recall@10 over categories 1–4, `evals.locomo`): the turn
+  alone .645, the previous turn added as plain content .692, added as context .711. A later edit re-indexes the
+  whole text evenly.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ INDEX_CACHE_SIZE = 64
 # (one memory per turn) they raise BM25 recall@10 from .594 to .615.
 BM25_K1 = 0.9
 BM25_B = 0.4
+OWN_TEXT_REPEAT = 2  # a memory with context: its own words are indexed this many times, the context's once
 
 
 class MemoryNotFoundError(LookupError):
@@ -96,17 +103,30 @@ def _check_turn(turn: object) -> int:
     return turn
 
 
-def _search_text(content: str, tags: Sequence[str]) -> str:
-    return " ".join(tokenize(" ".join([content, *tags])))
+def _search_text(content: str, tags: Sequence[str], context: str = "") -> str:
+    if not context:
+        return " ".join(tokenize(" ".join([content, *tags])))
+    own = tokenize(" ".join([content, *tags]))
+    return " ".join([*tokenize(context), *own * OWN_TEXT_REPEAT])
+
+
+def _check_context(context: object) -> str:
+    if context is None:
+        return ""
+    if not isinstance(context, str):
+        raise ValueError(f"context {context!r} is not text")
+    return context.strip()
 
 
 def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    """Validate one new memory's fields (`content` required; `type`, `layer`, `importance`, `tags`,
+    """Validate one new memory's fields (`content` required; `context`, `type`, `layer`, `importance`, `tags`,
     `keywords`, `turn`, `related_character`, `location`, `notes`, `pinned` optional) and fill the defaults:
     type ``event``, layer ``active`` (seed: 新记忆首先进入Active层), importance by type, keywords extracted
-    from the content. `ValueError` naming `where` and the bad field."""
+    from the content. A `context` is stored in front of the content (one line break between) and weighs half
+    in BM25 (see the module docstring). `ValueError` naming `where` and the bad field."""
     allowed = {
         "content",
+        "context",
         "type",
         "layer",
         "importance",
@@ -123,6 +143,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         raise ValueError(f"{where or 'memory'}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
         content = _check_content(item.get("content"))
+        context = _check_context(item.get("context"))
         memory_type = parse_type(item.get("type") or MemoryType.EVENT)
         layer = parse_layer(item.get("layer") or Layer.ACTIVE)
         importance = item.get("importance")
@@ -142,7 +163,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
             raise
         raise ValueError(f"{where}: {exc}") from None
     return {
-        "content": content,
+        "content": f"{context}\n{content}" if context else content,
         "type": memory_type.value,
         "layer": layer.value,
         "importance": importance,
@@ -150,7 +171,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "keywords": keywords,
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
-        "search_text": _search_text(content, tags),
+        "search_text": _search_text(content, tags, context),
         **texts,
     }
 
@@ -217,6 +238,18 @@ class BM25Index:
             hit, scores = hit[keep], scores[keep]
         order = np.lexsort((self.ids[hit], -scores))
         return [(int(self.ids[hit[i]]), float(scores[i])) for i in order]
+
+
+def _check_embeddings(embeddings: Sequence[Sequence[float]] | np.ndarray, count: int) -> list[list[float]]:
+    try:
+        matrix = np.asarray(embeddings, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("embeddings are not a list of equally long number vectors") from None
+    if matrix.ndim != 2 or matrix.shape[0] != count or matrix.shape[1] == 0:
+        raise ValueError(f"embeddings: expected {count} vector(s), one per memory, got shape {matrix.shape}")
+    if not np.isfinite(matrix).all():
+        raise ValueError("embeddings contain a value that is not a finite number")
+    return matrix.tolist()
 
 
 def _counts(tokens: Sequence[str]) -> dict[str, int]:
@@ -420,11 +453,13 @@ class MemoryStore:
         notes: str = "",
         pinned: bool = False,
         character_id: int | None = None,
+        context: str = "",
     ) -> MemoryEntry:
         """Store one memory and index it; returns it with its id. Defaults: see `prepare_new_memory`;
         `turn` defaults to the latest turn of the character's memories, `character_id` to the instance's role."""
         item = {
             "content": content,
+            "context": context,
             "type": type,
             "layer": layer,
             "importance": importance,
@@ -439,20 +474,40 @@ class MemoryStore:
         return self.add_memories(instance_id, [item], character_id=character_id)[0]
 
     def add_memories(
-        self, instance_id: int, items: Sequence[Mapping[str, Any]], *, character_id: int | None = None
+        self,
+        instance_id: int,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        character_id: int | None = None,
+        embeddings: Sequence[Sequence[float]] | np.ndarray | None = None,
     ) -> list[MemoryEntry]:
-        """Store many memories of one character in one transaction (all or nothing)."""
+        """Store many memories of one character in one transaction (all or nothing).
+
+        `embeddings`: the vectors of the memories' stored texts, one per item, when the caller has them
+        already (a bulk import or benchmark that embedded its texts once); they must come from the store's
+        embedding model (same dimension as the collection). Without them the texts are embedded here."""
         prepared = [
             prepare_new_memory(item, "" if len(items) == 1 else f"memory {index + 1} of {len(items)}")
             for index, item in enumerate(items)
         ]
         if not prepared:
             return []
-        from stores.embeddings import get_embeddings
+        if embeddings is None:
+            from stores.embeddings import get_embeddings
 
-        vectors = get_embeddings().embed_documents([p["content"] for p in prepared])
+            vectors = get_embeddings().embed_documents([p["content"] for p in prepared])
+        else:
+            vectors = _check_embeddings(embeddings, len(prepared))
         with session_scope(self._url()) as session:
             character = self._character(session, instance_id, character_id)
+            collection = self._collection(instance_id, character)
+            if embeddings is not None:
+                # Chroma would take the first batch and refuse the next: check the dimension before writing.
+                stored = collection.get(limit=1, include=["embeddings"])["embeddings"]
+                if stored is not None and len(stored) and len(stored[0]) != len(vectors[0]):
+                    raise ValueError(
+                        f"embeddings have {len(vectors[0])} dimensions, the instance's memories {len(stored[0])}"
+                    )
             default_turn = None
             entries = []
             for fields in prepared:
@@ -474,7 +529,6 @@ class MemoryStore:
             session.add_all(entries)
             session.flush()
             self._bump_revision(session, instance_id)
-            collection = self._collection(instance_id, character)
             for start in range(0, len(entries), CHROMA_BATCH):
                 chunk = entries[start : start + CHROMA_BATCH]
                 collection.upsert(

@@ -1,0 +1,57 @@
+"""`personalab bench retrieval` with tiny sizes: the fixture it builds and the shape of its report (no timings)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from graph.cli import main
+
+NUMBER = r"\d+\.\d"
+
+
+def test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "bench"
+    argv = ["bench", "retrieval", "--memories", "300", "--instances", "3", "--pool", "20"]
+    argv += ["--retrievals", "6", "--inserts", "4", "--after-insert", "2", "--data-dir", str(data)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+
+    assert "300 memories over 3 instances; 20 distinct texts embedded" in out
+    assert re.search(r"RetrievalConfig\(\) \(scene weights, marks mentioned\): 6 retrievals$", out, re.M)
+    for row in ("total", "embed", "bm25", "vector", "load", "score", "mark"):
+        assert re.search(rf"^  {row} +{NUMBER} +{NUMBER} +{NUMBER}$", out, re.M), row
+    assert re.search(rf"^goal: p95 at most 30 ms: {NUMBER} ms — (met|NOT met) \(seed 004: under 100 ms", out, re.M)
+    assert re.search(
+        rf"^insert \(add_memory, its embedding included\): p50 {NUMBER} ms, p95 {NUMBER} ms over 4$", out, re.M
+    )
+    assert re.search(rf"^retrieval right after an insert .*: p50 {NUMBER} ms, p95 {NUMBER} ms over 2$", out, re.M)
+    assert re.search(
+        rf"^memory \(RSS\): baseline [\d,]+\.\d MiB after the warm-up; after 6 retrievals [\d,]+\.\d MiB "
+        rf"\([+-]{NUMBER} %\); after 4 more inserts [\d,]+\.\d MiB \([+-]{NUMBER} %\)$",
+        out,
+        re.M,
+    )
+    assert re.search(rf"^goal: growth under 5 %: [+-]{NUMBER} % — (met|NOT met)$", out, re.M)
+
+    # the fixture is where --data-dir says: the memories spread over the instances, the inserts on top
+    from stores.db import dispose_engines
+    from stores.memory import MemoryStore
+
+    store = MemoryStore(db_url=f"sqlite:///{data / 'personalab.db'}", chroma_path=str(data / "chroma"))
+    counts = [store.count(instance) for instance in (1, 2, 3)]
+    mentioned = sum(m.mention_count > 0 for instance in (1, 2, 3) for m in store.list_memories(instance))
+    dispose_engines()
+    assert counts == [100 + 2 + 1, 100 + 1 + 1, 100 + 1]  # 4 inserts and 2 insert + retrieval pairs, round-robin
+    assert mentioned > 0  # the retrievals ran the turn's path, marking what they found
+
+
+def test_bench_retrieval_rejects_impossible_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "retrieval", "--memories", "5", "--instances", "10"]) == 2
+    assert capsys.readouterr().err.strip() == "personalab: error: --memories (5) must be at least --instances (10)"
+    assert main(["bench", "retrieval", "--retrievals", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "personalab: error: --retrievals must be at least 1, got 0"

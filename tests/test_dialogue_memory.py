@@ -1,0 +1,104 @@
+"""Dialogue lines as memories (nodes.dialogue_memory) and what the store does with them: a context stored in front
+of the memory and weighing half in BM25, and bulk adds with precomputed embeddings (SQLite and PostgreSQL, real
+Chroma in the tmp data dir)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nodes.dialogue_memory import DialogueLine, dialogue_memories, line_text
+from nodes.retrieval import RetrievalConfig, retrieve
+from stores.db import session_scope
+from stores.memory import MemoryStore
+from stores.saves import create_save
+
+LINES = [
+    DialogueLine("Aiko", "I adopted a grey kitten!", when="3 March, 2023"),
+    DialogueLine("Bram", "What did you name it?", when="3 March, 2023"),
+    DialogueLine("Aiko", "Pixel.", when="3 March, 2023", attachment="a photo of a kitten on a sofa"),
+]
+
+
+@pytest.fixture
+def store(db_url: str, data_dir: Path) -> MemoryStore:
+    return MemoryStore(db_url=db_url, chroma_path=str(data_dir / "chroma"))
+
+
+def new_instance(store: MemoryStore) -> int:
+    with session_scope(store.db_url) as session:
+        return create_save(session, None, None).id  # type: ignore[return-value]
+
+
+def test_each_line_becomes_a_conversation_memory_with_the_line_before_as_context() -> None:
+    items = dialogue_memories(LINES, first_turn=10)
+    assert [item["content"] for item in items] == [
+        "[3 March, 2023] Aiko: I adopted a grey kitten!",
+        "[3 March, 2023] Bram: What did you name it?",
+        "[3 March, 2023] Aiko: Pixel. [shares a photo of a kitten on a sofa]",
+    ]
+    assert [item["context"] for item in items] == ["", "Aiko: I adopted a grey kitten!", "Bram: What did you name it?"]
+    assert [item["turn"] for item in items] == [10, 11, 12]
+    assert {item["type"] for item in items} == {"conversation"}
+    assert [item["related_character"] for item in items] == ["Aiko", "Bram", "Aiko"]
+
+
+def test_the_context_window_is_configurable() -> None:
+    assert [item["context"] for item in dialogue_memories(LINES, context_lines=0)] == ["", "", ""]
+    two = dialogue_memories(LINES, context_lines=2)[2]["context"]
+    assert two == "Aiko: I adopted a grey kitten!\nBram: What did you name it?"
+    assert line_text(DialogueLine("", "没有说话人的一句")) == "没有说话人的一句"
+
+
+def test_a_bad_line_is_named_and_nothing_is_returned() -> None:
+    with pytest.raises(ValueError, match="dialogue line 2 says nothing"):
+        dialogue_memories([LINES[0], DialogueLine("Bram", "  ")])
+    with pytest.raises(ValueError, match="dialogue line 1: 'hello' is not a DialogueLine"):
+        dialogue_memories(["hello"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="context_lines -1"):
+        dialogue_memories(LINES, context_lines=-1)
+
+
+def test_a_context_is_stored_in_front_of_the_memory_and_weighs_half_in_keyword_search(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    store.add_memories(instance, [{"content": f"Bram: line {n} about the weather"} for n in range(4)])
+    in_context = store.add_memory(instance, "Bram: I started pottery classes.", context="Aiko: my kitten sleeps a lot")
+    own = store.add_memory(instance, "Aiko: my kitten sleeps a lot.", context="Bram: I started pottery classes")
+    assert store.get_memory(instance, in_context.id).content == (
+        "Aiko: my kitten sleeps a lot\nBram: I started pottery classes."
+    )
+    ranked = [memory_id for memory_id, _ in store.index(instance).bm25_search(["kitten"], 10)]
+    assert ranked == [own.id, in_context.id]  # both hold the word: the one whose own line says it comes first
+
+
+def test_dialogue_memories_are_found_by_a_question_about_them(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    entries = store.add_memories(instance, dialogue_memories(LINES))
+    result = retrieve(store, instance, "What is the name of Aiko's kitten?", config=RetrievalConfig.for_recall())
+    assert entries[2].id in [item.id for item in result.items[:2]]  # "Pixel." is found through its context
+    assert all(entry.mention_count == 0 for entry in store.list_memories(instance))  # recall marks nothing
+
+
+def test_memories_can_be_added_with_precomputed_embeddings(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    vectors = np.eye(2, 512, dtype=np.float32)
+    entries = store.add_memories(instance, [{"content": "第一条"}, {"content": "第二条"}], embeddings=vectors)
+    stored = store.embeddings(instance, 0, [e.id for e in entries])
+    assert np.allclose(stored[entries[0].id], vectors[0]) and np.allclose(stored[entries[1].id], vectors[1])
+    nearest = store.vector_search(instance, 0, vectors[1], 1)
+    assert nearest[0][0] == entries[1].id
+
+
+def test_a_wrong_number_of_embeddings_stores_nothing(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    with pytest.raises(ValueError, match=r"expected 2 vector\(s\), one per memory, got shape \(1, 512\)"):
+        store.add_memories(instance, [{"content": "a"}, {"content": "b"}], embeddings=np.zeros((1, 512)))
+    with pytest.raises(ValueError, match="not a finite number"):
+        store.add_memories(instance, [{"content": "a"}], embeddings=[[float("nan")] * 512])
+    assert store.count(instance) == 0
+    store.add_memories(instance, [{"content": "a"}], embeddings=np.ones((1, 512)))
+    with pytest.raises(ValueError, match="embeddings have 3 dimensions, the instance's memories 512"):
+        store.add_memories(instance, [{"content": "b"}], embeddings=np.ones((1, 3)))
+    assert [m.content for m in store.list_memories(instance)] == ["a"]
