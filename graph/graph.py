@@ -1,7 +1,7 @@
 """The turn graph (seed 002): one role-play turn of a conversation instance, end to end.
 
-history_fetch → memory_build → query_rewrite → rag_retrieve → [director, only when the story has stalled]
-→ generate → progress_parse → write_back → review → [maintenance, every N turns]; a model failure goes from
+history_fetch → memory_build → query_rewrite → rag_retrieve (+ director beside it, only when the story has
+stalled) → generate → progress_parse → write_back → review → [maintenance, every N turns]; a model failure goes from
 generate to abort_turn instead. Served by `langgraph.json` without a checkpointer (the server brings
 the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` for in-process use.
 """
@@ -13,7 +13,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
-from graph.routing import after_generate, after_retrieval, after_review
+from graph.routing import after_generate, after_review, retrieval_paths
 from graph.state import TurnInput, TurnOutput, TurnState
 from nodes.director import director
 from nodes.generate import generate
@@ -42,8 +42,9 @@ builder.add_node("maintenance", maintenance)
 builder.add_edge(START, "history_fetch")
 builder.add_edge("history_fetch", "memory_build")
 builder.add_edge("memory_build", "query_rewrite")
-builder.add_edge("query_rewrite", "rag_retrieve")
-builder.add_conditional_edges("rag_retrieve", after_retrieval, ["director", "generate"])
+# the director's searches run beside the memory retrieval (one superstep), generate waits for both
+builder.add_conditional_edges("query_rewrite", retrieval_paths, ["rag_retrieve", "director"])
+builder.add_edge("rag_retrieve", "generate")
 builder.add_edge("director", "generate")
 builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
 builder.add_edge("abort_turn", END)

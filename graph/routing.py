@@ -10,11 +10,12 @@ from nodes.core_memory import should_maintain
 from nodes.director import is_stalled
 
 
-def after_retrieval(state: TurnState, runtime: Runtime[Context]) -> str:
-    """The director's fallback runs only when the story has stalled (seed 002 需求1 兜底机制)."""
+def retrieval_paths(state: TurnState, runtime: Runtime[Context]) -> list[str]:
+    """Memory retrieval every turn; the director's fallback beside it only when the story has stalled
+    (seed 002 需求1 兜底机制)."""
     plot = state["plot_state"]
     stalled = is_stalled(state["turn"], plot.get("last_progress_turn", 0), context_of(runtime).stall_turns)
-    return "director" if stalled else "generate"
+    return ["rag_retrieve", "director"] if stalled else ["rag_retrieve"]
 
 
 def after_generate(state: TurnState) -> str:

@@ -82,10 +82,7 @@ def director(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     ctx = context_of(runtime)
     character = state["character"]
     query = fallback_query(state["plot_state"])
-    same_story = {
-        "character_id": character.get("role_id") if character.get("role_id") is not None else -1,
-        "background_id": character.get("background_id") if character.get("background_id") is not None else -1,
-    }
+    same_story = {"character_id": character.get("role_id"), "background_id": character.get("background_id")}
     # both layers are searched at once, each under the cap
     current_search = start_search(
         lambda: search_events(query, CURRENT_EVENTS_LIMIT, instance_id=state["instance_id"], **same_story)

@@ -24,6 +24,13 @@ log = logging.getLogger(__name__)
 TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
 
 
+def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]]) -> None:
+    """Write the turn's memories, then rebuild the instance's keyword index now, between turns, so the next
+    turn's retrieval finds it ready instead of rebuilding it on the reply's path."""
+    store.add_memories(instance_id, memories)
+    store.index(instance_id)
+
+
 def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     ctx = context_of(runtime)
     character = state["character"]
@@ -61,7 +68,7 @@ def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
         memories = turn_memories(output, plan, event, turn)
         # off the reply's path (seed 002: 事件写入异步执行); the store is resolved now, where the turn runs
         store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
-        run_in_background(store.add_memories, state["instance_id"], memories)
+        run_in_background(remember, store, state["instance_id"], memories)
         with session_scope(ctx.database_url) as session:
             saved = save_review_effects(session, state["instance_id"], plan)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None

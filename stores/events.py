@@ -1,5 +1,9 @@
 """Archival memory of seed 002: one event per turn in Chroma, with instance / character / background / turn.
 
+One collection per story — character + background — (`events_<character>_<background>`): every search of the
+director's is within one story (this play-through, or other play-throughs of the same character and
+background), so it never filters through other stories' events.
+
 Writes go through a single background worker so the reply never waits for the embedding (seed 002:
 事件写入异步执行，不阻塞响应); `flush_event_writes()` waits for them (CLI exit, tests, batch runs).
 """
@@ -14,13 +18,22 @@ from typing import Any
 from stores.vectors import chroma_path, get_collection, where
 
 log = logging.getLogger(__name__)
-COLLECTION = "events"
+NO_ID = -1  # stands for a missing character or background id in names and metadata
+
+
+def story_collection(character_id: int | None, background_id: int | None) -> str:
+    """The events collection of one character + background."""
+    return (
+        f"events_{NO_ID if character_id is None else character_id}_{NO_ID if background_id is None else background_id}"
+    )
+
+
 _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
 _pending: list[Future[Any]] = []
 
 
-def _write(text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
-    get_collection(COLLECTION, path).add_texts([text], metadatas=[metadata], ids=[event_id])
+def _write(collection: str, text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
+    get_collection(collection, path).add_texts([text], metadatas=[metadata], ids=[event_id])
 
 
 def run_in_background(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
@@ -37,12 +50,13 @@ def write_event_async(
     """Queue one event; failures are logged, never raised into the turn."""
     metadata = {
         "instance_id": instance_id,
-        "character_id": character_id if character_id is not None else -1,
-        "background_id": background_id if background_id is not None else -1,
+        "character_id": NO_ID if character_id is None else character_id,
+        "background_id": NO_ID if background_id is None else background_id,
         "turn": turn,
     }
+    collection = story_collection(character_id, background_id)
     # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
-    return run_in_background(_write, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
+    return run_in_background(_write, collection, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
 
 
 def _log_failure(future: Future[Any]) -> None:
@@ -62,10 +76,13 @@ def flush_event_writes(timeout: float = 60.0) -> None:
 atexit.register(flush_event_writes)
 
 
-def search_events(query: str, k: int, **filters: Any) -> list[dict[str, Any]]:
-    """The `k` events most similar to `query` matching `filters` (instance_id=…, character_id=…, …);
-    a value `{"$ne": x}` is passed through as a Chroma operator."""
+def search_events(
+    query: str, k: int, *, character_id: int | None, background_id: int | None, instance_id: Any
+) -> list[dict[str, Any]]:
+    """The `k` events of one story (character + background) most similar to `query`, of the instance
+    `instance_id`, or of every other one with `instance_id={"$ne": x}` (a Chroma operator)."""
     if k <= 0:
         return []
-    results = get_collection(COLLECTION).similarity_search_with_relevance_scores(query, k=k, filter=where(**filters))
+    store = get_collection(story_collection(character_id, background_id))
+    results = store.similarity_search_with_relevance_scores(query, k=k, filter=where(instance_id=instance_id))
     return [{"text": doc.page_content, "score": round(float(score), 4), **doc.metadata} for doc, score in results]

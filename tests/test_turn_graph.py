@@ -146,7 +146,9 @@ def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) ->
     assert all("怀表藏在了旧仓库" not in item["content"] for item in state["retrieved"])
     prompt_text = json.dumps(state["debug"]["prompt"], ensure_ascii=False)
     assert "旧仓库" not in prompt_text
-    assert search_events("金色怀表", 5, instance_id=a)  # a's event exists, it is only not b's
+    with session_scope(sqlite_url) as s:
+        story = {"character_id": s.get(Save, a).role_id, "background_id": s.get(Save, a).background_id}  # type: ignore[union-attr]
+    assert search_events("金色怀表", 5, instance_id=a, **story)  # a's event exists, it is only not b's
 
 
 def test_maintenance_rewrites_core_memory_every_n_turns(sqlite_url: str) -> None:

@@ -55,16 +55,18 @@ def test_last_turn_time(db_url: str) -> None:
         assert last_turn_time(s, a) == second.created_at
 
 
-def test_events_are_filtered_by_instance(data_dir: Path) -> None:
+def test_events_are_filtered_by_instance_within_their_story(data_dir: Path) -> None:
     write_event_async("莱姆在据点和守卫起了冲突", instance_id=1, character_id=1, background_id=1, turn=1)
     write_event_async("莱姆在据点和守卫起了冲突", instance_id=2, character_id=1, background_id=1, turn=1)
     write_event_async("钦灵换好了衣服", instance_id=1, character_id=1, background_id=1, turn=2)
     flush_event_writes()
-    mine = search_events("据点冲突", 5, instance_id=1)
+    write_event_async("莱姆在据点和守卫起了冲突", instance_id=3, character_id=2, background_id=1, turn=1)
+    flush_event_writes()
+    mine = search_events("据点冲突", 5, character_id=1, background_id=1, instance_id=1)
     assert {e["instance_id"] for e in mine} == {1} and len(mine) == 2
     assert mine[0]["text"] == "莱姆在据点和守卫起了冲突"
-    others = search_events("据点冲突", 5, instance_id={"$ne": 1}, character_id=1, background_id=1)
-    assert [e["instance_id"] for e in others] == [2]
+    others = search_events("据点冲突", 5, character_id=1, background_id=1, instance_id={"$ne": 1})
+    assert [e["instance_id"] for e in others] == [2], "another story's event (instance 3) is never a reference"
 
 
 class _Count(TypedDict):
