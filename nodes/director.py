@@ -19,8 +19,8 @@ from graph.context import context_of
 from nodes import prompts
 from nodes.progress_parse import check_plot_state
 from nodes.prompt_assembly import RetrievedBlock
-from nodes.rag_retrieve import start_search, wait_with_cap
-from stores.events import search_events
+from nodes.rag_retrieve import search_with_cap
+from stores.events import search_story
 
 STALL_THRESHOLD = 3
 CURRENT_EVENTS_LIMIT = 15
@@ -82,17 +82,19 @@ def director(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     ctx = context_of(runtime)
     character = state["character"]
     query = fallback_query(state["plot_state"])
-    same_story = {"character_id": character.get("role_id"), "background_id": character.get("background_id")}
-    # both layers are searched at once, each under the cap
-    current_search = start_search(
-        lambda: search_events(query, CURRENT_EVENTS_LIMIT, instance_id=state["instance_id"], **same_story)
+    found, debug = search_with_cap(
+        lambda: search_story(
+            query,
+            character_id=character.get("role_id"),
+            background_id=character.get("background_id"),
+            instance_id=state["instance_id"],
+            current_k=CURRENT_EVENTS_LIMIT,
+            others_k=OTHER_EVENTS_LIMIT,
+        ),
+        ctx.rag_timeout_s,
     )
-    others_search = start_search(
-        lambda: search_events(query, OTHER_EVENTS_LIMIT, instance_id={"$ne": state["instance_id"]}, **same_story)
-    )
-    current, current_debug = wait_with_cap(current_search, ctx.rag_timeout_s)
-    others, others_debug = wait_with_cap(others_search, ctx.rag_timeout_s)
+    current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
     return {
         "director_events": {"query": query, "current": current, "others": others},
-        "debug": {"director": {"query": query, "current": current_debug, "others": others_debug}},
+        "debug": {"director": {"query": query, **debug, "current": len(current), "others": len(others)}},
     }

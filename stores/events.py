@@ -86,3 +86,45 @@ def search_events(
     store = get_collection(story_collection(character_id, background_id))
     results = store.similarity_search_with_relevance_scores(query, k=k, filter=where(instance_id=instance_id))
     return [{"text": doc.page_content, "score": round(float(score), 4), **doc.metadata} for doc, score in results]
+
+
+def search_story(
+    query: str,
+    *,
+    character_id: int | None,
+    background_id: int | None,
+    instance_id: int,
+    current_k: int,
+    others_k: int,
+    pool: int = 60,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The director's two layers in one story: the `current_k` events of `instance_id` and the `others_k` of
+    other play-throughs most similar to `query`. One unfiltered look at the story's nearest `pool` events
+    usually fills both (a filtered Chroma query costs several times more); a layer it leaves short is
+    searched again with the instance filter, so the result is the same as two filtered searches."""
+    store = get_collection(story_collection(character_id, background_id))
+    vector = store.embeddings.embed_query(query)  # type: ignore[union-attr]
+    hits = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool))
+    current = [hit for hit in hits if hit["instance_id"] == instance_id][:current_k]
+    others = [hit for hit in hits if hit["instance_id"] != instance_id][:others_k]
+    exhausted = len(hits) < pool  # the whole story was looked at: a short layer is all there is
+    if len(current) < current_k and not exhausted:
+        current = _search_vector(store, vector, current_k, instance_id)
+    if len(others) < others_k and not exhausted:
+        others = _search_vector(store, vector, others_k, {"$ne": instance_id})
+    return current, others
+
+
+def _search_vector(store: Any, vector: list[float], k: int, instance_id: Any) -> list[dict[str, Any]]:
+    return _as_events(
+        store.similarity_search_by_vector_with_relevance_scores(vector, k=k, filter=where(instance_id=instance_id))
+    )
+
+
+def _as_events(results: list[tuple[Any, float]]) -> list[dict[str, Any]]:
+    """Chroma's (document, cosine distance) pairs as events scored by relevance (1 − distance), like
+    `search_events`."""
+    return [
+        {"text": doc.page_content, "score": round(1.0 - float(distance), 4), **doc.metadata}
+        for doc, distance in results
+    ]

@@ -12,7 +12,7 @@ from langgraph.graph import END, START, StateGraph
 
 from stores.checkpoints import open_checkpointer, thread_id_for
 from stores.db import session_scope
-from stores.events import flush_event_writes, search_events, write_event_async
+from stores.events import flush_event_writes, search_events, search_story, write_event_async
 from stores.saves import create_save
 from stores.turn_tables import TurnRecord
 from stores.turns import InstanceBusyError, acquire_turn_lock, last_turn_time, record_turn, release_turn_lock
@@ -89,3 +89,19 @@ def test_checkpointer_keeps_state_across_openings(backend: str, request: pytest.
         with open_checkpointer(url) as saver:
             graph = _counter_graph().compile(checkpointer=saver)
             assert graph.invoke({"n": 0}, config)["n"] == expected
+
+
+def test_story_search_gives_the_same_layers_as_two_filtered_searches(data_dir: Path) -> None:
+    texts = ["莱姆在据点和守卫起了冲突", "雷娜修好了卡车", "老七交出了账本", "沙暴封住了北边的路", "黑鸦在工厂出现"]
+    for turn, text in enumerate(texts, start=1):
+        write_event_async(text, instance_id=1, character_id=1, background_id=1, turn=turn)
+        write_event_async(f"另一段故事：{text}", instance_id=2, character_id=1, background_id=1, turn=turn)
+    flush_event_writes()
+    story = {"character_id": 1, "background_id": 1}
+    for pool in (60, 3):  # 3: the unfiltered look is too short and the filtered searches fill the layers
+        current, others = search_story("据点冲突", instance_id=1, current_k=4, others_k=2, pool=pool, **story)
+        expected_current = search_events("据点冲突", 4, instance_id=1, **story)
+        expected_others = search_events("据点冲突", 2, instance_id={"$ne": 1}, **story)
+        assert [e["text"] for e in current] == [e["text"] for e in expected_current], pool
+        assert [e["text"] for e in others] == [e["text"] for e in expected_others], pool
+        assert current[0]["score"] == pytest.approx(expected_current[0]["score"], abs=1e-3)
