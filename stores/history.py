@@ -70,8 +70,13 @@ def get_history_rows(session: Session, save_id: int) -> list[dict[str, Any]]:
     if not save.last_message_id:
         return []
     columns = [column for column in Line.__table__.columns]  # type: ignore[attr-defined]
+    # the DB-API cursor directly: SQLAlchemy's row objects cost more than the query on a long path
     result = session.connection().execute(_path_query(save_id, save.last_message_id, *columns))
-    rows = [(row[0], dict(zip(_COLUMN_NAMES, row[2:], strict=True)) if row[2] is not None else None) for row in result]
+    names = _COLUMN_NAMES
+    rows = [
+        (row[0], dict(zip(names, row[2:], strict=True)) if row[2] is not None else None)
+        for row in result.cursor.fetchall()
+    ]
     return _check_path(save_id, save.last_message_id, rows, dict.get)  # type: ignore[arg-type]
 
 
