@@ -1,8 +1,8 @@
 """RAG retrieval (seed 002 需求3; seeds 001 + 004): the character's long-term memory of this instance, the
 world book and the knowledge library, fused into one injection under the retrieved region's token budget.
 
-- memories: `nodes.retrieval.retrieve` — BM25, vector and tag paths over this instance only, scene-weighted
-  scoring, mention penalty, dedupe against what the character said recently, every item with its breakdown;
+- memories: `nodes.retrieval.retrieve` — BM25, vector, tag and world-book paths over this instance only,
+  fused, then scene-weighted scoring, mention penalty, dedupe against what the character said recently, every item with its breakdown;
 - world book (seed 004): keyword / semantic / temporal / emotional triggers on the recent lines;
 - knowledge library (seed 001 常识知识库): global and per-character entries by relevance;
 - injection (seed 001 智能注入): guidelines → world knowledge → character memories, one budget, what was
@@ -25,9 +25,10 @@ from langgraph.runtime import Runtime
 from graph.context import Context, context_of
 from graph.state import TurnState
 from nodes.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
+from nodes.keywords import tokenize
 from nodes.knowledge import select_knowledge
-from nodes.retrieval import retrieve
-from nodes.worldbook import WorldbookConfig, context_from_lines, explain_worldbook
+from nodes.retrieval import CandidatePath, PathHit, PathQuery, retrieve
+from nodes.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
 from stores.db import session_scope
 from stores.memory import MemoryStore
 from stores.vectors import chroma_path
@@ -79,6 +80,20 @@ def injection_blocks(plan: InjectionPlan) -> list[dict[str, Any]]:
     return blocks
 
 
+def worldbook_path(store: MemoryStore, fired: Sequence[TriggeredEntry]) -> CandidatePath:
+    """The world-book candidate path (seed 004: 基于世界书触发机制的记忆): the keywords of the entries that
+    fired this turn pull in the memories that share them, as one more path fused with BM25, vector and tags."""
+    tokens = [token for item in fired for keyword in item.entry.keywords for token in tokenize(keyword)]
+
+    def path(query: PathQuery) -> list[PathHit]:
+        if not tokens:
+            return []
+        index = store.index(query.instance_id, query.character_id)
+        return [PathHit(id=memory_id, score=score) for memory_id, score in index.bm25_search(tokens, query.limit)]
+
+    return path
+
+
 def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     """Everything the retrieved region holds this turn (runs under the time cap)."""
     instance_id, turn = state["instance_id"], state["turn"]
@@ -86,15 +101,6 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     history = state.get("history", [])
     query = state.get("query") or state["message"]
     dialogue, own_lines = recent_context(history, character.get("role_id"))
-    memories = retrieve(
-        MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()),
-        instance_id,
-        query,
-        context=dialogue,
-        recent_own_lines=own_lines,
-        turn=turn,
-        k=ctx.rag_results,
-    )
     with session_scope(ctx.database_url) as session:
         worldbook = worldbook_for_instance(session, instance_id)
         knowledge = knowledge_for_instance(session, instance_id)
@@ -106,6 +112,17 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         last_fired_turns=state.get("worldbook_fired") or {},
     )
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), WorldbookConfig())
+    store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+    memories = retrieve(
+        store,
+        instance_id,
+        query,
+        context=dialogue,
+        recent_own_lines=own_lines,
+        turn=turn,
+        k=ctx.rag_results,
+        extra_paths={"worldbook": worldbook_path(store, fired.triggered)},
+    )
     injection = build_injection(
         knowledge=select_knowledge(
             knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id

@@ -98,3 +98,16 @@ def test_pinned_memory_survives_maintenance_in_the_turn(sqlite_url: str) -> None
     ids = {m.id for m in store.list_memories(instance)}
     assert pinned.id in ids
     assert store.get_memory(instance, pinned.id).content == "雷娜发誓永远不背叛莱姆"
+
+
+def test_a_fired_world_book_entry_pulls_in_memories_sharing_its_keywords(sqlite_url: str) -> None:
+    """Seed 004: the world book triggers memories — its keywords are one more candidate path."""
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    linked = store.add_memory(instance, "老七说过，叛徒代号只在夜里用", importance=0.5, turn=0)
+    store.add_memory(instance, "卡车的轮胎又漏气了", importance=0.5, turn=0)
+    with session_scope(sqlite_url) as s:
+        add_worldbook_entry(s, "黑鸦：叛徒在废土上的代号", keywords=["黑鸦", "叛徒代号"], scope=GLOBAL)
+    state = one_turn(sqlite_url, instance, "黑鸦来了。")
+    (item,) = [i for i in state["retrieved"] if i["id"] == linked.id]
+    assert "worldbook" in item["breakdown"]["paths"]
