@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict
 from typing import Any
@@ -39,21 +39,12 @@ _searches = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rag")
 RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
 
 
-def start_search(search: Any) -> tuple[Future[Any], float]:
-    """Start `search()` on the search workers; `wait_with_cap` collects it."""
-    return _searches.submit(search), time.perf_counter()
-
-
 def search_with_cap(search: Any, timeout_s: float) -> tuple[Any, dict[str, Any]]:
     """Run `search()` for at most `timeout_s`; returns (result or [], debug)."""
-    return wait_with_cap(start_search(search), timeout_s)
-
-
-def wait_with_cap(started: tuple[Future[Any], float], timeout_s: float) -> tuple[Any, dict[str, Any]]:
-    """The started search's result, waiting at most `timeout_s` from its start; (result or [], debug)."""
-    future, start = started
+    start = time.perf_counter()
+    future = _searches.submit(search)
     try:
-        results = future.result(timeout=max(0.0, timeout_s - (time.perf_counter() - start)))
+        results = future.result(timeout=timeout_s)
         status = "ok"
     except FutureTimeout:
         results, status = [], f"timed out after {timeout_s:g} s: the turn goes on without retrieved memory"
