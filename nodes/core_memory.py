@@ -79,6 +79,29 @@ def _check_keys(problems: list[str], where: str, item: Mapping[str, Any], keys: 
     return not missing
 
 
+def _object_items(
+    problems: list[str], obj: Mapping[str, Any], key: str, limit: int, count_note: str, keys: set[str]
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The well-formed objects of the list `obj[key]` with where they are, after recording what is wrong with
+    the list itself (not a list, over `limit`) and with each item (not an object, missing or unknown keys)."""
+    if key not in obj:
+        return []
+    value = obj[key]
+    if not isinstance(value, list):
+        problems.append(f"{key}: expected a list, got {type(value).__name__}")
+        return []
+    if len(value) > limit:
+        problems.append(f"{key}: {len(value)} {count_note.format(limit=limit)}")
+    items = []
+    for number, item in enumerate(value):
+        where = f"{key}[{number}]"
+        if not isinstance(item, Mapping):
+            problems.append(f"{where}: expected an object")
+        elif _check_keys(problems, where, item, keys):
+            items.append((where, item))
+    return items
+
+
 def validate_core_memory(obj: Any) -> list[str]:
     """Every way `obj` breaks the schema or the seed's complexity limits (module doc); [] when valid."""
     if not isinstance(obj, Mapping):
@@ -108,71 +131,52 @@ def validate_core_memory(obj: Any) -> list[str]:
         for number, item in enumerate(value):
             _check_string(problems, f"{key}[{number}]", item, blank_ok=False)
 
-    binary = obj.get("binary_oppositions")
-    if "binary_oppositions" in obj and not isinstance(binary, list):
-        problems.append(f"binary_oppositions: expected a list, got {type(binary).__name__}")
-    elif isinstance(binary, list):
-        if len(binary) > MAX_BINARY:
-            problems.append(f"binary_oppositions: {len(binary)} groups, at most {MAX_BINARY} (seed 002 需求2)")
-        for number, item in enumerate(binary):
-            where = f"binary_oppositions[{number}]"
-            if not isinstance(item, Mapping):
-                problems.append(f"{where}: expected an object")
-                continue
-            if not _check_keys(problems, where, item, {"a", "b", "balance", "note"}):
-                continue
-            _check_string(problems, f"{where}.a", item["a"], blank_ok=False)
-            _check_string(problems, f"{where}.b", item["b"], blank_ok=False)
-            _check_string(problems, f"{where}.note", item["note"])
-            if isinstance(item["a"], str) and item["a"].strip() == str(item["b"]).strip():
-                problems.append(f"{where}: the two poles are the same")
-            if not _is_number(item["balance"]) or not 0 <= item["balance"] <= 1:
-                problems.append(f"{where}.balance: expected a number in [0, 1], got {item['balance']!r}")
+    binary = _object_items(
+        problems,
+        obj,
+        "binary_oppositions",
+        MAX_BINARY,
+        "groups, at most {limit} (seed 002 需求2)",
+        {"a", "b", "balance", "note"},
+    )
+    for where, item in binary:
+        _check_string(problems, f"{where}.a", item["a"], blank_ok=False)
+        _check_string(problems, f"{where}.b", item["b"], blank_ok=False)
+        _check_string(problems, f"{where}.note", item["note"])
+        if isinstance(item["a"], str) and item["a"].strip() == str(item["b"]).strip():
+            problems.append(f"{where}: the two poles are the same")
+        if not _is_number(item["balance"]) or not 0 <= item["balance"] <= 1:
+            problems.append(f"{where}.balance: expected a number in [0, 1], got {item['balance']!r}")
 
-    ternary = obj.get("ternary_tensions")
-    if "ternary_tensions" in obj and not isinstance(ternary, list):
-        problems.append(f"ternary_tensions: expected a list, got {type(ternary).__name__}")
-    elif isinstance(ternary, list):
-        if len(ternary) > MAX_TERNARY:
-            problems.append(f"ternary_tensions: {len(ternary)} groups, at most {MAX_TERNARY} (seed 002 需求2)")
-        for number, item in enumerate(ternary):
-            where = f"ternary_tensions[{number}]"
-            if not isinstance(item, Mapping):
-                problems.append(f"{where}: expected an object")
-                continue
-            if not _check_keys(problems, where, item, {"poles", "weights", "note"}):
-                continue
-            _check_string(problems, f"{where}.note", item["note"])
-            poles, weights = item["poles"], item["weights"]
-            if not isinstance(poles, list) or len(poles) != 3:
-                problems.append(f"{where}.poles: expected a list of 3 poles")
-            else:
-                for pole_number, pole in enumerate(poles):
-                    _check_string(problems, f"{where}.poles[{pole_number}]", pole, blank_ok=False)
-                if all(isinstance(p, str) for p in poles) and len({p.strip() for p in poles}) != 3:
-                    problems.append(f"{where}.poles: the three poles must differ")
-            if not isinstance(weights, list) or len(weights) != 3 or not all(_is_number(w) for w in weights):
-                problems.append(f"{where}.weights: expected a list of 3 numbers")
-            elif not all(0 <= w <= 1 for w in weights) or abs(sum(weights) - 1) > 0.05:
-                problems.append(f"{where}.weights: each in [0, 1] and summing to 1, got {weights!r}")
+    ternary = _object_items(
+        problems,
+        obj,
+        "ternary_tensions",
+        MAX_TERNARY,
+        "groups, at most {limit} (seed 002 需求2)",
+        {"poles", "weights", "note"},
+    )
+    for where, item in ternary:
+        _check_string(problems, f"{where}.note", item["note"])
+        poles, weights = item["poles"], item["weights"]
+        if not isinstance(poles, list) or len(poles) != 3:
+            problems.append(f"{where}.poles: expected a list of 3 poles")
+        else:
+            for pole_number, pole in enumerate(poles):
+                _check_string(problems, f"{where}.poles[{pole_number}]", pole, blank_ok=False)
+            if all(isinstance(p, str) for p in poles) and len({p.strip() for p in poles}) != 3:
+                problems.append(f"{where}.poles: the three poles must differ")
+        if not isinstance(weights, list) or len(weights) != 3 or not all(_is_number(w) for w in weights):
+            problems.append(f"{where}.weights: expected a list of 3 numbers")
+        elif not all(0 <= w <= 1 for w in weights) or abs(sum(weights) - 1) > 0.05:
+            problems.append(f"{where}.weights: each in [0, 1] and summing to 1, got {weights!r}")
 
-    changes = obj.get("recent_changes")
-    if "recent_changes" in obj and not isinstance(changes, list):
-        problems.append(f"recent_changes: expected a list, got {type(changes).__name__}")
-    elif isinstance(changes, list):
-        if len(changes) > MAX_CHANGES:
-            problems.append(f"recent_changes: {len(changes)} items, at most {MAX_CHANGES}")
-        for number, item in enumerate(changes):
-            where = f"recent_changes[{number}]"
-            if not isinstance(item, Mapping):
-                problems.append(f"{where}: expected an object")
-                continue
-            if not _check_keys(problems, where, item, {"turn", "change"}):
-                continue
-            turn = item["turn"]
-            if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
-                problems.append(f"{where}.turn: expected a non-negative integer, got {turn!r}")
-            _check_string(problems, f"{where}.change", item["change"], blank_ok=False)
+    changes = _object_items(problems, obj, "recent_changes", MAX_CHANGES, "items, at most {limit}", {"turn", "change"})
+    for where, item in changes:
+        turn = item["turn"]
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+            problems.append(f"{where}.turn: expected a non-negative integer, got {turn!r}")
+        _check_string(problems, f"{where}.change", item["change"], blank_ok=False)
 
     size = len(compact_json(obj))
     if size > MAX_CHARS:
