@@ -18,7 +18,7 @@ from graph.graph import compile_turn_graph
 from nodes.core_memory import CoreMemoryHistory
 from stores.checkpoints import open_checkpointer, thread_id_for
 from stores.db import session_scope
-from stores.saves import create_background, create_role, create_save, get_save
+from stores.saves import create_background, create_role, create_save
 
 
 def load_sample(name: str) -> dict[str, Any]:
@@ -71,9 +71,8 @@ def run_turn(
     **extra: Any,
 ) -> dict[str, Any]:
     """One turn; `on_token` receives the reply's tokens as the model streams them. Returns the final state
-    with `debug.timings_ms` (per node) and `debug.total_ms`."""
-    with session_scope(ctx.database_url) as session:
-        get_save(session, instance_id)  # unknown instance: a clear LookupError before anything runs
+    with `debug.timings_ms` (per node) and `debug.total_ms`. Bad input (unknown instance, empty message, …)
+    raises from the first node, before anything is written."""
     payload = {"instance_id": instance_id, "message": message, **{k: v for k, v in extra.items() if v is not None}}
     timings: dict[str, float] = {}
     started = last = time.perf_counter()

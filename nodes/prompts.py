@@ -62,7 +62,6 @@ HEAD_PLOT_STATE = "【剧情状态】（故事主线大纲全部要点与进度�
 HEAD_RELATIONSHIP = "【关系状态】（角色与用户当前的关系）"
 WORLD_SETTING = "【世界设定】"
 RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
-RETRIEVED_EVENTS_TITLE = "【历史事件】（本次故事中过去发生的、与当前话题相关的事件）"
 
 # seed 002 需求1 兜底机制: the two labelled layers of the director's pull-back retrieval
 DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"

@@ -84,8 +84,7 @@ def search_events(
     if k <= 0:
         return []
     store = get_collection(story_collection(character_id, background_id))
-    results = store.similarity_search_with_relevance_scores(query, k=k, filter=where(instance_id=instance_id))
-    return [{"text": doc.page_content, "score": round(float(score), 4), **doc.metadata} for doc, score in results]
+    return _search_vector(store, store.embeddings.embed_query(query), k, instance_id)  # type: ignore[union-attr]
 
 
 def search_story(

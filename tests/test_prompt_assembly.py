@@ -26,6 +26,8 @@ OUTLINE = [
 ]
 INSTRUCTION = prompts.role_play_instruction("老大")
 
+EVENTS_TITLE = "【历史事件】（本次故事中过去发生的、与当前话题相关的事件）"
+
 
 def turns(count: int, size: int = 10) -> list[dict[str, str]]:
     messages = []
@@ -43,9 +45,7 @@ def assemble(**overrides: object):  # noqa: ANN201 - AssembledPrompt
         "relationship": {"trust": 0.4, "affection": 0.1, "familiarity": 0.3},
         "world_setting": "核战后的废土世界，资源匮乏，强者为王。",
         "recent_messages": turns(3),
-        "retrieved_blocks": [
-            RetrievedBlock(prompts.RETRIEVED_EVENTS_TITLE, ["在据点外发现叛徒的记号", "铁狼帮换了首领"])
-        ],
+        "retrieved_blocks": [RetrievedBlock(EVENTS_TITLE, ["在据点外发现叛徒的记号", "铁狼帮换了首领"])],
         "user_input": "我们今晚就潜进去。",
         "budgets": RegionBudgets(),
         "turn": 3,
@@ -98,13 +98,13 @@ def test_the_middle_holds_the_world_setting_then_the_dialogue() -> None:
 
 def test_the_retrieved_region_has_titled_numbered_blocks() -> None:
     blocks = [
-        {"title": prompts.RETRIEVED_EVENTS_TITLE, "items": ["事件甲", {"text": "事件乙"}]},
+        {"title": EVENTS_TITLE, "items": ["事件甲", {"text": "事件乙"}]},
         RetrievedBlock(prompts.DIRECTOR_REFERENCE_TITLE, ["别处的经验"]),
     ]
     [retrieved] = region(assemble(retrieved_blocks=blocks), "retrieved")
     assert retrieved["role"] == "system"
     assert retrieved["content"] == (
-        f"{prompts.RETRIEVED_REGION}\n\n{prompts.RETRIEVED_EVENTS_TITLE}\n1. 事件甲\n2. 事件乙\n\n"
+        f"{prompts.RETRIEVED_REGION}\n\n{EVENTS_TITLE}\n1. 事件甲\n2. 事件乙\n\n"
         f"{prompts.DIRECTOR_REFERENCE_TITLE}\n1. 别处的经验"
     )
 
@@ -131,7 +131,7 @@ def test_only_the_last_20_turns_are_kept() -> None:
 def test_every_budget_holds_with_large_inputs() -> None:
     budgets = RegionBudgets(head=3000, middle=600, retrieved=300, tail=100, max_turns=20)
     blocks = [
-        RetrievedBlock(prompts.RETRIEVED_EVENTS_TITLE, [f"历史事件{n}" + "事" * 40 for n in range(20)]),
+        RetrievedBlock(EVENTS_TITLE, [f"历史事件{n}" + "事" * 40 for n in range(20)]),
         RetrievedBlock(prompts.DIRECTOR_CURRENT_TITLE, [f"当前事件{n}" + "事" * 40 for n in range(15)]),
     ]
     prompt = assemble(recent_messages=turns(40, size=30), retrieved_blocks=blocks, budgets=budgets)
