@@ -294,8 +294,6 @@ class MemoryIndex:
 _INDEXES: OrderedDict[tuple[str, int, int, float, float], MemoryIndex] = OrderedDict()
 _ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance's role: it never changes
 _INDEX_LOCK = threading.Lock()
-_COLLECTIONS: dict[tuple[str, str], Any] = {}
-_COLLECTION_LOCK = threading.Lock()
 
 
 def clear_index_cache() -> None:
@@ -373,14 +371,8 @@ class MemoryStore:
         stored embeddings, which diversity scoring needs)."""
         from stores.vectors import get_collection
 
-        name = f"memories_{instance_id}_{character_id}"
-        key = (self._chroma_path(), name)
-        with _COLLECTION_LOCK:
-            found = _COLLECTIONS.get(key)
-            if found is None:
-                found = get_collection(name, path=self.chroma_path)._collection
-                _COLLECTIONS[key] = found
-        return found
+        # get_collection keeps one wrapper per (collection, store): no cache of our own
+        return get_collection(f"memories_{instance_id}_{character_id}", path=self._chroma_path())._collection
 
     @staticmethod
     def _check_character(character_id: object) -> int:
