@@ -1,5 +1,7 @@
 """History fetch (seed 002 对话功能 / seed 000 get_chat_history): take the instance's turn lock, append the
-host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf.
+host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf: who
+speaks on every line of it, then the whole lines of its preamble and recall window (`recall_window`) only, so
+a long play-through costs a turn no more than a short one beyond the walk itself.
 
 Nothing is written when the input is bad: the message and every host line are checked first.
 """
@@ -15,11 +17,13 @@ from langgraph.runtime import Runtime
 from graph.context import Context, context_of
 from graph.state import TurnState
 from nodes.core_memory import initial_core_memory
+from nodes.maintenance import LAST_TURNS
+from nodes.memory_build import recall_window
 from nodes.progress_parse import new_plot_state
 from nodes.review_effects import check_choice, check_gap, gap_from_seconds
 from stores.db import session_scope
 from stores.embeddings import warm_up_embeddings
-from stores.history import get_history_rows
+from stores.history import get_lines, get_path_speakers
 from stores.saves import append_lines, get_save, outline_of, validate_line
 from stores.tables import Background, Role
 from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
@@ -56,6 +60,12 @@ def seconds_since(moment: datetime | None) -> float | None:
     return max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
+def window_turns(ctx: Context) -> int:
+    """Turns of dialogue a turn reads: the prompt's recall memory or the maintenance's last turns, whichever is
+    more, plus the turn being answered."""
+    return max(ctx.recall_turns, LAST_TURNS) + 1
+
+
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
@@ -74,8 +84,11 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
             written = append_lines(session, instance_id, lines)
-            history = get_history_rows(session, instance_id)
             role = session.get(Role, save.role_id) if save.role_id else None
+            name = role.name if role else "角色"
+            speakers = get_path_speakers(session, instance_id)
+            head_end, tail_start = recall_window(speakers, window_turns(ctx), role_id=save.role_id, display_name=name)
+            history = get_lines(session, [line["id"] for line in speakers[:head_end] + speakers[tail_start:]])
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = [point.content for point in outline_of(session, background.id)] if background else []
             previous = last_turn_time(session, instance_id)
@@ -85,7 +98,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
 
     character = {
         "role_id": save.role_id,
-        "name": role.name if role else "角色",
+        "name": name,
         "persona": role.persona if role else "",
         "background_id": save.background_id,
         "world_setting": background.world_setting if background else "",
@@ -106,7 +119,11 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         "error": None,
         "gap": given_gap or gap_from_seconds(seconds_since(previous)),
         "review": None,
-        "debug": {"reset": True, "instance_id": instance_id},
+        "debug": {
+            "reset": True,
+            "instance_id": instance_id,
+            "history": {"path_lines": len(speakers), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
+        },
     }
     if not state.get("plot_state"):
         update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])

@@ -31,7 +31,7 @@ What the seed leaves open, decided here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 ATTRIBUTES = frozenset({"user", "assistant", "system"})
@@ -62,6 +62,20 @@ def format_own_line(emotion: Any, content: str, tts: Any, action: Any) -> str:
         + content
         + (f"<{tts}>" if tts else "")
         + (f"({action})" if action else "")
+    )
+
+
+def _speaker_test(
+    role_id: int | str | None, script_role_id: str | int | None, display_name: str | None
+) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a line (a dict) is the character's own, by the seed's same-speaker rule."""
+    role_keys, script_keys, name_keys = map(_identity_keys, (role_id, script_role_id, display_name))
+    if not (role_keys or script_keys or name_keys):
+        return lambda line: True
+    return lambda line: (
+        line.get("role_id") in role_keys
+        or line.get("script_role_id") in script_keys
+        or line.get("display_name") in name_keys
     )
 
 
@@ -152,6 +166,38 @@ def build_memory(
     if users or block:
         flush_user()
     return messages
+
+
+def recall_window(
+    path: Sequence[Mapping[str, Any]],
+    turns: int,
+    *,
+    role_id: int | str | None = None,
+    script_role_id: str | int | None = None,
+    display_name: str | None = None,
+) -> tuple[int, int]:
+    """Which lines of a long path a turn needs (seed 002: recall memory is the last turns, not the whole path):
+    `(head_end, tail_start)` — building `path[:head_end] + path[tail_start:]` gives the messages of the whole
+    path's preamble and at least its last `turns` turns, the same as building the whole path; what lies between
+    is older turns, which the prompt drops anyway. `head_end == tail_start`: nothing to leave out.
+
+    `path` needs only `attribute` and the identity fields. Both cuts are at a clean point: a user line right
+    after one of the character's own assistant lines, where `build_memory` has nothing pending but that reply,
+    so what comes before and after builds the same either way. Each clean point starts a turn (there may be
+    more turns than clean points), so the tail from the `turns`-th last clean point holds at least `turns`."""
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise ValueError(f"recall_window: turns must be a positive integer, got {turns!r}")
+    is_own = _speaker_test(role_id, script_role_id, display_name)
+    clean = [
+        index
+        for index in range(1, len(path))
+        if path[index].get("attribute") == "user"
+        and path[index - 1].get("attribute") == "assistant"
+        and is_own(path[index - 1])
+    ]
+    if len(clean) <= turns:
+        return len(path), len(path)
+    return clean[0], clean[-turns]
 
 
 def memory_build(state: Mapping[str, Any], runtime: Any = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def _engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA mmap_size=268435456")
             cur.close()
     else:
         url = url.replace("postgresql://", "postgresql+psycopg://", 1)

@@ -8,6 +8,7 @@ from sqlmodel import Session, select
 
 from stores.db import get_engine, session_scope
 from stores.history import (
+    SPEAKER_COLUMNS,
     ForeignParentError,
     HistoryCycleError,
     LineNotInSaveError,
@@ -15,6 +16,8 @@ from stores.history import (
     SaveNotFoundError,
     get_chat_history,
     get_history_rows,
+    get_lines,
+    get_path_speakers,
     get_path_to_line,
 )
 from stores.saves import InstanceNotFoundError, append_lines, create_background, create_role, create_save
@@ -201,3 +204,36 @@ def test_history_rows_check_the_tree_too(db_url: str) -> None:
         get_history_rows(s, save_id)
     with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
         get_history_rows(s, 4242)
+
+
+def test_path_speakers_are_the_path_with_who_speaks_only(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(4))
+    with session_scope(db_url) as s:
+        whole = get_history_rows(s, save_id)
+        speakers = get_path_speakers(s, save_id)
+    assert speakers == [{name: row[name] for name in SPEAKER_COLUMNS} for row in whole]
+
+
+def test_path_speakers_check_the_tree_too(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        lines = append_lines(s, save_id, say(3))
+        lines[0].parent_line_id = lines[2].id
+        s.add(lines[0])
+    with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
+        get_path_speakers(s, save_id)
+
+
+def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(1000))  # more ids than one statement may bind on SQLite
+    with session_scope(db_url) as s:
+        whole = get_history_rows(s, save_id)
+        wanted = [row["id"] for row in whole[::-1]]
+        assert get_lines(s, wanted) == whole[::-1]
+        assert get_lines(s, []) == []
+        with pytest.raises(LookupError, match="line 987654 does not exist"):
+            get_lines(s, [wanted[0], 987654])

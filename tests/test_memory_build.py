@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodes.memory_build import build_memory
+from nodes.memory_build import build_memory, recall_window
 from stores.tables import Line
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "memory_builder_seed_examples.json").read_text("utf-8"))
@@ -210,3 +211,74 @@ def test_unknown_attribute_raises_naming_the_line(attribute: Any) -> None:
 def test_missing_content_raises_naming_the_line(content: Any) -> None:
     with pytest.raises(ValueError, match="line 7: no content"):
         build_memory([{"line_id": 7, "attribute": "user", "content": content}])
+
+
+# ---- the recall window: which lines of a long path a turn reads ----------------------------------------------
+
+
+def preamble_and_last_turns(messages: list[dict[str, str]], turns: int) -> tuple[list[Any], list[Any]]:
+    """The messages before the first user message, and those of the last `turns` turns (a turn starts at a
+    user message), as the prompt's middle region and the maintenance read them."""
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    first = starts[0] if starts else len(messages)
+    return messages[:first], messages[starts[-turns] if len(starts) >= turns else first :]
+
+
+def random_path(rng: random.Random, length: int) -> list[dict[str, Any]]:
+    """A path of every kind of line: the character (by role id, by id as text, by name only), other characters,
+    narration, user lines, system lines (own, another's, no identity), in any order."""
+    makers = [
+        lambda: me(f"我说{rng.randint(0, 99)}", original_emotion=rng.choice([None, "开心"])),
+        lambda: line("assistant", "我也说", role_id="1"),
+        lambda: line("assistant", "还是我", display_name="钦灵"),
+        lambda: other("莱卡", f"莱卡说{rng.randint(0, 99)}", action_content=rng.choice([None, "笑"])),
+        lambda: line("assistant", "风吹过。"),
+        lambda: user(f"问{rng.randint(0, 99)}"),
+        lambda: user("再问"),
+        lambda: line("system", "钦灵的设定", role_id=1),
+        lambda: line("system", "莱卡的设定", display_name="莱卡"),
+        lambda: line("system", "场景说明"),
+    ]
+    weights = [8, 2, 2, 3, 1, 8, 2, 1, 1, 1]
+    return [rng.choices(makers, weights)[0]() for _ in range(length)]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_window_builds_the_same_preamble_and_last_turns_as_the_whole_path(seed: int) -> None:
+    rng = random.Random(seed)
+    path = random_path(rng, rng.randint(0, 160))
+    for index, item in enumerate(path, start=1):
+        item["id"] = index
+    turns = rng.randint(1, 12)
+    head_end, tail_start = recall_window(path, turns, role_id=1, display_name="钦灵")
+    assert 0 <= head_end <= tail_start <= len(path)
+    whole = build_memory(path, role_id=1, display_name="钦灵")
+    window = build_memory(path[:head_end] + path[tail_start:], role_id=1, display_name="钦灵")
+    assert preamble_and_last_turns(window, turns) == preamble_and_last_turns(whole, turns)
+
+
+def test_a_long_path_leaves_its_middle_out() -> None:
+    path = [line("system", "开场设定"), me("你来了。")]
+    for n in range(50):
+        path += [user(f"第{n}问"), me(f"第{n}答")]
+    head_end, tail_start = recall_window(path, 10, role_id=1)
+    # the preamble and the first turn, then the last ten turns (and the one they start after)
+    assert head_end == 2 and len(path) - tail_start == 2 * 10
+    assert build_memory(path[tail_start:], role_id=1)[0] == {"role": "user", "content": "第40问"}
+
+
+def test_a_short_path_is_read_whole() -> None:
+    path = [user("你好"), me("嗯。"), user("走吧"), me("好。")]
+    assert recall_window(path, 2, role_id=1) == (4, 4)
+    assert recall_window([], 5) == (0, 0)
+
+
+def test_only_the_characters_own_reply_makes_a_cut() -> None:
+    """A user line after another speaker joins that speaker's scene block, so it is never a cut."""
+    path = [user("甲"), other("莱卡", "乙"), user("丙"), other("莱卡", "丁")] * 30
+    assert recall_window(path, 3, role_id=1, display_name="钦灵") == (len(path), len(path))
+
+
+def test_recall_window_needs_a_positive_turn_count() -> None:
+    with pytest.raises(ValueError, match="turns must be a positive integer"):
+        recall_window([], 0)
