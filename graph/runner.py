@@ -18,6 +18,7 @@ from graph.graph import compile_turn_graph
 from nodes.core_memory import CoreMemoryHistory
 from stores.checkpoints import open_checkpointer, thread_id_for
 from stores.db import session_scope
+from stores.events import turn_running
 from stores.saves import create_background, create_role, create_save
 
 
@@ -78,19 +79,21 @@ def run_turn(
     started = last = time.perf_counter()
     # durability="exit": one checkpoint per turn, written when the turn ends; a turn that dies midway is
     # retried from the stored dialogue, so the supersteps in between need not be persisted
-    for mode, chunk in graph.stream(
-        payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"], durability="exit"
-    ):
-        if mode == "messages":
-            message_chunk, meta = chunk
-            if on_token and meta.get("langgraph_node") == "generate" and isinstance(message_chunk, AIMessageChunk):
-                on_token(str(message_chunk.content))
-        else:
-            now = time.perf_counter()
-            for node in chunk:
-                timings[node] = round((now - last) * 1000, 2)
-            last = now
-    state = dict(graph.get_state(turn_config(instance_id)).values)
+    # the whole run counts as the turn, so queued background work also waits for the last checkpoint write
+    with turn_running(("run_turn", instance_id)):
+        for mode, chunk in graph.stream(
+            payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"], durability="exit"
+        ):
+            if mode == "messages":
+                message_chunk, meta = chunk
+                if on_token and meta.get("langgraph_node") == "generate" and isinstance(message_chunk, AIMessageChunk):
+                    on_token(str(message_chunk.content))
+            else:
+                now = time.perf_counter()
+                for node in chunk:
+                    timings[node] = round((now - last) * 1000, 2)
+                last = now
+        state = dict(graph.get_state(turn_config(instance_id)).values)
     _freeze_long_lived_objects()
     debug = dict(state.get("debug") or {})
     debug["timings_ms"] = timings

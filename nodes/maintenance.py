@@ -14,7 +14,7 @@ from graph.context import Context, context_of
 from graph.llm import get_chat_model, model_label
 from graph.state import TurnState
 from nodes.core_memory import CoreMemoryHistory, accept_core_memory, maintenance_messages
-from stores.events import run_in_background
+from stores.events import run_in_background, turn_ended
 from stores.memory import MemoryStore
 from stores.vectors import chroma_path
 
@@ -30,8 +30,11 @@ def last_turn_messages(messages: list[dict[str, str]], turns: int = LAST_TURNS) 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Both periodic jobs: the long-term memory's layer flow (seed 001), then the core-memory rewrite."""
-    layers = maintain_memory_layers(state, runtime)
-    update = rewrite_core_memory(state, runtime)
+    try:
+        layers = maintain_memory_layers(state, runtime)
+        update = rewrite_core_memory(state, runtime)
+    finally:
+        turn_ended(state["instance_id"])  # the turn's last node: the work it queued may start
     update.setdefault("debug", {}).setdefault("maintenance", {})["memory_layers"] = layers
     return update
 
@@ -42,8 +45,17 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
     reply's path; failures are logged there."""
     ctx = context_of(runtime)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
-    run_in_background(store.run_maintenance, state["instance_id"], turn=state["turn"])
+    run_in_background(
+        run_layer_maintenance, store, state["instance_id"], state["turn"], after_turn_of=state["instance_id"]
+    )
     return {"status": "queued"}
+
+
+def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
+    """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
+    not on the next reply's path."""
+    store.run_maintenance(instance_id, turn=turn)
+    store.index(instance_id)
 
 
 def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -9,13 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from graph.context import context_of
+from graph.context import Context, context_of
 from graph.llm import get_chat_model
+from nodes.core_memory import should_maintain
 from nodes.review import EventBus, ReviewInput, get_review_pipeline
 from nodes.review_effects import plan_review_effects, relationship_event, turn_memories
 from nodes.write_back import turn_event_text
 from stores.db import session_scope
-from stores.events import run_in_background
+from stores.events import run_in_background, turn_ended
 from stores.memory import MemoryStore
 from stores.review import save_review_effects
 from stores.vectors import chroma_path
@@ -33,6 +34,14 @@ def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]
 
 def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     ctx = context_of(runtime)
+    try:
+        return review_turn(state, ctx)
+    finally:
+        if not should_maintain(state["turn"], ctx.maintenance_every):
+            turn_ended(state["instance_id"])  # the turn's last node: the work it queued may start
+
+
+def review_turn(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     character = state["character"]
     user_name = state.get("user_name") or "用户"
     turn = state["turn"]
@@ -68,7 +77,7 @@ def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
         memories = turn_memories(output, plan, event, turn)
         # off the reply's path (seed 002: 事件写入异步执行); the store is resolved now, where the turn runs
         store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
-        run_in_background(remember, store, state["instance_id"], memories)
+        run_in_background(remember, store, state["instance_id"], memories, after_turn_of=state["instance_id"])
         with session_scope(ctx.database_url) as session:
             saved = save_review_effects(session, state["instance_id"], plan)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None

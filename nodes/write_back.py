@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 
 from graph.context import Context, context_of
 from graph.state import TurnState
+from nodes.director import prefetch_next_turn
 from stores.db import session_scope
 from stores.events import write_event_async
 from stores.saves import append_lines, get_save
@@ -73,7 +74,11 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
         background_id=character.get("background_id"),
         turn=state["turn"],
     )
-    return {"lock_token": None, "debug": {"reply_line_ids": [line.id for line in written]}}
+    prefetched = prefetch_next_turn(state, ctx.stall_turns)  # queued behind the event, so it sees it
+    return {
+        "lock_token": None,
+        "debug": {"reply_line_ids": [line.id for line in written], "director_prefetch": prefetched},
+    }
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from stores.vectors import chroma_path, get_collection, where
@@ -31,14 +36,64 @@ def story_collection(character_id: int | None, background_id: int | None) -> str
 _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
 _pending: list[Future[Any]] = []
 
+# Turns running in this process, as (part, instance id): the graph marks its part from taking the instance's
+# turn lock to its last node, `run_turn` the whole run. Work a turn queues waits for that turn to end: embedding
+# an event or rebuilding an index takes the interpreter from the turn's own nodes (one lock for all threads),
+# and the reply is what the user waits for. It waits at most MAX_DEFER_S from when it was queued (a turn that
+# died without ending); turns of other instances never hold it back, so back-to-back turns never starve it.
+MAX_DEFER_S = 1.0
+_turns: set[tuple[str, int]] = set()
+_turns_changed = threading.Condition()
+
+
+def turn_started(instance_id: int, part: str = "graph") -> None:
+    with _turns_changed:
+        _turns.add((part, instance_id))
+
+
+def turn_ended(instance_id: int, part: str = "graph") -> None:
+    """The turn's last node ran (or the run is over): the work it queued may start."""
+    with _turns_changed:
+        _turns.discard((part, instance_id))
+        _turns_changed.notify_all()
+
+
+@contextmanager
+def turn_running(instance_id: int) -> Iterator[None]:
+    """Mark a whole in-process run (the graph's last checkpoint write included) as the instance's turn."""
+    turn_started(instance_id, "run")
+    try:
+        yield
+    finally:
+        turn_ended(instance_id, "run")
+
+
+def _running(instance_id: int) -> bool:
+    return ("graph", instance_id) in _turns or ("run", instance_id) in _turns
+
+
+def _after_turn_of(fn: Any, instance_id: int | None) -> Any:
+    if instance_id is None:
+        return fn
+    deadline = time.monotonic() + MAX_DEFER_S
+
+    def job(*args: Any, **kwargs: Any) -> Any:
+        with _turns_changed:
+            while _running(instance_id) and (left := deadline - time.monotonic()) > 0:
+                _turns_changed.wait(left)
+        return fn(*args, **kwargs)
+
+    return job
+
 
 def _write(collection: str, text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
     get_collection(collection, path).add_texts([text], metadatas=[metadata], ids=[event_id])
 
 
-def run_in_background(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
-    """Queue a store write on the single background worker; failures are logged, never raised into the turn."""
-    future = _writer.submit(fn, *args, **kwargs)
+def run_in_background(fn: Any, *args: Any, after_turn_of: int | None = None, **kwargs: Any) -> Future[Any]:
+    """Queue a store write on the single background worker (in order); `after_turn_of`: it starts when that
+    instance's running turn ends (at most `MAX_DEFER_S` later). Failures are logged, never raised into the turn."""
+    future = _writer.submit(_after_turn_of(fn, after_turn_of), *args, **kwargs)
     future.add_done_callback(_log_failure)
     _pending.append(future)
     return future
@@ -56,7 +111,9 @@ def write_event_async(
     }
     collection = story_collection(character_id, background_id)
     # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
-    return run_in_background(_write, collection, text, metadata, f"i{instance_id}-t{turn}", chroma_path())
+    return run_in_background(
+        _write, collection, text, metadata, f"i{instance_id}-t{turn}", chroma_path(), after_turn_of=instance_id
+    )
 
 
 def _log_failure(future: Future[Any]) -> None:
@@ -96,12 +153,14 @@ def search_story(
     current_k: int,
     others_k: int,
     pool: int = 60,
+    path: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The director's two layers in one story: the `current_k` events of `instance_id` and the `others_k` of
     other play-throughs most similar to `query`. One unfiltered look at the story's nearest `pool` events
     usually fills both (a filtered Chroma query costs several times more); a layer it leaves short is
-    searched again with the instance filter, so the result is the same as two filtered searches."""
-    store = get_collection(story_collection(character_id, background_id))
+    searched again with the instance filter, so the result is the same as two filtered searches. `path`: the
+    Chroma store (default: the configured one)."""
+    store = get_collection(story_collection(character_id, background_id), path)
     vector = store.embeddings.embed_query(query)  # type: ignore[union-attr]
     hits = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool))
     current = [hit for hit in hits if hit["instance_id"] == instance_id][:current_k]
@@ -112,6 +171,66 @@ def search_story(
     if len(others) < others_k and not exhausted:
         others = _search_vector(store, vector, others_k, {"$ne": instance_id})
     return current, others
+
+
+# The director's search for an instance's next turn, done between turns (see `prefetch_story`):
+# (store, instance, turn) → (the search's arguments, its result); a turn takes its own entry out.
+_prefetched: OrderedDict[tuple[str, int, int], tuple[tuple[Any, ...], Any]] = OrderedDict()
+_prefetched_lock = threading.Lock()
+PREFETCH_KEEP = 1024  # entries of instances that never came back are dropped oldest first
+
+
+def prefetch_story(
+    query: str,
+    *,
+    character_id: int | None,
+    background_id: int | None,
+    instance_id: int,
+    current_k: int,
+    others_k: int,
+    for_turn: int,
+) -> Future[Any]:
+    """Run `search_story` for the instance's turn `for_turn` on the background writer, queued behind this
+    turn's event write (so it sees that event), and keep the result for `take_prefetched_story`. The director's
+    query is the outline point, known before the user types: its search need not wait for the next turn."""
+    path = chroma_path()
+    arguments = (query, character_id, background_id, current_k, others_k)
+
+    def search() -> None:
+        found = search_story(
+            query,
+            character_id=character_id,
+            background_id=background_id,
+            instance_id=instance_id,
+            current_k=current_k,
+            others_k=others_k,
+            path=path,
+        )
+        with _prefetched_lock:
+            _prefetched[(path, instance_id, for_turn)] = (arguments, found)
+            while len(_prefetched) > PREFETCH_KEEP:
+                _prefetched.popitem(last=False)
+
+    return run_in_background(search, after_turn_of=instance_id)
+
+
+def take_prefetched_story(
+    query: str,
+    *,
+    character_id: int | None,
+    background_id: int | None,
+    instance_id: int,
+    current_k: int,
+    others_k: int,
+    for_turn: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The prefetched result of exactly this search for this turn, once; None when there is none (another
+    process ran the previous turn, the search asked differs, or it is still queued)."""
+    with _prefetched_lock:
+        entry = _prefetched.pop((chroma_path(), instance_id, for_turn), None)
+    if entry is None or entry[0] != (query, character_id, background_id, current_k, others_k):
+        return None
+    return entry[1]
 
 
 def _search_vector(store: Any, vector: list[float], k: int, instance_id: Any) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from stores.db import session_scope
+from stores.events import turn_ended, turn_started
 from stores.turn_tables import TurnLock, TurnRecord
 
 
@@ -28,12 +29,15 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
             session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
     except IntegrityError as exc:
         raise InstanceBusyError(f"instance {save_id} is busy: another turn is running") from exc
+    turn_started(save_id)
     return token
 
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
+    """Release the lock of a turn that ends here (no reply stored, or it failed before the reply)."""
     with session_scope(url) as session:
         drop_turn_lock(session, save_id, token)
+    turn_ended(save_id)
 
 
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:

@@ -16,13 +16,21 @@ from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401
 from sqlmodel import select
 
 from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_graph
+from graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from nodes.memory_build import build_memory
+from nodes.prompt_assembly import split_latest_user
 from stores.db import session_scope
-from stores.events import flush_event_writes, search_events
-from stores.history import get_chat_history
+from stores.events import (
+    flush_event_writes,
+    prefetch_story,
+    run_in_background,
+    search_events,
+    search_story,
+    take_prefetched_story,
+)
+from stores.history import get_chat_history, get_history_rows
 from stores.memory import MemoryStore
-from stores.saves import InstanceNotFoundError
+from stores.saves import InstanceNotFoundError, append_lines
 from stores.tables import Line, Save
 from stores.turn_tables import TurnRecord
 from stores.turns import InstanceBusyError, acquire_turn_lock, release_turn_lock
@@ -130,6 +138,45 @@ def test_director_fallback_after_three_turns_without_progress(sqlite_url: str) -
     assert retrieved["tokens"] > 0
     # the reference layer is labelled as not being this story's facts, in the prompt the model got
     assert states[-1]["debug"]["retrieval"]["status"] == "ok"
+
+
+def test_the_directors_search_is_done_between_turns_with_the_same_result(sqlite_url: str) -> None:
+    """The turn before a fallback queues the director's story search behind its own event; the fallback turn
+    takes it, and it is what a search in the turn would have found, this turn's event included."""
+    instance = create_sample_instance(sqlite_url)
+    states = []
+    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+        for i in range(1, 6):
+            states.append(run_turn(graph, ctx, instance, f"第{i}轮，我们在据点附近。"))
+            flush_event_writes()  # a person takes longer than the queued work to answer
+    # the scripted model leaves its marker out on turns 3–5: turn 4 knows turn 5 will fall back
+    assert [s["debug"]["director_prefetch"] for s in states][:4] == [False, False, False, True]
+    used = states[-1]["debug"]["director"]
+    assert used["source"] == "searched between turns" and used["status"] == "ok"
+    layers = states[-1]["director_events"]
+    assert 4 in {event["turn"] for event in layers["current"]}  # the previous turn's event was already there
+    character = states[-1]["character"]
+    live = search_story(
+        layers["query"],
+        character_id=character["role_id"],
+        background_id=character["background_id"],
+        instance_id=instance,
+        current_k=15,
+        others_k=5,
+    )
+    # searched again now, the story also holds turn 5's own event, which the fallback turn could not see yet
+    assert (layers["current"], layers["others"]) == ([e for e in live[0] if e["turn"] < 5], live[1])
+
+
+def test_a_search_for_another_query_or_turn_is_not_taken(data_dir: Path) -> None:
+    search = {"character_id": 1, "background_id": 2, "instance_id": 3, "current_k": 15, "others_k": 5}
+    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
+    assert take_prefetched_story("故事大纲第3点：撤离", **search, for_turn=7) is None  # the plot moved on
+    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
+    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=8) is None
+    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
+    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=7) == ([], [])
+    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=7) is None  # taken once
 
 
 def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) -> None:
@@ -295,6 +342,39 @@ def test_real_chatopenai_client_streams_the_reply(sqlite_url: str, openai_stub: 
     assert sent[-1] == {"role": "user", "content": "出发吧。"}
 
 
+def test_a_long_play_through_sends_the_same_recall_memory_while_reading_only_its_end(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    """The turn reads the preamble and the recall window of a long path, not all of it (seed 002: the last
+    turns are the recall memory); the model gets the dialogue it would get from the whole path."""
+    instance = create_sample_instance(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        save = s.get(Save, instance)
+        me = {"attribute": "assistant", "role_id": save.role_id, "display_name": "雷娜"}  # type: ignore[union-attr]
+        opening = [{"attribute": "system", "content": "开场：废土的黄昏。"}, {**me, "content": "你终于醒了。"}]
+        played = [
+            line
+            for n in range(40)
+            for line in (
+                {"attribute": "user", "content": f"第{n}个问题"},
+                {**me, "content": f"第{n}个回答", "original_emotion": "平静"},
+            )
+        ]
+        append_lines(s, instance, opening + played)
+    openai_stub.queue("找线索", "【平静】走吧。")
+    with turn_graph(ctx_for(sqlite_url, recall_turns=5)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, "接下来去哪？")
+    read = state["debug"]["history"]
+    assert read["path_lines"] == 83 and read["older_lines_not_read"] > 40 and read["lines_read"] < 40
+    with session_scope(sqlite_url) as s:
+        whole = get_history_rows(s, instance)[:-1]  # the path the turn ran on, without its reply
+    recent, latest = split_latest_user(build_memory(whole, role_id=save.role_id, display_name="雷娜"))  # type: ignore[union-attr]
+    expected = recent[:2] + recent[-10:]  # preamble (opening system line, greeting), then the last 5 turns
+    assert latest == "接下来去哪？" and expected[2]["content"] == "第35个问题"
+    sent = openai_stub.requests[-1]["messages"]
+    assert sent[2 : 2 + len(expected)] == expected
+
+
 def test_malformed_maintenance_answer_keeps_the_old_core_memory(sqlite_url: str, openai_stub: OpenAIStub) -> None:
     instance = create_sample_instance(sqlite_url)
     with turn_graph(ctx_for(sqlite_url, maintenance_every=1)) as (graph, ctx):
@@ -324,3 +404,36 @@ def test_retrieval_timeout_lets_the_turn_go_on(sqlite_url: str, monkeypatch: pyt
     assert state["error"] is None and state["retrieved"] == [] and state["reply"]
     assert state["debug"]["retrieval"]["status"].startswith("timed out after 0.05 s")
     assert state["debug"]["prompt"]["retrieved"]["tokens"] == 0
+
+
+@pytest.mark.parametrize("maintenance_every", [1, 10])
+def test_work_queued_by_a_turn_starts_when_the_turn_ends(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, maintenance_every: int
+) -> None:
+    """The turn's own background writes wait for its last node (review, or maintenance when it runs), then go:
+    a finished turn leaves no mark that would hold them back."""
+    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(ctx_for(sqlite_url, maintenance_every=maintenance_every)) as (graph, ctx):
+        for graph_run in (graph.invoke, None):
+            if graph_run:  # as the server runs it, without run_turn's own mark
+                graph_run({"instance_id": instance, "message": "走吧。"}, turn_config(instance), context=ctx)
+            else:
+                run_turn(graph, ctx, instance, "继续走。")
+            ran = threading.Event()
+            run_in_background(ran.set, after_turn_of=instance)
+            assert ran.wait(10)
+
+
+def test_work_queued_by_a_failed_turn_is_not_held_back(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    instance = create_sample_instance(sqlite_url)
+    openai_stub.queue(StubReply(status=500))
+    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, "走吧。")
+    assert state["error"]
+    ran = threading.Event()
+    run_in_background(ran.set, after_turn_of=instance)
+    assert ran.wait(10)

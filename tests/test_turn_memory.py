@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
 
 from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_graph
+from graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from stores.db import session_scope
 from stores.events import flush_event_writes
 from stores.memory import MemoryStore
@@ -111,3 +112,25 @@ def test_a_fired_world_book_entry_pulls_in_memories_sharing_its_keywords(sqlite_
     state = one_turn(sqlite_url, instance, "黑鸦来了。")
     (item,) = [i for i in state["retrieved"] if i["id"] == linked.id]
     assert "worldbook" in item["breakdown"]["paths"]
+
+
+def test_the_keyword_index_is_rebuilt_between_turns_not_on_the_next_one(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's memory write and the layer maintenance both change the memories; the keyword index is
+    rebuilt right after them on the background writer, so the next turn's retrieval finds it current."""
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    old = [store.add_memory(instance, f"很久以前的第{n}件小事", importance=0.1, turn=0) for n in range(3)]
+    with turn_graph(Context(database_url=sqlite_url, maintenance_every=1)) as (graph, ctx):
+        graph.update_state(turn_config(instance), {"turn": 499}, as_node="maintenance")
+        state = run_turn(graph, ctx, instance, "走吧。")
+    assert state["turn"] == 500 and state["debug"]["maintenance"]["memory_layers"]["status"] == "queued"
+    flush_event_writes()
+    assert {m.layer for m in store.list_memories(instance) if m.id in {o.id for o in old}} != {"active"}
+
+    def no_rebuild(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the keyword index was rebuilt on the turn's path")
+
+    monkeypatch.setattr("stores.memory.BM25Index.__init__", no_rebuild)
+    assert len(MemoryStore(db_url=sqlite_url).index(instance)) >= 1

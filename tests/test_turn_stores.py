@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import threading
 import uuid
 from pathlib import Path
 from typing import Annotated, TypedDict
@@ -12,7 +13,7 @@ from langgraph.graph import END, START, StateGraph
 
 from stores.checkpoints import open_checkpointer, thread_id_for
 from stores.db import session_scope
-from stores.events import flush_event_writes, search_events, search_story, write_event_async
+from stores.events import flush_event_writes, run_in_background, search_events, search_story, write_event_async
 from stores.saves import create_save
 from stores.turn_tables import TurnRecord
 from stores.turns import InstanceBusyError, acquire_turn_lock, last_turn_time, record_turn, release_turn_lock
@@ -105,3 +106,41 @@ def test_story_search_gives_the_same_layers_as_two_filtered_searches(data_dir: P
         assert [e["text"] for e in current] == [e["text"] for e in expected_current], pool
         assert [e["text"] for e in others] == [e["text"] for e in expected_others], pool
         assert current[0]["score"] == pytest.approx(expected_current[0]["score"], abs=1e-3)
+
+
+def test_background_work_waits_for_the_running_turn(db_url: str) -> None:
+    """A queued store write does not take the interpreter from a turn in progress: it runs once the turn
+    releases its lock."""
+    save = _save(db_url)
+    ran = threading.Event()
+    token = acquire_turn_lock(save, 60, db_url)
+    try:
+        run_in_background(ran.set, after_turn_of=save)
+        assert not ran.wait(0.3)
+    finally:
+        release_turn_lock(save, token, db_url)
+    assert ran.wait(5)
+    flush_event_writes()
+
+
+def test_another_instances_turn_never_holds_background_work_back(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back-to-back turns of a batch run: the next instance's turn does not keep the last one's writes waiting."""
+    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    busy, done = _save(db_url), _save(db_url)
+    token = acquire_turn_lock(busy, 60, db_url)
+    try:
+        assert run_in_background(lambda: "written", after_turn_of=done).result(timeout=5) == "written"
+    finally:
+        release_turn_lock(busy, token, db_url)
+
+
+def test_background_work_is_late_never_starved(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn that never ends (a crashed process's, or steady load) holds queued work back only so long."""
+    monkeypatch.setattr("stores.events.MAX_DEFER_S", 0.2)
+    save = _save(db_url)
+    token = acquire_turn_lock(save, 60, db_url)
+    try:
+        done = run_in_background(lambda: "written", after_turn_of=save)
+        assert done.result(timeout=5) == "written"
+    finally:
+        release_turn_lock(save, token, db_url)
