@@ -103,6 +103,13 @@ def _han_words(run: str, search: bool) -> Iterable[str]:
 def tokenize(text: str, *, search: bool = True) -> list[str]:
     """Tokens of `text` for BM25 and similarity: jieba for Han runs, stemmed lower-case words otherwise,
     no punctuation, whitespace or stop words. `search=True` adds jieba's sub-words of long Han words."""
+    return list(_tokens(text, search))
+
+
+@lru_cache(maxsize=8192)
+def _tokens(text: str, search: bool) -> tuple[str, ...]:
+    # Cached: a retrieval tokenizes every candidate memory and the character's recent lines, and the same
+    # ones come back turn after turn; jieba's segmentation of a text never changes within a process.
     tokens: list[str] = []
     position = 0
     for match in _HAN_RUN.finditer(text):
@@ -112,7 +119,7 @@ def tokenize(text: str, *, search: bool = True) -> list[str]:
         position = match.end()
     if position < len(text):
         tokens.extend(_latin_words(text[position:]))
-    return tokens
+    return tuple(tokens)
 
 
 def token_set(text: str) -> frozenset[str]:

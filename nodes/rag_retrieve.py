@@ -27,9 +27,10 @@ from graph.state import TurnState
 from nodes.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
 from nodes.keywords import tokenize
 from nodes.knowledge import select_knowledge
-from nodes.retrieval import CandidatePath, PathHit, PathQuery, retrieve
+from nodes.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
 from nodes.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
 from stores.db import session_scope
+from stores.events import run_in_background
 from stores.memory import MemoryStore
 from stores.vectors import chroma_path
 from stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
@@ -113,7 +114,12 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         turn=turn,
         k=ctx.rag_results,
         extra_paths={"worldbook": worldbook_path(store, fired.triggered)},
+        config=RetrievalConfig(mark_mentioned=False),
     )
+    # seed 001 MarkMemoryAsMentioned, written after the turn like its other memory writes (the next turn's
+    # retrieval reads it; this one has already scored)
+    recalled = [item.id for item in memories.items if item.kind == "memory"]
+    run_in_background(store.mark_mentioned, instance_id, recalled, memories.turn, after_turn_of=instance_id)
     injection = build_injection(
         knowledge=select_knowledge(
             knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id

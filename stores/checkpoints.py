@@ -33,6 +33,12 @@ def _postgres_conninfo(url: str) -> str | None:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
+# As for the main database (stores.db): in WAL mode, NORMAL syncs the file at WAL checkpoints, not on every
+# commit, and cannot corrupt it; a power cut may lose the last turns' checkpoints. FULL's sync on each turn's
+# commit was the slowest step at the end of a turn (tens of ms on a virtual disk).
+SQLITE_SYNC = "PRAGMA synchronous=NORMAL"
+
+
 def checkpoint_file() -> Path:
     return data_dir() / "checkpoints.sqlite"
 
@@ -53,7 +59,8 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
     conn = sqlite3.connect(checkpoint_file(), check_same_thread=False)
     try:
         saver = SqliteSaver(conn)
-        saver.setup()
+        saver.setup()  # WAL mode
+        conn.execute(SQLITE_SYNC)
         yield saver
     finally:
         conn.close()
@@ -73,5 +80,6 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     async with AsyncSqliteSaver.from_conn_string(str(checkpoint_file())) as saver:
-        await saver.setup()
+        await saver.setup()  # WAL mode
+        await saver.conn.execute(SQLITE_SYNC)
         yield saver
