@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
+from sqlmodel import Session
 
 from graph.context import Context, context_of
 from graph.state import TurnState
@@ -23,7 +24,7 @@ from nodes.progress_parse import new_plot_state
 from nodes.review_effects import check_choice, check_gap, gap_from_seconds
 from stores.db import session_scope
 from stores.embeddings import warm_up_embeddings
-from stores.history import get_lines, get_path_speakers
+from stores.history import SPEAKER_COLUMNS, get_lines, get_path_ids
 from stores.saves import append_lines, get_save, outline_of, validate_line
 from stores.tables import Background, Role
 from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
@@ -60,10 +61,31 @@ def seconds_since(moment: datetime | None) -> float | None:
     return max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
+HEAD_LINES = 16  # the opening lines read first, to find where the preamble's first turn ends
+TAIL_LINES_PER_TURN = 4  # the last lines read first, per turn of the window
+
+
 def window_turns(ctx: Context) -> int:
     """Turns of dialogue a turn reads: the prompt's recall memory or the maintenance's last turns, whichever is
     more, plus the turn being answered."""
     return max(ctx.recall_turns, LAST_TURNS) + 1
+
+
+def read_recall_window(
+    session: Session, path: Sequence[int], turns: int, role_id: int | None, name: str
+) -> tuple[int, int]:
+    """`recall_window` of the path with line ids `path`, reading who speaks only on its first and last lines
+    (more of them, fourfold, until that settles it): a long path's middle is never read."""
+    head, tail = HEAD_LINES, TAIL_LINES_PER_TURN * turns
+    while True:
+        known = set(range(min(head, len(path)))) | set(range(max(0, len(path) - tail), len(path)))
+        speakers = get_lines(session, [path[index] for index in sorted(known)], SPEAKER_COLUMNS)
+        by_id = {line["id"]: line for line in speakers}
+        partial = [by_id[line_id] if index in known else None for index, line_id in enumerate(path)]
+        window = recall_window(partial, turns, role_id=role_id, display_name=name)
+        if window is not None:
+            return window
+        head, tail = head * 4, tail * 4
 
 
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -86,9 +108,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
             written = append_lines(session, instance_id, lines)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
-            speakers = get_path_speakers(session, instance_id)
-            head_end, tail_start = recall_window(speakers, window_turns(ctx), role_id=save.role_id, display_name=name)
-            history = get_lines(session, [line["id"] for line in speakers[:head_end] + speakers[tail_start:]])
+            path = get_path_ids(session, instance_id)
+            head_end, tail_start = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
+            history = get_lines(session, path[:head_end] + path[tail_start:])
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = [point.content for point in outline_of(session, background.id)] if background else []
             previous = last_turn_time(session, instance_id)
@@ -122,7 +144,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         "debug": {
             "reset": True,
             "instance_id": instance_id,
-            "history": {"path_lines": len(speakers), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
+            "history": {"path_lines": len(path), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
         },
     }
     if not state.get("plot_state"):

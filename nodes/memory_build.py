@@ -169,13 +169,13 @@ def build_memory(
 
 
 def recall_window(
-    path: Sequence[Mapping[str, Any]],
+    path: Sequence[Mapping[str, Any] | None],
     turns: int,
     *,
     role_id: int | str | None = None,
     script_role_id: str | int | None = None,
     display_name: str | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
     """Which lines of a long path a turn needs (seed 002: recall memory is the last turns, not the whole path):
     `(head_end, tail_start)` — building `path[:head_end] + path[tail_start:]` gives the messages of the whole
     path's preamble and at least its last `turns` turns, the same as building the whole path; what lies between
@@ -184,20 +184,41 @@ def recall_window(
     `path` needs only `attribute` and the identity fields. Both cuts are at a clean point: a user line right
     after one of the character's own assistant lines, where `build_memory` has nothing pending but that reply,
     so what comes before and after builds the same either way. Each clean point starts a turn (there may be
-    more turns than clean points), so the tail from the `turns`-th last clean point holds at least `turns`."""
+    more turns than clean points), so the tail from the `turns`-th last clean point holds at least `turns`.
+
+    A line not read yet may be None (the middle of a long path): the answer is None when the lines read do
+    not settle it — the first clean point, or the last `turns`, lie among the unread ones — so read more."""
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
         raise ValueError(f"recall_window: turns must be a positive integer, got {turns!r}")
     is_own = _speaker_test(role_id, script_role_id, display_name)
-    clean = [
-        index
-        for index in range(1, len(path))
-        if path[index].get("attribute") == "user"
-        and path[index - 1].get("attribute") == "assistant"
-        and is_own(path[index - 1])
-    ]
-    if len(clean) <= turns:
-        return len(path), len(path)
-    return clean[0], clean[-turns]
+
+    def clean(index: int) -> bool | None:
+        line, before = path[index], path[index - 1]
+        if line is None or before is None:
+            return None
+        return line.get("attribute") == "user" and before.get("attribute") == "assistant" and is_own(before)
+
+    size = len(path)
+    first = None
+    for index in range(1, size):
+        found = clean(index)
+        if found is None:
+            return None
+        if found:
+            first = index
+            break
+    if first is None:
+        return size, size
+    last: list[int] = []
+    for index in range(size - 1, first, -1):
+        found = clean(index)
+        if found is None:
+            return None
+        if found:
+            last.append(index)
+            if len(last) == turns:
+                return first, index
+    return size, size
 
 
 def memory_build(state: Mapping[str, Any], runtime: Any = None) -> dict[str, Any]:

@@ -72,33 +72,39 @@ def get_history_rows(session: Session, save_id: int) -> list[dict[str, Any]]:
 SPEAKER_COLUMNS = ("id", "save_id", "attribute", "role_id", "script_role_id", "display_name")
 
 
-def get_path_speakers(session: Session, save_id: int) -> list[dict[str, Any]]:
-    """The path of `get_history_rows` (same checks) with only `SPEAKER_COLUMNS`: a long path's contents need
-    not be read to decide which of its lines a turn needs (`get_lines` reads those). The walk carries these
-    few columns along instead of joining every line again at the end, which halves its cost."""
+def get_path_ids(session: Session, save_id: int) -> list[int]:
+    """The ids of the path of `get_history_rows`, root first, with the same checks: the walk carries only the
+    save id, so a long path costs little more than its length in index lookups; `get_lines` reads the lines
+    a turn needs in full."""
     save = session.get(Save, save_id)
     if save is None:
         raise SaveNotFoundError(f"save {save_id} does not exist")
     if not save.last_message_id:
         return []
-    result = session.connection().execute(_SPEAKER_WALK, {"save_id": save_id, "leaf_line_id": save.last_message_id})
-    rows = result.cursor.fetchall()  # root first: (depth, parent_line_id, *SPEAKER_COLUMNS)
-    path: list[tuple[int, Any]] = [(row[2], dict(zip(SPEAKER_COLUMNS, row[2:], strict=True))) for row in rows]
+    result = session.connection().execute(_ID_WALK, {"save_id": save_id, "leaf_line_id": save.last_message_id})
+    rows = result.cursor.fetchall()  # root first: (depth, parent_line_id, id, save_id)
+    path: list[tuple[int, Any]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
     if rows and rows[0][1] is not None:
         path.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
-    return _check_path(save_id, save.last_message_id, path, dict.get)  # type: ignore[arg-type]
+    return [line["id"] for line in _check_path(save_id, save.last_message_id, path, dict.get)]  # type: ignore[arg-type]
 
 
-def get_lines(session: Session, line_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Lines by id as plain dicts (every column), in the order of `line_ids`; `LookupError` names a missing id."""
+def get_lines(
+    session: Session, line_ids: Sequence[int], names: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Lines by id as plain dicts (every column, or `names`, which must start with `id`), in the order of
+    `line_ids`; `LookupError` names a missing id."""
     if not line_ids:
         return []
+    names = list(names or _COLUMN_NAMES)
+    if names[0] != "id":
+        raise ValueError(f"get_lines: the first column must be id, got {names[0]!r}")
     found: dict[int, dict[str, Any]] = {}
-    columns = [Line.__table__.c[name] for name in _COLUMN_NAMES]  # type: ignore[attr-defined]
+    columns = [Line.__table__.c[name] for name in names]  # type: ignore[attr-defined]
     for start in range(0, len(line_ids), _IN_CHUNK):
         chunk = list(line_ids[start : start + _IN_CHUNK])
         result = session.connection().execute(select(*columns).where(Line.id.in_(chunk)))  # type: ignore[union-attr]
-        found.update((row[0], dict(zip(_COLUMN_NAMES, row, strict=True))) for row in result.cursor.fetchall())
+        found.update((row[0], dict(zip(names, row, strict=True))) for row in result.cursor.fetchall())
     missing = [line_id for line_id in line_ids if line_id not in found]
     if missing:
         raise LookupError(f"line {missing[0]} does not exist")
@@ -165,7 +171,7 @@ def _carried_walk(names: Sequence[str]) -> Any:
     return select(path).order_by(path.c.depth.desc())
 
 
-_SPEAKER_WALK = _carried_walk(SPEAKER_COLUMNS)  # built once: the statement is the same every turn
+_ID_WALK = _carried_walk(["id", "save_id"])  # built once: the statement is the same every turn
 
 
 def _attr(line: Line, name: str) -> Any:

@@ -6,6 +6,8 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session, select
 
+from nodes.history_fetch import read_recall_window
+from nodes.memory_build import recall_window
 from stores.db import get_engine, session_scope
 from stores.history import (
     SPEAKER_COLUMNS,
@@ -17,7 +19,7 @@ from stores.history import (
     get_chat_history,
     get_history_rows,
     get_lines,
-    get_path_speakers,
+    get_path_ids,
     get_path_to_line,
 )
 from stores.saves import InstanceNotFoundError, append_lines, create_background, create_role, create_save
@@ -121,8 +123,9 @@ def test_missing_parent_raises_on_sqlite(sqlite_url: str) -> None:
         conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
         conn.execute(text("UPDATE line SET parent_line_id = 999 WHERE id = :id"), {"id": last.id - 1})
         conn.commit()
-    with session_scope(sqlite_url) as s, pytest.raises(MissingParentError, match="parent 999"):
-        get_chat_history(s, save_id)
+    for read in (get_chat_history, get_history_rows, get_path_ids):
+        with session_scope(sqlite_url) as s, pytest.raises(MissingParentError, match="parent 999"):
+            read(s, save_id)
 
 
 def test_missing_parent_is_refused_at_write_time(db_url: str) -> None:
@@ -206,24 +209,39 @@ def test_history_rows_check_the_tree_too(db_url: str) -> None:
         get_history_rows(s, 4242)
 
 
-def test_path_speakers_are_the_path_with_who_speaks_only(db_url: str) -> None:
+def test_path_ids_are_the_path(db_url: str) -> None:
     save_id = new_save(db_url)
     with session_scope(db_url) as s:
         append_lines(s, save_id, say(4))
     with session_scope(db_url) as s:
-        whole = get_history_rows(s, save_id)
-        speakers = get_path_speakers(s, save_id)
-    assert speakers == [{name: row[name] for name in SPEAKER_COLUMNS} for row in whole]
+        assert get_path_ids(s, save_id) == [row["id"] for row in get_history_rows(s, save_id)]
 
 
-def test_path_speakers_check_the_tree_too(db_url: str) -> None:
+def test_path_ids_check_the_tree_too(db_url: str) -> None:
     save_id = new_save(db_url)
     with session_scope(db_url) as s:
         lines = append_lines(s, save_id, say(3))
         lines[0].parent_line_id = lines[2].id
         s.add(lines[0])
     with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
-        get_path_speakers(s, save_id)
+        get_path_ids(s, save_id)
+    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
+        get_path_ids(s, 4242)
+
+
+def test_the_recall_window_is_found_reading_only_the_ends_of_a_long_path(db_url: str) -> None:
+    """A long preamble (no clean point among the first lines read) makes the reader look further, and the
+    window is the one the whole path gives."""
+    save_id = new_save(db_url)
+    me = {"attribute": "assistant", "role_id": None, "display_name": "钦灵"}
+    opening = [{"attribute": "system", "content": f"设定{n}"} for n in range(40)] + [{**me, "content": "你好。"}]
+    played = [line for n in range(60) for line in ({"attribute": "user", "content": f"问{n}"}, {**me, "content": f"答{n}"})]
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, opening + played)
+    with session_scope(db_url) as s:
+        path = get_path_ids(s, save_id)
+        whole = get_lines(s, path, SPEAKER_COLUMNS)
+        assert read_recall_window(s, path, 5, None, "钦灵") == recall_window(whole, 5, display_name="钦灵") == (41, 151)
 
 
 def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
@@ -235,5 +253,9 @@ def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
         wanted = [row["id"] for row in whole[::-1]]
         assert get_lines(s, wanted) == whole[::-1]
         assert get_lines(s, []) == []
+        some = [{"id": row["id"], "attribute": row["attribute"]} for row in whole[::-1][:3]]
+        assert get_lines(s, wanted[:3], ["id", "attribute"]) == some
+        with pytest.raises(ValueError, match="first column must be id"):
+            get_lines(s, wanted[:3], ["attribute"])
         with pytest.raises(LookupError, match="line 987654 does not exist"):
             get_lines(s, [wanted[0], 987654])

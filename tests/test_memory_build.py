@@ -257,6 +257,19 @@ def test_the_window_builds_the_same_preamble_and_last_turns_as_the_whole_path(se
     assert preamble_and_last_turns(window, turns) == preamble_and_last_turns(whole, turns)
 
 
+@pytest.mark.parametrize("seed", range(200))
+def test_a_path_read_at_its_ends_only_gives_the_same_window_or_asks_for_more(seed: int) -> None:
+    rng = random.Random(seed)
+    path = random_path(rng, rng.randint(0, 160))
+    turns = rng.randint(1, 12)
+    whole = recall_window(path, turns, role_id=1, display_name="钦灵")
+    head, tail = rng.randint(0, len(path)), rng.randint(0, len(path))
+    partial = [line if index < head or index >= len(path) - tail else None for index, line in enumerate(path)]
+    assert recall_window(partial, turns, role_id=1, display_name="钦灵") in (whole, None)
+    if head + tail >= len(path):
+        assert recall_window(partial, turns, role_id=1, display_name="钦灵") == whole
+
+
 def test_a_long_path_leaves_its_middle_out() -> None:
     path = [line("system", "开场设定"), me("你来了。")]
     for n in range(50):
