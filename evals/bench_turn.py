@@ -14,8 +14,9 @@ gets the vector of one of them plus a little noise (distinct vectors, an index o
 `--event-pool 0` every event text is embedded. Either way the events go in through `Chroma.add_texts`.
 
 Measured: `--turns` turns through `graph.runner.run_turn` with the offline scripted model, in one process,
-the first one a warm-up left out of the figures. The archival write each turn queues is flushed between
-turns, outside the timings (a person takes longer than that to answer). Per node, p50 / p95 (nearest rank)
+the first one a warm-up left out of the figures. What each turn queues for after it (the event and memory
+writes, index rebuilds, the director's next search) is flushed between turns, outside the timings (a person
+takes longer than that to answer). Per node, p50 / p95 (nearest rank)
 over the turns the node ran in, of
 - own: the node's run, from LangChain's callbacks (start → end of the node's run);
 - step: `run_turn`'s `debug.timings_ms`, the time between two stream updates — the node plus the framework's
