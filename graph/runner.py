@@ -80,7 +80,7 @@ def run_turn(
     # durability="exit": one checkpoint per turn, written when the turn ends; a turn that dies midway is
     # retried from the stored dialogue, so the supersteps in between need not be persisted
     # the whole run counts as the turn, so queued background work also waits for the last checkpoint write
-    with turn_running(("run_turn", instance_id)):
+    with turn_running(instance_id):
         for mode, chunk in graph.stream(
             payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"], durability="exit"
         ):

@@ -1,7 +1,8 @@
 """History fetch (seed 002 对话功能 / seed 000 get_chat_history): take the instance's turn lock, append the
-host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf: who
-speaks on every line of it, then the whole lines of its preamble and recall window (`recall_window`) only, so
-a long play-through costs a turn no more than a short one beyond the walk itself.
+host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf: the
+ids of its lines, who speaks on its first and last ones, then the whole lines of its preamble and recall
+window (`recall_window`) only, so a long play-through costs a turn little more than a short one beyond the
+walk of the ids.
 
 Nothing is written when the input is bad: the message and every host line are checked first.
 """

@@ -19,6 +19,7 @@ from graph.context import Context
 from graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from nodes.memory_build import build_memory
 from nodes.prompt_assembly import split_latest_user
+from nodes.review_node import TURN_EVENT_BUS
 from stores.db import session_scope
 from stores.events import (
     flush_event_writes,
@@ -436,4 +437,36 @@ def test_work_queued_by_a_failed_turn_is_not_held_back(
     assert state["error"]
     ran = threading.Event()
     run_in_background(ran.set, after_turn_of=instance)
+    assert ran.wait(10)
+
+
+def test_run_turn_holds_the_turns_own_work_back_until_its_state_is_read(sqlite_url: str) -> None:
+    """In-process runs mark the whole run: what the turn queued starts after the last checkpoint and the final
+    state read, not while they run."""
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+        run_turn(graph, ctx, instance, "先热身。")  # loads the embedding model the queued writes use
+    flush_event_writes()
+    ran = threading.Event()
+    queued = []
+
+    def queue_from_the_review(name: str, payload: Any) -> None:
+        if not queued:
+            queued.append(run_in_background(ran.set, after_turn_of=instance))
+
+    unsubscribe = TURN_EVENT_BUS.subscribe("*", queue_from_the_review)
+    try:
+        with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+            read_state = graph.get_state
+            seen_at_read: list[bool] = []
+
+            def get_state(*args: Any, **kwargs: Any) -> Any:
+                seen_at_read.append(ran.wait(0.3))  # time enough for work that is free to start
+                return read_state(*args, **kwargs)
+
+            graph.get_state = get_state  # type: ignore[method-assign]
+            run_turn(graph, ctx, instance, "走吧。")
+    finally:
+        unsubscribe()
+    assert queued and seen_at_read == [False]
     assert ran.wait(10)
