@@ -36,26 +36,30 @@ def story_collection(character_id: int | None, background_id: int | None) -> str
 _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
 _pending: list[Future[Any]] = []
 
-# Turns running in this process, as (part, instance id): the graph marks its part from taking the instance's
-# turn lock to its last node, `run_turn` the whole run. Work a turn queues waits for that turn to end: embedding
-# an event or rebuilding an index takes the interpreter from the turn's own nodes (one lock for all threads),
-# and the reply is what the user waits for. It waits at most MAX_DEFER_S from when it was queued (a turn that
-# died without ending); turns of other instances never hold it back, so back-to-back turns never starve it.
+# Turns running in this process: instance id → {part: mark}. The graph marks its part from taking the
+# instance's turn lock to its last node, `run_turn` the whole run. Work a turn queues waits for the marks its
+# instance had when it was queued, i.e. for the turn that queued it: embedding an event or rebuilding an index
+# takes the interpreter from the turn's own nodes (one lock for all threads), and the reply is what the user
+# waits for. A later turn (new marks) never holds it back, and it waits at most MAX_DEFER_S from when it was
+# queued (a turn that died without ending).
 MAX_DEFER_S = 1.0
-_turns: set[tuple[str, int]] = set()
-_turns_changed = threading.Condition()
+_marks: dict[int, dict[str, object]] = {}
+_marks_changed = threading.Condition()
 
 
 def turn_started(instance_id: int, part: str = "graph") -> None:
-    with _turns_changed:
-        _turns.add((part, instance_id))
+    with _marks_changed:
+        _marks.setdefault(instance_id, {})[part] = object()
 
 
 def turn_ended(instance_id: int, part: str = "graph") -> None:
     """The turn's last node ran (or the run is over): the work it queued may start."""
-    with _turns_changed:
-        _turns.discard((part, instance_id))
-        _turns_changed.notify_all()
+    with _marks_changed:
+        marks = _marks.get(instance_id, {})
+        marks.pop(part, None)
+        if not marks:
+            _marks.pop(instance_id, None)
+        _marks_changed.notify_all()
 
 
 @contextmanager
@@ -68,19 +72,21 @@ def turn_running(instance_id: int) -> Iterator[None]:
         turn_ended(instance_id, "run")
 
 
-def _running(instance_id: int) -> bool:
-    return ("graph", instance_id) in _turns or ("run", instance_id) in _turns
-
-
 def _after_turn_of(fn: Any, instance_id: int | None) -> Any:
     if instance_id is None:
         return fn
     deadline = time.monotonic() + MAX_DEFER_S
+    with _marks_changed:
+        held = list(_marks.get(instance_id, {}).values())
+
+    def still_running() -> bool:
+        now = _marks.get(instance_id, {}).values()
+        return any(mark in now for mark in held)
 
     def job(*args: Any, **kwargs: Any) -> Any:
-        with _turns_changed:
-            while _running(instance_id) and (left := deadline - time.monotonic()) > 0:
-                _turns_changed.wait(left)
+        with _marks_changed:
+            while still_running() and (left := deadline - time.monotonic()) > 0:
+                _marks_changed.wait(left)
         return fn(*args, **kwargs)
 
     return job

@@ -144,3 +144,22 @@ def test_background_work_is_late_never_starved(db_url: str, monkeypatch: pytest.
         assert done.result(timeout=5) == "written"
     finally:
         release_turn_lock(save, token, db_url)
+
+
+def test_the_next_turn_of_the_same_instance_never_holds_the_last_ones_work_back(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back-to-back turns of one instance: the work the first queued waits for the first only."""
+    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    save = _save(db_url)
+    writer_free = threading.Event()
+    run_in_background(writer_free.wait, 10)  # the writer looks at the marks only once the second turn runs
+    first = acquire_turn_lock(save, 60, db_url)
+    queued = run_in_background(lambda: "written", after_turn_of=save)
+    release_turn_lock(save, first, db_url)
+    second = acquire_turn_lock(save, 60, db_url)
+    writer_free.set()
+    try:
+        assert queued.result(timeout=5) == "written"
+    finally:
+        release_turn_lock(save, second, db_url)
