@@ -62,18 +62,12 @@ def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[
     return _check_path(save_id, leaf_line_id, [(line_id, line) for line_id, _depth, line in rows], _attr)
 
 
-def get_history_rows(session: Session, save_id: int) -> list[dict[str, Any]]:
-    """`get_chat_history` as plain dicts (every column of `line`): the same query and checks, without building
-    ORM objects, which is most of the cost on a long path (the turn graph reads a path every turn)."""
-    return _path_dicts(session, save_id, _COLUMN_NAMES)
-
-
 # who speaks on a line: what choosing a recall window needs (nodes.memory_build.recall_window)
 SPEAKER_COLUMNS = ("id", "save_id", "attribute", "role_id", "script_role_id", "display_name")
 
 
 def get_path_ids(session: Session, save_id: int) -> list[int]:
-    """The ids of the path of `get_history_rows`, root first, with the same checks: the walk carries only the
+    """The ids of the path of `get_chat_history`, root first, with the same checks: the walk carries only the
     save id, so a long path costs little more than its length in index lookups; `get_lines` reads the lines
     a turn needs in full."""
     save = session.get(Save, save_id)
@@ -113,22 +107,6 @@ def get_lines(
 
 _COLUMN_NAMES = [column.name for column in Line.__table__.columns]  # type: ignore[attr-defined]
 _IN_CHUNK = 900  # under SQLite's default limit of host parameters per statement
-
-
-def _path_dicts(session: Session, save_id: int, names: Sequence[str]) -> list[dict[str, Any]]:
-    save = session.get(Save, save_id)
-    if save is None:
-        raise SaveNotFoundError(f"save {save_id} does not exist")
-    if not save.last_message_id:
-        return []
-    columns = [Line.__table__.c[name] for name in names]  # type: ignore[attr-defined]
-    # the DB-API cursor directly: SQLAlchemy's row objects cost more than the query on a long path
-    result = session.connection().execute(_path_query(save_id, save.last_message_id, *columns))
-    rows = [
-        (row[0], dict(zip(names, row[2:], strict=True)) if row[2] is not None else None)
-        for row in result.cursor.fetchall()
-    ]
-    return _check_path(save_id, save.last_message_id, rows, dict.get)  # type: ignore[arg-type]
 
 
 def _path_query(save_id: int, leaf_line_id: int, *selected: Any) -> Any:

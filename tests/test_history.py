@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import text
 from sqlmodel import Session, select
@@ -17,7 +19,6 @@ from stores.history import (
     MissingParentError,
     SaveNotFoundError,
     get_chat_history,
-    get_history_rows,
     get_lines,
     get_path_ids,
     get_path_to_line,
@@ -123,7 +124,7 @@ def test_missing_parent_raises_on_sqlite(sqlite_url: str) -> None:
         conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
         conn.execute(text("UPDATE line SET parent_line_id = 999 WHERE id = :id"), {"id": last.id - 1})
         conn.commit()
-    for read in (get_chat_history, get_history_rows, get_path_ids):
+    for read in (get_chat_history, get_path_ids):
         with session_scope(sqlite_url) as s, pytest.raises(MissingParentError, match="parent 999"):
             read(s, save_id)
 
@@ -189,44 +190,26 @@ def test_history_query_reads_only_the_path(sqlite_url: str) -> None:
     assert len(recursive) == 1
 
 
-def test_history_rows_are_the_same_path_as_plain_dicts(db_url: str) -> None:
+def test_path_ids_and_lines_are_the_path_as_plain_dicts(db_url: str) -> None:
     save_id = new_save(db_url)
     with session_scope(db_url) as s:
         append_lines(s, save_id, say(4))
     with session_scope(db_url) as s:
-        assert get_history_rows(s, save_id) == [line.model_dump() for line in get_chat_history(s, save_id)]
+        path = get_path_ids(s, save_id)
+        assert get_lines(s, path) == [line.model_dump() for line in get_chat_history(s, save_id)]
 
 
-def test_history_rows_check_the_tree_too(db_url: str) -> None:
-    save_id = new_save(db_url)
-    with session_scope(db_url) as s:
-        lines = append_lines(s, save_id, say(3))
-        lines[0].parent_line_id = lines[1].id
-        s.add(lines[0])
-    with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
-        get_history_rows(s, save_id)
-    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
-        get_history_rows(s, 4242)
-
-
-def test_path_ids_are_the_path(db_url: str) -> None:
-    save_id = new_save(db_url)
-    with session_scope(db_url) as s:
-        append_lines(s, save_id, say(4))
-    with session_scope(db_url) as s:
-        assert get_path_ids(s, save_id) == [row["id"] for row in get_history_rows(s, save_id)]
-
-
-def test_path_ids_check_the_tree_too(db_url: str) -> None:
+@pytest.mark.parametrize("read", [get_chat_history, get_path_ids])
+def test_every_path_reader_checks_the_tree(db_url: str, read: Any) -> None:
     save_id = new_save(db_url)
     with session_scope(db_url) as s:
         lines = append_lines(s, save_id, say(3))
         lines[0].parent_line_id = lines[2].id
         s.add(lines[0])
     with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
-        get_path_ids(s, save_id)
+        read(s, save_id)
     with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
-        get_path_ids(s, 4242)
+        read(s, 4242)
 
 
 def test_the_recall_window_is_found_reading_only_the_ends_of_a_long_path(db_url: str) -> None:
@@ -249,7 +232,7 @@ def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
     with session_scope(db_url) as s:
         append_lines(s, save_id, say(1000))  # more ids than one statement may bind on SQLite
     with session_scope(db_url) as s:
-        whole = get_history_rows(s, save_id)
+        whole = [line.model_dump() for line in get_chat_history(s, save_id)]
         wanted = [row["id"] for row in whole[::-1]]
         assert get_lines(s, wanted) == whole[::-1]
         assert get_lines(s, []) == []

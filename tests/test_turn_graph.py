@@ -29,7 +29,7 @@ from stores.events import (
     search_story,
     take_prefetched_story,
 )
-from stores.history import get_chat_history, get_history_rows
+from stores.history import get_chat_history, get_lines, get_path_ids
 from stores.memory import MemoryStore
 from stores.saves import InstanceNotFoundError, append_lines
 from stores.tables import Line, Save
@@ -368,7 +368,7 @@ def test_a_long_play_through_sends_the_same_recall_memory_while_reading_only_its
     read = state["debug"]["history"]
     assert read["path_lines"] == 83 and read["older_lines_not_read"] > 40 and read["lines_read"] < 40
     with session_scope(sqlite_url) as s:
-        whole = get_history_rows(s, instance)[:-1]  # the path the turn ran on, without its reply
+        whole = get_lines(s, get_path_ids(s, instance))[:-1]  # the path the turn ran on, without its reply
     recent, latest = split_latest_user(build_memory(whole, role_id=save.role_id, display_name="雷娜"))  # type: ignore[union-attr]
     expected = recent[:2] + recent[-10:]  # preamble (opening system line, greeting), then the last 5 turns
     assert latest == "接下来去哪？" and expected[2]["content"] == "第35个问题"
