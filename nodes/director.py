@@ -20,7 +20,7 @@ from nodes import prompts
 from nodes.progress_parse import check_plot_state
 from nodes.prompt_assembly import RetrievedBlock
 from nodes.rag_retrieve import search_with_cap
-from stores.events import prefetch_story, search_story, take_prefetched_story
+from stores.events import StorySearch, prefetch_story, take_prefetched_story
 
 STALL_THRESHOLD = 3
 CURRENT_EVENTS_LIMIT = 15
@@ -76,17 +76,17 @@ def format_director_blocks(current_events: Sequence[Any], other_events: Sequence
     )
 
 
-def _story_search(state: Mapping[str, Any], plot_state: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of the director's story search for the instance at `plot_state`."""
+def _story_search(state: Mapping[str, Any], plot_state: Mapping[str, Any]) -> StorySearch:
+    """The director's story search for the instance at `plot_state`."""
     character = state["character"]
-    return {
-        "query": fallback_query(plot_state),
-        "character_id": character.get("role_id"),
-        "background_id": character.get("background_id"),
-        "instance_id": state["instance_id"],
-        "current_k": CURRENT_EVENTS_LIMIT,
-        "others_k": OTHER_EVENTS_LIMIT,
-    }
+    return StorySearch(
+        query=fallback_query(plot_state),
+        character_id=character.get("role_id"),
+        background_id=character.get("background_id"),
+        instance_id=state["instance_id"],
+        current_k=CURRENT_EVENTS_LIMIT,
+        others_k=OTHER_EVENTS_LIMIT,
+    )
 
 
 def prefetch_next_turn(state: Mapping[str, Any], stall_turns: int = STALL_THRESHOLD) -> bool:
@@ -96,7 +96,7 @@ def prefetch_next_turn(state: Mapping[str, Any], stall_turns: int = STALL_THRESH
     plot, turn = state["plot_state"], state["turn"]
     if not is_stalled(turn + 1, plot.get("last_progress_turn", 0), stall_turns):
         return False
-    prefetch_story(**_story_search(state, plot), for_turn=turn + 1)
+    prefetch_story(_story_search(state, plot), turn + 1)
     return True
 
 
@@ -106,14 +106,14 @@ def director(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
     between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query."""
     ctx = context_of(runtime)
     search = _story_search(state, state["plot_state"])
-    found = take_prefetched_story(**search, for_turn=state["turn"])
+    found = take_prefetched_story(search, state["turn"])
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}
     else:
-        found, debug = search_with_cap(lambda: search_story(**search), ctx.rag_timeout_s)
+        found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
         debug["source"] = "searched in the turn"
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
-    query = search["query"]
+    query = search.query
     return {
         "director_events": {"query": query, "current": current, "others": others},
         "debug": {"director": {"query": query, **debug, "current": len(current), "others": len(others)}},

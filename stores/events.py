@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from stores.vectors import chroma_path, get_collection, where
@@ -179,62 +180,61 @@ def search_story(
     return current, others
 
 
+@dataclass(frozen=True)
+class StorySearch:
+    """One director search (`search_story`): the query, the story (character + background), the instance
+    whose events are this play-through's, and how many events each layer takes."""
+
+    query: str
+    character_id: int | None
+    background_id: int | None
+    instance_id: int
+    current_k: int
+    others_k: int
+
+    def run(self, path: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return search_story(
+            self.query,
+            character_id=self.character_id,
+            background_id=self.background_id,
+            instance_id=self.instance_id,
+            current_k=self.current_k,
+            others_k=self.others_k,
+            path=path,
+        )
+
+
 # The director's search for an instance's next turn, done between turns (see `prefetch_story`):
-# (store, instance, turn) → (the search's arguments, its result); a turn takes its own entry out.
-_prefetched: OrderedDict[tuple[str, int, int], tuple[tuple[Any, ...], Any]] = OrderedDict()
+# (store, instance, turn) → (the search, its result); a turn takes its own entry out.
+_prefetched: OrderedDict[tuple[str, int, int], tuple[StorySearch, Any]] = OrderedDict()
 _prefetched_lock = threading.Lock()
 PREFETCH_KEEP = 1024  # entries of instances that never came back are dropped oldest first
 
 
-def prefetch_story(
-    query: str,
-    *,
-    character_id: int | None,
-    background_id: int | None,
-    instance_id: int,
-    current_k: int,
-    others_k: int,
-    for_turn: int,
-) -> Future[Any]:
-    """Run `search_story` for the instance's turn `for_turn` on the background writer, queued behind this
-    turn's event write (so it sees that event), and keep the result for `take_prefetched_story`. The director's
-    query is the outline point, known before the user types: its search need not wait for the next turn."""
+def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
+    """Run `search` for the instance's turn `for_turn` on the background writer, queued behind this turn's
+    event write (so it sees that event), and keep the result for `take_prefetched_story`. The director's query
+    is the outline point, known before the user types: its search need not wait for the next turn."""
     path = chroma_path()
-    arguments = (query, character_id, background_id, current_k, others_k)
 
-    def search() -> None:
-        found = search_story(
-            query,
-            character_id=character_id,
-            background_id=background_id,
-            instance_id=instance_id,
-            current_k=current_k,
-            others_k=others_k,
-            path=path,
-        )
+    def run() -> None:
+        found = search.run(path)
         with _prefetched_lock:
-            _prefetched[(path, instance_id, for_turn)] = (arguments, found)
+            _prefetched[(path, search.instance_id, for_turn)] = (search, found)
             while len(_prefetched) > PREFETCH_KEEP:
                 _prefetched.popitem(last=False)
 
-    return run_in_background(search, after_turn_of=instance_id)
+    return run_in_background(run, after_turn_of=search.instance_id)
 
 
 def take_prefetched_story(
-    query: str,
-    *,
-    character_id: int | None,
-    background_id: int | None,
-    instance_id: int,
-    current_k: int,
-    others_k: int,
-    for_turn: int,
+    search: StorySearch, for_turn: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The prefetched result of exactly this search for this turn, once; None when there is none (another
     process ran the previous turn, the search asked differs, or it is still queued)."""
     with _prefetched_lock:
-        entry = _prefetched.pop((chroma_path(), instance_id, for_turn), None)
-    if entry is None or entry[0] != (query, character_id, background_id, current_k, others_k):
+        entry = _prefetched.pop((chroma_path(), search.instance_id, for_turn), None)
+    if entry is None or entry[0] != search:
         return None
     return entry[1]
 

@@ -22,6 +22,7 @@ from nodes.prompt_assembly import split_latest_user
 from nodes.review_node import TURN_EVENT_BUS
 from stores.db import session_scope
 from stores.events import (
+    StorySearch,
     flush_event_writes,
     prefetch_story,
     run_in_background,
@@ -170,14 +171,15 @@ def test_the_directors_search_is_done_between_turns_with_the_same_result(sqlite_
 
 
 def test_a_search_for_another_query_or_turn_is_not_taken(data_dir: Path) -> None:
-    search = {"character_id": 1, "background_id": 2, "instance_id": 3, "current_k": 15, "others_k": 5}
-    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
-    assert take_prefetched_story("故事大纲第3点：撤离", **search, for_turn=7) is None  # the plot moved on
-    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
-    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=8) is None
-    prefetch_story("故事大纲第2点：潜入据点", **search, for_turn=7).result(timeout=30)
-    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=7) == ([], [])
-    assert take_prefetched_story("故事大纲第2点：潜入据点", **search, for_turn=7) is None  # taken once
+    story = {"character_id": 1, "background_id": 2, "instance_id": 3, "current_k": 15, "others_k": 5}
+    infiltrate = StorySearch("故事大纲第2点：潜入据点", **story)
+    prefetch_story(infiltrate, 7).result(timeout=30)
+    assert take_prefetched_story(StorySearch("故事大纲第3点：撤离", **story), 7) is None  # the plot moved on
+    prefetch_story(infiltrate, 7).result(timeout=30)
+    assert take_prefetched_story(infiltrate, 8) is None
+    prefetch_story(infiltrate, 7).result(timeout=30)
+    assert take_prefetched_story(infiltrate, 7) == ([], [])
+    assert take_prefetched_story(infiltrate, 7) is None  # taken once
 
 
 def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) -> None:
