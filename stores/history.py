@@ -48,12 +48,16 @@ class HistoryCycleError(HistoryError):
 
 def get_chat_history(session: Session, save_id: int) -> list[Line]:
     """Lines from the root to `save.last_message_id`, in order; `[]` for a save with no lines yet."""
+    leaf = _leaf_of(session, save_id)
+    return get_path_to_line(session, save_id, leaf) if leaf else []
+
+
+def _leaf_of(session: Session, save_id: int) -> int | None:
+    """`save.last_message_id` (None before the first line); `SaveNotFoundError` for an unknown save."""
     save = session.get(Save, save_id)
     if save is None:
         raise SaveNotFoundError(f"save {save_id} does not exist")
-    if not save.last_message_id:
-        return []
-    return get_path_to_line(session, save_id, save.last_message_id)
+    return save.last_message_id or None
 
 
 def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[Line]:
@@ -70,17 +74,15 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
     """The ids of the path of `get_chat_history`, root first, with the same checks: the walk carries only the
     save id, so a long path costs little more than its length in index lookups; `get_lines` reads the lines
     a turn needs in full."""
-    save = session.get(Save, save_id)
-    if save is None:
-        raise SaveNotFoundError(f"save {save_id} does not exist")
-    if not save.last_message_id:
+    leaf = _leaf_of(session, save_id)
+    if not leaf:
         return []
-    result = session.connection().execute(_ID_WALK, {"save_id": save_id, "leaf_line_id": save.last_message_id})
+    result = session.connection().execute(_ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
     rows = result.cursor.fetchall()  # root first: (depth, parent_line_id, id, save_id)
     path: list[tuple[int, Any]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
     if rows and rows[0][1] is not None:
         path.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
-    return [line["id"] for line in _check_path(save_id, save.last_message_id, path, dict.get)]  # type: ignore[arg-type]
+    return [line["id"] for line in _check_path(save_id, leaf, path, dict.get)]  # type: ignore[arg-type]
 
 
 def get_lines(
