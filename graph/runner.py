@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
+from uuid import UUID
 
-from langchain_core.messages import AIMessageChunk
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
@@ -54,6 +55,23 @@ def turn_config(instance_id: int) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id_for(instance_id)}}
 
 
+class ReplyTokens(BaseCallbackHandler):
+    """Passes on the tokens of the chat-model calls made by the generate node (not the query rewrite's or the
+    maintenance's) as the model streams them."""
+
+    def __init__(self, on_token: Callable[[str], None], node: str = "generate") -> None:
+        self.on_token, self.node = on_token, node
+        self._runs: set[UUID] = set()
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if (kwargs.get("metadata") or {}).get("langgraph_node") == self.node:
+            self._runs.add(run_id)
+
+    def on_llm_new_token(self, token: str, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self._runs:
+            self.on_token(token)
+
+
 @contextmanager
 def turn_graph(context: Context | None = None) -> Iterator[tuple[CompiledStateGraph, Context]]:
     """The turn graph compiled with the configured checkpointer, and the context to run it with."""
@@ -77,22 +95,20 @@ def run_turn(
     payload = {"instance_id": instance_id, "message": message, **{k: v for k, v in extra.items() if v is not None}}
     timings: dict[str, float] = {}
     started = last = time.perf_counter()
+    config: dict[str, Any] = turn_config(instance_id)
+    if on_token:
+        # a callback, not the "messages" stream mode: that mode makes every node run in a worker thread so the
+        # stream can be read while it runs, which costs the turn a thread hand-off per node
+        config["callbacks"] = [ReplyTokens(on_token)]
     # durability="exit": one checkpoint per turn, written when the turn ends; a turn that dies midway is
     # retried from the stored dialogue, so the supersteps in between need not be persisted
     # the whole run counts as the turn, so queued background work also waits for the last checkpoint write
     with turn_running(instance_id):
-        for mode, chunk in graph.stream(
-            payload, turn_config(instance_id), context=ctx, stream_mode=["messages", "updates"], durability="exit"
-        ):
-            if mode == "messages":
-                message_chunk, meta = chunk
-                if on_token and meta.get("langgraph_node") == "generate" and isinstance(message_chunk, AIMessageChunk):
-                    on_token(str(message_chunk.content))
-            else:
-                now = time.perf_counter()
-                for node in chunk:
-                    timings[node] = round((now - last) * 1000, 2)
-                last = now
+        for chunk in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="exit"):
+            now = time.perf_counter()
+            for node in chunk:
+                timings[node] = round((now - last) * 1000, 2)
+            last = now
         state = dict(graph.get_state(turn_config(instance_id)).values)
     _freeze_long_lived_objects()
     debug = dict(state.get("debug") or {})

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401
 from sqlmodel import select
 
 from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
+from graph.runner import ReplyTokens, create_sample_instance, run_turn, turn_config, turn_graph
 from nodes.memory_build import build_memory
 from nodes.prompt_assembly import split_latest_user
 from nodes.review_node import TURN_EVENT_BUS
@@ -325,6 +326,17 @@ def test_model_timeout_is_reported_and_nothing_half_stored(
         state = run_turn(graph, ctx, instance, "你在吗？")
     assert state["error"] and "Timeout" in state["error"]
     assert [line.attribute for line in all_lines(sqlite_url, instance)] == ["user"]
+
+
+def test_reply_tokens_pass_on_only_the_generate_nodes_model_calls() -> None:
+    tokens: list[str] = []
+    handler = ReplyTokens(tokens.append)
+    reply, rewrite = uuid.uuid4(), uuid.uuid4()
+    handler.on_chat_model_start({}, [], run_id=rewrite, metadata={"langgraph_node": "query_rewrite"})
+    handler.on_chat_model_start({}, [], run_id=reply, metadata={"langgraph_node": "generate"})
+    for run_id, token in [(rewrite, "查询"), (reply, "【平静】"), (rewrite, "改写"), (reply, "走吧。")]:
+        handler.on_llm_new_token(token, run_id=run_id)
+    assert tokens == ["【平静】", "走吧。"]
 
 
 def test_real_chatopenai_client_streams_the_reply(sqlite_url: str, openai_stub: OpenAIStub) -> None:
