@@ -50,10 +50,13 @@ def _engine(url: str) -> Engine:
 
 def dispose_engines() -> None:
     """Close every pooled connection and forget the engines (tests, and before a process forks)."""
+    from stores.history import forget_paths
+
     for engine in _opened:
         engine.dispose()
     _opened.clear()
     _engine.cache_clear()
+    forget_paths()
 
 
 @contextmanager

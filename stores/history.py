@@ -13,6 +13,8 @@ Errors (all subclasses of `HistoryError`, itself a `ValueError`):
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,18 +73,92 @@ SPEAKER_COLUMNS = ("id", "save_id", "attribute", "role_id", "script_role_id", "d
 
 
 def get_path_ids(session: Session, save_id: int) -> list[int]:
-    """The ids of the path of `get_chat_history`, root first, with the same checks: the walk carries only the
-    save id, so a long path costs little more than its length in index lookups; `get_lines` reads the lines
-    a turn needs in full."""
+    """The ids of the path of `get_chat_history`, root first, with the same checks. The walk carries only the
+    save id; `get_lines` reads the lines a turn needs in full.
+
+    Lines are never moved or deleted once written (a regenerate or a swipe adds a sibling), so the path to a
+    line never changes: the process keeps the last path of each save (`PATH_CACHE_SIZE` saves), and the next
+    call walks only `EXTEND_STEPS` steps up from the leaf and joins the kept path where the walk meets it. A
+    turn on a long play-through reads a few dozen ids instead of the whole path. Only the kept path's part
+    above the joint is reused (lines the walk has not reached), so lines that a rolled-back turn left in it do
+    not matter. The rows read get the same checks; anything unusual (no joint within the steps, a foreign or
+    looping parent) falls back to the full walk, which reports the exact problem. A change to the parents of
+    old lines made outside PersonaLab is seen after `forget_paths` (or a restart)."""
     leaf = _leaf_of(session, save_id)
     if not leaf:
         return []
-    result = session.connection().execute(_ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
-    rows = result.cursor.fetchall()  # root first: (depth, parent_line_id, id, save_id)
-    path: list[tuple[int, Any]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
-    if rows and rows[0][1] is not None:
-        path.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
-    return [line["id"] for line in _check_path(save_id, leaf, path, dict.get)]  # type: ignore[arg-type]
+    key = (str(session.get_bind().url), save_id)
+    with _PATHS_LOCK:
+        cached = _PATHS.get(key)
+    path = _extended(session, save_id, leaf, cached) if cached is not None else None
+    if path is None:
+        rows = _walk(session, _ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
+        path = _clean_ids(save_id, rows)
+        if path is None:  # the slow check names the problem
+            checked = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
+            if rows and rows[0][1] is not None:
+                checked.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
+            path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]  # type: ignore[arg-type]
+    with _PATHS_LOCK:
+        if cached is None or path != cached.ids:
+            _PATHS[key] = _CachedPath(path)
+        _PATHS.move_to_end(key)
+        while len(_PATHS) > PATH_CACHE_SIZE:
+            _PATHS.popitem(last=False)
+    return list(path)
+
+
+PATH_CACHE_SIZE = 256  # saves whose last path the process keeps
+EXTEND_STEPS = 64  # lines walked up from a new leaf to meet the kept path (a turn appends a handful)
+
+
+class _CachedPath:
+    __slots__ = ("ids", "positions")
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.positions = {line_id: index for index, line_id in enumerate(ids)}
+
+
+_PATHS: OrderedDict[tuple[str, int], _CachedPath] = OrderedDict()
+_PATHS_LOCK = threading.Lock()
+
+
+def forget_paths() -> None:
+    """Drop the kept paths (when the engines are disposed: a database recreated under the same URL has other
+    lines)."""
+    with _PATHS_LOCK:
+        _PATHS.clear()
+
+
+def _walk(session: Session, statement: Any, params: dict[str, Any]) -> list[Any]:
+    return session.connection().execute(statement, params).cursor.fetchall()  # root first
+
+
+def _clean_ids(save_id: int, rows: Sequence[Any]) -> list[int] | None:
+    """The ids of walk rows (depth, parent_line_id, id, save_id) that run from a root line to the leaf, all of
+    the save, none twice; None when any of that fails."""
+    if not rows or rows[0][1] is not None or any(row[3] != save_id for row in rows):
+        return None
+    ids = [row[2] for row in rows]
+    return ids if len(set(ids)) == len(ids) else None
+
+
+def _extended(session: Session, save_id: int, leaf: int, cached: _CachedPath) -> list[int] | None:
+    """The path to `leaf` from a short walk joined to the kept path, or None when they do not join cleanly."""
+    rows = _walk(session, _ID_STEPS, {"save_id": save_id, "leaf_line_id": leaf, "max_steps": EXTEND_STEPS})
+    if not rows or rows[-1][2] != leaf or any(row[3] != save_id for row in rows):
+        return None
+    top_parent = rows[0][1]
+    if top_parent is None:  # the walk reached the root: a short path
+        return _clean_ids(save_id, rows)
+    joint = cached.positions.get(top_parent)
+    if joint is None:
+        return None
+    segment = [row[2] for row in rows]
+    if len(set(segment)) != len(segment):
+        return None  # the parents loop
+    return cached.ids[: joint + 1] + segment
 
 
 def get_lines(
@@ -132,12 +208,13 @@ def _path_query(save_id: int, leaf_line_id: int, *selected: Any) -> Any:
     )
 
 
-def _carried_walk(names: Sequence[str]) -> Any:
+def _carried_walk(names: Sequence[str], max_steps: Any = None) -> Any:
     """The walk from the leaf to the root with `names` columns carried in the recursion: rows of
-    (depth, parent_line_id, *names), root first. Bounded like `_path_query`; parameters `save_id` and
-    `leaf_line_id`."""
+    (depth, parent_line_id, *names), root first. Bounded like `_path_query`, or by `max_steps` when given;
+    parameters `save_id` and `leaf_line_id`."""
     save_id, leaf_line_id = bindparam("save_id"), bindparam("leaf_line_id")
-    lines_in_save = select(func.count()).select_from(Line).where(Line.save_id == save_id).scalar_subquery()
+    if max_steps is None:
+        max_steps = select(func.count()).select_from(Line).where(Line.save_id == save_id).scalar_subquery()
     table = Line.__table__  # type: ignore[attr-defined]
     carried = [table.c[name] for name in names]
     path = select(literal(0).label("depth"), table.c.parent_line_id, *carried).where(table.c.id == leaf_line_id)
@@ -145,13 +222,15 @@ def _carried_walk(names: Sequence[str]) -> Any:
     step = (
         select((path.c.depth + 1).label("depth"), table.c.parent_line_id, *carried)
         .join(path, table.c.id == path.c.parent_line_id)
-        .where(path.c.depth < lines_in_save)
+        .where(path.c.depth < max_steps)
     )
     path = path.union_all(step)
     return select(path).order_by(path.c.depth.desc())
 
 
-_ID_WALK = _carried_walk(["id", "save_id"])  # built once: the statement is the same every turn
+# built once: the statements are the same every turn
+_ID_WALK = _carried_walk(["id", "save_id"])
+_ID_STEPS = _carried_walk(["id", "save_id"], max_steps=bindparam("max_steps"))
 
 
 def _attr(line: Line, name: str) -> Any:

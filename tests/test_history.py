@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlmodel import Session, select
 
+import stores.history as history_store
 from nodes.history_fetch import read_recall_window
 from nodes.memory_build import recall_window
 from stores.db import get_engine, session_scope
 from stores.history import (
+    EXTEND_STEPS,
     SPEAKER_COLUMNS,
     ForeignParentError,
     HistoryCycleError,
@@ -242,3 +245,88 @@ def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
             get_lines(s, wanted[:3], ["attribute"])
         with pytest.raises(LookupError, match="line 987654 does not exist"):
             get_lines(s, [wanted[0], 987654])
+
+
+def whole_walk(url: str, save_id: int) -> list[int]:
+    """The path as the uncached recursive query reads it."""
+    with session_scope(url) as s:
+        return [line.id for line in get_chat_history(s, save_id)]  # type: ignore[misc]
+
+
+def path_ids(url: str, save_id: int) -> list[int]:
+    with session_scope(url) as s:
+        return get_path_ids(s, save_id)
+
+
+def test_kept_paths_follow_every_change_of_the_tree(db_url: str) -> None:
+    """Appends at the leaf (short and longer than the short walk), branches from any line, the leaf moved
+    back: the path `get_path_ids` joins from its kept path is always the one the whole walk reads."""
+    rng = random.Random(5)
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        lines = [line.id for line in append_lines(s, save_id, say(150))]
+    assert path_ids(db_url, save_id) == whole_walk(db_url, save_id)
+    for step in range(40):
+        action = rng.choice(["append", "append", "long append", "branch", "move leaf"])
+        with session_scope(db_url) as s:
+            if action == "move leaf":
+                save = s.get(Save, save_id)
+                save.last_message_id = rng.choice(lines)  # type: ignore[union-attr]
+                s.add(save)
+            else:
+                count = rng.randint(EXTEND_STEPS, 2 * EXTEND_STEPS) if action == "long append" else rng.randint(1, 4)
+                parent = rng.choice(lines) if action == "branch" else None
+                written = append_lines(s, save_id, say(count), parent_line_id=parent)
+                lines += [line.id for line in written]  # type: ignore[misc]
+        assert path_ids(db_url, save_id) == whole_walk(db_url, save_id), f"step {step}: {action}"
+
+
+def test_a_turn_walks_only_the_new_end_of_a_long_path(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(500))
+    path_ids(db_url, save_id)  # the first read of the process walks the whole path
+    walks: list[Any] = []
+    real_walk = history_store._walk
+    monkeypatch.setattr(history_store, "_walk", lambda s, statement, params: walks.append(statement) or real_walk(s, statement, params))
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(3))
+    assert path_ids(db_url, save_id) == whole_walk(db_url, save_id)
+    assert walks == [history_store._ID_STEPS]
+
+
+def test_a_kept_path_left_by_a_rolled_back_turn_does_not_leak_into_the_next(db_url: str) -> None:
+    """A turn that read its path and then rolled back leaves a kept path with lines that were never stored;
+    on SQLite the next lines may even get their ids back, under other parents."""
+    save_id = new_save(db_url)
+    with session_scope(db_url) as s:
+        base = [line.id for line in append_lines(s, save_id, say(200))]
+    with pytest.raises(RuntimeError), session_scope(db_url) as s:
+        append_lines(s, save_id, say(3))
+        get_path_ids(s, save_id)
+        raise RuntimeError("the turn failed")
+    with session_scope(db_url) as s:
+        append_lines(s, save_id, say(3), parent_line_id=base[149])  # a branch: the reused ids now hang off line 150
+    assert path_ids(db_url, save_id) == whole_walk(db_url, save_id)
+    assert len(path_ids(db_url, save_id)) == 153
+
+
+@pytest.mark.parametrize("problem", ["foreign parent", "loop"])
+def test_a_bad_parent_near_the_leaf_is_reported_with_a_kept_path(db_url: str, problem: str) -> None:
+    a, b = new_save(db_url), new_save(db_url)
+    with session_scope(db_url) as s:
+        old = [line.id for line in append_lines(s, a, say(100))]
+        other = append_lines(s, b, say(2))
+    path_ids(db_url, a)
+    with session_scope(db_url) as s:
+        new = append_lines(s, a, say(10))
+        if problem == "foreign parent":
+            new[0].parent_line_id = other[-1].id
+            s.add(new[0])
+        else:  # an old line, within the short walk, now hangs below a new one
+            loop = s.get(Line, old[-5])
+            loop.parent_line_id = new[5].id  # type: ignore[union-attr]
+            s.add(loop)
+    expected = ForeignParentError if problem == "foreign parent" else HistoryCycleError
+    with session_scope(db_url) as s, pytest.raises(expected):
+        get_path_ids(s, a)
