@@ -545,9 +545,13 @@ class MemorySource(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
     def vector_search(
         self, instance_id: int, character_id: int, embedding: np.ndarray, n: int
-    ) -> Sequence[tuple[int, float, np.ndarray]]: ...
+    ) -> Sequence[tuple[int, float]]: ...
     def embeddings(
-        self, instance_id: int, character_id: int, memory_ids: Sequence[int]
+        self,
+        instance_id: int,
+        character_id: int,
+        memory_ids: Sequence[int],
+        documents: Mapping[int, str] | None = None,
     ) -> Mapping[int, np.ndarray]: ...
     def load(self, instance_id: int, memory_ids: Sequence[int]) -> Mapping[int, Any]: ...
     def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None: ...
@@ -667,7 +671,7 @@ def retrieve(
     paths["bm25"] = [PathHit(i, s) for i, s in index.bm25_search(tokens, limit)]
     lap("bm25")
     vector_hits = store.vector_search(instance_id, character, embedding, limit)
-    paths["vector"] = [PathHit(i, s) for i, s, _e in vector_hits]
+    paths["vector"] = [PathHit(i, s) for i, s in vector_hits]
     lap("vector")
     paths["tags"] = [PathHit(i, s) for i, s in index.tag_search(scene_match, tags, limit)]
     if extra_paths:
@@ -679,9 +683,8 @@ def retrieve(
     fused = fuse(paths, rrf_k=config.rrf_k, limit=config.pool)
     memory_ids = [f.key[1] for f in fused if f.key[0] == "memory" and f.item is None]
     entries = store.load(instance_id, memory_ids)
-    vectors = {i: e for i, _s, e in vector_hits}
-    missing = [i for i in memory_ids if i not in vectors and i in entries]
-    vectors.update(store.embeddings(instance_id, character, missing))
+    mine = [i for i in memory_ids if i in entries and entries[i].character_id == character]
+    vectors = store.embeddings(instance_id, character, mine, {i: entries[i].content for i in mine})
     candidates: list[Candidate] = []
     for item in fused:
         if item.item is not None:

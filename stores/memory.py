@@ -296,6 +296,50 @@ _ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance
 _INDEX_LOCK = threading.Lock()
 
 
+def _collection_name(instance_id: int, character_id: int) -> str:
+    return f"memories_{instance_id}_{character_id}"
+
+
+class VectorCache:
+    """Memory vectors read from Chroma, by (Chroma path, collection, memory id), each with the text it was
+    stored for: a memory whose text changed since is a miss. Writes of this process forget what they replace."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str, int], tuple[str, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, int], text: str) -> np.ndarray | None:
+        with self._lock:
+            kept = self._items.get(key)
+            if kept is None or kept[0] != text:
+                return None
+            self._items.move_to_end(key)
+            return kept[1]
+
+    def put(self, key: tuple[str, str, int], text: str, vector: np.ndarray) -> np.ndarray:
+        with self._lock:
+            self._items[key] = (text, vector)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return vector
+
+    def forget(self, path: str, collection: str, memory_ids: Iterable[int] | None = None) -> None:
+        """Drop the kept vectors of `memory_ids` (all of the collection when None)."""
+        with self._lock:
+            if memory_ids is None:
+                for key in [key for key in self._items if key[:2] == (path, collection)]:
+                    del self._items[key]
+            else:
+                for memory_id in memory_ids:
+                    self._items.pop((path, collection, memory_id), None)
+
+
+VECTOR_CACHE_SIZE = 16384  # vectors of 512 floats: 32 MiB at most
+_VECTORS = VectorCache(VECTOR_CACHE_SIZE)
+
+
 def clear_index_cache() -> None:
     with _INDEX_LOCK:
         _INDEXES.clear()
@@ -372,7 +416,10 @@ class MemoryStore:
         from stores.vectors import get_collection
 
         # get_collection keeps one wrapper per (collection, store): no cache of our own
-        return get_collection(f"memories_{instance_id}_{character_id}", path=self._chroma_path())._collection
+        return get_collection(_collection_name(instance_id, character_id), path=self._chroma_path())._collection
+
+    def _forget_vectors(self, instance_id: int, character_id: int, memory_ids: Iterable[int] | None = None) -> None:
+        _VECTORS.forget(self._chroma_path(), _collection_name(instance_id, character_id), memory_ids)
 
     @staticmethod
     def _check_character(character_id: object) -> int:
@@ -529,6 +576,10 @@ class MemoryStore:
                     metadatas=[self._metadata(e) for e in chunk],
                     documents=[e.content for e in chunk],
                 )
+            # the next turns' retrievals will want the new memories' vectors: keep them now
+            place = (self._chroma_path(), _collection_name(instance_id, character))
+            for entry, vector in zip(entries, vectors, strict=True):
+                _VECTORS.put((*place, entry.id), entry.content, np.asarray(vector, dtype=np.float32))  # type: ignore[arg-type]
         return entries
 
     def edit_memory(
@@ -592,6 +643,7 @@ class MemoryStore:
             session.flush()
             collection = self._collection(instance_id, entry.character_id)
             if vector is not None:
+                self._forget_vectors(instance_id, entry.character_id, [entry.id])  # type: ignore[list-item]
                 collection.upsert(
                     ids=[str(entry.id)],
                     embeddings=[list(map(float, vector))],
@@ -619,6 +671,7 @@ class MemoryStore:
             session.delete(entry)
             session.flush()
             self._bump_revision(session, instance_id)
+            self._forget_vectors(instance_id, character, [memory_id])
             self._collection(instance_id, character).delete(ids=[str(memory_id)])
 
     def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None:
@@ -732,32 +785,47 @@ class MemoryStore:
 
     def vector_search(
         self, instance_id: int, character_id: int, embedding: np.ndarray, n: int
-    ) -> list[tuple[int, float, np.ndarray]]:
-        """Vector path: the `n` nearest memories in Chroma, (id, cosine similarity, embedding) best first."""
+    ) -> list[tuple[int, float]]:
+        """Vector path: the `n` nearest memories in Chroma, (id, cosine similarity) best first (their vectors:
+        `embeddings`)."""
         if n <= 0:
             return []
         collection = self._collection(instance_id, character_id)
         found = collection.query(
-            query_embeddings=[np.asarray(embedding, dtype=np.float32).tolist()],
-            n_results=n,
-            include=["distances", "embeddings"],
+            query_embeddings=[np.asarray(embedding, dtype=np.float32).tolist()], n_results=n, include=["distances"]
         )
         ids = found["ids"][0] if found["ids"] else []
-        if not ids:
-            return []
-        distances = found["distances"][0]
-        embeddings = found["embeddings"][0]
-        return [
-            (int(i), 1.0 - float(d), np.asarray(e, dtype=np.float32))
-            for i, d, e in zip(ids, distances, embeddings, strict=True)
-        ]
+        return [(int(i), 1.0 - float(d)) for i, d in zip(ids, found["distances"][0], strict=True)]
 
-    def embeddings(self, instance_id: int, character_id: int, memory_ids: Sequence[int]) -> dict[int, np.ndarray]:
-        """Stored embeddings of `memory_ids` (those Chroma has)."""
+    def embeddings(
+        self,
+        instance_id: int,
+        character_id: int,
+        memory_ids: Sequence[int],
+        documents: Mapping[int, str] | None = None,
+    ) -> dict[int, np.ndarray]:
+        """Stored embeddings of `memory_ids` (those Chroma has). With `documents` (each memory's current text),
+        a vector this process read before for the same memory and text is used without asking Chroma: every
+        turn's retrieval needs the vectors of its candidates, and most were candidates before."""
         if not memory_ids:
             return {}
-        got = self._collection(instance_id, character_id).get(ids=[str(i) for i in memory_ids], include=["embeddings"])
-        return {int(i): np.asarray(e, dtype=np.float32) for i, e in zip(got["ids"], got["embeddings"], strict=True)}
+        place = (self._chroma_path(), _collection_name(instance_id, character_id))
+        found: dict[int, np.ndarray] = {}
+        missing: list[int] = []
+        for memory_id in memory_ids:
+            text = documents.get(memory_id) if documents else None
+            vector = _VECTORS.get((*place, memory_id), text) if text is not None else None
+            if vector is None:
+                missing.append(memory_id)
+            else:
+                found[memory_id] = vector
+        if missing:
+            got = self._collection(instance_id, character_id).get(
+                ids=[str(i) for i in missing], include=["embeddings", "documents"]
+            )
+            for key, vector, document in zip(got["ids"], got["embeddings"], got["documents"], strict=True):
+                found[int(key)] = _VECTORS.put((*place, int(key)), document, np.asarray(vector, dtype=np.float32))
+        return found
 
     def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
         """What scoring needs of the memories `memory_ids` that exist in the instance, in one query of plain
@@ -850,6 +918,7 @@ class MemoryStore:
             for character, updated, gone, moved in chroma_work:
                 collection = self._collection(instance_id, character)
                 if gone:
+                    self._forget_vectors(instance_id, character, gone)
                     collection.delete(ids=[str(i) for i in gone])
                 relayered = [m for m in updated if m.id in moved]
                 if relayered:
@@ -882,6 +951,7 @@ class MemoryStore:
         existing = self._characters_in_chroma(instance_id)
         for character in existing | set(by_character):
             collection = self._collection(instance_id, character)
+            self._forget_vectors(instance_id, character)
             stale = collection.get(include=[])["ids"]
             if stale:
                 collection.delete(ids=stale)

@@ -370,3 +370,68 @@ def test_default_turn_is_the_latest_memory_turn(store: MemoryStore) -> None:
     assert store.add_memory(instance, "b").turn == 12
     assert retrieve(store, instance, "b", config=NO_MARK).turn == 12
     assert Layer(store.list_memories(instance)[0].layer) is Layer.ACTIVE
+
+
+def spy_on_vector_reads(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The ids of every `get` of vectors the store asks Chroma for, from now on."""
+    asked: list[list[str]] = []
+    real = store._collection
+
+    class Spy:
+        def __init__(self, collection: Any) -> None:
+            self.collection = collection
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.collection, name)
+
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            if "embeddings" in (kwargs.get("include") or []):
+                asked.append(list(kwargs.get("ids") or []))
+            return self.collection.get(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_collection", lambda instance, character: Spy(real(instance, character)))
+    return asked
+
+
+def test_a_retrieval_takes_the_vectors_of_candidates_seen_before_from_the_process(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = new_instance(store)
+    store.add_memories(instance, [{"content": f"第{n}次在净水厂找到了零件"} for n in range(8)])
+    asked = spy_on_vector_reads(store, monkeypatch)
+    added_here = retrieve(store, instance, "净水厂的零件", config=NO_MARK)
+    assert asked == []  # the vectors of memories this process wrote are kept when they are written
+    store._forget_vectors(instance, store.resolve_character(instance))  # as in a process that did not write them
+    first = retrieve(store, instance, "净水厂的零件", config=NO_MARK)
+    assert len(asked) == 1 and len(asked[0]) == 8
+    asked.clear()
+    again = retrieve(store, instance, "净水厂的零件", config=NO_MARK)
+    assert asked == []
+    assert [item.id for item in again.items] == [item.id for item in first.items] == [i.id for i in added_here.items]
+    assert [item.score for item in again.items] == [item.score for item in first.items]
+    assert [item.score for item in added_here.items] == pytest.approx([item.score for item in first.items], abs=1e-6)
+
+
+def test_a_memory_whose_text_changed_gets_its_new_vector(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    (entry,) = store.add_memories(instance, [{"content": "旧的说法"}], embeddings=np.eye(1, 512, dtype=np.float32))
+    character = store.resolve_character(instance)
+    assert store.embeddings(instance, character, [entry.id], {entry.id: "旧的说法"})[entry.id][0] == 1.0
+    store.edit_memory(instance, entry.id, content="新的说法")  # re-embedded by the model
+    fresh = store.embeddings(instance, character, [entry.id], {entry.id: "新的说法"})[entry.id]
+    assert fresh[0] != 1.0 and np.allclose(fresh, store.embed_query("新的说法"), atol=1e-5)
+    # written by another process: nothing here forgot the kept vector, the text tells it apart
+    store._collection(instance, character).upsert(
+        ids=[str(entry.id)], embeddings=[np.eye(1, 512, 7)[0].tolist()], documents=["别处改的"]
+    )
+    assert store.embeddings(instance, character, [entry.id], {entry.id: "别处改的"})[entry.id][7] == 1.0
+
+
+def test_reindex_replaces_the_kept_vectors(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    (entry,) = store.add_memories(instance, [{"content": "一条记忆"}], embeddings=np.eye(1, 512, dtype=np.float32))
+    character = store.resolve_character(instance)
+    assert store.embeddings(instance, character, [entry.id], {entry.id: "一条记忆"})[entry.id][0] == 1.0
+    store.reindex(instance)  # same text, the model's vector now
+    again = store.embeddings(instance, character, [entry.id], {entry.id: "一条记忆"})[entry.id]
+    assert np.allclose(again, store.embed_query("一条记忆"), atol=1e-5)
