@@ -100,8 +100,6 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
     warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
     if state.get("user_name"):
         lines[-1]["display_name"] = state["user_name"]  # type: ignore[typeddict-item]
-    with session_scope(ctx.database_url) as session:
-        get_save(session, instance_id)  # unknown instance: nothing written, not even a lock
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
         with session_scope(ctx.database_url) as session:

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from stores.db import session_scope
 from stores.events import turn_ended, turn_started
+from stores.saves import get_save
 from stores.turn_tables import TurnLock, TurnRecord
 
 
@@ -20,11 +21,13 @@ class InstanceBusyError(RuntimeError):
 
 
 def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
-    """Take the instance's turn lock (its own transaction) or raise `InstanceBusyError`."""
+    """Take the instance's turn lock (its own transaction) or raise `InstanceBusyError`;
+    `InstanceNotFoundError`, with nothing written, for an unknown instance."""
     token = uuid.uuid4().hex
     now = time.time()
     try:
         with session_scope(url) as session:
+            get_save(session, save_id)
             session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.expires_at < now))  # type: ignore[call-overload]
             session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
     except IntegrityError as exc:

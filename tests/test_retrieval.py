@@ -17,6 +17,8 @@ from nodes.retrieval import (
     ScoringWeights,
     analyse_scene,
     context_relevance,
+    cosine,
+    cosines_to,
     diversity_score,
     drop_irrelevant,
     drop_said_recently,
@@ -190,3 +192,14 @@ def test_keyword_part_of_relevance_uses_bm25_normalised_by_the_best() -> None:
     assert [s.keyword for s in seed] == [1.0, 0.0]
     with pytest.raises(ValueError, match="keyword mode 'magic'"):
         score_candidates([a], fused, query, None, 0, RetrievalConfig(keyword_mode="magic"))
+
+
+def test_cosines_to_many_vectors_match_one_at_a_time() -> None:
+    rng = np.random.default_rng(4)
+    query = rng.normal(size=16).astype(np.float32)
+    vectors = [rng.normal(size=16).astype(np.float32) for _ in range(20)]
+    vectors += [None, np.zeros(16, dtype=np.float32), np.ones(8, dtype=np.float32), -query]
+    got = cosines_to(query, vectors)
+    assert got == pytest.approx([cosine(query, v) if v is not None else 0.0 for v in vectors], abs=1e-6)
+    assert got[-1] == pytest.approx(-1.0) and got[-4:-1] == [0.0, 0.0, 0.0]
+    assert cosines_to(np.zeros(16), vectors) == [0.0] * len(vectors)
