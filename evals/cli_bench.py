@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     history.set_defaults(handler=lambda a: __import__("evals.bench_history", fromlist=["run"]).run(a))
     turn = kinds.add_parser("turn", help="per-node timings of a turn on a long instance (offline scripted model)")
-    turn.add_argument("--turns", type=int, default=50, help="turns measured (the first is a warm-up, left out)")
+    turn.add_argument("--turns", type=int, default=100, help="turns measured (the first is a warm-up, left out)")
     turn.add_argument("--history-turns", type=int, default=1_000, help="turns already in the dialogue tree")
     turn.add_argument("--events", type=int, default=10_000, help="archived events in Chroma (all instances)")
     turn.add_argument("--event-pool", type=int, default=500, help="distinct texts embedded for the events; 0 = all")
