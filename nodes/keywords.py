@@ -110,6 +110,15 @@ def tokenize(text: str, *, search: bool = True) -> list[str]:
 def _tokens(text: str, search: bool) -> tuple[str, ...]:
     # Cached: a retrieval tokenizes every candidate memory and the character's recent lines, and the same
     # ones come back turn after turn; jieba's segmentation of a text never changes within a process.
+    # A text of several lines is cached line by line: a turn's context is the last lines of the dialogue,
+    # all but one of them in the previous turn's context too. No token spans a line break, so the tokens
+    # are the same either way.
+    if "\n" in text:
+        return tuple(token for line in text.split("\n") for token in _tokens(line, search))
+    return _line_tokens(text, search)
+
+
+def _line_tokens(text: str, search: bool) -> tuple[str, ...]:
     tokens: list[str] = []
     position = 0
     for match in _HAN_RUN.finditer(text):

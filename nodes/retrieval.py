@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -329,6 +329,16 @@ class Breakdown:
     paths: Mapping[str, int]
     score: float
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (what `dataclasses.asdict` gives, without its deep copies of every value: a turn turns
+        twenty of these into state)."""
+        values = {name: getattr(self, name) for name in _BREAKDOWN_FIELDS}
+        values["weighted"], values["paths"] = dict(self.weighted), dict(self.paths)
+        return values
+
+
+_BREAKDOWN_FIELDS = tuple(item.name for item in fields(Breakdown))
+
 
 @dataclass(frozen=True)
 class RetrievedItem:
@@ -348,7 +358,7 @@ class RetrievedItem:
             "score": self.score,
             "layer": self.layer,
             **dict(self.data),
-            "breakdown": asdict(self.breakdown),
+            "breakdown": self.breakdown.to_dict(),
         }
 
 

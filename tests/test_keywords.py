@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from nodes.keywords import (
     MatchText,
     extract_keywords,
@@ -99,3 +101,15 @@ def test_text_similarity_is_jaccard_on_cjk_tokens() -> None:
     assert 0.0 < text_similarity("我昨天去了北京", "我昨天去了上海") < 1.0
     assert jaccard(frozenset(), frozenset()) == 0.0
     assert token_set("Hello, world!") == frozenset({"hello", "world"})
+
+
+def test_a_text_of_several_lines_has_the_tokens_of_the_whole_text() -> None:
+    """Lines are tokenized (and cached) one by one: the result is the whole text's tokenization."""
+    from nodes.keywords import _line_tokens
+
+    rng = random.Random(8)
+    pieces = ["净水厂", "发电机零件", "Aiko's kitten", "running", "，", "。", " ", "\n", "\n\n", "我们", "无线电", "don't", "42"]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        for search in (True, False):
+            assert tokenize(text, search=search) == list(_line_tokens(text, search))

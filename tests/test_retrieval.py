@@ -203,3 +203,15 @@ def test_cosines_to_many_vectors_match_one_at_a_time() -> None:
     assert got == pytest.approx([cosine(query, v) if v is not None else 0.0 for v in vectors], abs=1e-6)
     assert got[-1] == pytest.approx(-1.0) and got[-4:-1] == [0.0, 0.0, 0.0]
     assert cosines_to(np.zeros(16), vectors) == [0.0] * len(vectors)
+
+
+def test_a_breakdown_as_plain_data_is_what_asdict_gives_and_owns_its_dicts() -> None:
+    from dataclasses import asdict
+
+    from nodes.retrieval import Breakdown
+
+    breakdown = Breakdown("daily", 0.5, 0.4, 0.6, 0.9, 0.5, 1.0, 0.8, 1.0, {"recency": 0.2}, {"bm25": 1}, 0.7)
+    plain = breakdown.to_dict()
+    assert plain == asdict(breakdown)
+    plain["weighted"]["recency"] = 9.0
+    assert breakdown.weighted == {"recency": 0.2}
