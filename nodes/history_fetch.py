@@ -1,8 +1,8 @@
 """History fetch (seed 002 对话功能 / seed 000 get_chat_history): take the instance's turn lock, append the
 host's lines and the user's line to the dialogue tree, and read the path from the root to the new leaf: the
-ids of its lines, who speaks on its first and last ones, then the whole lines of its preamble and recall
-window (`recall_window`) only, so a long play-through costs a turn little more than a short one beyond the
-walk of the ids.
+ids of its lines, then its first and last lines, enough of them to find its preamble and recall window
+(`recall_window`). The ids are kept between turns (`get_path_ids`), so a long play-through costs a turn
+about what a short one does.
 
 Nothing is written when the input is bad: the message and every host line are checked first.
 """
@@ -25,7 +25,7 @@ from nodes.progress_parse import new_plot_state
 from nodes.review_effects import check_choice, check_gap, gap_from_seconds
 from stores.db import session_scope
 from stores.embeddings import warm_up_embeddings
-from stores.history import SPEAKER_COLUMNS, get_lines, get_path_ids
+from stores.history import get_lines, get_path_ids
 from stores.saves import append_lines, get_save, outline_of, validate_line
 from stores.tables import Background, Role
 from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
@@ -74,18 +74,21 @@ def window_turns(ctx: Context) -> int:
 
 def read_recall_window(
     session: Session, path: Sequence[int], turns: int, role_id: int | None, name: str
-) -> tuple[int, int]:
-    """`recall_window` of the path with line ids `path`, reading who speaks only on its first and last lines
-    (more of them, fourfold, until that settles it): a long path's middle is never read."""
+) -> tuple[tuple[int, int], list[dict[str, Any]]]:
+    """`recall_window` of the path with line ids `path` and the lines it keeps (the preamble, then the
+    window), reading only the path's first and last lines (more of them, fourfold, until that settles it):
+    a long path's middle is never read."""
     head, tail = HEAD_LINES, TAIL_LINES_PER_TURN * turns
+    read: dict[int, dict[str, Any]] = {}
     while True:
         known = set(range(min(head, len(path)))) | set(range(max(0, len(path) - tail), len(path)))
-        speakers = get_lines(session, [path[index] for index in sorted(known)], SPEAKER_COLUMNS)
-        by_id = {line["id"]: line for line in speakers}
-        partial = [by_id[line_id] if index in known else None for index, line_id in enumerate(path)]
+        unread = [path[index] for index in sorted(known) if path[index] not in read]
+        read.update((line["id"], line) for line in get_lines(session, unread))
+        partial = [read[line_id] if index in known else None for index, line_id in enumerate(path)]
         window = recall_window(partial, turns, role_id=role_id, display_name=name)
         if window is not None:
-            return window
+            head_end, tail_start = window
+            return window, [read[line_id] for line_id in [*path[:head_end], *path[tail_start:]]]
         head, tail = head * 4, tail * 4
 
 
@@ -108,8 +111,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
             path = get_path_ids(session, instance_id)
-            head_end, tail_start = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
-            history = get_lines(session, path[:head_end] + path[tail_start:])
+            (head_end, tail_start), history = read_recall_window(
+                session, path, window_turns(ctx), save.role_id, name
+            )
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = [point.content for point in outline_of(session, background.id)] if background else []
             previous = last_turn_time(session, instance_id)

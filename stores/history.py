@@ -68,10 +68,6 @@ def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[
     return _check_path(save_id, leaf_line_id, [(line_id, line) for line_id, _depth, line in rows], _attr)
 
 
-# who speaks on a line: what choosing a recall window needs (nodes.memory_build.recall_window)
-SPEAKER_COLUMNS = ("id", "save_id", "attribute", "role_id", "script_role_id", "display_name")
-
-
 def get_path_ids(session: Session, save_id: int) -> list[int]:
     """The ids of the path of `get_chat_history`, root first, with the same checks. The walk carries only the
     save id; `get_lines` reads the lines a turn needs in full.

@@ -15,7 +15,6 @@ from nodes.memory_build import recall_window
 from stores.db import get_engine, session_scope
 from stores.history import (
     EXTEND_STEPS,
-    SPEAKER_COLUMNS,
     ForeignParentError,
     HistoryCycleError,
     LineNotInSaveError,
@@ -226,8 +225,10 @@ def test_the_recall_window_is_found_reading_only_the_ends_of_a_long_path(db_url:
         append_lines(s, save_id, opening + played)
     with session_scope(db_url) as s:
         path = get_path_ids(s, save_id)
-        whole = get_lines(s, path, SPEAKER_COLUMNS)
-        assert read_recall_window(s, path, 5, None, "钦灵") == recall_window(whole, 5, display_name="钦灵") == (41, 151)
+        whole = get_lines(s, path)
+        window, lines = read_recall_window(s, path, 5, None, "钦灵")
+        assert window == recall_window(whole, 5, display_name="钦灵") == (41, 151)
+        assert lines == get_lines(s, path[:41] + path[151:])
 
 
 def test_get_lines_reads_whole_lines_in_the_order_asked(db_url: str) -> None:
