@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select
+from sqlalchemy import bindparam, event, func, literal, select
 from sqlmodel import Session
 
 from stores.tables import Line, Save
@@ -75,11 +75,11 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
     Lines are never moved or deleted once written (a regenerate or a swipe adds a sibling), so the path to a
     line never changes: the process keeps the last path of each save (`PATH_CACHE_SIZE` saves), and the next
     call walks only `EXTEND_STEPS` steps up from the leaf and joins the kept path where the walk meets it. A
-    turn on a long play-through reads a few dozen ids instead of the whole path. Only the kept path's part
-    above the joint is reused (lines the walk has not reached), so lines that a rolled-back turn left in it do
-    not matter. The rows read get the same checks; anything unusual (no joint within the steps, a foreign or
-    looping parent) falls back to the full walk, which reports the exact problem. A change to the parents of
-    old lines made outside PersonaLab is seen after `forget_paths` (or a restart)."""
+    turn on a long play-through reads a few dozen ids instead of the whole path. A path is kept only when the
+    transaction that read it commits, so it holds stored lines only. The rows read get the same checks;
+    anything unusual (no joint within the steps, a foreign or looping parent) falls back to the full walk,
+    which reports the exact problem. A change to the parents of old lines made outside PersonaLab is seen
+    after `forget_paths` (or a restart)."""
     leaf = _leaf_of(session, save_id)
     if not leaf:
         return []
@@ -95,13 +95,31 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
             if rows and rows[0][1] is not None:
                 checked.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
             path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]  # type: ignore[arg-type]
-    with _PATHS_LOCK:
-        if cached is None or path != cached.ids:
-            _PATHS[key] = _CachedPath(path)
-        _PATHS.move_to_end(key)
-        while len(_PATHS) > PATH_CACHE_SIZE:
-            _PATHS.popitem(last=False)
+    if cached is None or path != cached.ids:
+        _keep_when_committed(session, key, path)
     return list(path)
+
+
+def _keep_when_committed(session: Session, key: tuple[str, int], path: list[int]) -> None:
+    """Keep `path` once the session's transaction commits: a path read in a transaction that rolls back may
+    hold lines that were never stored (whose ids SQLite may give to other lines)."""
+    rolled_back = False
+
+    def on_rollback(_session: Any) -> None:
+        nonlocal rolled_back
+        rolled_back = True
+
+    def on_commit(_session: Any) -> None:
+        if rolled_back:
+            return
+        with _PATHS_LOCK:
+            _PATHS[key] = _CachedPath(path)
+            _PATHS.move_to_end(key)
+            while len(_PATHS) > PATH_CACHE_SIZE:
+                _PATHS.popitem(last=False)
+
+    event.listen(session, "after_rollback", on_rollback, once=True)
+    event.listen(session, "after_commit", on_commit, once=True)
 
 
 PATH_CACHE_SIZE = 256  # saves whose last path the process keeps

@@ -296,20 +296,30 @@ def test_a_turn_walks_only_the_new_end_of_a_long_path(db_url: str, monkeypatch: 
     assert walks == [history_store._ID_STEPS]
 
 
-def test_a_kept_path_left_by_a_rolled_back_turn_does_not_leak_into_the_next(db_url: str) -> None:
-    """A turn that read its path and then rolled back leaves a kept path with lines that were never stored;
-    on SQLite the next lines may even get their ids back, under other parents."""
+@pytest.mark.parametrize("ending", ["error", "rollback, then a commit of the same session"])
+def test_a_path_read_in_a_rolled_back_transaction_is_not_kept(db_url: str, ending: str) -> None:
+    """A turn that read its path and then rolled back read lines that were never stored; on SQLite the next
+    lines get their ids back, here under another parent, and the walk of the next read meets one of them."""
     save_id = new_save(db_url)
     with session_scope(db_url) as s:
         base = [line.id for line in append_lines(s, save_id, say(200))]
-    with pytest.raises(RuntimeError), session_scope(db_url) as s:
-        append_lines(s, save_id, say(3))
-        get_path_ids(s, save_id)
-        raise RuntimeError("the turn failed")
-    with session_scope(db_url) as s:
-        append_lines(s, save_id, say(3), parent_line_id=base[149])  # a branch: the reused ids now hang off line 150
+    path_ids(db_url, save_id)
+    if ending == "error":
+        with pytest.raises(RuntimeError), session_scope(db_url) as s:
+            append_lines(s, save_id, say(3))
+            get_path_ids(s, save_id)
+            raise RuntimeError("the turn failed")
+    else:
+        with Session(get_engine(db_url)) as s:
+            append_lines(s, save_id, say(3))
+            get_path_ids(s, save_id)
+            s.rollback()
+            s.commit()
+    with session_scope(db_url) as s:  # a branch from line 100, then more lines than the short walk covers
+        append_lines(s, save_id, say(3), parent_line_id=base[99])
+        append_lines(s, save_id, say(EXTEND_STEPS + 1))
     assert path_ids(db_url, save_id) == whole_walk(db_url, save_id)
-    assert len(path_ids(db_url, save_id)) == 153
+    assert len(path_ids(db_url, save_id)) == 100 + 3 + EXTEND_STEPS + 1
 
 
 @pytest.mark.parametrize("problem", ["foreign parent", "loop"])
