@@ -795,6 +795,8 @@ class MemoryStore:
             query_embeddings=[np.asarray(embedding, dtype=np.float32).tolist()], n_results=n, include=["distances"]
         )
         ids = found["ids"][0] if found["ids"] else []
+        if not ids:
+            return []
         return [(int(i), 1.0 - float(d)) for i, d in zip(ids, found["distances"][0], strict=True)]
 
     def embeddings(
