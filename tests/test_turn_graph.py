@@ -35,7 +35,7 @@ from stores.history import get_chat_history, get_lines, get_path_ids
 from stores.memory import MemoryStore
 from stores.saves import InstanceNotFoundError, append_lines
 from stores.tables import Line, Save
-from stores.turn_tables import TurnRecord
+from stores.turn_tables import TurnLock, TurnRecord
 from stores.turns import InstanceBusyError, acquire_turn_lock, release_turn_lock
 
 
@@ -261,6 +261,8 @@ def test_bad_host_lines_write_nothing(sqlite_url: str) -> None:
 def test_unknown_instance_is_a_clear_error(sqlite_url: str) -> None:
     with turn_graph(ctx_for(sqlite_url)) as (graph, ctx), pytest.raises(InstanceNotFoundError, match="instance 404"):
         run_turn(graph, ctx, 404, "你好")
+    with session_scope(sqlite_url) as s:  # nothing written, not even a lock
+        assert s.exec(select(TurnLock)).all() == [] and s.exec(select(Line)).all() == []
 
 
 def test_a_busy_instance_refuses_a_second_turn(sqlite_url: str) -> None:
