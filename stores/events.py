@@ -14,13 +14,13 @@ import atexit
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from stores.lru import LRU
 from stores.vectors import chroma_path, get_collection, where
 
 log = logging.getLogger(__name__)
@@ -206,9 +206,8 @@ class StorySearch:
 
 # The director's search for an instance's next turn, done between turns (see `prefetch_story`):
 # (store, instance, turn) → (the search, its result); a turn takes its own entry out.
-_prefetched: OrderedDict[tuple[str, int, int], tuple[StorySearch, Any]] = OrderedDict()
-_prefetched_lock = threading.Lock()
 PREFETCH_KEEP = 1024  # entries of instances that never came back are dropped oldest first
+_prefetched: LRU[tuple[str, int, int], tuple[StorySearch, Any]] = LRU(PREFETCH_KEEP)
 
 
 def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
@@ -218,11 +217,7 @@ def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
     path = chroma_path()
 
     def run() -> None:
-        found = search.run(path)
-        with _prefetched_lock:
-            _prefetched[(path, search.instance_id, for_turn)] = (search, found)
-            while len(_prefetched) > PREFETCH_KEEP:
-                _prefetched.popitem(last=False)
+        _prefetched.put((path, search.instance_id, for_turn), (search, search.run(path)))
 
     return run_in_background(run, after_turn_of=search.instance_id)
 
@@ -232,8 +227,7 @@ def take_prefetched_story(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The prefetched result of exactly this search for this turn, once; None when there is none (another
     process ran the previous turn, the search asked differs, or it is still queued)."""
-    with _prefetched_lock:
-        entry = _prefetched.pop((chroma_path(), search.instance_id, for_turn), None)
+    entry = _prefetched.pop((chroma_path(), search.instance_id, for_turn))
     if entry is None or entry[0] != search:
         return None
     return entry[1]

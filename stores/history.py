@@ -13,14 +13,13 @@ Errors (all subclasses of `HistoryError`, itself a `ValueError`):
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, event, func, literal, select
 from sqlmodel import Session
 
+from stores.lru import LRU
 from stores.tables import Line, Save
 
 
@@ -84,8 +83,7 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
     if not leaf:
         return []
     key = (str(session.get_bind().url), save_id)
-    with _PATHS_LOCK:
-        cached = _PATHS.get(key)
+    cached = _PATHS.get(key)
     path = _extended(session, save_id, leaf, cached) if cached is not None else None
     if path is None:
         rows = _walk(session, _ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
@@ -110,13 +108,8 @@ def _keep_when_committed(session: Session, key: tuple[str, int], path: list[int]
         rolled_back = True
 
     def on_commit(_session: Any) -> None:
-        if rolled_back:
-            return
-        with _PATHS_LOCK:
-            _PATHS[key] = _CachedPath(path)
-            _PATHS.move_to_end(key)
-            while len(_PATHS) > PATH_CACHE_SIZE:
-                _PATHS.popitem(last=False)
+        if not rolled_back:
+            _PATHS.put(key, _CachedPath(path))
 
     event.listen(session, "after_rollback", on_rollback, once=True)
     event.listen(session, "after_commit", on_commit, once=True)
@@ -134,15 +127,13 @@ class _CachedPath:
         self.positions = {line_id: index for index, line_id in enumerate(ids)}
 
 
-_PATHS: OrderedDict[tuple[str, int], _CachedPath] = OrderedDict()
-_PATHS_LOCK = threading.Lock()
+_PATHS: LRU[tuple[str, int], _CachedPath] = LRU(PATH_CACHE_SIZE)
 
 
 def forget_paths() -> None:
     """Drop the kept paths (when the engines are disposed: a database recreated under the same URL has other
     lines)."""
-    with _PATHS_LOCK:
-        _PATHS.clear()
+    _PATHS.clear()
 
 
 def _walk(session: Session, statement: Any, params: dict[str, Any]) -> list[Any]:

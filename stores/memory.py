@@ -27,8 +27,6 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +53,7 @@ from nodes.memory_layers import (
 )
 from stores.config import data_dir, database_url
 from stores.db import session_scope
+from stores.lru import LRU
 from stores.memory_tables import MemoryEntry, MemoryIndexState
 from stores.saves import get_save
 from stores.tables import Save, utcnow
@@ -291,49 +290,29 @@ class MemoryIndex:
         return [(memory_id, float(count)) for memory_id, count in ranked[:n]]
 
 
-_INDEXES: OrderedDict[tuple[str, int, int, float, float], MemoryIndex] = OrderedDict()
+_INDEXES: LRU[tuple[str, int, int, float, float], MemoryIndex] = LRU(INDEX_CACHE_SIZE)
 _ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance's role: it never changes
-_INDEX_LOCK = threading.Lock()
 
 
 def _collection_name(instance_id: int, character_id: int) -> str:
     return f"memories_{instance_id}_{character_id}"
 
 
-class VectorCache:
+class VectorCache(LRU[tuple[str, str, int], tuple[str, np.ndarray]]):
     """Memory vectors read from Chroma, by (Chroma path, collection, memory id), each with the text it was
     stored for: a memory whose text changed since is a miss. Writes of this process forget what they replace."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[str, str, int], tuple[str, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, int], text: str) -> np.ndarray | None:
-        with self._lock:
-            kept = self._items.get(key)
-            if kept is None or kept[0] != text:
-                return None
-            self._items.move_to_end(key)
-            return kept[1]
-
-    def put(self, key: tuple[str, str, int], text: str, vector: np.ndarray) -> np.ndarray:
-        with self._lock:
-            self._items[key] = (text, vector)
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return vector
+    def vector(self, key: tuple[str, str, int], text: str) -> np.ndarray | None:
+        kept = self.get(key)
+        return kept[1] if kept is not None and kept[0] == text else None
 
     def forget(self, path: str, collection: str, memory_ids: Iterable[int] | None = None) -> None:
         """Drop the kept vectors of `memory_ids` (all of the collection when None)."""
-        with self._lock:
-            if memory_ids is None:
-                for key in [key for key in self._items if key[:2] == (path, collection)]:
-                    del self._items[key]
-            else:
-                for memory_id in memory_ids:
-                    self._items.pop((path, collection, memory_id), None)
+        if memory_ids is None:
+            self.discard(lambda key: key[:2] == (path, collection))
+        else:
+            for memory_id in memory_ids:
+                self.pop((path, collection, memory_id))
 
 
 VECTOR_CACHE_SIZE = 16384  # vectors of 512 floats: 32 MiB at most
@@ -341,9 +320,8 @@ _VECTORS = VectorCache(VECTOR_CACHE_SIZE)
 
 
 def clear_index_cache() -> None:
-    with _INDEX_LOCK:
-        _INDEXES.clear()
-        _ROLES.clear()
+    _INDEXES.clear()
+    _ROLES.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,7 +557,7 @@ class MemoryStore:
             # the next turns' retrievals will want the new memories' vectors: keep them now
             place = (self._chroma_path(), _collection_name(instance_id, character))
             for entry, vector in zip(entries, vectors, strict=True):
-                _VECTORS.put((*place, entry.id), entry.content, np.asarray(vector, dtype=np.float32))  # type: ignore[arg-type]
+                _VECTORS.put((*place, entry.id), (entry.content, np.asarray(vector, dtype=np.float32)))  # type: ignore[arg-type]
         return entries
 
     def edit_memory(
@@ -752,11 +730,9 @@ class MemoryStore:
             character_id = role if character_id is None else self._check_character(character_id)
             revision = self._revision(session, instance_id)
             key = (url, instance_id, character_id, self.bm25_k1, self.bm25_b)
-            with _INDEX_LOCK:
-                cached = _INDEXES.get(key)
-                if cached is not None and cached.revision == revision:
-                    _INDEXES.move_to_end(key)
-                    return cached
+            cached = _INDEXES.get(key)
+            if cached is not None and cached.revision == revision:
+                return cached
             stmt = (
                 select(MemoryEntry.id, MemoryEntry.search_text, MemoryEntry.tags, MemoryEntry.turn)
                 .where(MemoryEntry.instance_id == instance_id, MemoryEntry.character_id == character_id)
@@ -770,13 +746,7 @@ class MemoryStore:
                 tags.setdefault(tag.lower(), []).append(memory_id)
         forms = [(tag, has_han(tag), frozenset(tokenize(tag))) for tag in tags]
         latest = max((row[3] for row in rows), default=0)
-        index = MemoryIndex(instance_id, character_id, revision, bm25, tags, forms, latest)
-        with _INDEX_LOCK:
-            _INDEXES[key] = index
-            _INDEXES.move_to_end(key)
-            while len(_INDEXES) > INDEX_CACHE_SIZE:
-                _INDEXES.popitem(last=False)
-        return index
+        return _INDEXES.put(key, MemoryIndex(instance_id, character_id, revision, bm25, tags, forms, latest))
 
     def embed_query(self, text: str) -> np.ndarray:
         from stores.embeddings import get_embeddings
@@ -816,7 +786,7 @@ class MemoryStore:
         missing: list[int] = []
         for memory_id in memory_ids:
             text = documents.get(memory_id) if documents else None
-            vector = _VECTORS.get((*place, memory_id), text) if text is not None else None
+            vector = _VECTORS.vector((*place, memory_id), text) if text is not None else None
             if vector is None:
                 missing.append(memory_id)
             else:
@@ -826,7 +796,8 @@ class MemoryStore:
                 ids=[str(i) for i in missing], include=["embeddings", "documents"]
             )
             for key, vector, document in zip(got["ids"], got["embeddings"], got["documents"], strict=True):
-                found[int(key)] = _VECTORS.put((*place, int(key)), document, np.asarray(vector, dtype=np.float32))
+                found[int(key)] = np.asarray(vector, dtype=np.float32)
+                _VECTORS.put((*place, int(key)), (document, found[int(key)]))
         return found
 
     def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
