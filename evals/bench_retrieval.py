@@ -25,12 +25,10 @@ Measured, in one process:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import math
 import random
 import resource
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.data_dir import data_folder
 from nodes.retrieval import RetrievalConfig, retrieve
 
 GOAL_P95_MS = 30.0
@@ -157,12 +156,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
     if args.memories < args.instances:
         raise ValueError(f"--memories ({args.memories}) must be at least --instances ({args.instances})")
-    with contextlib.ExitStack() as stack:
-        if args.data_dir:
-            data = Path(args.data_dir)
-            data.mkdir(parents=True, exist_ok=True)
-        else:
-            data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="personalab-bench-retrieval-")))
+    with data_folder(args.data_dir, "personalab-bench-retrieval-") as data:
         from stores.db import dispose_engines
 
         try:

@@ -36,7 +36,6 @@ import logging
 import math
 import os
 import random
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -54,6 +53,7 @@ from langchain_core.tracers.context import register_configure_hook
 from sqlalchemy import func, insert
 from sqlmodel import select
 
+from evals.data_dir import data_folder
 from graph.context import Context
 from graph.runner import create_sample_instance, load_sample, run_turn, turn_config, turn_graph
 from nodes.progress_parse import new_plot_state
@@ -468,10 +468,5 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.events < 0 or args.event_pool < 0:
         raise ValueError("--events and --event-pool must not be negative")
-    if args.data_dir:
-        path = Path(args.data_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        with bench_environment(path):
-            return measure(args, path)
-    with tempfile.TemporaryDirectory(prefix="personalab-bench-") as tmp, bench_environment(Path(tmp)):
-        return measure(args, Path(tmp))
+    with data_folder(args.data_dir, "personalab-bench-") as path, bench_environment(path):
+        return measure(args, path)

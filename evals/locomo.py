@@ -23,17 +23,16 @@ the turns that hold the evidence.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evals.data_dir import data_folder
 from nodes.dialogue_memory import DialogueLine, dialogue_memories
 from nodes.keywords import tokenize
 from nodes.retrieval import RetrievalConfig, retrieve
@@ -336,12 +335,7 @@ def run(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"  {conversation.sample_id}: {count} memories", flush=True)
 
-    with contextlib.ExitStack() as stack:
-        if args.data_dir:
-            data = Path(args.data_dir)
-            data.mkdir(parents=True, exist_ok=True)
-        else:
-            data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="personalab-locomo-")))
+    with data_folder(args.data_dir, "personalab-locomo-") as data:
         try:
             report = run_eval(
                 conversations,

@@ -51,3 +51,14 @@ def test_bench_turn_needs_a_measured_turn_after_the_warm_up(capsys: pytest.Captu
     assert main(["bench", "turn", "--turns", "1"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "personalab: error: --turns must be at least 2 (the first is a warm-up), got 1"
+
+
+def test_a_benchmark_keeps_its_data_dir_and_removes_its_temporary_one(tmp_path: Path) -> None:
+    from evals.data_dir import data_folder
+
+    with data_folder(str(tmp_path / "kept" / "here"), "unused-") as kept:
+        (kept / "f").write_text("x")
+    assert (tmp_path / "kept" / "here" / "f").read_text() == "x"
+    with data_folder(None, "personalab-test-") as temporary:
+        assert temporary.is_dir() and temporary.name.startswith("personalab-test-")
+    assert not temporary.exists()
