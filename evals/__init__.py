@@ -1,5 +1,5 @@
 """Benchmarks and quality evaluations."""
 
-from stores.blas import set_blas_threads
+from personalab.stores.blas import set_blas_threads
 
 set_blas_threads()  # before anything loads NumPy (stores.blas says why)

@@ -10,8 +10,9 @@ import argparse
 import time
 from typing import Any
 
-from evals.synthetic import synthetic_lines
-from nodes.memory_build import build_memory
+from personalab.evals.synthetic import synthetic_lines
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.memory_builder import build_memory
 
 
 def _floor(lines: list[dict[str, Any]]) -> int:
@@ -29,7 +30,7 @@ def _best_of(repeats: int, fn: Any, *args: Any, **kwargs: Any) -> float:
 
 def run(args: argparse.Namespace) -> int:
     if args.lines < 1:
-        raise ValueError(f"--lines must be at least 1, got {args.lines}")
+        raise InvalidInput(f"--lines must be at least 1, got {args.lines}")
     lines = synthetic_lines(args.lines)
     floor = _best_of(args.repeats, _floor, lines)
     built = _best_of(args.repeats, build_memory, lines, role_id=1)

@@ -13,12 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.db import get_engine
+from personalab.stores.history import get_chat_history
+from personalab.stores.tables import Background, Line, Role, Save
 from sqlalchemy import insert
 from sqlmodel import Session, select
-
-from stores.db import get_engine
-from stores.history import get_chat_history
-from stores.tables import Background, Line, Role, Save
 
 
 def seed_walk(session: Session, save_id: int) -> list[Line]:
@@ -102,7 +102,7 @@ def measure(label: str, url: str, total: int, depth: int, repeats: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.lines < args.depth or args.depth < 1:
-        raise ValueError(f"--depth must be between 1 and --lines ({args.lines}), got {args.depth}")
+        raise InvalidInput(f"--depth must be between 1 and --lines ({args.lines}), got {args.depth}")
     with tempfile.TemporaryDirectory() as tmp:
         measure("SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}", args.lines, args.depth, args.repeats)
     if args.postgres_url:

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from evals.data_dir import data_folder
-from nodes.retrieval import RetrievalConfig, retrieve
+from personalab.evals.data_dir import data_folder
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 
 GOAL_P95_MS = 30.0
 SEED_004_MS = 100.0
@@ -99,8 +99,8 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 
 def _instances(url: str, count: int) -> list[int]:
-    from stores.db import session_scope
-    from stores.saves import create_role, create_save
+    from personalab.stores.db import session_scope
+    from personalab.stores.saves import create_role, create_save
 
     ids = []
     with session_scope(url) as session:
@@ -112,7 +112,7 @@ def _instances(url: str, count: int) -> list[int]:
 
 def build_fixture(store: Any, url: str, memories: int, instances: int, pool: int) -> dict[str, Any]:
     """The instances and their memories (module docstring); returns the instance ids and the build times."""
-    from stores.embeddings import get_embeddings
+    from personalab.stores.embeddings import get_embeddings
 
     rng = random.Random(11)
     started = time.perf_counter()
@@ -150,14 +150,14 @@ def build_fixture(store: Any, url: str, memories: int, instances: int, pool: int
 def run(args: argparse.Namespace) -> int:
     for name in ("memories", "instances", "pool", "retrievals"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
+            raise InvalidInput(f"--{name} must be at least 1, got {getattr(args, name)}")
     for name in ("inserts", "after_insert"):
         if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
+            raise InvalidInput(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
     if args.memories < args.instances:
-        raise ValueError(f"--memories ({args.memories}) must be at least --instances ({args.instances})")
+        raise InvalidInput(f"--memories ({args.memories}) must be at least --instances ({args.instances})")
     with data_folder(args.data_dir, "personalab-bench-retrieval-") as data:
-        from stores.db import dispose_engines
+        from personalab.stores.db import dispose_engines
 
         try:
             _measure(args, data)
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace, data: Path) -> None:
-    from stores.memory import MemoryStore
+    from personalab.stores.memory import MemoryStore
 
     url = f"sqlite:///{data / 'personalab.db'}"
     store = MemoryStore(db_url=url, chroma_path=str(data / "chroma"))

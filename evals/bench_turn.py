@@ -50,21 +50,22 @@ from langchain_chroma import Chroma
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.embeddings import Embeddings
 from langchain_core.tracers.context import register_configure_hook
+from personalab.evals.data_dir import data_folder
+from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_config, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.rules.director import turn_event_text
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.plot import new_plot_state
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import dispose_engines, session_scope
+from personalab.stores.embeddings import get_embeddings
+from personalab.stores.events import story_collection
+from personalab.stores.memory import MemoryStore
+from personalab.stores.saves import get_save
+from personalab.stores.tables import Line, Role
+from personalab.stores.vectors import chroma_client
 from sqlalchemy import func, insert
 from sqlmodel import select
-
-from evals.data_dir import data_folder
-from graph.context import Context
-from graph.runner import create_sample_instance, load_sample, run_turn, turn_config, turn_graph
-from nodes.progress_parse import new_plot_state
-from nodes.write_back import turn_event_text
-from stores.db import dispose_engines, session_scope
-from stores.embeddings import get_embeddings
-from stores.events import flush_event_writes, story_collection
-from stores.memory import MemoryStore
-from stores.saves import get_save
-from stores.tables import Line, Role
-from stores.vectors import chroma_client
 
 GOAL_MS = 100.0
 MODEL_NODE = "generate"
@@ -463,10 +464,10 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.turns < 2:
-        raise ValueError(f"--turns must be at least 2 (the first is a warm-up), got {args.turns}")
+        raise InvalidInput(f"--turns must be at least 2 (the first is a warm-up), got {args.turns}")
     if args.history_turns < 1:
-        raise ValueError(f"--history-turns must be at least 1, got {args.history_turns}")
+        raise InvalidInput(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.events < 0 or args.event_pool < 0:
-        raise ValueError("--events and --event-pool must not be negative")
+        raise InvalidInput("--events and --event-pool must not be negative")
     with data_folder(args.data_dir, "personalab-bench-") as path, bench_environment(path):
         return measure(args, path)

@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evals.data_dir import data_folder
-from nodes.dialogue_memory import DialogueLine, dialogue_memories
-from nodes.keywords import tokenize
-from nodes.retrieval import RetrievalConfig, retrieve
+from personalab.evals.data_dir import data_folder
+from personalab.nodes.rules.dialogue_memory import DialogueLine, dialogue_memories
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.keywords import tokenize
+from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 
 KS = (5, 10, 20)
 GOAL_R10 = 0.70
@@ -94,7 +95,7 @@ def normalise_evidence(items: Sequence[Any]) -> list[str]:
 
 def _parse_conversation(raw: Any, where: str) -> LocomoConversation:
     if not isinstance(raw, dict) or not isinstance(raw.get("conversation"), dict):
-        raise ValueError(f"{where}: not a LoCoMo conversation (no 'conversation' object)")
+        raise InvalidInput(f"{where}: not a LoCoMo conversation (no 'conversation' object)")
     conversation = raw["conversation"]
     sample_id = str(raw.get("sample_id") or where)
     speakers = (str(conversation.get("speaker_a", "")), str(conversation.get("speaker_b", "")))
@@ -105,10 +106,10 @@ def _parse_conversation(raw: Any, where: str) -> LocomoConversation:
         date = str(conversation.get(f"session_{number}_date_time", ""))
         for index, turn in enumerate(conversation[f"session_{number}"]):
             if not isinstance(turn, dict) or not isinstance(turn.get("text"), str):
-                raise ValueError(f"{sample_id}: session {number}, turn {index + 1} has no text")
+                raise InvalidInput(f"{sample_id}: session {number}, turn {index + 1} has no text")
             dia_id = normalise_dia_id(str(turn.get("dia_id", "")))
             if dia_id is None:
-                raise ValueError(f"{sample_id}: session {number}, turn {index + 1}: bad dia_id {turn.get('dia_id')!r}")
+                raise InvalidInput(f"{sample_id}: session {number}, turn {index + 1}: bad dia_id {turn.get('dia_id')!r}")
             caption = turn.get("blip_caption")
             turns.append(
                 LocomoTurn(
@@ -125,10 +126,10 @@ def _parse_conversation(raw: Any, where: str) -> LocomoConversation:
     dropped = 0
     for index, item in enumerate(raw.get("qa") or []):
         if not isinstance(item, dict) or not isinstance(item.get("question"), str):
-            raise ValueError(f"{sample_id}: question {index + 1} has no text")
+            raise InvalidInput(f"{sample_id}: question {index + 1} has no text")
         category = item.get("category")
         if isinstance(category, bool) or not isinstance(category, int):
-            raise ValueError(f"{sample_id}: question {index + 1} has no category")
+            raise InvalidInput(f"{sample_id}: question {index + 1} has no category")
         raw_evidence = item.get("evidence") or []
         evidence = normalise_evidence(raw_evidence)
         kept = tuple(e for e in evidence if e in known)
@@ -144,11 +145,11 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
+        raise InvalidInput(f"{path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
+        raise InvalidInput(f"{path}: not JSON ({exc})") from None
     if not isinstance(data, list) or not data:
-        raise ValueError(f"{path}: expected a JSON array of conversations")
+        raise InvalidInput(f"{path}: expected a JSON array of conversations")
     return [_parse_conversation(raw, f"{path.name}[{index}]") for index, raw in enumerate(data)]
 
 
@@ -159,7 +160,7 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
 def recall_at(ranked: Sequence[str], evidence: Sequence[str], k: int) -> float:
     """The share of `evidence` turns among the first `k` of `ranked` (turn-level evidence recall)."""
     if not evidence:
-        raise ValueError("a question without evidence has no recall")
+        raise InvalidInput("a question without evidence has no recall")
     wanted = set(evidence)
     return len(wanted & set(ranked[:k])) / len(wanted)
 
@@ -229,8 +230,8 @@ def bm25_ranking(model: Any, conversation: LocomoConversation, question: str, k:
 
 
 def _instance(url: str, title: str) -> int:
-    from stores.db import session_scope
-    from stores.saves import create_save
+    from personalab.stores.db import session_scope
+    from personalab.stores.saves import create_save
 
     with session_scope(url) as session:
         save = create_save(session, None, None, title=title)
@@ -249,7 +250,7 @@ def run_eval(
     """Ingest every conversation into its own instance of a `MemoryStore` in `data`, ask each question of
     categories 1–4 that has evidence through `nodes.retrieval.retrieve`, and score both the product and the
     BM25 baseline. Returns the tables, timings and counts."""
-    from stores.memory import MemoryStore
+    from personalab.stores.memory import MemoryStore
 
     url = f"sqlite:///{data / 'locomo.db'}"
     store = MemoryStore(db_url=url, chroma_path=str(data / "chroma"))
@@ -309,12 +310,12 @@ def run(args: argparse.Namespace) -> int:
     conversations = load_locomo(args.path)
     if args.conversations is not None:
         if args.conversations < 1:
-            raise ValueError(f"--conversations must be at least 1, got {args.conversations}")
+            raise InvalidInput(f"--conversations must be at least 1, got {args.conversations}")
         conversations = conversations[: args.conversations]
     if args.context_lines < 0:
-        raise ValueError(f"--context-lines must be at least 0, got {args.context_lines}")
-    from stores.db import dispose_engines
-    from stores.embeddings import get_embeddings
+        raise InvalidInput(f"--context-lines must be at least 0, got {args.context_lines}")
+    from personalab.stores.db import dispose_engines
+    from personalab.stores.embeddings import get_embeddings
 
     turns = sum(len(c.turns) for c in conversations)
     dropped = sum(c.dropped_evidence for c in conversations)

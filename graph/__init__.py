@@ -1,5 +1,5 @@
 """PersonaLab's turn graph: its state, wiring, model clients, CLI and in-process runner."""
 
-from stores.blas import set_blas_threads
+from personalab.stores.blas import set_blas_threads
 
 set_blas_threads()  # before anything loads NumPy (stores.blas says why)

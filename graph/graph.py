@@ -11,20 +11,19 @@ from __future__ import annotations
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-
-from graph.context import Context
-from graph.routing import after_generate, after_review, retrieval_paths
-from graph.state import TurnInput, TurnOutput, TurnState
-from nodes.director import director
-from nodes.generate import generate
-from nodes.history_fetch import history_fetch
-from nodes.maintenance import maintenance
-from nodes.memory_build import memory_build
-from nodes.progress_parse import progress_parse
-from nodes.query_rewrite import query_rewrite
-from nodes.rag_retrieve import rag_retrieve
-from nodes.review_node import review
-from nodes.write_back import abort_turn, write_back
+from personalab.graph.routing import after_generate, after_review, retrieval_paths
+from personalab.nodes.context import Context
+from personalab.nodes.director import director
+from personalab.nodes.generate import generate
+from personalab.nodes.history_fetch import history_fetch
+from personalab.nodes.maintenance import maintenance
+from personalab.nodes.memory_build import memory_build
+from personalab.nodes.progress_parse import progress_parse
+from personalab.nodes.query_rewrite import query_rewrite
+from personalab.nodes.rag_retrieve import rag_retrieve
+from personalab.nodes.review import review
+from personalab.nodes.state import TurnInput, TurnOutput, TurnState
+from personalab.nodes.write_back import abort_turn, write_back
 
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
 builder.add_node("history_fetch", history_fetch)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
-
-from graph.context import Context, context_of
-from graph.state import TurnState
-from nodes.core_memory import should_maintain
-from nodes.director import is_stalled
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.core_memory import should_maintain
+from personalab.nodes.rules.director import is_stalled
+from personalab.nodes.state import TurnState
 
 
 def retrieval_paths(state: TurnState, runtime: Runtime[Context]) -> list[str]:

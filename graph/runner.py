@@ -13,18 +13,17 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph.state import CompiledStateGraph
-
-from graph.context import Context
-from graph.graph import compile_turn_graph
-from nodes.core_memory import CoreMemoryHistory
-from stores.checkpoints import open_checkpointer, thread_id_for
-from stores.db import session_scope
-from stores.events import turn_running
-from stores.saves import create_background, create_role, create_save
+from personalab.graph.graph import compile_turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.rules.core_memory import CoreMemoryHistory
+from personalab.stores.background import turn_running
+from personalab.stores.checkpoints import open_checkpointer, thread_id_for
+from personalab.stores.db import session_scope
+from personalab.stores.saves import create_background, create_role, create_save
 
 
 def load_sample(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("graph.samples").joinpath(name).read_text(encoding="utf-8"))
+    return json.loads(resources.files("personalab.graph.samples").joinpath(name).read_text(encoding="utf-8"))
 
 
 def create_sample_instance(database_url: str | None = None) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.progress_parse import MARKER_RE
+from personalab.nodes.rules.plot import MARKER_RE
 
 _OPENERS = "[［【"
 

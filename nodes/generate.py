@@ -10,13 +10,12 @@ import logging
 from typing import Any
 
 from langgraph.runtime import Runtime
-
-from graph.context import Context, context_of
-from graph.llm import get_chat_model, model_label
-from graph.state import TurnState
-from nodes import prompts
-from nodes.director import director_blocks
-from nodes.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.director import director_blocks
+from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+from personalab.nodes.state import TurnState
 
 log = logging.getLogger(__name__)
 

@@ -14,40 +14,39 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.core_memory import LAST_TURNS, initial_core_memory
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.memory_builder import recall_window
+from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
+from personalab.nodes.state import TurnState
+from personalab.stores.db import session_scope
+from personalab.stores.embeddings import warm_up_embeddings
+from personalab.stores.history import get_lines, get_path_ids
+from personalab.stores.saves import append_lines, get_save, outline_of, validate_line
+from personalab.stores.tables import Background, Role
+from personalab.stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
 from sqlmodel import Session
-
-from graph.context import Context, context_of
-from graph.state import TurnState
-from nodes.core_memory import initial_core_memory
-from nodes.maintenance import LAST_TURNS
-from nodes.memory_build import recall_window
-from nodes.progress_parse import new_plot_state
-from nodes.review_effects import check_choice, check_gap, gap_from_seconds
-from stores.db import session_scope
-from stores.embeddings import warm_up_embeddings
-from stores.history import get_lines, get_path_ids
-from stores.saves import append_lines, get_save, outline_of, validate_line
-from stores.tables import Background, Role
-from stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
 
 
 def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[dict[str, Any]]:
     """The lines to append (host lines, then the user's), or `ValueError` naming what is wrong."""
     if not isinstance(message, str) or not message.strip():
-        raise ValueError("message is empty")
+        raise InvalidInput("message is empty")
     if len(message) > max_chars:
-        raise ValueError(f"message is {len(message)} characters, over the limit of {max_chars}")
+        raise InvalidInput(f"message is {len(message)} characters, over the limit of {max_chars}")
     if lines_before is None:
         lines_before = []
     if not isinstance(lines_before, Sequence) or isinstance(lines_before, str):
-        raise ValueError("lines_before must be a list of lines")
+        raise InvalidInput("lines_before must be a list of lines")
     lines: list[dict[str, Any]] = []
     for index, line in enumerate(lines_before, start=1):
         if not isinstance(line, Mapping):
-            raise ValueError(f"lines_before[{index}] is not an object")
+            raise InvalidInput(f"lines_before[{index}] is not an object")
         validate_line(line, f"lines_before[{index}]")
         if len(line["content"]) > max_chars:
-            raise ValueError(f"lines_before[{index}] is over the limit of {max_chars} characters")
+            raise InvalidInput(f"lines_before[{index}] is over the limit of {max_chars} characters")
         lines.append(dict(line))
     lines.append({"attribute": "user", "content": message})
     return lines
@@ -96,7 +95,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
-        raise ValueError(f"instance_id must be an integer, got {instance_id!r}")
+        raise InvalidInput(f"instance_id must be an integer, got {instance_id!r}")
     lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars)
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None

@@ -9,23 +9,20 @@ import logging
 from typing import Any
 
 from langgraph.runtime import Runtime
-
-from graph.context import Context, context_of
-from graph.llm import get_chat_model, model_label
-from graph.state import TurnState
-from nodes.core_memory import CoreMemoryHistory, accept_core_memory, maintenance_messages
-from stores.events import run_in_background, turn_ended
-from stores.memory import MemoryStore
-from stores.vectors import chroma_path
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.rules.core_memory import (
+    CoreMemoryHistory,
+    accept_core_memory,
+    last_turn_messages,
+    maintenance_messages,
+)
+from personalab.nodes.state import TurnState
+from personalab.stores.background import run_in_background, turn_ended
+from personalab.stores.memory import MemoryStore
+from personalab.stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
-LAST_TURNS = 10
-
-
-def last_turn_messages(messages: list[dict[str, str]], turns: int = LAST_TURNS) -> list[dict[str, str]]:
-    """The messages of the last `turns` turns (a turn starts at a user message)."""
-    starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    return list(messages[starts[-turns] if len(starts) >= turns else 0 :])
 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:

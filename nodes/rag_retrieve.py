@@ -15,43 +15,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict
 from typing import Any
 
 from langgraph.runtime import Runtime
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
+from personalab.nodes.rules.keywords import tokenize
+from personalab.nodes.rules.knowledge import select_knowledge
+from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
+from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
+from personalab.nodes.state import TurnState
+from personalab.stores.background import run_in_background, search_with_cap
+from personalab.stores.db import session_scope
+from personalab.stores.memory import MemoryStore
+from personalab.stores.vectors import chroma_path
+from personalab.stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
 
-from graph.context import Context, context_of
-from graph.state import TurnState
-from nodes.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
-from nodes.keywords import tokenize
-from nodes.knowledge import select_knowledge
-from nodes.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
-from nodes.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
-from stores.db import session_scope
-from stores.events import run_in_background
-from stores.memory import MemoryStore
-from stores.vectors import chroma_path
-from stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
-
-# A search that overruns its cap keeps its worker until it ends; a few workers keep the next turns moving.
-_searches = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rag")
 RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
-
-
-def search_with_cap(search: Any, timeout_s: float) -> tuple[Any, dict[str, Any]]:
-    """Run `search()` for at most `timeout_s`; returns (result or [], debug)."""
-    start = time.perf_counter()
-    future = _searches.submit(search)
-    try:
-        results = future.result(timeout=timeout_s)
-        status = "ok"
-    except FutureTimeout:
-        results, status = [], f"timed out after {timeout_s:g} s: the turn goes on without retrieved memory"
-    except Exception as exc:  # noqa: BLE001 - retrieval must never fail the turn
-        results, status = [], f"failed ({type(exc).__name__}: {exc}): the turn goes on without retrieved memory"
-    return results, {"status": status, "ms": round((time.perf_counter() - start) * 1000, 1)}
 
 
 def recent_context(history: Sequence[Mapping[str, Any]], role_id: int | None) -> tuple[str, list[str]]:

@@ -7,27 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-
-from graph.context import Context, context_of
-from graph.state import TurnState
-from nodes.director import prefetch_next_turn
-from stores.db import session_scope
-from stores.events import write_event_async
-from stores.saves import append_lines, get_save
-from stores.turn_tables import TurnRecord
-from stores.turns import InstanceBusyError, drop_turn_lock, holds_turn_lock, record_turn, release_turn_lock
-
-EVENT_EXCERPT = 80
-
-
-def _excerpt(text: str, limit: int = EVENT_EXCERPT) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def turn_event_text(turn: int, user_name: str, message: str, character_name: str, reply: str) -> str:
-    """The turn's event for archival memory, in short: who said what (seed 002 Archival Memory)."""
-    return f"第{turn}轮：{user_name}说「{_excerpt(message)}」；{character_name}回应「{_excerpt(reply)}」"
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.director import turn_event_text
+from personalab.nodes.rules.errors import InstanceBusy
+from personalab.nodes.state import TurnState
+from personalab.nodes.story_search import prefetch_next_turn
+from personalab.stores.db import session_scope
+from personalab.stores.events import write_event_async
+from personalab.stores.saves import append_lines, get_save
+from personalab.stores.turn_tables import TurnRecord
+from personalab.stores.turns import drop_turn_lock, holds_turn_lock, record_turn, release_turn_lock
 
 
 def reply_line_rows(segments: list[dict[str, Any]], character: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,9 +37,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     with session_scope(ctx.database_url) as session:
         # never two replies to one parent: the lock must still be ours and the leaf still our user line
         if not holds_turn_lock(session, instance_id, token):
-            raise InstanceBusyError(f"instance {instance_id}: turn lock lost before the reply was stored")
+            raise InstanceBusy(f"instance {instance_id}: turn lock lost before the reply was stored")
         if get_save(session, instance_id).last_message_id != state["user_line_id"]:
-            raise InstanceBusyError(f"instance {instance_id}: the dialogue moved on while this turn ran")
+            raise InstanceBusy(f"instance {instance_id}: the dialogue moved on while this turn ran")
         written = append_lines(
             session, instance_id, reply_line_rows(state["reply_lines"], character), parent_line_id=state["user_line_id"]
         )

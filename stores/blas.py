@@ -18,9 +18,12 @@ BLAS_THREADS_VARIABLE = "PERSONALAB_BLAS_THREADS"
 
 def blas_threads() -> int:
     """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ValueError` naming it otherwise."""
+    # imported here: this module runs first in every package's __init__, before the rest of PersonaLab exists
+    from personalab.nodes.rules.errors import ConfigError
+
     raw = os.environ.get(BLAS_THREADS_VARIABLE, "1").strip()
     if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{BLAS_THREADS_VARIABLE}={raw!r}: expected a whole number of threads, at least 1")
+        raise ConfigError(f"{BLAS_THREADS_VARIABLE}={raw!r}: expected a whole number of threads, at least 1")
     return int(raw)
 
 

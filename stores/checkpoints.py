@@ -15,8 +15,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-
-from stores.config import data_dir, database_url
+from personalab.stores.config import data_dir, database_url
 
 # Fixed namespace: the same save id maps to the same thread on every machine.
 INSTANCE_NAMESPACE = uuid.UUID("6f0c1d3e-4f7a-5b2c-9d8e-1a2b3c4d5e6f")

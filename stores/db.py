@@ -6,13 +6,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
+# Importing the table modules registers every table on SQLModel.metadata before create_all.
+from personalab.stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
+from personalab.stores.config import database_url
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, create_engine
-
-# Importing the table modules registers every table on SQLModel.metadata before create_all.
-from stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
-from stores.config import database_url
 
 
 def get_engine(url: str | None = None) -> Engine:
@@ -50,7 +49,7 @@ def _engine(url: str) -> Engine:
 
 def dispose_engines() -> None:
     """Close every pooled connection and forget the engines (tests, and before a process forks)."""
-    from stores.history import forget_paths
+    from personalab.stores.history import forget_paths
 
     for engine in _opened:
         engine.dispose()

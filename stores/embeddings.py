@@ -13,8 +13,8 @@ import threading
 from functools import lru_cache
 
 from langchain_core.embeddings import Embeddings
-
-from stores.blas import blas_threads
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.blas import blas_threads
 
 
 class OfflineUSEEmbeddings(Embeddings):
@@ -71,4 +71,4 @@ def get_embeddings() -> Embeddings:
             model=os.environ.get("PERSONALAB_EMBEDDING_MODEL", "text-embedding-3-small"),
             check_embedding_ctx_length=False,
         )
-    raise ValueError(f"PERSONALAB_EMBEDDINGS={kind!r}: expected 'offline' or 'openai'")
+    raise InvalidInput(f"PERSONALAB_EMBEDDINGS={kind!r}: expected 'offline' or 'openai'")

@@ -4,7 +4,7 @@ The seed loads every line of a save and walks parents in Python. Here one recurs
 (`WITH RECURSIVE`) walks from the leaf to the root and reads only the lines on that path.
 
 Errors (all subclasses of `HistoryError`, itself a `ValueError`):
-- `SaveNotFoundError`   — no save with that id (also a `LookupError`).
+- `InstanceNotFound`   — no save with that id (also a `LookupError`).
 - `LineNotInSaveError`  — `save.last_message_id` (or the given leaf) is not a line of this save.
 - `MissingParentError`  — a line's `parent_line_id` names no line (possible on SQLite without FKs).
 - `ForeignParentError`  — a line's parent belongs to another save.
@@ -16,19 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
+from personalab.stores.lru import LRU
+from personalab.stores.tables import Line, Save
 from sqlalchemy import bindparam, event, func, literal, select
 from sqlmodel import Session
 
-from stores.lru import LRU
-from stores.tables import Line, Save
 
-
-class HistoryError(ValueError):
+class HistoryError(InvalidInput):
     """The dialogue tree of a save is inconsistent."""
-
-
-class SaveNotFoundError(HistoryError, LookupError):
-    pass
 
 
 class LineNotInSaveError(HistoryError):
@@ -54,10 +50,10 @@ def get_chat_history(session: Session, save_id: int) -> list[Line]:
 
 
 def _leaf_of(session: Session, save_id: int) -> int | None:
-    """`save.last_message_id` (None before the first line); `SaveNotFoundError` for an unknown save."""
+    """`save.last_message_id` (None before the first line); `InstanceNotFound` for an unknown save."""
     save = session.get(Save, save_id)
     if save is None:
-        raise SaveNotFoundError(f"save {save_id} does not exist")
+        raise InstanceNotFound(f"instance {save_id} does not exist")
     return save.last_message_id or None
 
 
@@ -175,7 +171,7 @@ def get_lines(
         return []
     names = list(names or _COLUMN_NAMES)
     if names[0] != "id":
-        raise ValueError(f"get_lines: the first column must be id, got {names[0]!r}")
+        raise InvalidInput(f"get_lines: the first column must be id, got {names[0]!r}")
     found: dict[int, dict[str, Any]] = {}
     columns = [Line.__table__.c[name] for name in names]  # type: ignore[attr-defined]
     for start in range(0, len(line_ids), _IN_CHUNK):
@@ -184,7 +180,7 @@ def get_lines(
         found.update((row[0], dict(zip(names, row, strict=True))) for row in result.cursor.fetchall())
     missing = [line_id for line_id in line_ids if line_id not in found]
     if missing:
-        raise LookupError(f"line {missing[0]} does not exist")
+        raise NotFound(f"line {missing[0]} does not exist")
     return [found[line_id] for line_id in line_ids]
 
 

@@ -33,13 +33,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from rank_bm25 import BM25Okapi
-from sqlalchemy import case, delete, func, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session, col, select
-
-from nodes.keywords import MatchText, extract_keywords, has_han, tokenize
-from nodes.memory_layers import (
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.keywords import MatchText, extract_keywords, has_han, tokenize
+from personalab.nodes.rules.memory_layers import (
     Layer,
     LayerConfig,
     LayerMemory,
@@ -51,12 +47,16 @@ from nodes.memory_layers import (
     parse_type,
     plan_maintenance,
 )
-from stores.config import data_dir, database_url
-from stores.db import session_scope
-from stores.lru import LRU
-from stores.memory_tables import MemoryEntry, MemoryIndexState
-from stores.saves import get_save
-from stores.tables import Save, utcnow
+from personalab.stores.config import data_dir, database_url
+from personalab.stores.db import session_scope
+from personalab.stores.lru import LRU
+from personalab.stores.memory_tables import MemoryEntry, MemoryIndexState
+from personalab.stores.saves import get_save
+from personalab.stores.tables import Save, utcnow
+from rank_bm25 import BM25Okapi
+from sqlalchemy import case, delete, func, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, col, select
 
 CHROMA_BATCH = 1000
 INDEX_CACHE_SIZE = 64
@@ -67,7 +67,7 @@ BM25_B = 0.4
 OWN_TEXT_REPEAT = 2  # a memory with context: its own words are indexed this many times, the context's once
 
 
-class MemoryNotFoundError(LookupError):
+class MemoryNotFoundError(NotFound):
     """No memory with that id in that instance."""
 
 
@@ -83,7 +83,7 @@ def _clean_tags(tags: Iterable[str] | str | None, what: str = "tag") -> list[str
     cleaned: list[str] = []
     for tag in tags:
         if not isinstance(tag, str):
-            raise ValueError(f"{what} {tag!r} is not text")
+            raise InvalidInput(f"{what} {tag!r} is not text")
         tag = tag.strip()
         if tag and tag not in cleaned:
             cleaned.append(tag)
@@ -92,13 +92,13 @@ def _clean_tags(tags: Iterable[str] | str | None, what: str = "tag") -> list[str
 
 def _check_content(content: object) -> str:
     if not isinstance(content, str) or not content.strip():
-        raise ValueError("memory content is empty")
+        raise InvalidInput("memory content is empty")
     return content.strip()
 
 
 def _check_turn(turn: object) -> int:
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
-        raise ValueError(f"turn {turn!r} is not a whole number ≥ 0")
+        raise InvalidInput(f"turn {turn!r} is not a whole number ≥ 0")
     return turn
 
 
@@ -113,7 +113,7 @@ def _check_context(context: object) -> str:
     if context is None:
         return ""
     if not isinstance(context, str):
-        raise ValueError(f"context {context!r} is not text")
+        raise InvalidInput(f"context {context!r} is not text")
     return context.strip()
 
 
@@ -139,7 +139,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
     }
     unknown = set(item) - allowed
     if unknown:
-        raise ValueError(f"{where or 'memory'}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise InvalidInput(f"{where or 'memory'}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
         content = _check_content(item.get("content"))
         context = _check_context(item.get("context"))
@@ -156,11 +156,11 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         texts = {name: item.get(name) or "" for name in ("related_character", "location", "notes")}
         for name, value in texts.items():
             if not isinstance(value, str):
-                raise ValueError(f"{name} {value!r} is not text")
+                raise InvalidInput(f"{name} {value!r} is not text")
     except ValueError as exc:
         if not where:
             raise
-        raise ValueError(f"{where}: {exc}") from None
+        raise InvalidInput(f"{where}: {exc}") from None
     return {
         "content": f"{context}\n{content}" if context else content,
         "type": memory_type.value,
@@ -243,11 +243,11 @@ def _check_embeddings(embeddings: Sequence[Sequence[float]] | np.ndarray, count:
     try:
         matrix = np.asarray(embeddings, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError("embeddings are not a list of equally long number vectors") from None
+        raise InvalidInput("embeddings are not a list of equally long number vectors") from None
     if matrix.ndim != 2 or matrix.shape[0] != count or matrix.shape[1] == 0:
-        raise ValueError(f"embeddings: expected {count} vector(s), one per memory, got shape {matrix.shape}")
+        raise InvalidInput(f"embeddings: expected {count} vector(s), one per memory, got shape {matrix.shape}")
     if not np.isfinite(matrix).all():
-        raise ValueError("embeddings contain a value that is not a finite number")
+        raise InvalidInput("embeddings contain a value that is not a finite number")
     return matrix.tolist()
 
 
@@ -391,7 +391,7 @@ class MemoryStore:
     def _collection(self, instance_id: int, character_id: int) -> Any:
         """The raw chromadb collection of one character of one instance (the langchain wrapper hides the
         stored embeddings, which diversity scoring needs)."""
-        from stores.vectors import get_collection
+        from personalab.stores.vectors import get_collection
 
         # get_collection keeps one wrapper per (collection, store): no cache of our own
         return get_collection(_collection_name(instance_id, character_id), path=self._chroma_path())._collection
@@ -402,7 +402,7 @@ class MemoryStore:
     @staticmethod
     def _check_character(character_id: object) -> int:
         if isinstance(character_id, bool) or not isinstance(character_id, int) or character_id < 0:
-            raise ValueError(f"character id {character_id!r} is not a whole number ≥ 0")
+            raise InvalidInput(f"character id {character_id!r} is not a whole number ≥ 0")
         return character_id
 
     @classmethod
@@ -510,7 +510,7 @@ class MemoryStore:
         if not prepared:
             return []
         if embeddings is None:
-            from stores.embeddings import get_embeddings
+            from personalab.stores.embeddings import get_embeddings
 
             vectors = get_embeddings().embed_documents([p["content"] for p in prepared])
         else:
@@ -522,7 +522,7 @@ class MemoryStore:
                 # Chroma would take the first batch and refuse the next: check the dimension before writing.
                 stored = collection.get(limit=1, include=["embeddings"])["embeddings"]
                 if stored is not None and len(stored) and len(stored[0]) != len(vectors[0]):
-                    raise ValueError(
+                    raise InvalidInput(
                         f"embeddings have {len(vectors[0])} dimensions, the instance's memories {len(stored[0])}"
                     )
             default_turn = None
@@ -594,13 +594,13 @@ class MemoryStore:
         for name, value in (("notes", notes), ("location", location), ("related_character", related_character)):
             if value is not None:
                 if not isinstance(value, str):
-                    raise ValueError(f"{name} {value!r} is not text")
+                    raise InvalidInput(f"{name} {value!r} is not text")
                 changes[name] = value
         if not changes:
-            raise ValueError(f"nothing to change in memory {memory_id}")
+            raise InvalidInput(f"nothing to change in memory {memory_id}")
         vector = None
         if "content" in changes:
-            from stores.embeddings import get_embeddings
+            from personalab.stores.embeddings import get_embeddings
 
             vector = get_embeddings().embed_query(changes["content"])
             if "keywords" not in changes:
@@ -714,13 +714,13 @@ class MemoryStore:
 
     def resolve_character(self, instance_id: int, character_id: int | None = None) -> int:
         """The character whose memories are meant: `character_id`, else the instance's role (0 if none).
-        `InstanceNotFoundError` for an unknown instance."""
+        `InstanceNotFound` for an unknown instance."""
         with session_scope(self._url()) as session:
             return self._character(session, instance_id, character_id)
 
     def index(self, instance_id: int, character_id: int | None = None) -> MemoryIndex:
         """The current keyword/tag index of a character's memories (`character_id` default: the instance's
-        role), from the process cache unless the instance's revision moved on. `InstanceNotFoundError` for an
+        role), from the process cache unless the instance's revision moved on. `InstanceNotFound` for an
         unknown instance."""
         url = self._url()
         with session_scope(url) as session:
@@ -749,7 +749,7 @@ class MemoryStore:
         return _INDEXES.put(key, MemoryIndex(instance_id, character_id, revision, bm25, tags, forms, latest))
 
     def embed_query(self, text: str) -> np.ndarray:
-        from stores.embeddings import get_embeddings
+        from personalab.stores.embeddings import get_embeddings
 
         return np.asarray(get_embeddings().embed_query(text), dtype=np.float32)
 
@@ -915,7 +915,7 @@ class MemoryStore:
         """Rebuild the instance's Chroma collections from the database (repair after a crash between the
         two); returns the number of memories indexed."""
         entries = self.list_memories(instance_id)
-        from stores.embeddings import get_embeddings
+        from personalab.stores.embeddings import get_embeddings
 
         vectors = get_embeddings().embed_documents([e.content for e in entries]) if entries else []
         by_character: dict[int, list[int]] = {}
@@ -940,7 +940,7 @@ class MemoryStore:
         return len(entries)
 
     def _characters_in_chroma(self, instance_id: int) -> set[int]:
-        from stores.vectors import chroma_client
+        from personalab.stores.vectors import chroma_client
 
         prefix = f"memories_{instance_id}_"
         names = [getattr(c, "name", c) for c in chroma_client(self.chroma_path).list_collections()]

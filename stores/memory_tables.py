@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from personalab.stores.tables import utcnow
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
-
-from stores.tables import utcnow
 
 
 class MemoryEntry(SQLModel, table=True):

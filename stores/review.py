@@ -25,25 +25,31 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.review.effects import (
+    MAX_SUMMARY_CHARS,
+    SUGGESTION_KIND,
+    SUGGESTION_SCOPES,
+    check_choice,
+    check_turn,
+)
+from personalab.nodes.rules.worldbook import WorldbookEntry, validate_entry
+from personalab.stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
+from personalab.stores.saves import get_save
+from personalab.stores.tables import utcnow
+from personalab.stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
 from sqlalchemy import update
 from sqlmodel import Session, col, select
-
-from nodes.review_effects import MAX_SUMMARY_CHARS, SUGGESTION_KIND, SUGGESTION_SCOPES, check_choice, check_turn
-from nodes.worldbook import WorldbookEntry, validate_entry
-from stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
-from stores.saves import get_save
-from stores.tables import utcnow
-from stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
 
 STATUSES: tuple[str, ...] = ("pending", "approved", "rejected")
 SUGGESTION_TRIGGERS: tuple[str, ...] = ("keyword", "semantic")
 
 
-class SuggestionNotFoundError(LookupError):
+class SuggestionNotFoundError(NotFound):
     """No world-book suggestion with that id."""
 
 
-class SuggestionDecidedError(ValueError):
+class SuggestionDecidedError(InvalidInput):
     """The suggestion was already approved or rejected."""
 
 
@@ -123,15 +129,15 @@ def _suggestion(row: WorldbookSuggestionRow) -> WorldbookSuggestion:
 
 def record_plot_node(session: Session, save_id: int, turn: int, level: str | None, summary: str) -> PlotNode:
     """Store the plot node of `turn` in instance `save_id`, replacing an earlier one of the same turn.
-    `level` is the choice level (None: suggested without a choice). InstanceNotFoundError for an unknown
+    `level` is the choice level (None: suggested without a choice). InstanceNotFound for an unknown
     instance, ValueError for a bad turn, level or summary."""
     check_turn(turn)
     level = check_choice(level, "plot node level")
     if not isinstance(summary, str) or not summary.strip():
-        raise ValueError(f"plot node summary must be non-empty text, got {summary!r}")
+        raise InvalidInput(f"plot node summary must be non-empty text, got {summary!r}")
     summary = summary.strip()
     if len(summary) > MAX_SUMMARY_CHARS:
-        raise ValueError(f"plot node summary has {len(summary)} characters, over the limit of {MAX_SUMMARY_CHARS}")
+        raise InvalidInput(f"plot node summary has {len(summary)} characters, over the limit of {MAX_SUMMARY_CHARS}")
     get_save(session, save_id)
     stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id, PlotNodeRow.turn == turn)
     row = session.exec(stmt).first()
@@ -145,7 +151,7 @@ def record_plot_node(session: Session, save_id: int, turn: int, level: str | Non
 
 
 def list_plot_nodes(session: Session, save_id: int) -> list[PlotNode]:
-    """The plot nodes of instance `save_id`, oldest turn first (InstanceNotFoundError for an unknown one)."""
+    """The plot nodes of instance `save_id`, oldest turn first (InstanceNotFound for an unknown one)."""
     get_save(session, save_id)
     stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id)
     return [_plot_node(r) for r in session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()]
@@ -156,11 +162,11 @@ def list_plot_nodes(session: Session, save_id: int) -> list[PlotNode]:
 
 def _clean_keywords(keywords: object) -> list[str]:
     if isinstance(keywords, str) or not isinstance(keywords, Sequence):
-        raise ValueError(f"world-book suggestion keywords must be a list of texts, got {keywords!r}")
+        raise InvalidInput(f"world-book suggestion keywords must be a list of texts, got {keywords!r}")
     out: list[str] = []
     for word in keywords:
         if not isinstance(word, str):
-            raise ValueError(f"world-book suggestion keywords must be texts, got {type(word).__name__}: {word!r}")
+            raise InvalidInput(f"world-book suggestion keywords must be texts, got {type(word).__name__}: {word!r}")
         word = word.strip()
         if word and word not in out:
             out.append(word)
@@ -170,13 +176,13 @@ def _clean_keywords(keywords: object) -> list[str]:
 def _target_scope(session: Session, save_id: int, scope: str) -> Scope:
     """Where an approved suggestion's entry goes."""
     if scope not in SUGGESTION_SCOPES:
-        raise ValueError(f"world-book suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
+        raise InvalidInput(f"world-book suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
     save = get_save(session, save_id)
     if scope == "instance":
         return Scope(save_id=save_id)
     if scope == "character":
         if save.role_id is None:
-            raise ValueError(f"world-book suggestion scope 'character': instance {save_id} has no character")
+            raise InvalidInput(f"world-book suggestion scope 'character': instance {save_id} has no character")
         return Scope(role_id=save.role_id)
     return GLOBAL
 
@@ -186,7 +192,7 @@ def _check_entry(
 ) -> None:
     """Raise ValueError when the proposal could not become a world-book entry."""
     if trigger_type not in SUGGESTION_TRIGGERS:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'trigger_type' must be one of {', '.join(SUGGESTION_TRIGGERS)}, got {trigger_type!r}"
         )
     entry = WorldbookEntry(
@@ -219,14 +225,14 @@ def create_suggestion(
     """A pending world-book suggestion for `turn` of instance `save_id`. Takes the dict of
     `nodes.review_effects.worldbook_suggestion_from_turn` as keyword arguments. `trigger_type` defaults to
     "keyword" with keywords, "semantic" without. A pending suggestion of the same instance and turn is
-    replaced (same id). InstanceNotFoundError / ValueError for bad input, nothing stored."""
+    replaced (same id). InstanceNotFound / ValueError for bad input, nothing stored."""
     check_turn(turn)
     choice_level = check_choice(choice_level, "world-book suggestion choice_level")
     if not isinstance(content, str) or not content.strip():
-        raise ValueError(f"world-book suggestion content must be non-empty text, got {content!r}")
+        raise InvalidInput(f"world-book suggestion content must be non-empty text, got {content!r}")
     for name, value in (("title", title), ("reason", reason), ("kind", kind)):
         if not isinstance(value, str):
-            raise ValueError(f"world-book suggestion {name} must be text, got {type(value).__name__}")
+            raise InvalidInput(f"world-book suggestion {name} must be text, got {type(value).__name__}")
     content = content.strip()
     words = _clean_keywords(keywords)
     trigger = trigger_type if trigger_type is not None else ("keyword" if words else "semantic")
@@ -262,7 +268,7 @@ def create_suggestion(
 
 def _row(session: Session, suggestion_id: int) -> WorldbookSuggestionRow:
     if isinstance(suggestion_id, bool) or not isinstance(suggestion_id, int):
-        raise ValueError(f"world-book suggestion id must be an integer, got {suggestion_id!r}")
+        raise InvalidInput(f"world-book suggestion id must be an integer, got {suggestion_id!r}")
     row = session.get(WorldbookSuggestionRow, suggestion_id)
     if row is None:
         raise SuggestionNotFoundError(f"world-book suggestion {suggestion_id} does not exist")
@@ -276,12 +282,12 @@ def get_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
 def list_suggestions(
     session: Session, save_id: int | None = None, status: str | None = None
 ) -> list[WorldbookSuggestion]:
-    """Suggestions, oldest first: all, or of one instance (InstanceNotFoundError for an unknown one),
+    """Suggestions, oldest first: all, or of one instance (InstanceNotFound for an unknown one),
     and / or with one status (ValueError for a status outside pending / approved / rejected)."""
     stmt = select(WorldbookSuggestionRow)
     if status is not None:
         if status not in STATUSES:
-            raise ValueError(f"suggestion status must be one of {', '.join(STATUSES)}, got {status!r}")
+            raise InvalidInput(f"suggestion status must be one of {', '.join(STATUSES)}, got {status!r}")
         stmt = stmt.where(WorldbookSuggestionRow.status == status)
     if save_id is not None:
         get_save(session, save_id)
@@ -324,7 +330,7 @@ def approve_suggestion(
         raise _decided_error(row, "approved")
     if content is not None:
         if not isinstance(content, str) or not content.strip():
-            raise ValueError(f"world-book suggestion {suggestion_id}: the new content is empty")
+            raise InvalidInput(f"world-book suggestion {suggestion_id}: the new content is empty")
         content = content.strip()
     words = _clean_keywords(keywords) if keywords is not None else list(row.keywords or ())
     final_content = content if content is not None else row.content

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from personalab.stores.tables import utcnow
 from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
-
-from stores.tables import utcnow
 
 
 class PlotNodeRow(SQLModel, table=True):

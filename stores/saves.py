@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
+from personalab.stores.tables import Background, Line, OutlinePoint, Role, Save, utcnow
 from sqlmodel import Session, col, select
-
-from stores.tables import Background, Line, OutlinePoint, Role, Save, utcnow
 
 LINE_FIELDS = (
     "original_emotion",
@@ -24,13 +24,9 @@ LINE_FIELDS = (
 ATTRIBUTES = ("user", "assistant", "system")
 
 
-class InstanceNotFoundError(LookupError):
-    """No conversation instance (save) with that id."""
-
-
 def create_role(session: Session, name: str, *, description: str = "", persona: str = "") -> Role:
     if not name.strip():
-        raise ValueError("role name is empty")
+        raise InvalidInput("role name is empty")
     role = Role(name=name, description=description, persona=persona)
     session.add(role)
     session.flush()
@@ -40,10 +36,10 @@ def create_role(session: Session, name: str, *, description: str = "", persona: 
 def create_background(session: Session, name: str, world_setting: str, outline: Sequence[str]) -> Background:
     """A background with its outline points, numbered from 1 in the given order (seed 002 背景)."""
     if not name.strip():
-        raise ValueError("background name is empty")
+        raise InvalidInput("background name is empty")
     for position, text in enumerate(outline, start=1):
         if not str(text).strip():
-            raise ValueError(f"outline point {position} is empty")
+            raise InvalidInput(f"outline point {position} is empty")
     background = Background(name=name, world_setting=world_setting)
     session.add(background)
     session.flush()
@@ -61,9 +57,9 @@ def outline_of(session: Session, background_id: int) -> list[OutlinePoint]:
 def create_save(session: Session, role_id: int | None, background_id: int | None, title: str = "") -> Save:
     """A new conversation instance of `role_id` in `background_id`, with an empty dialogue tree."""
     if role_id is not None and session.get(Role, role_id) is None:
-        raise LookupError(f"role {role_id} does not exist")
+        raise NotFound(f"role {role_id} does not exist")
     if background_id is not None and session.get(Background, background_id) is None:
-        raise LookupError(f"background {background_id} does not exist")
+        raise NotFound(f"background {background_id} does not exist")
     save = Save(role_id=role_id, background_id=background_id, title=title)
     session.add(save)
     session.flush()
@@ -73,7 +69,7 @@ def create_save(session: Session, role_id: int | None, background_id: int | None
 def get_save(session: Session, save_id: int) -> Save:
     save = session.get(Save, save_id)
     if save is None:
-        raise InstanceNotFoundError(f"instance {save_id} does not exist")
+        raise InstanceNotFound(f"instance {save_id} does not exist")
     return save
 
 
@@ -81,12 +77,12 @@ def validate_line(line: Mapping[str, Any], where: str) -> None:
     """Raise `ValueError` naming `where` for an unknown field, attribute or a missing content."""
     unknown = set(line) - set(LINE_FIELDS)
     if unknown:
-        raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise InvalidInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     if line.get("attribute") not in ATTRIBUTES:
-        raise ValueError(f"{where}: attribute {line.get('attribute')!r} is not one of {', '.join(ATTRIBUTES)}")
+        raise InvalidInput(f"{where}: attribute {line.get('attribute')!r} is not one of {', '.join(ATTRIBUTES)}")
     content = line.get("content")
     if not isinstance(content, str) or not content.strip():
-        raise ValueError(f"{where}: no content")
+        raise InvalidInput(f"{where}: no content")
 
 
 def append_lines(
@@ -103,7 +99,7 @@ def append_lines(
     if parent is not None:
         parent_line = session.get(Line, parent)
         if parent_line is None or parent_line.save_id != save_id:
-            raise ValueError(f"parent line {parent} is not a line of instance {save_id}")
+            raise InvalidInput(f"parent line {parent} is not a line of instance {save_id}")
     written: list[Line] = []
     for item in items:
         line = Line(save_id=save_id, parent_line_id=parent, **dict(item))

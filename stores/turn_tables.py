@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from personalab.stores.tables import utcnow
 from sqlmodel import Field, SQLModel
-
-from stores.tables import utcnow
 
 
 class TurnLock(SQLModel, table=True):

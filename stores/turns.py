@@ -6,23 +6,19 @@ import time
 import uuid
 from datetime import datetime
 
+from personalab.nodes.rules.errors import InstanceBusy
+from personalab.stores.background import turn_ended, turn_started
+from personalab.stores.db import session_scope
+from personalab.stores.saves import get_save
+from personalab.stores.turn_tables import TurnLock, TurnRecord
 from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from stores.db import session_scope
-from stores.events import turn_ended, turn_started
-from stores.saves import get_save
-from stores.turn_tables import TurnLock, TurnRecord
-
-
-class InstanceBusyError(RuntimeError):
-    """Another turn is running on this instance; two replies to one parent are never written."""
-
 
 def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
-    """Take the instance's turn lock (its own transaction) or raise `InstanceBusyError`;
-    `InstanceNotFoundError`, with nothing written, for an unknown instance."""
+    """Take the instance's turn lock (its own transaction) or raise `InstanceBusy`;
+    `InstanceNotFound`, with nothing written, for an unknown instance."""
     token = uuid.uuid4().hex
     now = time.time()
     try:
@@ -31,7 +27,7 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
             session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.expires_at < now))  # type: ignore[call-overload]
             session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
     except IntegrityError as exc:
-        raise InstanceBusyError(f"instance {save_id} is busy: another turn is running") from exc
+        raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
     turn_started(save_id)
     return token
 

@@ -15,9 +15,8 @@ from typing import Any
 import chromadb
 from chromadb.config import Settings
 from langchain_chroma import Chroma
-
-from stores.config import data_dir
-from stores.embeddings import get_embeddings
+from personalab.stores.config import data_dir
+from personalab.stores.embeddings import get_embeddings
 
 
 @lru_cache(maxsize=8)

@@ -38,11 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
-from sqlalchemy import and_, or_
-from sqlmodel import Session, col, select
-
-from nodes.knowledge import KnowledgeEntry, validate_knowledge
-from nodes.worldbook import (
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
+from personalab.nodes.rules.worldbook import (
     KINDS,
     POSITIONS,
     SELECTIVE_LOGICS,
@@ -52,9 +50,11 @@ from nodes.worldbook import (
     WorldbookEntry,
     validate_entry,
 )
-from stores.saves import get_save
-from stores.tables import Role, utcnow
-from stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
+from personalab.stores.saves import get_save
+from personalab.stores.tables import Role, utcnow
+from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
+from sqlalchemy import and_, or_
+from sqlmodel import Session, col, select
 
 WORLDBOOK_FORMAT = "personalab.worldbook"
 KNOWLEDGE_FORMAT = "personalab.knowledge"
@@ -126,7 +126,7 @@ CARD_MAPPED = {
 CARD_SILENT = {"extensions"}
 
 
-class ImportFormatError(ValueError):
+class ImportFormatError(InvalidInput):
     """A malformed import file; the message names the entry and the field."""
 
 
@@ -139,7 +139,7 @@ class Scope:
 
     def __post_init__(self) -> None:
         if self.role_id is not None and self.save_id is not None:
-            raise ValueError("a scope is a character or an instance, not both")
+            raise InvalidInput("a scope is a character or an instance, not both")
 
     @property
     def label(self) -> str:
@@ -179,7 +179,7 @@ class ImportReport:
 def check_scope(session: Session, scope: Scope) -> None:
     """LookupError when the scope's character or instance does not exist."""
     if scope.role_id is not None and session.get(Role, scope.role_id) is None:
-        raise LookupError(f"character {scope.role_id} does not exist")
+        raise NotFound(f"character {scope.role_id} does not exist")
     if scope.save_id is not None:
         get_save(session, scope.save_id)
 
@@ -281,12 +281,12 @@ def update_knowledge(session: Session, entry_id: int, *, by_user: bool = True, *
     用于保护手动修改)."""
     row = session.get(KnowledgeEntryRow, entry_id)
     if row is None:
-        raise LookupError(f"knowledge entry {entry_id} does not exist")
+        raise NotFound(f"knowledge entry {entry_id} does not exist")
     unknown = set(changes) - set(KNOWLEDGE_EDITABLE)
     if unknown:
-        raise ValueError(f"knowledge entry {entry_id}: cannot change {', '.join(sorted(unknown))}")
+        raise InvalidInput(f"knowledge entry {entry_id}: cannot change {', '.join(sorted(unknown))}")
     if not by_user and row.user_edited:
-        raise ValueError(f"knowledge entry {entry_id} was edited by the user; automatic updates may not change it")
+        raise InvalidInput(f"knowledge entry {entry_id} was edited by the user; automatic updates may not change it")
     entry = replace(_knowledge_from_row(row), **{k: tuple(v) if k == "keywords" else v for k, v in changes.items()})
     validate_knowledge(entry, f"knowledge entry {entry_id}")
     for name in changes:
@@ -302,7 +302,7 @@ def update_knowledge(session: Session, entry_id: int, *, by_user: bool = True, *
 def delete_knowledge(session: Session, entry_id: int) -> None:
     row = session.get(KnowledgeEntryRow, entry_id)
     if row is None:
-        raise LookupError(f"knowledge entry {entry_id} does not exist")
+        raise NotFound(f"knowledge entry {entry_id} does not exist")
     session.delete(row)
     session.flush()
 
@@ -463,7 +463,7 @@ def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL
     """A new world-book entry in `scope`; `fields` are `WorldbookEntry` fields (keywords, trigger_type, ...)."""
     for name in ("id", "role_id", "save_id", "created_at", "content"):
         if name in fields:
-            raise ValueError(f"world-book entry: field '{name}' is set by the store")
+            raise InvalidInput(f"world-book entry: field '{name}' is set by the store")
     try:
         entry = WorldbookEntry(
             id="new",
@@ -473,7 +473,7 @@ def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL
             **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()},
         )
     except TypeError as exc:
-        raise ValueError(f"world-book entry: {exc}") from None
+        raise InvalidInput(f"world-book entry: {exc}") from None
     validate_entry(entry, "world-book entry")
     check_scope(session, scope)
     row = _worldbook_row(entry)
@@ -485,7 +485,7 @@ def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL
 def delete_worldbook_entry(session: Session, entry_id: int) -> None:
     row = session.get(WorldbookEntryRow, entry_id)
     if row is None:
-        raise LookupError(f"world-book entry {entry_id} does not exist")
+        raise NotFound(f"world-book entry {entry_id} does not exist")
     session.delete(row)
     session.flush()
 
@@ -801,7 +801,7 @@ def semantic_vectors(
     if not semantic or not text.strip():
         return None, {}
     if embeddings is None:
-        from stores.embeddings import get_embeddings
+        from personalab.stores.embeddings import get_embeddings
 
         embeddings = get_embeddings()
     model = type(embeddings).__name__

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from personalab.stores.tables import utcnow
 from sqlalchemy import JSON, Column, Text
 from sqlmodel import Field, SQLModel
-
-from stores.tables import utcnow
 
 
 class KnowledgeEntryRow(SQLModel, table=True):

@@ -33,7 +33,7 @@ def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PERSONALAB_LLM", "PERSONALAB_MODEL", "PERSONALAB_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     yield
-    from stores.events import flush_event_writes
+    from personalab.stores.background import flush_event_writes
 
     flush_event_writes()
 
@@ -83,6 +83,6 @@ def db_url(request: pytest.FixtureRequest) -> str:
 
 def _dispose(_url: str) -> None:
     """Close the test's connections before its PostgreSQL schema is dropped or its SQLite file removed."""
-    from stores.db import dispose_engines
+    from personalab.stores.db import dispose_engines
 
     dispose_engines()

@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from graph.cli import main
+from personalab.evals.__main__ import main
 
 NUMBER = r"\d+\.\d"
 
@@ -39,8 +38,8 @@ def test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals(
     assert re.search(rf"^goal: growth under 5 %: [+-]{NUMBER} % — (met|NOT met)$", out, re.M)
 
     # the fixture is where --data-dir says: the memories spread over the instances, the inserts on top
-    from stores.db import dispose_engines
-    from stores.memory import MemoryStore
+    from personalab.stores.db import dispose_engines
+    from personalab.stores.memory import MemoryStore
 
     store = MemoryStore(db_url=f"sqlite:///{data / 'personalab.db'}", chroma_path=str(data / "chroma"))
     counts = [store.count(instance) for instance in (1, 2, 3)]
@@ -52,6 +51,6 @@ def test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals(
 
 def test_bench_retrieval_rejects_impossible_sizes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "retrieval", "--memories", "5", "--instances", "10"]) == 2
-    assert capsys.readouterr().err.strip() == "personalab: error: --memories (5) must be at least --instances (10)"
+    assert capsys.readouterr().err.strip() == "personalab-evals: error: --memories (5) must be at least --instances (10)"
     assert main(["bench", "retrieval", "--retrievals", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "personalab: error: --retrievals must be at least 1, got 0"
+    assert capsys.readouterr().err.strip() == "personalab-evals: error: --retrievals must be at least 1, got 0"

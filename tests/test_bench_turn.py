@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from graph.cli import main
+from personalab.evals.__main__ import main
 
 NUMBER = r"\d+\.\d"
 NODES_EVERY_TURN = ("history_fetch", "memory_build", "query_rewrite", "rag_retrieve", "generate", "write_back")
@@ -31,9 +30,9 @@ def test_bench_turn_reports_nodes_totals_and_the_goal(tmp_path: Path, capsys: py
     assert re.search(r"^  checkpoint: [\d,]+ KiB serialized \(biggest channels, KiB: \w+ ", out, re.M)
 
     # the fixture is where --data-dir says: the history chain plus the measured turns, the events in Chroma
-    from stores.db import dispose_engines, session_scope
-    from stores.history import get_chat_history
-    from stores.vectors import get_collection
+    from personalab.stores.db import dispose_engines, session_scope
+    from personalab.stores.history import get_chat_history
+    from personalab.stores.vectors import get_collection
 
     engine_url = f"sqlite:///{data / 'personalab.db'}"
     with session_scope(engine_url) as session:
@@ -50,11 +49,11 @@ def test_bench_turn_reports_nodes_totals_and_the_goal(tmp_path: Path, capsys: py
 def test_bench_turn_needs_a_measured_turn_after_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "turn", "--turns", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "personalab: error: --turns must be at least 2 (the first is a warm-up), got 1"
+    assert err.strip() == "personalab-evals: error: --turns must be at least 2 (the first is a warm-up), got 1"
 
 
 def test_a_benchmark_keeps_its_data_dir_and_removes_its_temporary_one(tmp_path: Path) -> None:
-    from evals.data_dir import data_folder
+    from personalab.evals.data_dir import data_folder
 
     with data_folder(str(tmp_path / "kept" / "here"), "unused-") as kept:
         (kept / "f").write_text("x")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from graph.cli import main
+from personalab.evals.__main__ import main as evals_main
+from personalab.graph.cli import main
 
 
 def test_demo_prints_each_characters_memory(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,24 +46,33 @@ def test_demo_session_shows_director_fallback_and_maintenance(
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [[], ["bogus"], ["bench"], ["bench", "builder", "--lines", "abc"], ["bench", "builder", "--lines", "0"]],
+    ("command", "argv"),
+    [
+        (main, []),
+        (main, ["bogus"]),
+        (main, ["bench", "builder"]),  # benchmarks are not part of the product's command
+        (evals_main, ["bench"]),
+        (evals_main, ["bench", "builder", "--lines", "abc"]),
+        (evals_main, ["bench", "builder", "--lines", "0"]),
+    ],
 )
-def test_bad_arguments_print_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
+def test_bad_arguments_print_one_line_and_exit_2(
+    command: Callable[[list[str]], int], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert command(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("personalab")
 
 
 def test_bench_builder_prints_the_ratio_to_the_floor(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "builder", "--lines", "2000", "--repeats", "1"]) == 0
+    assert evals_main(["bench", "builder", "--lines", "2000", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "floor (concatenate contents)" in out and "ratio build/floor" in out
 
 
 def test_bench_history_compares_both_approaches(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "history", "--lines", "3000", "--depth", "200", "--repeats", "1", "--postgres-url", ""]
-    assert main(argv) == 0
+    assert evals_main(argv) == 0
     out = capsys.readouterr().out
     assert "path of 200 lines" in out and "speed-up" in out
 

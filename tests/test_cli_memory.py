@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from graph.cli import main
-from stores.db import session_scope
-from stores.memory import MemoryStore
-from stores.saves import create_role, create_save
+from personalab.graph.cli import main
+from personalab.stores.db import session_scope
+from personalab.stores.memory import MemoryStore
+from personalab.stores.saves import create_role, create_save
 
 
 @pytest.fixture

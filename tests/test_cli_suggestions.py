@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from graph.cli import main
-from nodes.review_effects import worldbook_suggestion_from_turn
-from stores.db import session_scope
-from stores.review import create_suggestion
-from stores.saves import create_role, create_save
+from personalab.graph.cli import main
+from personalab.nodes.rules.review.effects import worldbook_suggestion_from_turn
+from personalab.stores.db import session_scope
+from personalab.stores.review import create_suggestion
+from personalab.stores.saves import create_role, create_save
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from graph.cli import main
-from graph.streaming import MarkerFilter
+from personalab.graph.cli import main
+from personalab.graph.streaming import MarkerFilter
 
 
 def test_marker_filter_hides_markers_split_across_chunks() -> None:

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from graph.cli import main
-from stores.db import session_scope
-from stores.saves import create_role, create_save
+from personalab.graph.cli import main
+from personalab.stores.db import session_scope
+from personalab.stores.saves import create_role, create_save
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -6,9 +6,8 @@ import copy
 import json
 
 import pytest
-
-from nodes import prompts
-from nodes.core_memory import (
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.core_memory import (
     MAX_BINARY,
     MAX_TERNARY,
     CoreMemoryHistory,

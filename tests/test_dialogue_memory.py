@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from nodes.dialogue_memory import DialogueLine, dialogue_memories, line_text
-from nodes.retrieval import RetrievalConfig, retrieve
-from stores.db import session_scope
-from stores.memory import MemoryStore
-from stores.saves import create_save
+from personalab.nodes.rules.dialogue_memory import DialogueLine, dialogue_memories, line_text
+from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
+from personalab.stores.db import session_scope
+from personalab.stores.memory import MemoryStore
+from personalab.stores.saves import create_save
 
 LINES = [
     DialogueLine("Aiko", "I adopted a grey kitten!", when="3 March, 2023"),

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from nodes.director import (
+from personalab.nodes.rules.director import (
     CURRENT_EVENTS_LIMIT,
     OTHER_EVENTS_LIMIT,
     RetrievedBlock,
@@ -13,7 +12,7 @@ from nodes.director import (
     format_director_blocks,
     is_stalled,
 )
-from nodes.progress_parse import apply_progress, new_plot_state
+from personalab.nodes.rules.plot import apply_progress, new_plot_state
 
 CURRENT = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"
 REFERENCE = "【剧情经验参考】（其他剧情中的类似情节，仅供参考剧情走向，不代表当前剧情的事实）"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from stores.embeddings import OfflineUSEEmbeddings, get_embeddings
+from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 # threads of a fresh process after a matrix product big enough for OpenBLAS to use its worker threads
@@ -31,7 +30,7 @@ def threads_after_import(module: str, **env: str) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists() or (os.cpu_count() or 1) < 2, reason="counts Linux threads")
-@pytest.mark.parametrize("module", ["graph.graph", "nodes.retrieval", "stores.memory", "evals.bench_turn"])
+@pytest.mark.parametrize("module", ["personalab.graph.graph", "personalab.nodes.rules.retrieval", "personalab.stores.memory", "personalab.evals.bench_turn"])
 def test_numpy_runs_one_blas_thread_in_every_entry_point(module: str) -> None:
     """Whichever package a process imports first, OpenBLAS starts with one thread (no spinning worker)."""
     one = threads_after_import(module)

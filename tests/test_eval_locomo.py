@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from evals.locomo import load_locomo, normalise_evidence, recall_at
-from graph.cli import main
+from personalab.evals.__main__ import main
+from personalab.evals.locomo import load_locomo, normalise_evidence, recall_at
 
 FIXTURE = Path(__file__).parent / "fixtures" / "locomo_tiny.json"
 ROW = r"\s+(\d+)\s+(\d\.\d{3})\s+(\d\.\d{3})\s+(\d\.\d{3})$"
@@ -68,8 +67,8 @@ def test_the_eval_reports_product_and_baseline_recall_and_keeps_the_store_where_
     assert re.search(r"^goal: R@10 at least 0\.70: \d\.\d{3} — (met|NOT met)$", out, re.M)
 
     # one instance per conversation, one memory per turn, the previous turn as context and the session date
-    from stores.db import dispose_engines
-    from stores.memory import MemoryStore
+    from personalab.stores.db import dispose_engines
+    from personalab.stores.memory import MemoryStore
 
     store = MemoryStore(db_url=f"sqlite:///{data / 'locomo.db'}", chroma_path=str(data / "chroma"))
     first, second = store.list_memories(1), store.list_memories(2)
@@ -108,4 +107,4 @@ def test_a_bad_file_is_one_line_on_stderr_and_exit_2(
         path.write_text(content, encoding="utf-8")
     assert main(["eval", "locomo", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("personalab: error: ") and message in err and err.count("\n") == 1
+    assert err.startswith("personalab-evals: error: ") and message in err and err.count("\n") == 1

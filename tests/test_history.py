@@ -5,28 +5,27 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import personalab.stores.history as history_store
 import pytest
-from sqlalchemy import text
-from sqlmodel import Session, select
-
-import stores.history as history_store
-from nodes.history_fetch import read_recall_window
-from nodes.memory_build import recall_window
-from stores.db import get_engine, session_scope
-from stores.history import (
+from personalab.nodes.history_fetch import read_recall_window
+from personalab.nodes.rules.errors import InstanceNotFound
+from personalab.nodes.rules.memory_builder import recall_window
+from personalab.stores.db import get_engine, session_scope
+from personalab.stores.history import (
     EXTEND_STEPS,
     ForeignParentError,
     HistoryCycleError,
     LineNotInSaveError,
     MissingParentError,
-    SaveNotFoundError,
     get_chat_history,
     get_lines,
     get_path_ids,
     get_path_to_line,
 )
-from stores.saves import InstanceNotFoundError, append_lines, create_background, create_role, create_save
-from stores.tables import Line, Save
+from personalab.stores.saves import append_lines, create_background, create_role, create_save
+from personalab.stores.tables import Line, Save
+from sqlalchemy import text
+from sqlmodel import Session, select
 
 
 def new_save(url: str) -> int:
@@ -74,7 +73,7 @@ def test_history_of_a_save_without_lines_is_empty(db_url: str) -> None:
 
 
 def test_unknown_save_raises(db_url: str) -> None:
-    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError, match="save 999"):
+    with session_scope(db_url) as s, pytest.raises(InstanceNotFound, match="instance 999"):
         get_chat_history(s, 999)
 
 
@@ -164,7 +163,7 @@ def test_failure_after_append_rolls_the_whole_append_back(db_url: str) -> None:
 
 
 def test_append_to_unknown_instance_raises(db_url: str) -> None:
-    with pytest.raises(InstanceNotFoundError, match="instance 77"), session_scope(db_url) as s:
+    with pytest.raises(InstanceNotFound, match="instance 77"), session_scope(db_url) as s:
         append_lines(s, 77, say(1))
 
 
@@ -210,7 +209,7 @@ def test_every_path_reader_checks_the_tree(db_url: str, read: Any) -> None:
         s.add(lines[0])
     with session_scope(db_url) as s, pytest.raises(HistoryCycleError):
         read(s, save_id)
-    with session_scope(db_url) as s, pytest.raises(SaveNotFoundError):
+    with session_scope(db_url) as s, pytest.raises(InstanceNotFound):
         read(s, 4242)
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.messages.utils import count_tokens_approximately
-
-from nodes.injection import (
+from personalab.nodes.rules.injection import (
     InjectionItem,
     build_injection,
     count_tokens,
@@ -13,8 +12,8 @@ from nodes.injection import (
     world_knowledge_items,
     worldbook_items,
 )
-from nodes.knowledge import KnowledgeEntry, select_knowledge
-from nodes.worldbook import TriggeredEntry, WorldbookConfig, WorldbookEntry
+from personalab.nodes.rules.knowledge import KnowledgeEntry, select_knowledge
+from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, WorldbookEntry
 
 
 def fired(entry_id: str, content: str, *, trigger: str = "keyword", **fields: object) -> TriggeredEntry:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from nodes.keywords import (
+from personalab.nodes.rules.keywords import (
     MatchText,
     extract_keywords,
     jaccard,
@@ -105,7 +105,7 @@ def test_text_similarity_is_jaccard_on_cjk_tokens() -> None:
 
 def test_a_text_of_several_lines_has_the_tokens_of_the_whole_text() -> None:
     """Lines are tokenized (and cached) one by one: the result is the whole text's tokenization."""
-    from nodes.keywords import _line_tokens
+    from personalab.nodes.rules.keywords import _line_tokens
 
     rng = random.Random(8)
     pieces = ["净水厂", "发电机零件", "Aiko's kitten", "running", "，", "。", " ", "\n", "\n\n", "我们", "无线电", "don't", "42"]

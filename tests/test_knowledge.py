@@ -6,17 +6,16 @@ import json
 from typing import Any
 
 import pytest
-
-from nodes.knowledge import (
+from personalab.nodes.rules.knowledge import (
     KnowledgeEntry,
     format_knowledge_block,
     knowledge_relevance,
     select_knowledge,
     validate_knowledge,
 )
-from stores.db import session_scope
-from stores.saves import create_role, create_save
-from stores.worldbook import (
+from personalab.stores.db import session_scope
+from personalab.stores.saves import create_role, create_save
+from personalab.stores.worldbook import (
     GLOBAL,
     ImportFormatError,
     Scope,

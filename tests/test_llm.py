@@ -8,10 +8,9 @@ import json
 import openai
 import pytest
 from openai_stub import LLM_ENV, OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
-
-from graph.llm import ScriptedChatModel, get_chat_model, model_label
-from nodes import prompts
-from nodes.core_memory import (
+from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.core_memory import (
     MAX_BINARY,
     MAX_CHANGES,
     accept_core_memory,
@@ -19,10 +18,12 @@ from nodes.core_memory import (
     maintenance_messages,
     validate_core_memory,
 )
-from nodes.director import director_blocks, is_stalled
-from nodes.progress_parse import apply_progress, extract_progress, new_plot_state, parse_reply
-from nodes.prompt_assembly import assemble_prompt
-from nodes.query_rewrite import parse_rewrite, rewrite_messages
+from personalab.nodes.rules.director import director_blocks, is_stalled
+from personalab.nodes.rules.plot import apply_progress, extract_progress, new_plot_state
+from personalab.nodes.rules.prompt_assembly import assemble_prompt
+from personalab.nodes.rules.reply import parse_reply
+from personalab.nodes.rules.rewrite import parse_rewrite, rewrite_messages
+from personalab.nodes.scripted_llm import ScriptedChatModel
 
 OUTLINE = [f"大纲第{i}点的剧情" for i in range(1, 11)]
 HELLO = [{"role": "user", "content": "你好"}]

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nodes.memory_build import build_memory, recall_window
-from stores.tables import Line
+from personalab.nodes.rules.memory_builder import build_memory, recall_window
+from personalab.stores.tables import Line
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "memory_builder_seed_examples.json").read_text("utf-8"))
 

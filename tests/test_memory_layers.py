@@ -6,8 +6,7 @@ import math
 from dataclasses import replace
 
 import pytest
-
-from nodes.memory_layers import (
+from personalab.nodes.rules.memory_layers import (
     Layer,
     LayerConfig,
     LayerMemory,

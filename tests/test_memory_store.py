@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from personalab.nodes.rules.errors import InstanceNotFound
+from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy
+from personalab.nodes.rules.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
+from personalab.stores.db import session_scope
+from personalab.stores.memory import BM25Index, MemoryNotFoundError, MemoryStore, memory_to_dict
+from personalab.stores.saves import create_role, create_save
 from rank_bm25 import BM25Okapi
-
-from nodes.memory_layers import Layer, LayerConfig, LayerPolicy
-from nodes.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
-from stores.db import session_scope
-from stores.memory import BM25Index, MemoryNotFoundError, MemoryStore, memory_to_dict
-from stores.saves import InstanceNotFoundError, create_role, create_save
 
 NO_MARK = RetrievalConfig(mark_mentioned=False)
 
@@ -107,7 +107,7 @@ def test_an_unknown_instance_is_named(store: MemoryStore) -> None:
         lambda: store.run_maintenance(999),
         lambda: retrieve(store, 999, "x"),
     ):
-        with pytest.raises(InstanceNotFoundError, match="instance 999 does not exist"):
+        with pytest.raises(InstanceNotFound, match="instance 999 does not exist"):
             action()
 
 

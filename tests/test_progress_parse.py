@@ -7,9 +7,9 @@ import random
 import re
 
 import pytest
-
-from nodes.memory_build import format_own_line
-from nodes.progress_parse import apply_progress, extract_progress, format_reply, new_plot_state, parse_reply
+from personalab.nodes.rules.memory_builder import format_own_line
+from personalab.nodes.rules.plot import apply_progress, extract_progress, new_plot_state
+from personalab.nodes.rules.reply import format_reply, parse_reply
 
 OUTLINE = ["发现背叛者的线索", "潜入敌人据点", "与仇人对峙", "做出关键选择", "应对选择的后果"]
 

@@ -6,11 +6,10 @@ import json
 
 import pytest
 from langchain_core.messages.utils import count_tokens_approximately
-
-from nodes import prompts
-from nodes.core_memory import initial_core_memory
-from nodes.progress_parse import apply_progress, new_plot_state
-from nodes.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.core_memory import initial_core_memory
+from personalab.nodes.rules.plot import apply_progress, new_plot_state
+from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
 
 OUTLINE = [
     "发现背叛者的线索",

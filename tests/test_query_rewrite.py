@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from nodes import prompts
-from nodes.query_rewrite import needs_rewrite, parse_rewrite, rewrite_messages
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.rewrite import needs_rewrite, parse_rewrite, rewrite_messages
 
 INPUT = "你还记得我们在据点的那次冲突吗？"
 

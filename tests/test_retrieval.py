@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
-from nodes.keywords import MatchText
-from nodes.retrieval import (
+from personalab.nodes.rules.keywords import MatchText
+from personalab.nodes.rules.retrieval import (
     SCENE_WEIGHTS,
     Candidate,
     PathHit,
@@ -208,7 +207,7 @@ def test_cosines_to_many_vectors_match_one_at_a_time() -> None:
 def test_a_breakdown_as_plain_data_is_what_asdict_gives_and_owns_its_dicts() -> None:
     from dataclasses import asdict
 
-    from nodes.retrieval import Breakdown
+    from personalab.nodes.rules.retrieval import Breakdown
 
     breakdown = Breakdown("daily", 0.5, 0.4, 0.6, 0.9, 0.5, 1.0, 0.8, 1.0, {"recency": 0.2}, {"bm25": 1}, 0.7)
     plain = breakdown.to_dict()

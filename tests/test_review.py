@@ -13,9 +13,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
-
-from nodes.prompts import detect_purpose
-from nodes.review import (
+from personalab.nodes.rules.prompts import detect_purpose
+from personalab.nodes.rules.review import (
     EVENT_NAMES,
     AssessmentCache,
     EventBus,
@@ -27,7 +26,7 @@ from nodes.review import (
     get_review_pipeline,
     run_rule_review,
 )
-from nodes.review_prompts import REVIEW_SYSTEM_PROMPT, build_review_messages
+from personalab.nodes.rules.review.prompts import REVIEW_SYSTEM_PROMPT, build_review_messages
 
 FILLER = "嗯"  # a character in no keyword list: builds messages of an exact length
 
@@ -532,7 +531,7 @@ def test_failing_subscriber_is_logged_and_does_not_break_the_review(caplog: pyte
 
     bus.subscribe("*", broken)
     events = record(bus)
-    with caplog.at_level(logging.ERROR, logger="nodes.review"):
+    with caplog.at_level(logging.ERROR, logger="personalab.nodes.rules.review"):
         out = ReviewPipeline(event_bus=bus).run(make())
     assert out.skipped is True
     assert len(events) == 5
@@ -638,7 +637,7 @@ def test_llm_fallback_keeps_the_previous_cached_assessment() -> None:
 
 
 def test_llm_invalid_json_falls_back_to_the_rule_result(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="nodes.review"):
+    with caplog.at_level(logging.WARNING, logger="personalab.nodes.rules.review"):
         out = llm_pipeline(fake_llm("我觉得这轮对话很好。")).run(make("谢谢"))
     assert out == replace(run_rule_review(make("谢谢")), fallback_reason=out.fallback_reason)
     assert out.source == "rule"
@@ -674,7 +673,7 @@ def test_llm_answer_that_is_not_an_object_falls_back() -> None:
 def test_llm_call_that_raises_falls_back(caplog: pytest.LogCaptureFixture) -> None:
     bus = EventBus()
     events = record(bus)
-    with caplog.at_level(logging.WARNING, logger="nodes.review"):
+    with caplog.at_level(logging.WARNING, logger="personalab.nodes.rules.review"):
         out = llm_pipeline(RaisingChatModel(), bus).run(make("谢谢"))
     assert out.source == "rule"
     assert out.fallback_reason == "LLM call failed: ConnectionError: provider unreachable"

@@ -7,9 +7,8 @@ import math
 from typing import Any
 
 import pytest
-
-from nodes.review import GAPS, RelationshipDelta, ReviewInput, ReviewOutput, run_rule_review
-from nodes.review_effects import (
+from personalab.nodes.rules.review import GAPS, RelationshipDelta, ReviewInput, ReviewOutput, run_rule_review
+from personalab.nodes.rules.review.effects import (
     RELATIONSHIP_START,
     apply_relationship,
     check_choice,
@@ -24,7 +23,7 @@ from nodes.review_effects import (
     turn_memories,
     worldbook_suggestion_from_turn,
 )
-from nodes.worldbook import MAX_CONTENT_CHARS
+from personalab.nodes.rules.worldbook import MAX_CONTENT_CHARS
 
 
 def review(user_message: str, level: str | None = None, gap: str | None = None, reply: str = "好的。") -> ReviewOutput:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import personalab.stores.review as review_store
 import pytest
-
-import stores.review as review_store
-from nodes.review import ReviewInput, run_rule_review
-from nodes.review_effects import plan_review_effects, worldbook_suggestion_from_turn
-from stores.db import session_scope
-from stores.review import (
+from personalab.nodes.rules.errors import InstanceNotFound
+from personalab.nodes.rules.review import ReviewInput, run_rule_review
+from personalab.nodes.rules.review.effects import plan_review_effects, worldbook_suggestion_from_turn
+from personalab.stores.db import session_scope
+from personalab.stores.review import (
     SuggestionDecidedError,
     SuggestionNotFoundError,
     approve_suggestion,
@@ -23,9 +23,9 @@ from stores.review import (
     reject_suggestion,
     save_review_effects,
 )
-from stores.review_tables import WorldbookSuggestionRow
-from stores.saves import InstanceNotFoundError, create_background, create_role, create_save
-from stores.worldbook import GLOBAL, Scope, delete_worldbook_entry, list_worldbook, worldbook_for_instance
+from personalab.stores.review_tables import WorldbookSuggestionRow
+from personalab.stores.saves import create_background, create_role, create_save
+from personalab.stores.worldbook import GLOBAL, Scope, delete_worldbook_entry, list_worldbook, worldbook_for_instance
 
 PROPOSAL = worldbook_suggestion_from_turn(
     "我们决定离开营地,去北方的废墟寻找净水器。",
@@ -104,7 +104,7 @@ def test_a_plot_node_without_a_choice_level_is_allowed(ids: dict[str, Any]) -> N
 @pytest.mark.parametrize(
     ("args", "error", "named"),
     [
-        ((999, 1, "important", "x"), InstanceNotFoundError, "instance 999"),
+        ((999, 1, "important", "x"), InstanceNotFound, "instance 999"),
         (("one", -1, "important", "x"), ValueError, "turn"),
         (("one", 1, "huge", "x"), ValueError, "plot node level"),
         (("one", 1, "important", "  "), ValueError, "summary"),
@@ -119,7 +119,7 @@ def test_bad_plot_nodes_are_refused_and_nothing_is_stored(
         record_plot_node(s, save, *args[1:])
     with session_scope(ids["url"]) as s:
         assert list_plot_nodes(s, ids["one"]) == []
-        with pytest.raises(InstanceNotFoundError):
+        with pytest.raises(InstanceNotFound):
             list_plot_nodes(s, 999)
 
 
@@ -254,7 +254,7 @@ def test_a_bad_edit_on_approval_keeps_the_suggestion_pending(ids: dict[str, Any]
 @pytest.mark.parametrize(
     ("save", "changes", "error", "named"),
     [
-        ("missing", {}, InstanceNotFoundError, "instance 999"),
+        ("missing", {}, InstanceNotFound, "instance 999"),
         ("one", {"content": " "}, ValueError, "content"),
         ("one", {"turn": -3}, ValueError, "turn"),
         ("one", {"choice_level": "huge"}, ValueError, "choice_level"),
@@ -293,7 +293,7 @@ def test_list_filters_by_instance_and_status(ids: dict[str, Any]) -> None:
         assert list_suggestions(s, status="approved") == []
         with pytest.raises(ValueError, match="status must be one of pending, approved, rejected"):
             list_suggestions(s, status="done")
-        with pytest.raises(InstanceNotFoundError, match="instance 999"):
+        with pytest.raises(InstanceNotFound, match="instance 999"):
             list_suggestions(s, save_id=999)
 
 

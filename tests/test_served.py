@@ -22,12 +22,11 @@ from typing import Any
 
 import httpx
 import pytest
-
-from graph.runner import create_sample_instance
-from nodes.memory_build import format_own_line
-from stores.checkpoints import open_checkpointer, thread_id_for
-from stores.db import session_scope
-from stores.history import get_chat_history
+from personalab.graph.runner import create_sample_instance
+from personalab.nodes.rules.memory_builder import format_own_line
+from personalab.stores.checkpoints import open_checkpointer, thread_id_for
+from personalab.stores.db import session_scope
+from personalab.stores.history import get_chat_history
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 90.0

@@ -14,29 +14,22 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
+from personalab.graph.runner import ReplyTokens, create_sample_instance, run_turn, turn_config, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.review import TURN_EVENT_BUS
+from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound
+from personalab.nodes.rules.memory_builder import build_memory
+from personalab.nodes.rules.prompt_assembly import split_latest_user
+from personalab.stores.background import flush_event_writes, run_in_background
+from personalab.stores.db import session_scope
+from personalab.stores.events import StorySearch, prefetch_story, search_events, search_story, take_prefetched_story
+from personalab.stores.history import get_chat_history, get_lines, get_path_ids
+from personalab.stores.memory import MemoryStore
+from personalab.stores.saves import append_lines
+from personalab.stores.tables import Line, Save
+from personalab.stores.turn_tables import TurnLock, TurnRecord
+from personalab.stores.turns import acquire_turn_lock, release_turn_lock
 from sqlmodel import select
-
-from graph.context import Context
-from graph.runner import ReplyTokens, create_sample_instance, run_turn, turn_config, turn_graph
-from nodes.memory_build import build_memory
-from nodes.prompt_assembly import split_latest_user
-from nodes.review_node import TURN_EVENT_BUS
-from stores.db import session_scope
-from stores.events import (
-    StorySearch,
-    flush_event_writes,
-    prefetch_story,
-    run_in_background,
-    search_events,
-    search_story,
-    take_prefetched_story,
-)
-from stores.history import get_chat_history, get_lines, get_path_ids
-from stores.memory import MemoryStore
-from stores.saves import InstanceNotFoundError, append_lines
-from stores.tables import Line, Save
-from stores.turn_tables import TurnLock, TurnRecord
-from stores.turns import InstanceBusyError, acquire_turn_lock, release_turn_lock
 
 
 def ctx_for(url: str, **overrides: Any) -> Context:
@@ -215,7 +208,7 @@ def test_maintenance_rewrites_core_memory_every_n_turns(sqlite_url: str) -> None
 
 
 def graph_state(url: str, instance: int) -> dict[str, Any]:
-    from graph.runner import turn_config
+    from personalab.graph.runner import turn_config
 
     with turn_graph(ctx_for(url)) as (graph, _ctx):
         return dict(graph.get_state(turn_config(instance)).values)
@@ -259,7 +252,7 @@ def test_bad_host_lines_write_nothing(sqlite_url: str) -> None:
 
 
 def test_unknown_instance_is_a_clear_error(sqlite_url: str) -> None:
-    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx), pytest.raises(InstanceNotFoundError, match="instance 404"):
+    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx), pytest.raises(InstanceNotFound, match="instance 404"):
         run_turn(graph, ctx, 404, "你好")
     with session_scope(sqlite_url) as s:  # nothing written, not even a lock
         assert s.exec(select(TurnLock)).all() == [] and s.exec(select(Line)).all() == []
@@ -269,7 +262,7 @@ def test_a_busy_instance_refuses_a_second_turn(sqlite_url: str) -> None:
     instance = create_sample_instance(sqlite_url)
     token = acquire_turn_lock(instance, 60, sqlite_url)  # a turn in flight elsewhere
     with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
-        with pytest.raises(InstanceBusyError):
+        with pytest.raises(InstanceBusy):
             run_turn(graph, ctx, instance, "你好")
         assert all_lines(sqlite_url, instance) == []
         release_turn_lock(instance, token, sqlite_url)
@@ -286,7 +279,7 @@ def test_two_turns_at_once_never_give_two_replies_to_one_parent(sqlite_url: str,
         with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
             try:
                 outcomes.append(run_turn(graph, ctx, instance, message))
-            except InstanceBusyError as exc:
+            except InstanceBusy as exc:
                 outcomes.append(exc)
 
     threads = [threading.Thread(target=play, args=(m,)) for m in ("甲", "乙")]
@@ -294,7 +287,7 @@ def test_two_turns_at_once_never_give_two_replies_to_one_parent(sqlite_url: str,
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert sorted(type(o).__name__ for o in outcomes) == ["InstanceBusyError", "dict"]
+    assert sorted(type(o).__name__ for o in outcomes) == ["InstanceBusy", "dict"]
     lines = all_lines(sqlite_url, instance)
     parents = [line.parent_line_id for line in lines]
     assert len(parents) == len(set(parents)), "a line has two children: two replies to one parent"
@@ -406,7 +399,7 @@ def test_malformed_maintenance_answer_keeps_the_old_core_memory(sqlite_url: str,
 def test_retrieval_timeout_lets_the_turn_go_on(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    import nodes.rag_retrieve as rag
+    import personalab.nodes.rag_retrieve as rag
 
     real_retrieve = rag.retrieve
 
@@ -429,7 +422,7 @@ def test_work_queued_by_a_turn_starts_when_the_turn_ends(
 ) -> None:
     """The turn's own background writes wait for its last node (review, or maintenance when it runs), then go:
     a finished turn leaves no mark that would hold them back."""
-    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    monkeypatch.setattr("personalab.stores.background.MAX_DEFER_S", 60.0)
     instance = create_sample_instance(sqlite_url)
     with turn_graph(ctx_for(sqlite_url, maintenance_every=maintenance_every)) as (graph, ctx):
         for graph_run in (graph.invoke, None):
@@ -445,7 +438,7 @@ def test_work_queued_by_a_turn_starts_when_the_turn_ends(
 def test_work_queued_by_a_failed_turn_is_not_held_back(
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    monkeypatch.setattr("personalab.stores.background.MAX_DEFER_S", 60.0)
     instance = create_sample_instance(sqlite_url)
     openai_stub.queue(StubReply(status=500))
     with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):

@@ -7,14 +7,13 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
-
-from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
-from stores.db import session_scope
-from stores.events import flush_event_writes
-from stores.memory import MemoryStore
-from stores.saves import get_save
-from stores.worldbook import GLOBAL, Scope, add_knowledge, add_worldbook_entry
+from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
+from personalab.nodes.context import Context
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import session_scope
+from personalab.stores.memory import MemoryStore
+from personalab.stores.saves import get_save
+from personalab.stores.worldbook import GLOBAL, Scope, add_knowledge, add_worldbook_entry
 
 
 def one_turn(url: str, instance: int, message: str, **ctx: Any) -> dict[str, Any]:
@@ -132,7 +131,7 @@ def test_the_keyword_index_is_rebuilt_between_turns_not_on_the_next_one(
     def no_rebuild(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the keyword index was rebuilt on the turn's path")
 
-    monkeypatch.setattr("stores.memory.BM25Index.__init__", no_rebuild)
+    monkeypatch.setattr("personalab.stores.memory.BM25Index.__init__", no_rebuild)
     assert len(MemoryStore(db_url=sqlite_url).index(instance)) >= 1
 
 

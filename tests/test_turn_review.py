@@ -8,19 +8,18 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes import review as review_node
+from personalab.nodes.context import Context
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import session_scope
+from personalab.stores.history import get_chat_history
+from personalab.stores.memory import MemoryStore
+from personalab.stores.review import approve_suggestion, list_plot_nodes, list_suggestions
+from personalab.stores.tables import Line
+from personalab.stores.turn_tables import TurnRecord
+from personalab.stores.worldbook import Scope, list_worldbook
 from sqlmodel import select
-
-import nodes.review_node
-from graph.context import Context
-from graph.runner import create_sample_instance, run_turn, turn_graph
-from stores.db import session_scope
-from stores.events import flush_event_writes
-from stores.history import get_chat_history
-from stores.memory import MemoryStore
-from stores.review import approve_suggestion, list_plot_nodes, list_suggestions
-from stores.tables import Line
-from stores.turn_tables import TurnRecord
-from stores.worldbook import Scope, list_worldbook
 
 
 def play(url: str, instance: int, *messages: str, **extra: Any) -> list[dict[str, Any]]:
@@ -111,7 +110,7 @@ def test_a_failing_review_never_loses_the_turn(sqlite_url: str, monkeypatch: pyt
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("review store is down")
 
-    monkeypatch.setattr(nodes.review_node, "plan_review_effects", broken)
+    monkeypatch.setattr(review_node, "plan_review_effects", broken)
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "谢谢你。")
     assert state["error"] is None and state["reply"]

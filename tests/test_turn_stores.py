@@ -10,13 +10,14 @@ from typing import Annotated, TypedDict
 
 import pytest
 from langgraph.graph import END, START, StateGraph
-
-from stores.checkpoints import open_checkpointer, thread_id_for
-from stores.db import session_scope
-from stores.events import flush_event_writes, run_in_background, search_events, search_story, write_event_async
-from stores.saves import create_save
-from stores.turn_tables import TurnRecord
-from stores.turns import InstanceBusyError, acquire_turn_lock, last_turn_time, record_turn, release_turn_lock
+from personalab.nodes.rules.errors import InstanceBusy
+from personalab.stores.background import flush_event_writes, run_in_background
+from personalab.stores.checkpoints import open_checkpointer, thread_id_for
+from personalab.stores.db import session_scope
+from personalab.stores.events import search_events, search_story, write_event_async
+from personalab.stores.saves import create_save
+from personalab.stores.turn_tables import TurnRecord
+from personalab.stores.turns import acquire_turn_lock, last_turn_time, record_turn, release_turn_lock
 
 
 def _save(url: str) -> int:
@@ -32,7 +33,7 @@ def test_thread_id_is_a_stable_uuid_per_instance() -> None:
 def test_one_turn_at_a_time_per_instance(db_url: str) -> None:
     a, b = _save(db_url), _save(db_url)
     token = acquire_turn_lock(a, 60, db_url)
-    with pytest.raises(InstanceBusyError, match=f"instance {a} is busy"):
+    with pytest.raises(InstanceBusy, match=f"instance {a} is busy"):
         acquire_turn_lock(a, 60, db_url)
     other = acquire_turn_lock(b, 60, db_url)  # other instances are not blocked
     release_turn_lock(a, token, db_url)
@@ -125,7 +126,7 @@ def test_background_work_waits_for_the_running_turn(db_url: str) -> None:
 
 def test_another_instances_turn_never_holds_background_work_back(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Back-to-back turns of a batch run: the next instance's turn does not keep the last one's writes waiting."""
-    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    monkeypatch.setattr("personalab.stores.background.MAX_DEFER_S", 60.0)
     busy, done = _save(db_url), _save(db_url)
     token = acquire_turn_lock(busy, 60, db_url)
     try:
@@ -136,7 +137,7 @@ def test_another_instances_turn_never_holds_background_work_back(db_url: str, mo
 
 def test_background_work_is_late_never_starved(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A turn that never ends (a crashed process's, or steady load) holds queued work back only so long."""
-    monkeypatch.setattr("stores.events.MAX_DEFER_S", 0.2)
+    monkeypatch.setattr("personalab.stores.background.MAX_DEFER_S", 0.2)
     save = _save(db_url)
     token = acquire_turn_lock(save, 60, db_url)
     try:
@@ -150,7 +151,7 @@ def test_the_next_turn_of_the_same_instance_never_holds_the_last_ones_work_back(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Back-to-back turns of one instance: the work the first queued waits for the first only."""
-    monkeypatch.setattr("stores.events.MAX_DEFER_S", 60.0)
+    monkeypatch.setattr("personalab.stores.background.MAX_DEFER_S", 60.0)
     save = _save(db_url)
     writer_free = threading.Event()
     run_in_background(writer_free.wait, 10)  # the writer looks at the marks only once the second turn runs

@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlmodel import select
-
-from nodes.worldbook import (
+from personalab.nodes.rules.worldbook import (
     MAX_CONTENT_CHARS,
     TemporalWindow,
     WorldbookConfig,
@@ -23,9 +21,9 @@ from nodes.worldbook import (
     trigger_worldbook,
     validate_entry,
 )
-from stores.db import session_scope
-from stores.saves import create_role, create_save
-from stores.worldbook import (
+from personalab.stores.db import session_scope
+from personalab.stores.saves import create_role, create_save
+from personalab.stores.worldbook import (
     ImportFormatError,
     Scope,
     add_worldbook_entry,
@@ -36,7 +34,8 @@ from stores.worldbook import (
     with_semantic_vectors,
     worldbook_for_instance,
 )
-from stores.worldbook_tables import WorldbookEntryRow
+from personalab.stores.worldbook_tables import WorldbookEntryRow
+from sqlmodel import select
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

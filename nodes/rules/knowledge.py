@@ -19,7 +19,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from nodes.worldbook import (
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.worldbook import (
     MAX_CONTENT_CHARS,
     MAX_KEYWORD_CHARS,
     MAX_KEYWORDS,
@@ -94,7 +95,7 @@ def select_knowledge(
     Pass the entries the store returns for an instance (they already apply) with that instance's ids, or
     any list of entries with the ids to filter by."""
     if max_knowledge < 0:
-        raise ValueError("max_knowledge is negative")
+        raise InvalidInput("max_knowledge is negative")
     scored = [
         knowledge_relevance(entry, context)
         for entry in entries
@@ -120,27 +121,27 @@ def format_knowledge_block(knowledge: Iterable[ScoredKnowledge | KnowledgeEntry]
 def validate_knowledge(entry: KnowledgeEntry, where: str) -> None:
     """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
     if not isinstance(entry.content, str) or not entry.content.strip():
-        raise ValueError(f"{where}: field 'content' is empty")
+        raise InvalidInput(f"{where}: field 'content' is empty")
     if len(entry.content) > MAX_CONTENT_CHARS:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
         )
     if not entry.tag.strip():
-        raise ValueError(f"{where}: field 'tag' is empty")
+        raise InvalidInput(f"{where}: field 'tag' is empty")
     if len(entry.tag) > MAX_TAG_CHARS:
-        raise ValueError(f"{where}: field 'tag' is over {MAX_TAG_CHARS} characters")
+        raise InvalidInput(f"{where}: field 'tag' is over {MAX_TAG_CHARS} characters")
     if not math.isfinite(entry.importance) or not 0 <= entry.importance <= 1:
-        raise ValueError(f"{where}: field 'importance' must be between 0 and 1, got {entry.importance!r}")
+        raise InvalidInput(f"{where}: field 'importance' must be between 0 and 1, got {entry.importance!r}")
     if len(entry.keywords) > MAX_KEYWORDS:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'keywords' has {len(entry.keywords)} keywords, over the limit of {MAX_KEYWORDS}"
         )
     for keyword in entry.keywords:
         if len(keyword) > MAX_KEYWORD_CHARS:
-            raise ValueError(f"{where}: field 'keywords' has a keyword over {MAX_KEYWORD_CHARS} characters")
+            raise InvalidInput(f"{where}: field 'keywords' has a keyword over {MAX_KEYWORD_CHARS} characters")
         try:
             check_keyword(keyword)
         except ValueError as exc:
-            raise ValueError(f"{where}: field 'keywords': {exc}") from None
+            raise InvalidInput(f"{where}: field 'keywords': {exc}") from None
     if entry.role_id is not None and entry.save_id is not None:
-        raise ValueError(f"{where}: an entry is scoped to a character or to an instance, not both")
+        raise InvalidInput(f"{where}: an entry is scoped to a character or to an instance, not both")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from personalab.nodes.rules.errors import InvalidInput
+
 
 def _env_number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> float:
     raw = os.environ.get(name)
@@ -13,16 +15,16 @@ def _env_number(name: str, default: float, *, integer: bool = False, minimum: fl
     try:
         value = int(raw) if integer else float(raw)
     except ValueError as exc:
-        raise ValueError(f"{name}={raw!r} is not a {'whole ' if integer else ''}number") from exc
+        raise InvalidInput(f"{name}={raw!r} is not a {'whole ' if integer else ''}number") from exc
     if value < minimum:
-        raise ValueError(f"{name}={raw!r} must be at least {minimum}")
+        raise InvalidInput(f"{name}={raw!r} must be at least {minimum}")
     return value
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
     value = (os.environ.get(name) or default).strip().lower()
     if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        raise InvalidInput(f"{name}={value!r} is not one of {', '.join(allowed)}")
     return value
 
 

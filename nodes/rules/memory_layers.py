@@ -50,6 +50,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from personalab.nodes.rules.errors import InvalidInput
+
 
 class Layer(StrEnum):
     """Seed 001 `MemoryLayer`, shallow to deep."""
@@ -103,7 +105,7 @@ def parse_layer(value: str) -> Layer:
     try:
         return Layer(str(value).strip().lower())
     except ValueError:
-        raise ValueError(f"memory layer {value!r} is not one of {', '.join(LAYERS)}") from None
+        raise InvalidInput(f"memory layer {value!r} is not one of {', '.join(LAYERS)}") from None
 
 
 def parse_type(value: str) -> MemoryType:
@@ -111,15 +113,15 @@ def parse_type(value: str) -> MemoryType:
     try:
         return MemoryType(str(value).strip().lower())
     except ValueError:
-        raise ValueError(f"memory type {value!r} is not one of {', '.join(MEMORY_TYPES)}") from None
+        raise InvalidInput(f"memory type {value!r} is not one of {', '.join(MEMORY_TYPES)}") from None
 
 
 def check_importance(value: object) -> float:
     """`value` as an importance in [0, 1]; `ValueError` naming the bad value otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"importance {value!r} is not a number between 0 and 1")
+        raise InvalidInput(f"importance {value!r} is not a number between 0 and 1")
     if not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"importance {value!r} is not between 0 and 1")
+        raise InvalidInput(f"importance {value!r} is not between 0 and 1")
     return float(value)
 
 
@@ -139,12 +141,12 @@ class LayerPolicy:
 
     def __post_init__(self) -> None:
         if self.capacity < 0:
-            raise ValueError(f"layer capacity {self.capacity} is negative")
+            raise InvalidInput(f"layer capacity {self.capacity} is negative")
         if self.decay_rate < 0:
-            raise ValueError(f"decay rate {self.decay_rate} is negative")
+            raise InvalidInput(f"decay rate {self.decay_rate} is negative")
         for name in ("min_activity", "min_importance"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} {getattr(self, name)} is not between 0 and 1")
+                raise InvalidInput(f"{name} {getattr(self, name)} is not between 0 and 1")
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,18 @@ import json
 import sys
 from typing import Any
 
-from graph.context import Context
-from graph.runner import create_sample_instance, rollback_core_memory, run_turn, turn_config, turn_graph
-from graph.streaming import MarkerFilter
-from stores.db import session_scope
-from stores.events import flush_event_writes
-from stores.saves import get_save
+from personalab.graph.runner import create_sample_instance, rollback_core_memory, run_turn, turn_config, turn_graph
+from personalab.graph.streaming import MarkerFilter
+from personalab.nodes.context import Context
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import session_scope
+from personalab.stores.saves import get_save
 
 
 def _cmd_instance_create(args: argparse.Namespace) -> int:
     if not args.sample:
-        raise ValueError("instance create: only --sample is supported from the CLI (the Python API creates others)")
+        raise InvalidInput("instance create: only --sample is supported from the CLI (the Python API creates others)")
     print(create_sample_instance(Context().database_url))
     return 0
 
@@ -28,9 +29,9 @@ def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"--lines-before is not valid JSON: {exc}") from exc
+        raise InvalidInput(f"--lines-before is not valid JSON: {exc}") from exc
     if not isinstance(value, list):
-        raise ValueError("--lines-before must be a JSON list of line objects")
+        raise InvalidInput("--lines-before must be a JSON list of line objects")
     return value
 
 

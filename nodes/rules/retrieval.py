@@ -54,8 +54,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 import numpy as np
-
-from nodes.keywords import MatchText, count_hits, jaccard, keyword_match_score, tokenize
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.keywords import MatchText, count_hits, jaccard, keyword_match_score, tokenize
 
 # --------------------------------------------------------------------------------------------------
 # Scenes and weights (seed 001 场景分析器, 动态权重调整)
@@ -414,7 +414,7 @@ def score_candidates(
     best_bm25 = max(bm25.values(), default=0.0)
     scored = []
     if config.keyword_mode not in KEYWORD_MODES:
-        raise ValueError(f"keyword mode {config.keyword_mode!r} is not one of {', '.join(KEYWORD_MODES)}")
+        raise InvalidInput(f"keyword mode {config.keyword_mode!r} is not one of {', '.join(KEYWORD_MODES)}")
     vectors = cosines_to(query_embedding, [c.embedding for c in candidates]) if query_embedding is not None else None
     for position, candidate in enumerate(candidates):
         share = keyword_match_score(candidate.keywords, query) if config.keyword_mode != "bm25" else 0.0
@@ -661,15 +661,15 @@ def retrieve(
     """
     config = config or RetrievalConfig()
     if not isinstance(query, str) or not query.strip():
-        raise ValueError("query is empty")
+        raise InvalidInput("query is empty")
     k = config.k if k is None else k
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k {k!r} is not a whole number ≥ 1")
+        raise InvalidInput(f"k {k!r} is not a whole number ≥ 1")
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
-        raise ValueError(f"turn {turn!r} is not a whole number ≥ 0")
+        raise InvalidInput(f"turn {turn!r} is not a whole number ≥ 0")
     for name in extra_paths or {}:
         if name in BUILTIN_PATHS:
-            raise ValueError(f"extra path {name!r} has the name of a built-in path")
+            raise InvalidInput(f"extra path {name!r} has the name of a built-in path")
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-
-from nodes.prompts import PURPOSE_REVIEW, purpose_marker
+from personalab.nodes.rules.prompts import PURPOSE_REVIEW, purpose_marker
 
 REVIEW_ANSWER_SCHEMA = """{
   "skipped": 布尔值,普通闲聊且无特殊条件时为 true(为 true 时 should_write_memory、suggest_plot_node、suggest_worldbook_update 必须都为 false),

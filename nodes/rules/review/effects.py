@@ -36,8 +36,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodes.keywords import extract_keywords
-from nodes.review import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.keywords import extract_keywords
+from personalab.nodes.rules.review import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
 RELATIONSHIP_KEYS: tuple[str, ...] = ("trust", "affection", "familiarity")
 RELATIONSHIP_START: dict[str, int] = {"trust": 0, "affection": 0, "familiarity": 0}
@@ -96,7 +97,7 @@ def check_gap(value: object, field: str = "time_gap") -> str:
     if value is None:
         return "none"
     if not isinstance(value, str) or value not in GAPS:
-        raise ValueError(f"{field} must be one of {', '.join(GAPS)}, got {value!r}")
+        raise InvalidInput(f"{field} must be one of {', '.join(GAPS)}, got {value!r}")
     return value
 
 
@@ -107,28 +108,28 @@ def check_choice(value: object, field: str = "choice level") -> str | None:
         return None
     if isinstance(value, Mapping):
         if "level" not in value:
-            raise ValueError(f"{field}: the choice has no 'level' (one of {', '.join(CHOICE_LEVELS)}): {dict(value)!r}")
+            raise InvalidInput(f"{field}: the choice has no 'level' (one of {', '.join(CHOICE_LEVELS)}): {dict(value)!r}")
         value = value["level"]
     if not isinstance(value, str) or value not in CHOICE_LEVELS:
-        raise ValueError(f"{field} must be one of {', '.join(CHOICE_LEVELS)}, got {value!r}")
+        raise InvalidInput(f"{field} must be one of {', '.join(CHOICE_LEVELS)}, got {value!r}")
     return value
 
 
 def check_turn(value: object, field: str = "turn") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{field} must be a whole number >= 0, got {value!r}")
+        raise InvalidInput(f"{field} must be a whole number >= 0, got {value!r}")
     return value
 
 
 def _check_text(value: object, field: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{field} must be text, got {type(value).__name__}")
+        raise InvalidInput(f"{field} must be text, got {type(value).__name__}")
     return value
 
 
 def _check_int(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field} must be an integer, got {value!r}")
+        raise InvalidInput(f"{field} must be an integer, got {value!r}")
     return value
 
 
@@ -140,10 +141,10 @@ def _delta_dict(delta: Mapping[str, Any] | Any) -> dict[str, int]:
     if hasattr(delta, "to_dict") and not isinstance(delta, Mapping):
         delta = delta.to_dict()
     if not isinstance(delta, Mapping):
-        raise ValueError(f"relationship delta must be a mapping of {', '.join(RELATIONSHIP_KEYS)}, got {delta!r}")
+        raise InvalidInput(f"relationship delta must be a mapping of {', '.join(RELATIONSHIP_KEYS)}, got {delta!r}")
     unknown = set(delta) - set(RELATIONSHIP_KEYS)
     if unknown:
-        raise ValueError(
+        raise InvalidInput(
             f"relationship delta has unknown keys {sorted(map(str, unknown))}; allowed: {', '.join(RELATIONSHIP_KEYS)}"
         )
     return {key: _check_int(delta.get(key, 0), f"relationship delta {key}") for key in RELATIONSHIP_KEYS}
@@ -158,7 +159,7 @@ def apply_relationship(current: Mapping[str, Any] | None, delta: Mapping[str, An
     """The relationship after one turn's `delta` (seed 003 关系变化判断): start values when `current` is
     None or lacks a key, each value clamped to its range (see the module doc). `current` is not changed."""
     if current is not None and not isinstance(current, Mapping):
-        raise ValueError(f"relationship state must be a mapping or None, got {type(current).__name__}")
+        raise InvalidInput(f"relationship state must be a mapping or None, got {type(current).__name__}")
     change = _delta_dict(delta)
     result: dict[str, Any] = dict(current or {})
     for key in RELATIONSHIP_KEYS:
@@ -183,7 +184,7 @@ def _name(value: object, fallback: str, field: str) -> str:
     if value is None:
         return fallback
     if not isinstance(value, str):
-        raise ValueError(f"{field} must be text or None, got {type(value).__name__}")
+        raise InvalidInput(f"{field} must be text or None, got {type(value).__name__}")
     return value.strip() or fallback
 
 
@@ -255,11 +256,11 @@ def _causes(reasons: object, user: str) -> list[str]:
         out = []
         for item in reasons:
             if not isinstance(item, str):
-                raise ValueError(f"relationship reasons must be text, got {type(item).__name__}: {item!r}")
+                raise InvalidInput(f"relationship reasons must be text, got {type(item).__name__}: {item!r}")
             if item.strip():
                 out.append(item.strip())
         return out
-    raise ValueError(f"relationship reasons must be text, a list of texts or a review, got {type(reasons).__name__}")
+    raise InvalidInput(f"relationship reasons must be text, a list of texts or a review, got {type(reasons).__name__}")
 
 
 def _change_phrase(key: str, value: int) -> str:
@@ -306,9 +307,9 @@ def gap_from_seconds(seconds: float | None, thresholds: Sequence[tuple[float, st
     if seconds is None:
         return "none"
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
-        raise ValueError(f"gap seconds must be a number >= 0 or None, got {seconds!r}")
+        raise InvalidInput(f"gap seconds must be a number >= 0 or None, got {seconds!r}")
     if seconds < 0:
-        raise ValueError(f"gap seconds must be >= 0 (the previous message is in the future?), got {seconds!r}")
+        raise InvalidInput(f"gap seconds must be >= 0 (the previous message is in the future?), got {seconds!r}")
     for bound, gap in thresholds:
         if seconds < bound:
             return gap
@@ -404,7 +405,7 @@ def worldbook_suggestion_from_turn(
     _check_text(user_message, "user_message")
     _check_text(assistant_reply, "assistant_reply")
     if scope not in SUGGESTION_SCOPES:
-        raise ValueError(f"suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
+        raise InvalidInput(f"suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
     user = _name(user_name, "用户", "user_name")
     character = _name(character_name, "角色", "character_name")
     label = LEVEL_LABELS.get(level or "", "剧情事件")
@@ -449,7 +450,7 @@ def plan_review_effects(
         try:
             output = ReviewOutput.from_dict(review)
         except (KeyError, TypeError) as exc:
-            raise ValueError(
+            raise InvalidInput(
                 f"review must be a ReviewOutput or its to_dict(), got {type(review).__name__}: {exc}"
             ) from None
     check_turn(turn)

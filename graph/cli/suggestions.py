@@ -14,8 +14,14 @@ import argparse
 import json
 from typing import Any
 
-from stores.db import session_scope
-from stores.review import STATUSES, WorldbookSuggestion, approve_suggestion, list_suggestions, reject_suggestion
+from personalab.stores.db import session_scope
+from personalab.stores.review import (
+    STATUSES,
+    WorldbookSuggestion,
+    approve_suggestion,
+    list_suggestions,
+    reject_suggestion,
+)
 
 PREVIEW_CHARS = 60
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
-
-from nodes.knowledge import ScoredKnowledge, format_knowledge_line
-from nodes.worldbook import (
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
+from personalab.nodes.rules.worldbook import (
     POSITIONS,
     TriggeredEntry,
     WorldbookConfig,
@@ -141,7 +141,7 @@ def plan_injection(
     Plain strings are accepted as items (keys `guidelines:1`, ...). `skipped` carries items already left
     out upstream (e.g. by `world_knowledge_items`) so the debug list is complete."""
     if budget < 0:
-        raise ValueError(f"budget is negative ({budget})")
+        raise InvalidInput(f"budget is negative ({budget})")
     sections = {
         "guidelines": _as_items("guidelines", guidelines),
         "world_knowledge": _as_items("world_knowledge", world_knowledge),
@@ -160,7 +160,7 @@ def plan_injection(
         for item in sections[section]:
             text = item.text.strip()
             if item.position not in POSITIONS:
-                raise ValueError(f"item {item.key}: position {item.position!r} is not one of {', '.join(POSITIONS)}")
+                raise InvalidInput(f"item {item.key}: position {item.position!r} is not one of {', '.join(POSITIONS)}")
             if not text:
                 dropped.append(SkippedItem(section, item.key, "empty text"))
                 continue

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
-
-from nodes import prompts
-from nodes.progress_parse import check_plot_state
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.plot import check_plot_state
 
 REGIONS = ("head", "middle", "retrieved", "tail")
 
@@ -56,9 +56,9 @@ class RegionBudgets:
         for item in fields(self):
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"RegionBudgets.{item.name} must be a positive number, got {value!r}")
+                raise InvalidInput(f"RegionBudgets.{item.name} must be a positive number, got {value!r}")
             if item.name != "chars_per_token" and not isinstance(value, int):
-                raise ValueError(f"RegionBudgets.{item.name} must be an integer, got {value!r}")
+                raise InvalidInput(f"RegionBudgets.{item.name} must be an integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _item_text(item: Any, where: str) -> str:
     elif isinstance(item, Mapping) and isinstance(item.get("text", item.get("content")), str):
         text = item.get("text", item.get("content"))
     else:
-        raise ValueError(f"{where}: expected a string or a dict with 'text', got {type(item).__name__}")
+        raise InvalidInput(f"{where}: expected a string or a dict with 'text', got {type(item).__name__}")
     return " ".join(text.split())
 
 
@@ -127,11 +127,11 @@ def _blocks(retrieved_blocks: Sequence[Any]) -> list[tuple[str, list[str]]]:
         elif isinstance(block, Mapping) and "title" in block and "items" in block:
             title, items = block["title"], block["items"]
         else:
-            raise ValueError(f"retrieved block {number}: expected a RetrievedBlock or a dict with title and items")
+            raise InvalidInput(f"retrieved block {number}: expected a RetrievedBlock or a dict with title and items")
         if not isinstance(title, str) or not title.strip():
-            raise ValueError(f"retrieved block {number}: empty title")
+            raise InvalidInput(f"retrieved block {number}: empty title")
         if isinstance(items, str) or not isinstance(items, Sequence):
-            raise ValueError(f"retrieved block {number} ({title}): items must be a list")
+            raise InvalidInput(f"retrieved block {number} ({title}): items must be a list")
         texts = [_item_text(item, f"retrieved block {number} ({title}) item {i}") for i, item in enumerate(items)]
         blocks.append((title.strip(), [t for t in texts if t]))
     return blocks
@@ -180,11 +180,11 @@ def assemble_prompt(
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
     if not system_instruction or not system_instruction.strip():
-        raise ValueError("assemble_prompt: system_instruction is empty")
+        raise InvalidInput("assemble_prompt: system_instruction is empty")
     if not isinstance(user_input, str) or not user_input.strip():
-        raise ValueError("assemble_prompt: user_input is empty")
+        raise InvalidInput("assemble_prompt: user_input is empty")
     if not isinstance(core_memory, Mapping):
-        raise ValueError("assemble_prompt: core_memory must be a dict")
+        raise InvalidInput("assemble_prompt: core_memory must be a dict")
     check_plot_state(plot_state)
 
     def count(messages: list[dict[str, str]]) -> int:
@@ -214,7 +214,7 @@ def assemble_prompt(
     recent = [dict(m) for m in recent_messages]
     for number, message in enumerate(recent):
         if message.get("role") not in ("system", "user", "assistant") or not isinstance(message.get("content"), str):
-            raise ValueError(f"recent_messages[{number}]: expected a dict with role system/user/assistant and content")
+            raise InvalidInput(f"recent_messages[{number}]: expected a dict with role system/user/assistant and content")
     units = _units(recent)
     middle_debug = _region(0, budgets.middle)
     turns_total = sum(1 for kind, _, _ in units if kind == "turn")

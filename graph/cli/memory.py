@@ -21,10 +21,10 @@ import json
 import sys
 from typing import Any
 
-from nodes.memory_layers import LAYERS, MEMORY_TYPES
-from nodes.retrieval import RetrievalConfig, RetrievalResult, retrieve
-from stores.memory import MemoryStore, memory_to_dict
-from stores.memory_tables import MemoryEntry
+from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES
+from personalab.nodes.rules.retrieval import RetrievalConfig, RetrievalResult, retrieve
+from personalab.stores.memory import MemoryStore, memory_to_dict
+from personalab.stores.memory_tables import MemoryEntry
 
 PREVIEW_CHARS = 60
 

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.memory_layers import MemoryType
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.memory_layers import MemoryType
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,12 @@ def line_text(line: DialogueLine) -> str:
 
 def _check_line(line: object, position: int) -> DialogueLine:
     if not isinstance(line, DialogueLine):
-        raise ValueError(f"dialogue line {position}: {line!r} is not a DialogueLine")
+        raise InvalidInput(f"dialogue line {position}: {line!r} is not a DialogueLine")
     for name in ("speaker", "text", "when", "attachment"):
         if not isinstance(getattr(line, name), str):
-            raise ValueError(f"dialogue line {position}: {name} {getattr(line, name)!r} is not text")
+            raise InvalidInput(f"dialogue line {position}: {name} {getattr(line, name)!r} is not text")
     if not line.text.strip() and not line.attachment.strip():
-        raise ValueError(f"dialogue line {position} says nothing (no text, no attachment)")
+        raise InvalidInput(f"dialogue line {position} says nothing (no text, no attachment)")
     return line
 
 
@@ -61,9 +62,9 @@ def dialogue_memories(
     ``first_turn + i``, `related_character` its speaker. `ValueError` naming the first bad line; nothing is
     returned for a dialogue with a bad line."""
     if isinstance(context_lines, bool) or not isinstance(context_lines, int) or context_lines < 0:
-        raise ValueError(f"context_lines {context_lines!r} is not a whole number ≥ 0")
+        raise InvalidInput(f"context_lines {context_lines!r} is not a whole number ≥ 0")
     if isinstance(first_turn, bool) or not isinstance(first_turn, int) or first_turn < 0:
-        raise ValueError(f"first_turn {first_turn!r} is not a whole number ≥ 0")
+        raise InvalidInput(f"first_turn {first_turn!r} is not a whole number ≥ 0")
     checked = [_check_line(line, position) for position, line in enumerate(lines, start=1)]
     texts = [line_text(line) for line in checked]
     items: list[dict[str, Any]] = []

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from personalab.nodes.rules.errors import InvalidInput
+
 TRIGGER_TYPES = ("keyword", "semantic", "temporal", "emotional")
 KINDS = ("episodic", "semantic", "trait", "goal")  # seed 004 MemoryType
 KIND_LABELS = {"episodic": "情景记忆", "semantic": "语义记忆", "trait": "特质记忆", "goal": "目标记忆"}
@@ -214,18 +216,18 @@ class WorldbookConfig:
 
     def __post_init__(self) -> None:
         if self.inject_position not in POSITIONS:
-            raise ValueError(f"inject_position {self.inject_position!r} is not one of {', '.join(POSITIONS)}")
+            raise InvalidInput(f"inject_position {self.inject_position!r} is not one of {', '.join(POSITIONS)}")
         if self.max_total_tokens < 0:
-            raise ValueError("max_total_tokens is negative")
+            raise InvalidInput("max_total_tokens is negative")
         for kind, limit in self.max_per_kind.items():
             if kind not in KINDS:
-                raise ValueError(f"max_per_kind: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+                raise InvalidInput(f"max_per_kind: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
             if limit < 0:
-                raise ValueError(f"max_per_kind[{kind!r}] is negative")
+                raise InvalidInput(f"max_per_kind[{kind!r}] is negative")
         try:
             self.template.format(content="", title="", kind="", trigger="", keywords="")
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"template {self.template!r}: unknown or malformed placeholder ({exc})") from None
+            raise InvalidInput(f"template {self.template!r}: unknown or malformed placeholder ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,7 @@ def _keyword_pattern(keyword: str) -> re.Pattern[str] | None:
         try:
             return re.compile(regex.group(1), flags)
         except re.error as exc:
-            raise ValueError(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
+            raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
     escaped = re.escape(key)
     if has_cjk(key):
         return re.compile(escaped, re.I)
@@ -525,7 +527,7 @@ def _base_score(
             return 0.0, "", (), None
         score, hits = emotion_match(entry.emotions, context)
         return score, f"emotional: {', '.join(hits)}", hits, None
-    raise ValueError(f"entry {entry.id}: unknown trigger_type {kind!r}")
+    raise InvalidInput(f"entry {entry.id}: unknown trigger_type {kind!r}")
 
 
 def explain_worldbook(
@@ -658,57 +660,57 @@ def entry_position(item: TriggeredEntry, config: WorldbookConfig) -> str:
 def validate_entry(entry: WorldbookEntry, where: str) -> None:
     """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
     if not isinstance(entry.content, str) or not entry.content.strip():
-        raise ValueError(f"{where}: field 'content' is empty")
+        raise InvalidInput(f"{where}: field 'content' is empty")
     if len(entry.content) > MAX_CONTENT_CHARS:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
         )
     for name in ("keywords", "secondary_keywords"):
         values = getattr(entry, name)
         if len(values) > MAX_KEYWORDS:
-            raise ValueError(f"{where}: field '{name}' has {len(values)} keywords, over the limit of {MAX_KEYWORDS}")
+            raise InvalidInput(f"{where}: field '{name}' has {len(values)} keywords, over the limit of {MAX_KEYWORDS}")
         for value in values:
             if len(value) > MAX_KEYWORD_CHARS:
-                raise ValueError(f"{where}: field '{name}' has a keyword over {MAX_KEYWORD_CHARS} characters")
+                raise InvalidInput(f"{where}: field '{name}' has a keyword over {MAX_KEYWORD_CHARS} characters")
             try:
                 check_keyword(value)
             except ValueError as exc:
-                raise ValueError(f"{where}: field '{name}': {exc}") from None
+                raise InvalidInput(f"{where}: field '{name}': {exc}") from None
     if len(entry.emotions) > MAX_EMOTIONS:
-        raise ValueError(f"{where}: field 'emotions' has more than {MAX_EMOTIONS} emotions")
+        raise InvalidInput(f"{where}: field 'emotions' has more than {MAX_EMOTIONS} emotions")
     if entry.trigger_type not in TRIGGER_TYPES:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'trigger_type' is {entry.trigger_type!r}, not one of {', '.join(TRIGGER_TYPES)}"
         )
     if entry.kind not in KINDS:
-        raise ValueError(f"{where}: field 'kind' is {entry.kind!r}, not one of {', '.join(KINDS)}")
+        raise InvalidInput(f"{where}: field 'kind' is {entry.kind!r}, not one of {', '.join(KINDS)}")
     if entry.position is not None and entry.position not in POSITIONS:
-        raise ValueError(f"{where}: field 'position' is {entry.position!r}, not one of {', '.join(POSITIONS)}")
+        raise InvalidInput(f"{where}: field 'position' is {entry.position!r}, not one of {', '.join(POSITIONS)}")
     if entry.selective_logic not in SELECTIVE_LOGICS:
-        raise ValueError(
+        raise InvalidInput(
             f"{where}: field 'selective_logic' is {entry.selective_logic!r}, not one of {', '.join(SELECTIVE_LOGICS)}"
         )
     for name in ("relevance_weight", "emotional_weight", "time_decay_factor"):
         value = getattr(entry, name)
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{where}: field '{name}' must be a finite number >= 0, got {value!r}")
+            raise InvalidInput(f"{where}: field '{name}' must be a finite number >= 0, got {value!r}")
     if entry.role_id is not None and entry.save_id is not None:
-        raise ValueError(f"{where}: an entry is scoped to a character or to an instance, not both")
+        raise InvalidInput(f"{where}: an entry is scoped to a character or to an instance, not both")
     if entry.constant:
         return
     has_keys = any(k.strip() for k in entry.keywords)
     if entry.trigger_type == "keyword" and not has_keys:
-        raise ValueError(f"{where}: a keyword entry needs at least one keyword (field 'keywords')")
+        raise InvalidInput(f"{where}: a keyword entry needs at least one keyword (field 'keywords')")
     if entry.trigger_type == "temporal" and entry.temporal.is_empty():
-        raise ValueError(f"{where}: a temporal entry needs a time window (field 'temporal')")
+        raise InvalidInput(f"{where}: a temporal entry needs a time window (field 'temporal')")
     if entry.trigger_type == "emotional" and not any(e.strip() for e in entry.emotions):
-        raise ValueError(f"{where}: an emotional entry needs at least one emotion (field 'emotions')")
+        raise InvalidInput(f"{where}: an emotional entry needs at least one emotion (field 'emotions')")
     window = entry.temporal
     if window.min_turn is not None and window.max_turn is not None and window.min_turn > window.max_turn:
-        raise ValueError(f"{where}: field 'temporal': min_turn is after max_turn")
+        raise InvalidInput(f"{where}: field 'temporal': min_turn is after max_turn")
     if (
         window.min_gap_seconds is not None
         and window.max_gap_seconds is not None
         and window.min_gap_seconds > window.max_gap_seconds
     ):
-        raise ValueError(f"{where}: field 'temporal': min_gap_seconds is above max_gap_seconds")
+        raise InvalidInput(f"{where}: field 'temporal': min_gap_seconds is above max_gap_seconds")

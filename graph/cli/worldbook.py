@@ -14,9 +14,10 @@ import json
 import sys
 from typing import Any
 
-from nodes.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES, TemporalWindow
-from stores.db import session_scope
-from stores.worldbook import (
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES, TemporalWindow
+from personalab.stores.db import session_scope
+from personalab.stores.worldbook import (
     Scope,
     add_knowledge,
     add_worldbook_entry,
@@ -51,7 +52,7 @@ def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
     try:
         write_json_file(target, data)
     except OSError as exc:
-        raise ValueError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise InvalidInput(f"cannot write {target}: {exc.strerror or exc}") from None
     print(f"exported {count} {what} to {target}")
     return 0
 

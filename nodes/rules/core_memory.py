@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nodes import prompts
-from nodes.progress_parse import parse_reply
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.reply import parse_reply
 
 MAX_BINARY = 3
 MAX_TERNARY = 2
@@ -196,7 +197,7 @@ def initial_core_memory(role_name: str, persona_text: str) -> dict[str, Any]:
     maintenance run (turn 10) fills traits, oppositions, tensions... from the text and the dialogue.
     """
     if not isinstance(role_name, str) or not role_name.strip():
-        raise ValueError("initial_core_memory: role_name is empty")
+        raise InvalidInput("initial_core_memory: role_name is empty")
     identity = " ".join((persona_text or "").split())
     if len(identity) > MAX_STRING:
         identity = identity[: MAX_STRING - 1] + "…"
@@ -216,7 +217,7 @@ def initial_core_memory(role_name: str, persona_text: str) -> dict[str, Any]:
 def should_maintain(turn: int, every: int = MAINTAIN_EVERY) -> bool:
     """Maintenance runs after every `every`-th turn (seed 002: 每10轮触发)."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"should_maintain: every must be a positive integer, got {every!r}")
+        raise InvalidInput(f"should_maintain: every must be a positive integer, got {every!r}")
     return isinstance(turn, int) and turn > 0 and turn % every == 0
 
 
@@ -250,12 +251,12 @@ def maintenance_messages(
     dicts with `text`; `turn`: the current turn, for the `recent_changes` entries the model writes.
     """
     if not isinstance(old_core, Mapping):
-        raise ValueError("maintenance_messages: old_core must be a dict")
+        raise InvalidInput("maintenance_messages: old_core must be a dict")
     events = []
     for number, event in enumerate(state_events):
         text = event if isinstance(event, str) else event.get("text") if isinstance(event, Mapping) else None
         if not isinstance(text, str):
-            raise ValueError(f"maintenance_messages: state event {number} is neither a string nor a dict with 'text'")
+            raise InvalidInput(f"maintenance_messages: state event {number} is neither a string nor a dict with 'text'")
         events.append(f"- {' '.join(text.split())}")
     dialogue = [_dialogue_line(m) for m in last_turns if m.get("content")]
     turn_count = sum(1 for m in last_turns if m.get("role") == "user")
@@ -291,13 +292,13 @@ def parse_core_memory(answer: str) -> dict[str, Any]:
         text = fenced.group(1)
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
-        raise ValueError(f"core memory answer has no JSON object: {' '.join((answer or '').split())[:80]!r}")
+        raise InvalidInput(f"core memory answer has no JSON object: {' '.join((answer or '').split())[:80]!r}")
     try:
         value = json.loads(text[start : end + 1])
     except json.JSONDecodeError as exc:
-        raise ValueError(f"core memory answer is malformed JSON: {exc}") from exc
+        raise InvalidInput(f"core memory answer is malformed JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise ValueError("core memory answer is not a JSON object")
+        raise InvalidInput("core memory answer is not a JSON object")
     return value
 
 
@@ -330,7 +331,7 @@ class CoreMemoryHistory:
         items = []
         for number, item in enumerate(versions or []):
             if not isinstance(item, Mapping) or not {"version", "turn", "reason", "core"} <= set(item):
-                raise ValueError(f"core memory history item {number}: expected version, turn, reason and core")
+                raise InvalidInput(f"core memory history item {number}: expected version, turn, reason and core")
             items.append(copy.deepcopy(dict(item)))
         return cls(tuple(items))
 
@@ -346,9 +347,9 @@ class CoreMemoryHistory:
         """Add `core` as the newest version (the oldest beyond `keep` are forgotten). Invalid core → ValueError."""
         problems = validate_core_memory(core)
         if problems:
-            raise ValueError("core memory is invalid: " + "; ".join(problems))
+            raise InvalidInput("core memory is invalid: " + "; ".join(problems))
         if keep < 1:
-            raise ValueError(f"CoreMemoryHistory.push: keep must be >= 1, got {keep}")
+            raise InvalidInput(f"CoreMemoryHistory.push: keep must be >= 1, got {keep}")
         number = self.versions[-1]["version"] + 1 if self.versions else 1
         item = {"version": number, "turn": turn, "reason": reason, "core": copy.deepcopy(dict(core))}
         return CoreMemoryHistory((*self.versions, item)[-keep:])
@@ -359,12 +360,21 @@ class CoreMemoryHistory:
         version is not kept, or when there is nothing to go back to."""
         if to_version is None:
             if len(self.versions) < 2:
-                raise LookupError("core memory history: no earlier version to roll back to")
+                raise NotFound("core memory history: no earlier version to roll back to")
             target = self.versions[-2]
         else:
             found = [item for item in self.versions if item["version"] == to_version]
             if not found:
                 kept = ", ".join(str(item["version"]) for item in self.versions) or "none"
-                raise LookupError(f"core memory history: version {to_version} is not kept (kept: {kept})")
+                raise NotFound(f"core memory history: version {to_version} is not kept (kept: {kept})")
             target = found[0]
         return self.push(target["core"], turn=turn, reason=f"rollback to version {target['version']}")
+
+
+LAST_TURNS = 10
+
+
+def last_turn_messages(messages: list[dict[str, str]], turns: int = LAST_TURNS) -> list[dict[str, str]]:
+    """The messages of the last `turns` turns (a turn starts at a user message)."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return list(messages[starts[-turns] if len(starts) >= turns else 0 :])

@@ -1,8 +1,15 @@
-"""`personalab bench …`: the project's benchmark commands (figures go into README)."""
+"""`python -m personalab.evals …` (`./run bench …`, `./run eval …`, `personalab-evals …`): the project's benchmarks
+and quality evaluations. Kept out of the product's `personalab` command: evaluations import the whole product,
+the product imports none of them."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
+
+from personalab.evals import bench_builder, bench_history, bench_retrieval, bench_turn, locomo
+from personalab.graph.cli import run_command, sub_parsers
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -11,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     builder = kinds.add_parser("builder", help="memory builder throughput vs a concatenation floor")
     builder.add_argument("--lines", type=int, default=100_000)
     builder.add_argument("--repeats", type=int, default=5)
-    builder.set_defaults(handler=lambda a: __import__("evals.bench_builder", fromlist=["run"]).run(a))
+    builder.set_defaults(handler=bench_builder.run)
     history = kinds.add_parser("history", help="recursive history fetch vs the seed's load-all walk")
     history.add_argument("--lines", type=int, default=100_000)
     history.add_argument("--depth", type=int, default=1_000)
@@ -19,14 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     history.add_argument(
         "--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test", help="empty to skip PostgreSQL"
     )
-    history.set_defaults(handler=lambda a: __import__("evals.bench_history", fromlist=["run"]).run(a))
+    history.set_defaults(handler=bench_history.run)
     turn = kinds.add_parser("turn", help="per-node timings of a turn on a long instance (offline scripted model)")
     turn.add_argument("--turns", type=int, default=100, help="turns measured (the first is a warm-up, left out)")
     turn.add_argument("--history-turns", type=int, default=1_000, help="turns already in the dialogue tree")
     turn.add_argument("--events", type=int, default=10_000, help="archived events in Chroma (all instances)")
     turn.add_argument("--event-pool", type=int, default=500, help="distinct texts embedded for the events; 0 = all")
     turn.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
-    turn.set_defaults(handler=lambda a: __import__("evals.bench_turn", fromlist=["run"]).run(a))
+    turn.set_defaults(handler=bench_turn.run)
     retrieval = kinds.add_parser(
         "retrieval", help="memory retrieval latency on a large store (query embedding included) and memory growth"
     )
@@ -39,4 +46,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--after-insert", type=int, default=50, help="insert + retrieval pairs (the index rebuild after a write)"
     )
     retrieval.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
-    retrieval.set_defaults(handler=lambda a: __import__("evals.bench_retrieval", fromlist=["run"]).run(a))
+    retrieval.set_defaults(handler=bench_retrieval.run)
+    evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
+    kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
+    locomo_eval = kinds.add_parser(
+        "locomo", help="turn-level evidence recall@5/10/20 of memory retrieval on LoCoMo, with a BM25 baseline"
+    )
+    locomo_eval.add_argument("path", help="the LoCoMo file (locomo10.json layout); read, never copied")
+    locomo_eval.add_argument("--conversations", type=int, help="only the first N conversations (default: all)")
+    locomo_eval.add_argument("--data-dir", help="build the memory store here (default: a temporary directory)")
+    locomo_eval.add_argument(
+        "--context-lines", type=int, default=1, help="previous turns stored as each memory's context (0: none)"
+    )
+    locomo_eval.add_argument("--no-dates", action="store_true", help="leave the session date out of the memories")
+    locomo_eval.add_argument(
+        "--scene-weights", action="store_true", help="score with the scene's weights (as a turn does), not recall's"
+    )
+    locomo_eval.add_argument("--verbose", action="store_true", help="a line per conversation as it is ingested")
+    locomo_eval.set_defaults(handler=locomo.run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one evaluation command; bad input is one line on stderr and exit code 2."""
+    parser, sub = sub_parsers("personalab-evals", "PersonaLab's benchmarks and evaluations")
+    register(sub)
+    return run_command(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from graph.context import Context
-from graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
-from nodes.memory_build import build_memory
-from stores.config import database_url
-from stores.db import session_scope
-from stores.events import flush_event_writes
-from stores.history import get_chat_history
-from stores.saves import append_lines, create_background, create_role, create_save
+from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.rules.memory_builder import build_memory
+from personalab.stores.background import flush_event_writes
+from personalab.stores.config import database_url
+from personalab.stores.db import session_scope
+from personalab.stores.history import get_chat_history
+from personalab.stores.saves import append_lines, create_background, create_role, create_save
 
 SAMPLE_ROLE_ID = 1  # the role id the seed's example uses for 钦灵
 STATUS_MARK = {"completed": "✓", "in_progress": "▶", "pending": "·"}

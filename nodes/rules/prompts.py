@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from personalab.nodes.rules.errors import InvalidInput
+
 PURPOSE_REPLY = "reply"
 PURPOSE_QUERY_REWRITE = "query_rewrite"
 PURPOSE_CORE_MEMORY = "core_memory"
@@ -21,7 +23,7 @@ _MARKER_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
 def purpose_marker(purpose: str) -> str:
     """The first line of every system prompt of `purpose` (one of PURPOSES)."""
     if purpose not in PURPOSES:
-        raise ValueError(f"unknown LLM purpose {purpose!r} (expected one of {', '.join(PURPOSES)})")
+        raise InvalidInput(f"unknown LLM purpose {purpose!r} (expected one of {', '.join(PURPOSES)})")
     return f"〔PersonaLab任务：{purpose}〕"
 
 
@@ -72,7 +74,7 @@ FALLBACK_QUERY = "故事大纲第{index}点：{content}"
 def role_play_instruction(role_name: str) -> str:
     """The head's system instruction for the character `role_name`."""
     if not role_name or not role_name.strip():
-        raise ValueError("role_play_instruction: role_name is empty")
+        raise InvalidInput("role_play_instruction: role_name is empty")
     return ROLE_PLAY_SYSTEM.format(marker=purpose_marker(PURPOSE_REPLY), role_name=role_name.strip())
 
 

@@ -1,0 +1,66 @@
+"""The `personalab` command line.
+
+Each command module registers its sub-commands with `register(subparsers)`; a handler takes the parsed
+arguments and returns an exit code. Only PersonaLab's own errors (`PersonaLabError`: bad arguments, bad input,
+unknown ids) are one line on stderr with exit code 2; any other exception is a bug and shows its traceback.
+Benchmarks and evaluations are a separate command (`python -m personalab.evals`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from personalab.graph.cli import demo, memory, suggestions, turn, worldbook
+from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
+
+COMMAND_MODULES = (demo, turn, worldbook, suggestions, memory)
+
+
+class UsageError(InvalidInput):
+    """Bad words on the command line: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def sub_parsers(prog: str, description: str) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """A parser whose errors raise `UsageError`, and its required sub-commands."""
+    parser = _Parser(prog=prog, description=description)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    return parser, sub
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, sub = sub_parsers("personalab", "Memory engine for long-running role-play characters")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse `argv` and run its handler; PersonaLab's errors become one line on stderr and exit code 2."""
+    try:
+        args = parser.parse_args(argv)
+        return int(args.handler(args) or 0)
+    except PersonaLabError as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        prefix = "" if isinstance(exc, UsageError) else f"{parser.prog}: error: "
+        print(prefix + text, file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (`personalab turn --json | head`): nothing more to say, and nothing to flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""PersonaLab's one error family: what a user or a host app can cause, told apart from bugs.
+
+Everything PersonaLab raises on purpose derives from `PersonaLabError`; invalid input is also a `ValueError` and
+a missing thing also a `LookupError`, so callers that catch the built-in kinds keep working. The CLI and the
+HTTP layer catch `PersonaLabError` only: any other exception is a bug and is reported as one.
+"""
+
+from __future__ import annotations
+
+
+class PersonaLabError(Exception):
+    """Base of every error PersonaLab raises on purpose."""
+
+
+class InvalidInput(PersonaLabError, ValueError):
+    """Input that breaks a rule (a field, a file, a setting); the message names the bad item."""
+
+
+class ConfigError(InvalidInput):
+    """A bad `PERSONALAB_*` setting; the message names the variable and what it allows."""
+
+
+class NotFound(PersonaLabError, LookupError):
+    """A thing asked for by id that does not exist."""
+
+
+class InstanceNotFound(NotFound):
+    """No conversation instance (seed 002 会话实例; the seed's `save` table) with that id."""
+
+
+class InstanceBusy(PersonaLabError):
+    """Another turn of the same instance is running: never two replies to one parent line."""

@@ -1,0 +1,101 @@
+"""The reply format of seed 000 (台词格式): `【emotion】content<tts>(action)` segments, parsed and written back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from personalab.nodes.rules.memory_builder import format_own_line
+
+_EMOTION_RE = re.compile(r"【([^【】\n]*[^【】\s][^【】\n]*)】")  # a blank 【 】 is plain text
+
+
+def _split_tail(body: str, closers: str, openers: str) -> tuple[str, str | None]:
+    """`body` ending in a balanced `(...)`-like group → (before, inside); else (body, None)."""
+    if not body or body[-1] not in closers:
+        return body, None
+    depth = 0
+    for pos in range(len(body) - 1, -1, -1):
+        char = body[pos]
+        if char in "【】":
+            return body, None  # tts / action text never holds the emotion brackets
+        if char in closers:
+            depth += 1
+        elif char in openers:
+            depth -= 1
+            if depth == 0:
+                return body[:pos], body[pos + 1 : -1]
+    return body, None
+
+
+def _take_tail(body: str, closers: str, openers: str) -> tuple[str, str | None]:
+    """Like `_split_tail`, but an empty group at the end is dropped and the one before it looked at."""
+    while True:
+        before, inside = _split_tail(body, closers, openers)
+        if inside is None:
+            return body, None
+        body = before.rstrip()
+        if inside.strip():
+            return body, inside.strip()
+
+
+_EMPTY_TAIL_RE = re.compile(r"(?:[(（]\s*[)）]|<\s*>|\s)+$")
+
+
+def _segment(emotion: str | None, body: str) -> dict[str, str | None] | None:
+    body = body.strip()
+    if not body:
+        return None
+    content, action = _split_tail(_EMPTY_TAIL_RE.sub("", body), ")）", "(（")
+    content, tts = _take_tail(content.rstrip(), ">", "<")
+    content = content.strip()
+    if not content:
+        # a segment that is only `<...>` / `(...)` keeps it as its content: a line always has content
+        content, tts, action = body, None, None
+    return {
+        "original_emotion": emotion.strip() if emotion else None,
+        "content": content,
+        "tts_content": tts,
+        "action_content": (action.strip() or None) if action else None,
+    }
+
+
+def parse_reply(text: str) -> list[dict[str, str | None]]:
+    """A reply `【emotion】content<tts>(action)...` → one dict per segment (seed 000, inverse of format_own_line).
+
+    Each dict has original_emotion, content, tts_content, action_content (None when absent).
+    - a segment starts at each `【...】` (one line, not blank); text before the first one is a segment without
+      emotion, and text with no `【...】` at all is one segment;
+    - at the end of a segment, a balanced `(...)` (or full-width `（...）`) is the action, and before it a
+      balanced `<...>` is the tts text (neither may contain `【` or `】`); anything else stays in the content;
+    - normalisation: each field is stripped of surrounding whitespace (so whitespace/newlines between segments
+      vanish), a segment with no text at all (`【开心】` followed directly by another `【` or the end) is dropped,
+      empty `<>`/`()` groups at the end of a segment are dropped, a segment that would have empty content keeps
+      its whole text as content (a stored line always has content), and `format_own_line` writes the action with
+      ASCII parentheses. A blank `【 】` is plain text, not a segment start.
+    So `"".join(format_own_line(...) for each segment)` gives back the reply up to that normalisation, and parsing
+    that again gives the same segments (tests/test_progress_parse.py, random texts). Segments whose content
+    itself contains `【x】`, or ends with `<...>` / `(...)`, cannot be recovered from the text.
+    """
+    text = text or ""
+    segments: list[dict[str, str | None]] = []
+    matches = list(_EMOTION_RE.finditer(text))
+    head_end = matches[0].start() if matches else len(text)
+    first = _segment(None, text[:head_end])
+    if first:
+        segments.append(first)
+    for number, match in enumerate(matches):
+        end = matches[number + 1].start() if number + 1 < len(matches) else len(text)
+        segment = _segment(match.group(1), text[match.end() : end])
+        if segment:
+            segments.append(segment)
+    return segments
+
+
+def format_reply(segments: Sequence[Mapping[str, Any]]) -> str:
+    """The reply text of parsed segments (seed 000 format), the inverse of `parse_reply`."""
+    return "".join(
+        format_own_line(s.get("original_emotion"), s["content"], s.get("tts_content"), s.get("action_content"))
+        for s in segments
+    )

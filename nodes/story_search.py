@@ -1,0 +1,39 @@
+"""The director's story search (seed 002 需求1), shared by the director node and write_back's between-turns prefetch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from personalab.nodes.rules.director import (
+    CURRENT_EVENTS_LIMIT,
+    OTHER_EVENTS_LIMIT,
+    STALL_THRESHOLD,
+    fallback_query,
+    is_stalled,
+)
+from personalab.stores.events import StorySearch, prefetch_story
+
+
+def story_search(state: Mapping[str, Any], plot_state: Mapping[str, Any]) -> StorySearch:
+    """The director's story search for the instance at `plot_state`."""
+    character = state["character"]
+    return StorySearch(
+        query=fallback_query(plot_state),
+        character_id=character.get("role_id"),
+        background_id=character.get("background_id"),
+        instance_id=state["instance_id"],
+        current_k=CURRENT_EVENTS_LIMIT,
+        others_k=OTHER_EVENTS_LIMIT,
+    )
+
+
+def prefetch_next_turn(state: Mapping[str, Any], stall_turns: int = STALL_THRESHOLD) -> bool:
+    """At the end of a turn whose reply is stored: when the next turn will fall back (`is_stalled` for it
+    with this turn's plot state), queue its story search now, between turns — the query is the outline point,
+    not anything the user will type. Returns whether it was queued."""
+    plot, turn = state["plot_state"], state["turn"]
+    if not is_stalled(turn + 1, plot.get("last_progress_turn", 0), stall_turns):
+        return False
+    prefetch_story(story_search(state, plot), turn + 1)
+    return True
