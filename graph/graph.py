@@ -1,9 +1,9 @@
 """The turn graph (seed 002): one role-play turn of a conversation instance, end to end.
 
 history_fetch → memory_build → query_rewrite → rag_retrieve (+ director beside it, only when the story has
-stalled) → generate → progress_parse → write_back → review → [maintenance, every N turns]; a model failure goes from
-generate to abort_turn instead. Served by `langgraph.json` without a checkpointer (the server brings
-the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` for in-process use.
+stalled) → generate → progress_parse → write_back → review → [maintenance, every N turns] → end_turn; a model
+failure goes from generate to abort_turn → end_turn instead. Served by `langgraph.json` without a checkpointer
+(the server brings the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` in-process.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 from personalab.graph.routing import after_generate, after_review, retrieval_paths
 from personalab.nodes.context import Context
 from personalab.nodes.director import director
+from personalab.nodes.end_turn import end_turn
 from personalab.nodes.generate import generate
 from personalab.nodes.history_fetch import history_fetch
 from personalab.nodes.maintenance import maintenance
@@ -37,6 +38,7 @@ builder.add_node("progress_parse", progress_parse)
 builder.add_node("write_back", write_back)
 builder.add_node("review", review)
 builder.add_node("maintenance", maintenance)
+builder.add_node("end_turn", end_turn)
 
 builder.add_edge(START, "history_fetch")
 builder.add_edge("history_fetch", "memory_build")
@@ -46,11 +48,12 @@ builder.add_conditional_edges("query_rewrite", retrieval_paths, ["rag_retrieve",
 builder.add_edge("rag_retrieve", "generate")
 builder.add_edge("director", "generate")
 builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
-builder.add_edge("abort_turn", END)
+builder.add_edge("abort_turn", "end_turn")
 builder.add_edge("progress_parse", "write_back")
 builder.add_edge("write_back", "review")
-builder.add_conditional_edges("review", after_review, ["maintenance", END])
-builder.add_edge("maintenance", END)
+builder.add_conditional_edges("review", after_review, ["maintenance", "end_turn"])
+builder.add_edge("maintenance", "end_turn")
+builder.add_edge("end_turn", END)
 
 
 def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:

@@ -23,4 +23,4 @@ def after_generate(state: TurnState) -> str:
 
 def after_review(state: TurnState, runtime: Runtime[Context]) -> str:
     """Core memory is maintained every N turns (seed 002 定期维护机制)."""
-    return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "__end__"
+    return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "end_turn"

@@ -18,7 +18,7 @@ from personalab.nodes.rules.core_memory import (
     maintenance_messages,
 )
 from personalab.nodes.state import TurnState
-from personalab.stores.background import run_in_background, turn_ended
+from personalab.stores.background import run_in_background
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
 
@@ -27,11 +27,8 @@ log = logging.getLogger(__name__)
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Both periodic jobs: the long-term memory's layer flow (seed 001), then the core-memory rewrite."""
-    try:
-        layers = maintain_memory_layers(state, runtime)
-        update = rewrite_core_memory(state, runtime)
-    finally:
-        turn_ended(state["instance_id"])  # the turn's last node: the work it queued may start
+    layers = maintain_memory_layers(state, runtime)
+    update = rewrite_core_memory(state, runtime)
     update.setdefault("debug", {}).setdefault("maintenance", {})["memory_layers"] = layers
     return update
 

@@ -11,11 +11,10 @@ from typing import Any
 
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
-from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.review import EventBus, ReviewInput, get_review_pipeline
 from personalab.nodes.rules.review.effects import plan_review_effects, relationship_event, turn_memories
-from personalab.stores.background import run_in_background, turn_ended
+from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
 from personalab.stores.review import save_review_effects
@@ -33,12 +32,7 @@ def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]
 
 
 def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
-    ctx = context_of(runtime)
-    try:
-        return review_turn(state, ctx)
-    finally:
-        if not should_maintain(state["turn"], ctx.maintenance_every):
-            turn_ended(state["instance_id"])  # the turn's last node: the work it queued may start
+    return review_turn(state, context_of(runtime))
 
 
 def review_turn(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
