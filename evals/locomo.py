@@ -268,7 +268,7 @@ def run_eval(
         entries = store.add_memories(instance, items)
         ingest_s += time.perf_counter() - started
         memories += len(entries)
-        dia_ids = {entry.id: turn.dia_id for entry, turn in zip(entries, conversation.turns, strict=True)}
+        dia_ids: dict[Any, str] = {entry.id: turn.dia_id for entry, turn in zip(entries, conversation.turns, strict=True)}
         model = bm25_baseline(conversation)
         for question in conversation.questions:
             if question.category not in CATEGORIES:

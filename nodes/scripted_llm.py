@@ -97,8 +97,8 @@ def _scripted_reply(system: str, user_input: str, turn: int) -> str:
         )
     ]
     plot = _json_after(system, prompts.HEAD_PLOT_STATE)
-    outline = plot.get("story_outline") if isinstance(plot, dict) else None
-    current = plot.get("current_plot_index") if isinstance(plot, dict) else None
+    outline: Any = plot.get("story_outline") if isinstance(plot, dict) else None
+    current: Any = plot.get("current_plot_index") if isinstance(plot, dict) else None
     has_plot = isinstance(outline, list) and isinstance(current, int) and 1 <= current <= len(outline)
     point = outline[current - 1].get("content", "") if has_plot else ""
     recovering = prompts.DIRECTOR_CURRENT_TITLE in system

@@ -20,7 +20,7 @@ from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFou
 from personalab.stores.lru import LRU
 from personalab.stores.tables import Line, Save
 from sqlalchemy import bindparam, event, func, literal, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 
 class HistoryError(InvalidInput):
@@ -78,14 +78,14 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
     leaf = _leaf_of(session, save_id)
     if not leaf:
         return []
-    key = (str(session.get_bind().url), save_id)
+    key = (str(session.get_bind().engine.url), save_id)
     cached = _PATHS.get(key)
     path = _extended(session, save_id, leaf, cached) if cached is not None else None
     if path is None:
         rows = _walk(session, _ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
         path = _clean_ids(save_id, rows)
         if path is None:  # the slow check names the problem
-            checked = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
+            checked: list[tuple[Any, dict[str, Any] | None]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
             if rows and rows[0][1] is not None:
                 checked.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
             path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]  # type: ignore[arg-type]
@@ -133,7 +133,7 @@ def forget_paths() -> None:
 
 
 def _walk(session: Session, statement: Any, params: dict[str, Any]) -> list[Any]:
-    return session.connection().execute(statement, params).cursor.fetchall()  # root first
+    return list(session.connection().execute(statement, params).cursor.fetchall())  # root first
 
 
 def _clean_ids(save_id: int, rows: Sequence[Any]) -> list[int] | None:
@@ -192,19 +192,19 @@ def _path_query(save_id: int, leaf_line_id: int, *selected: Any) -> Any:
     """The recursive walk from the leaf to the root, joined to `selected` (the Line entity or its columns)."""
     # The depth bound makes a cycle end the recursion: a real path has at most as many steps as the
     # save has lines, so one step more proves a loop. Uncorrelated, the count is computed once.
-    lines_in_save = select(func.count()).select_from(Line).where(Line.save_id == save_id).scalar_subquery()
-    path = select(Line.id.label("line_id"), literal(0).label("depth")).where(Line.id == leaf_line_id)
-    path = path.cte("path", recursive=True)
+    lines_in_save = select(func.count()).select_from(Line).where(col(Line.save_id) == save_id).scalar_subquery()
+    start: Any = select(col(Line.id).label("line_id"), literal(0).label("depth")).where(col(Line.id) == leaf_line_id)
+    walk = start.cte("path", recursive=True)
     step = (
-        select(Line.parent_line_id, (path.c.depth + 1).label("depth"))
-        .join(path, Line.id == path.c.line_id)
-        .where(Line.parent_line_id.is_not(None), path.c.depth < lines_in_save)
+        select(col(Line.parent_line_id), (walk.c.depth + 1).label("depth"))
+        .join(walk, col(Line.id) == walk.c.line_id)
+        .where(col(Line.parent_line_id).is_not(None), walk.c.depth < lines_in_save)
     )
-    path = path.union_all(step)
+    path = walk.union_all(step)
     return (
         select(path.c.line_id, path.c.depth, *selected)
         .select_from(path)
-        .outerjoin(Line, Line.id == path.c.line_id)
+        .outerjoin(Line, col(Line.id) == path.c.line_id)
         .order_by(path.c.depth.desc())
     )
 
@@ -213,19 +213,20 @@ def _carried_walk(names: Sequence[str], max_steps: Any = None) -> Any:
     """The walk from the leaf to the root with `names` columns carried in the recursion: rows of
     (depth, parent_line_id, *names), root first. Bounded like `_path_query`, or by `max_steps` when given;
     parameters `save_id` and `leaf_line_id`."""
-    save_id, leaf_line_id = bindparam("save_id"), bindparam("leaf_line_id")
+    save_id: Any = bindparam("save_id")
+    leaf_line_id: Any = bindparam("leaf_line_id")
     if max_steps is None:
-        max_steps = select(func.count()).select_from(Line).where(Line.save_id == save_id).scalar_subquery()
+        max_steps = select(func.count()).select_from(Line).where(col(Line.save_id) == save_id).scalar_subquery()
     table = Line.__table__  # type: ignore[attr-defined]
     carried = [table.c[name] for name in names]
-    path = select(literal(0).label("depth"), table.c.parent_line_id, *carried).where(table.c.id == leaf_line_id)
-    path = path.cte("path", recursive=True)
+    start = select(literal(0).label("depth"), table.c.parent_line_id, *carried).where(table.c.id == leaf_line_id)
+    walk = start.cte("path", recursive=True)
     step = (
-        select((path.c.depth + 1).label("depth"), table.c.parent_line_id, *carried)
-        .join(path, table.c.id == path.c.parent_line_id)
-        .where(path.c.depth < max_steps)
+        select((walk.c.depth + 1).label("depth"), table.c.parent_line_id, *carried)
+        .join(walk, table.c.id == walk.c.parent_line_id)
+        .where(walk.c.depth < max_steps)
     )
-    path = path.union_all(step)
+    path = walk.union_all(step)
     return select(path).order_by(path.c.depth.desc())
 
 

@@ -43,6 +43,7 @@ def create_background(session: Session, name: str, world_setting: str, outline: 
     background = Background(name=name, world_setting=world_setting)
     session.add(background)
     session.flush()
+    assert background.id is not None  # given by the flush
     for position, text in enumerate(outline, start=1):
         session.add(OutlinePoint(background_id=background.id, position=position, content=str(text)))
     session.flush()

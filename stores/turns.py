@@ -24,7 +24,7 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
     try:
         with session_scope(url) as session:
             get_save(session, save_id)
-            session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.expires_at < now))  # type: ignore[call-overload]
+            session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.expires_at) < now))
             session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
     except IntegrityError as exc:
         raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
@@ -41,7 +41,7 @@ def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
 
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
-    session.exec(delete(TurnLock).where(TurnLock.save_id == save_id, TurnLock.token == token))  # type: ignore[call-overload]
+    session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
 
 
 def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:

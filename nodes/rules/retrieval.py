@@ -706,7 +706,7 @@ def retrieve(
     lap("paths")
 
     fused = fuse(paths, rrf_k=config.rrf_k, limit=config.pool)
-    memory_ids = [f.key[1] for f in fused if f.key[0] == "memory" and f.item is None]
+    memory_ids = [int(f.key[1]) for f in fused if f.key[0] == "memory" and f.item is None]
     entries = store.load(instance_id, memory_ids)
     mine = [i for i in memory_ids if i in entries and entries[i].character_id == character]
     vectors = store.embeddings(instance_id, character, mine, {i: entries[i].content for i in mine})
@@ -714,8 +714,9 @@ def retrieve(
     for item in fused:
         if item.item is not None:
             candidates.append(item.item)
-        elif item.key[0] == "memory" and item.key[1] in entries and entries[item.key[1]].character_id == character:
-            candidates.append(memory_candidate(entries[item.key[1]], vectors.get(item.key[1])))
+        elif item.key[0] == "memory" and (memory_id := int(item.key[1])) in entries:
+            if entries[memory_id].character_id == character:
+                candidates.append(memory_candidate(entries[memory_id], vectors.get(memory_id)))
     lap("load")
 
     kept, dropped = drop_said_recently(candidates, recent_own_lines, config.dedupe_threshold)
