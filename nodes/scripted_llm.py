@@ -42,7 +42,7 @@ _PLOT_LINES = (
 _TRAITS = ("谨慎", "重情义", "倔强", "敏锐", "温柔")
 
 
-_TURN_RE = re.compile(r"【当前轮次】第(\d+)轮")
+_TURN_RE = re.compile(re.escape(prompts.HEAD_TURN).replace(re.escape("{turn}"), r"(\d+)"))
 
 
 _CLAUSE_RE = re.compile(r"[，。！？、；：,.!?;:\s「」“”\"'（）()…~～]+")
@@ -130,9 +130,9 @@ def _scripted_reply(system: str, user_input: str, turn: int) -> str:
 
 
 def _scripted_rewrite(user_text: str) -> str:
-    latest = _section(user_text, "【用户最新输入】")
+    latest = _section(user_text, prompts.LATEST_INPUT)
     latest = latest.split("\n\n")[0].strip()
-    history = _section(user_text, "【最近对话】")
+    history = _section(user_text, prompts.RECENT_DIALOGUE)
     character = [line for line in history.splitlines() if line.startswith(prompts.SPEAKER_CHARACTER + "：")]
     query = _topic(latest, 24)
     if character:
@@ -161,14 +161,14 @@ def _scripted_review(user_text: str) -> str:
 
 def _scripted_core_memory(user_text: str) -> str:
     try:
-        core = parse_core_memory(_section(user_text, "【旧核心记忆】"))
+        core = parse_core_memory(_section(user_text, prompts.OLD_CORE_MEMORY))
     except ValueError:
         return "抱歉，旧核心记忆无法解析。"
     turn_match = _TURN_RE.search(user_text)
     turn = int(turn_match.group(1)) if turn_match else 0
     said = [
         line.split("：", 1)[1]
-        for line in _section(user_text, "【最近对话】").splitlines()
+        for line in _section(user_text, prompts.RECENT_DIALOGUE).splitlines()
         if line.startswith(prompts.SPEAKER_USER + "：")
     ]
     topic = _topic(said[-1]) if said else "近来的经历"

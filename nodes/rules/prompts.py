@@ -88,13 +88,24 @@ QUERY_REWRITE_SYSTEM = """{marker}
 - 只输出一行查询语句本身，不要解释，不要加引号或“查询：”之类的前缀。
 示例：用户输入“你还记得我们在据点的那次冲突吗？” → 据点冲突事件，涉及主角与某人的对抗"""
 
-QUERY_REWRITE_USER = """【最近对话】
+# section labels of the maintenance and rewrite requests; the scripted model finds the sections by them
+RECENT_DIALOGUE = "【最近对话】"
+LATEST_INPUT = "【用户最新输入】"
+OLD_CORE_MEMORY = "【旧核心记忆】"
+STATE_EVENTS = "【状态变化事件】"
+
+QUERY_REWRITE_USER = (
+    RECENT_DIALOGUE
+    + """
 {history}
 
-【用户最新输入】
+"""
+    + LATEST_INPUT
+    + """
 {user_input}
 
 请输出改写后的独立检索查询（一行）："""
+)
 
 QUERY_REWRITE_NO_HISTORY = "（无）"
 SPEAKER_USER = "用户"
@@ -119,20 +130,29 @@ CORE_MEMORY_SYSTEM = """{marker}
 - "recent_changes": 最近的人格变化，最多{max_changes}条，每条 {{"turn": 轮次（整数）, "change": 变化说明}}，新的在后
 人格复杂度必须控制在上述上限内（二元对立最多{max_binary}组、三元张力最多{max_ternary}组），整个 JSON 不超过{max_chars}个字符。"""
 
-CORE_MEMORY_USER = """【旧核心记忆】
+CORE_MEMORY_USER = (
+    OLD_CORE_MEMORY
+    + """
 ```json
 {old_core}
 ```
 
-【最近对话】（最近{turn_count}轮）
+"""
+    + RECENT_DIALOGUE
+    + """（最近{turn_count}轮）
 {dialogue}
 
-【状态变化事件】
+"""
+    + STATE_EVENTS
+    + """
 {events}
 
-【当前轮次】第{turn}轮
+"""
+    + HEAD_TURN
+    + """
 
 请输出新的完整核心记忆 JSON："""
+)
 
 CORE_MEMORY_NO_EVENTS = "（无）"
 CORE_MEMORY_NO_DIALOGUE = "（无）"
