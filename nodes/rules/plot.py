@@ -31,12 +31,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.types import IgnoredMarker, PlotPoint, PlotState, PlotStatus, ProgressMarker
 
-STATUSES = ("completed", "in_progress", "pending")
-_STATUS_WORDS = {
+STATUSES: tuple[PlotStatus, ...] = ("completed", "in_progress", "pending")
+_STATUS_WORDS: dict[str, PlotStatus] = {
     "completed": "completed",
     "complete": "completed",
     "done": "completed",
@@ -54,12 +55,12 @@ MARKER_RE = re.compile(r"[ \t]*[\[［【]\s*PROGRESS\b([^\]］】\n]{0,40})[\]�
 _MARKER_BODY_RE = re.compile(r"^\s*[:：]\s*(\d+)\s*[:：]\s*(.*?)\s*$")
 
 
-def _status(word: str) -> str | None:
+def _status(word: str) -> PlotStatus | None:
     key = re.sub(r"[\s\-]+", "_", word.strip().lower())
     return _STATUS_WORDS.get(key) or _STATUS_WORDS.get(key.replace("_", ""))
 
 
-def extract_progress(text: str, outline_size: int) -> tuple[str, list[dict[str, int | str]], list[dict[str, str]]]:
+def extract_progress(text: str, outline_size: int) -> tuple[str, list[ProgressMarker], list[IgnoredMarker]]:
     """Scan a reply for progress markers (seed 002 后端处理 1–3).
 
     Returns `(clean_text, markers, ignored)`: the text without any marker, the usable markers in order as
@@ -67,8 +68,8 @@ def extract_progress(text: str, outline_size: int) -> tuple[str, list[dict[str, 
     """
     if outline_size < 0:
         raise InvalidInput(f"extract_progress: outline_size must be >= 0, got {outline_size}")
-    markers: list[dict[str, int | str]] = []
-    ignored: list[dict[str, str]] = []
+    markers: list[ProgressMarker] = []
+    ignored: list[IgnoredMarker] = []
 
     def take(match: re.Match[str]) -> str:
         raw = match.group(0).strip()
@@ -90,11 +91,11 @@ def extract_progress(text: str, outline_size: int) -> tuple[str, list[dict[str, 
     return clean.strip(), markers, ignored
 
 
-def new_plot_state(outline_texts: Sequence[str]) -> dict[str, Any]:
+def new_plot_state(outline_texts: Sequence[str]) -> PlotState:
     """The plot state of a new instance (seed 002 会话实例 创建: 从第1点开始): point 1 in progress, the rest pending."""
     if isinstance(outline_texts, str) or not outline_texts:
         raise InvalidInput("new_plot_state: the outline must be a non-empty list of point texts")
-    outline = []
+    outline: list[PlotPoint] = []
     for position, content in enumerate(outline_texts, start=1):
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput(f"new_plot_state: outline point {position} is empty")
@@ -103,7 +104,7 @@ def new_plot_state(outline_texts: Sequence[str]) -> dict[str, Any]:
     return {"story_outline": outline, "current_plot_index": 1, "last_progress_turn": 0}
 
 
-def check_plot_state(plot_state: Mapping[str, Any]) -> list[dict[str, Any]]:
+def check_plot_state(plot_state: Mapping[str, Any]) -> list[PlotPoint]:
     """The outline of a well-formed plot state; ValueError naming the bad part otherwise."""
     outline = plot_state.get("story_outline") if isinstance(plot_state, Mapping) else None
     if not isinstance(outline, list) or not outline:
@@ -119,14 +120,14 @@ def check_plot_state(plot_state: Mapping[str, Any]) -> list[dict[str, Any]]:
     return outline
 
 
-def apply_progress(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int) -> dict[str, Any]:
+def apply_progress(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int) -> PlotState:
     """The plot state after the markers of the reply of `turn` (seed 002 后端处理 2–3); the input is not changed.
 
     No markers: the state is returned unchanged (保持上次状态不变). The current-point rule is in the module doc.
     A marker outside the outline or with an unknown status raises ValueError (extract_progress filters them).
     """
     check_plot_state(plot_state)
-    state = copy.deepcopy(dict(plot_state))
+    state = cast(PlotState, copy.deepcopy(dict(plot_state)))  # check_plot_state has checked its shape
     if not markers:
         return state
     outline = state["story_outline"]

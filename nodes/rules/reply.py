@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.memory_builder import format_own_line
+from personalab.nodes.rules.types import ReplySegment
 
 _EMOTION_RE = re.compile(r"【([^【】\n]*[^【】\s][^【】\n]*)】")  # a blank 【 】 is plain text
 
@@ -43,7 +44,7 @@ def _take_tail(body: str, closers: str, openers: str) -> tuple[str, str | None]:
 _EMPTY_TAIL_RE = re.compile(r"(?:[(（]\s*[)）]|<\s*>|\s)+$")
 
 
-def _segment(emotion: str | None, body: str) -> dict[str, str | None] | None:
+def _segment(emotion: str | None, body: str) -> ReplySegment | None:
     body = body.strip()
     if not body:
         return None
@@ -61,10 +62,11 @@ def _segment(emotion: str | None, body: str) -> dict[str, str | None] | None:
     }
 
 
-def parse_reply(text: str) -> list[dict[str, str | None]]:
-    """A reply `【emotion】content<tts>(action)...` → one dict per segment (seed 000, inverse of format_own_line).
+def parse_reply(text: str) -> list[ReplySegment]:
+    """A reply `【emotion】content<tts>(action)...` → one `ReplySegment` per segment (seed 000, inverse of
+    format_own_line).
 
-    Each dict has original_emotion, content, tts_content, action_content (None when absent).
+    Each segment has original_emotion, content, tts_content, action_content (None when absent).
     - a segment starts at each `【...】` (one line, not blank); text before the first one is a segment without
       emotion, and text with no `【...】` at all is one segment;
     - at the end of a segment, a balanced `(...)` (or full-width `（...）`) is the action, and before it a
@@ -79,7 +81,7 @@ def parse_reply(text: str) -> list[dict[str, str | None]]:
     itself contains `【x】`, or ends with `<...>` / `(...)`, cannot be recovered from the text.
     """
     text = text or ""
-    segments: list[dict[str, str | None]] = []
+    segments: list[ReplySegment] = []
     matches = list(_EMOTION_RE.finditer(text))
     head_end = matches[0].start() if matches else len(text)
     first = _segment(None, text[:head_end])

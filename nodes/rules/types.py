@@ -1,0 +1,174 @@
+"""The domain types of a turn: the fixed-shape parts of the turn graph's state (seeds 000, 002, 003), defined
+once for the rules that build them, the nodes that pass them on and the served graph's JSON schemas (the input
+form of LangGraph Studio).
+
+They are `typing_extensions.TypedDict`s — pydantic cannot build a JSON schema from a `typing.TypedDict` on
+Python 3.11 — and each field's docstring is its description in the schema (`use_attribute_docstrings`).
+At run time they are plain dicts: nothing here validates, so a turn does not pay for a check per part.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Required
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
+# each field's docstring becomes its `description` in the JSON schema
+DESCRIBED = ConfigDict(use_attribute_docstrings=True)
+
+# the values the rules check against (tests/test_turn_graph.py keeps these in step with them)
+Attribute = Literal["user", "assistant", "system"]
+"""Who speaks a line (seed 000 `Line.attribute`); `stores.saves.ATTRIBUTES`."""
+ChoiceLevel = Literal["normal", "important", "turning_point", "ending"]
+"""How much a selected choice weighs (seed 003 选择等级); `nodes.rules.review.CHOICE_LEVELS`."""
+Gap = Literal["none", "minutes", "hours", "days", "long_absence"]
+"""The real-time gap since the previous turn (seed 003 real_time_context.gap); `nodes.rules.review.GAPS`."""
+PlotStatus = Literal["completed", "in_progress", "pending"]
+"""The status of an outline point (seed 002 需求1); `nodes.rules.plot.STATUSES`."""
+
+
+@with_config(DESCRIBED)
+class HostLine(TypedDict, total=False):
+    """A line the host app puts into the dialogue tree before the user's (narration, other characters):
+    the fields of seed 000's `Line` a host may set."""
+
+    attribute: Required[Attribute]
+    """Who speaks: "assistant" (a character or the narration), "user" or "system"."""
+    content: Required[str]
+    """What is said; not empty."""
+    display_name: str | None
+    """The name shown for the speaker (e.g. "旁白", "守卫")."""
+    role_id: int | None
+    """The speaking role's id, when it is a stored role."""
+    script_role_id: str | None
+    """The host's own id of the speaker, when it is not a stored role."""
+    original_emotion: str | None
+    """The emotion written in the line (seed 000 `【emotion】`)."""
+    predicted_emotion: str | None
+    """An emotion the host predicted for the line."""
+    tts_content: str | None
+    """The text to speak, when it differs from the content (seed 000 `<tts>`)."""
+    action_content: str | None
+    """The action that goes with the line (seed 000 `(action)`)."""
+    audio_file: str | None
+    """An audio file of the line."""
+
+
+@with_config(DESCRIBED)
+class SelectedChoice(TypedDict, total=False):
+    """The choice the user picked this turn, if the host offered choices (seed 003 selected_choice)."""
+
+    level: Required[ChoiceLevel]
+    """How much the choice weighs: normal, important, turning_point or ending."""
+    text: str
+    """What the user chose (`label`, `title`, `content` or `option` are read too when there is no `text`)."""
+
+
+@with_config(DESCRIBED)
+class Character(TypedDict):
+    """The instance's character and world, read from the database at the start of every turn (seed 002 会话实例)."""
+
+    role_id: int | None
+    """The role's id."""
+    name: str
+    """The character's name."""
+    persona: str
+    """The role's initial persona text."""
+    background_id: int | None
+    """The background's id."""
+    world_setting: str
+    """The background's world setting."""
+
+
+@with_config(DESCRIBED)
+class ReplySegment(TypedDict):
+    """One segment `【emotion】content<tts>(action)` of the character's reply (seed 000 台词格式), stored as one line."""
+
+    original_emotion: str | None
+    """The emotion of `【emotion】`, None without one."""
+    content: str
+    """What the character says; never empty."""
+    tts_content: str | None
+    """The text of `<tts>`, None without one."""
+    action_content: str | None
+    """The action of `(action)`, None without one."""
+
+
+@with_config(DESCRIBED)
+class PlotPoint(TypedDict):
+    """One point of the story outline (seed 002 需求1)."""
+
+    index: int
+    """Its place in the outline, from 1."""
+    content: str
+    """What happens at this point."""
+    status: PlotStatus
+    """completed, in_progress or pending."""
+
+
+@with_config(DESCRIBED)
+class PlotState(TypedDict):
+    """The plot state (seed 002 静态约束 JSON): the whole outline and where the story is."""
+
+    story_outline: list[PlotPoint]
+    """Every outline point, in order (全量存储)."""
+    current_plot_index: int
+    """The index of the outline point the story is at."""
+    last_progress_turn: int
+    """The last turn whose reply carried a usable `[PROGRESS:i:status]` marker (0: none yet); the director's
+    fallback counts the turns since."""
+
+
+@with_config(DESCRIBED)
+class ProgressMarker(TypedDict):
+    """A usable `[PROGRESS:index:status]` marker of a reply (seed 002 后端处理)."""
+
+    index: int
+    """The outline point it names."""
+    status: PlotStatus
+    """The status it gives that point."""
+
+
+@with_config(DESCRIBED)
+class IgnoredMarker(TypedDict):
+    """A marker-shaped piece of a reply that changed nothing, and why."""
+
+    raw: str
+    """The piece as written."""
+    reason: str
+    """Why it was not used."""
+
+
+@with_config(DESCRIBED)
+class Relationship(TypedDict):
+    """The character's relationship with the user (seed 003 关系变化判断); a new instance starts at 0, 0, 0."""
+
+    trust: int
+    """Trust, -100..100."""
+    affection: int
+    """Affection, -100..100."""
+    familiarity: int
+    """Familiarity, 0..100."""
+
+
+@with_config(DESCRIBED)
+class MemoryBlock(TypedDict):
+    """A titled block of the prompt's retrieved region (seed 001 智能注入: world knowledge, memories)."""
+
+    title: str
+    """The block's header."""
+    items: list[str]
+    """Its lines, in order."""
+
+
+@with_config(DESCRIBED)
+class DirectorEvents(TypedDict):
+    """The director's two layers of story events (seed 002 需求1 兜底机制), best first."""
+
+    query: str
+    """The search query: the current outline point."""
+    current: list[dict[str, Any]]
+    """Events of this instance (`text`, `score` and the event's metadata)."""
+    others: list[dict[str, Any]]
+    """Events of other instances of the same character and background, for reference."""
