@@ -8,6 +8,8 @@ failure goes from generate to abort_turn → end_turn instead. Served by `langgr
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -26,6 +28,7 @@ from personalab.nodes.review import review
 from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 
+# the served graph's input / output / context JSON schemas (Studio's form) come from these three types
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
 builder.add_node("history_fetch", history_fetch)
 builder.add_node("memory_build", memory_build)
@@ -56,7 +59,10 @@ builder.add_edge("maintenance", "end_turn")
 builder.add_edge("end_turn", END)
 
 
-def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+TurnGraph: TypeAlias = CompiledStateGraph[TurnState, Context, TurnInput, TurnOutput]
+
+
+def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> TurnGraph:
     compiled = builder.compile(checkpointer=checkpointer)
     compiled.name = "PersonaLab turn"
     return compiled

@@ -8,14 +8,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langgraph.graph.state import CompiledStateGraph
-from personalab.graph.graph import compile_turn_graph
+from langchain_core.runnables import RunnableConfig
+from personalab.graph.graph import TurnGraph, compile_turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.core_memory import CoreMemoryHistory
+from personalab.nodes.state import TurnInput
 from personalab.stores.background import turn_running
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
@@ -50,7 +51,7 @@ def _freeze_long_lived_objects() -> None:
         gc.freeze()
 
 
-def turn_config(instance_id: int) -> dict[str, Any]:
+def turn_config(instance_id: int) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id_for(instance_id)}}
 
 
@@ -72,7 +73,7 @@ class ReplyTokens(BaseCallbackHandler):
 
 
 @contextmanager
-def turn_graph(context: Context | None = None) -> Iterator[tuple[CompiledStateGraph, Context]]:
+def turn_graph(context: Context | None = None) -> Iterator[tuple[TurnGraph, Context]]:
     """The turn graph compiled with the configured checkpointer, and the context to run it with."""
     ctx = context or Context()
     with open_checkpointer(ctx.database_url) as saver:
@@ -80,7 +81,7 @@ def turn_graph(context: Context | None = None) -> Iterator[tuple[CompiledStateGr
 
 
 def run_turn(
-    graph: CompiledStateGraph,
+    graph: TurnGraph,
     ctx: Context,
     instance_id: int,
     message: str,
@@ -91,10 +92,12 @@ def run_turn(
     """One turn; `on_token` receives the reply's tokens as the model streams them. Returns the final state
     with `debug.timings_ms` (per node) and `debug.total_ms`. Bad input (unknown instance, empty message, …)
     raises from the first node, before anything is written."""
-    payload = {"instance_id": instance_id, "message": message, **{k: v for k, v in extra.items() if v is not None}}
+    # the extras are TurnInput's other fields (user_name, lines_before, …), None meaning "not given"
+    given = {key: value for key, value in extra.items() if value is not None}
+    payload = cast(TurnInput, {"instance_id": instance_id, "message": message, **given})
     timings: dict[str, float] = {}
     started = last = time.perf_counter()
-    config: dict[str, Any] = turn_config(instance_id)
+    config = turn_config(instance_id)
     if on_token:
         # a callback, not the "messages" stream mode: that mode makes every node run in a worker thread so the
         # stream can be read while it runs, which costs the turn a thread hand-off per node
@@ -117,7 +120,7 @@ def run_turn(
     return state
 
 
-def rollback_core_memory(graph: CompiledStateGraph, instance_id: int, to_version: int | None = None) -> dict[str, Any]:
+def rollback_core_memory(graph: TurnGraph, instance_id: int, to_version: int | None = None) -> dict[str, Any]:
     """Make an earlier core-memory version current again (seed 002 需求2: a bad rewrite can be undone).
     The rollback is itself a new version, so it can be undone too. Returns the new current version."""
     config = turn_config(instance_id)

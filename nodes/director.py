@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from personalab.nodes.context import context_of
+from langgraph.runtime import Runtime
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
 from personalab.stores.background import search_with_cap
 from personalab.stores.events import take_prefetched_story
 
 
-def director(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 兜底机制): the current outline point is the query; 15 events of this instance and 5
     of other instances of the same character + background, as two separately labelled layers. The search done
     between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query."""

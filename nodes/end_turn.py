@@ -7,14 +7,12 @@ from here on it may start.
 
 from __future__ import annotations
 
-from typing import Any
-
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context
-from personalab.nodes.state import TurnState
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import turn_ended
 
 
-def end_turn(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     turn_ended(state["instance_id"])
     return {}

@@ -15,7 +15,7 @@ from personalab.nodes.llm import get_chat_model, model_label
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
-from personalab.nodes.state import TurnState
+from personalab.nodes.state import TurnState, TurnUpdate
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
     )
 
 
-def generate(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     prompt = build_prompt(state, ctx)
     model = get_chat_model("reply")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
@@ -20,7 +20,8 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
-from personalab.nodes.state import TurnState
+from personalab.nodes.rules.types import Character, Gap
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.db import session_scope
 from personalab.stores.embeddings import warm_up_embeddings
 from personalab.stores.history import get_lines, get_path_ids
@@ -91,7 +92,7 @@ def read_recall_window(
         head, tail = head * 4, tail * 4
 
 
-def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
@@ -101,7 +102,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
     if state.get("user_name"):
-        lines[-1]["display_name"] = state["user_name"]  # type: ignore[typeddict-item]
+        lines[-1]["display_name"] = state["user_name"]
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
         with session_scope(ctx.database_url) as session:
@@ -120,14 +121,14 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         release_turn_lock(instance_id, token, ctx.database_url)
         raise
 
-    character = {
+    character: Character = {
         "role_id": save.role_id,
         "name": name,
         "persona": role.persona if role else "",
         "background_id": save.background_id,
         "world_setting": background.world_setting if background else "",
     }
-    update: dict[str, Any] = {
+    update: TurnUpdate = {
         "turn": state.get("turn", 0) + 1,
         "lock_token": token,
         "character": character,
@@ -141,7 +142,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]
         "reply": "",
         "reply_lines": [],
         "error": None,
-        "gap": given_gap or gap_from_seconds(seconds_since(previous)),
+        # one of seed 003's gaps: check_gap returns only those, gap_from_seconds only its thresholds' gaps
+        "gap": cast(Gap, given_gap or gap_from_seconds(seconds_since(previous))),
         "review": None,
         "debug": {
             "reset": True,

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from personalab.nodes.rules.memory_builder import (
-    build_memory,
-)
+from langgraph.runtime import Runtime
+from personalab.nodes.context import Context
+from personalab.nodes.rules.memory_builder import build_memory
+from personalab.nodes.state import TurnState, TurnUpdate
 
 
-def memory_build(state: Mapping[str, Any], runtime: Any = None) -> dict[str, Any]:
+def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node: the instance's history → the messages its character sees (recall memory, seed 002)."""
     character = state["character"]
     return {

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
-from personalab.nodes.rules.plot import (
-    apply_progress,
-    extract_progress,
-    progress_events,
-)
+from langgraph.runtime import Runtime
+from personalab.nodes.context import Context
+from personalab.nodes.rules.plot import apply_progress, extract_progress, progress_events
 from personalab.nodes.rules.reply import format_reply, parse_reply
+from personalab.nodes.state import TurnState, TurnUpdate
 
 
-def progress_parse(state: Mapping[str, Any], runtime: Any = None) -> dict[str, Any]:
+def progress_parse(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node: markers of the model's reply → plot state; the reply without markers → the lines to store.
 
     Only the model's reply is scanned: a marker typed by the user or in a host line is never honoured."""
@@ -26,7 +23,7 @@ def progress_parse(state: Mapping[str, Any], runtime: Any = None) -> dict[str, A
             "instance %s turn %s: ignored %s (%s)", state.get("instance_id"), turn, item["raw"], item["reason"]
         )
     segments = parse_reply(clean)
-    update: dict[str, Any] = {
+    update: TurnUpdate = {
         "reply": format_reply(segments),
         "reply_lines": segments,
         "debug": {"progress": {"markers": markers, "ignored": ignored}},

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
-from personalab.nodes.context import context_of
+from langgraph.runtime import Runtime
+from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
 from personalab.nodes.rules.prompt_assembly import split_latest_user
-from personalab.nodes.rules.rewrite import (
-    HISTORY_MAX,
-    HISTORY_MIN,
-    needs_rewrite,
-    parse_rewrite,
-    rewrite_messages,
-)
+from personalab.nodes.rules.rewrite import HISTORY_MAX, HISTORY_MIN, needs_rewrite, parse_rewrite, rewrite_messages
+from personalab.nodes.state import TurnState, TurnUpdate
 
 
-def query_rewrite(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 需求3): the model rewrites the input + the last messages into one standalone query.
     A model failure falls back to the raw input: retrieval quality drops, the turn goes on."""
     ctx = context_of(runtime)

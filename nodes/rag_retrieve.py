@@ -24,8 +24,9 @@ from personalab.nodes.rules.injection import SECTION_HEADERS, InjectionItem, Inj
 from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.knowledge import select_knowledge
 from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
+from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
-from personalab.nodes.state import TurnState
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background, search_with_cap
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
@@ -43,9 +44,9 @@ def recent_context(history: Sequence[Mapping[str, Any]], role_id: int | None) ->
     return text, own
 
 
-def injection_blocks(plan: InjectionPlan) -> list[dict[str, Any]]:
+def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
     """The plan's system-position sections as titled blocks of the prompt's retrieved region, in the seed's order."""
-    blocks = []
+    blocks: list[MemoryBlock] = []
     for section, header in SECTION_HEADERS.items():
         lines = [line for line in plan.sections.get(section, "").splitlines() if line.strip() and line != header]
         if lines:
@@ -119,7 +120,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     }
 
 
-def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
     if not found:

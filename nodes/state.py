@@ -1,15 +1,36 @@
-"""State of a conversation instance's turn graph, checkpointed per instance (thread = uuid5 of the save id).
+"""State of a conversation instance's turn graph (seed 002), checkpointed per instance (thread = uuid5 of the
+save id), in one place: what a host sends (`TurnInput`), what it gets back (`TurnOutput`), and the state
+(`TurnState`) = both + the fields only the nodes use. Each field is declared once.
 
-Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`, and the
-last turn's `debug`. Everything else is rebuilt each turn (`history_fetch` resets it) or lives in the
-database; the dialogue path and the built messages are not checkpointed at all.
+Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`,
+`worldbook_fired`, `state_events` and the last turn's `debug`. Everything else is rebuilt each turn
+(`history_fetch` resets it) or lives in the database; the dialogue path and the built messages are not
+checkpointed at all.
+
+`typing_extensions.TypedDict` (pydantic cannot build JSON schemas from `typing.TypedDict` on Python 3.11), and
+each input and output field's docstring is its description in the served graph's JSON schemas, which
+LangGraph Studio shows as the input form. Plain dicts at run time: a turn never validates its state.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypeAlias
 
 from langgraph.channels import UntrackedValue
+from personalab.nodes.rules.types import (
+    DESCRIBED,
+    Character,
+    DirectorEvents,
+    Gap,
+    HostLine,
+    MemoryBlock,
+    PlotState,
+    Relationship,
+    ReplySegment,
+    SelectedChoice,
+)
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
 
 
 def merge_debug(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
@@ -27,69 +48,101 @@ def merge_debug(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[
     return merged
 
 
+# `instance_id` and `message` are required by the graph (history_fetch refuses a turn without them) but not
+# `Required[...]` in the type: every node returns a partial state (`TurnUpdate`), so the state stays total=False;
+# the schema says it instead, so Studio's form marks them
+@with_config(ConfigDict(use_attribute_docstrings=True, json_schema_extra={"required": ["instance_id", "message"]}))
 class TurnInput(TypedDict, total=False):
-    """What a host app sends for one turn."""
+    """What a host app sends for one turn (seed 002 对话功能)."""
 
     instance_id: int
+    """The conversation instance (a play-through of one character and background) the turn belongs to."""
     message: str
+    """What the user says this turn; not empty, at most `max_message_chars` characters."""
     user_name: str | None
-    # lines the host wants in the tree before the user's (narration, other characters), with identities
-    lines_before: list[dict[str, Any]]
-    selected_choice: dict[str, Any] | None
-    time_gap: str | None
+    """The user's name as the character knows it (default 用户)."""
+    lines_before: list[HostLine]
+    """Lines the host puts into the dialogue tree before the user's (narration, other characters), in order."""
+    selected_choice: SelectedChoice | None
+    """The choice the user picked, when the host offered choices; its level weighs the review (seed 003)."""
+    time_gap: Gap | None
+    """The real-time gap since the previous turn, when the host knows it; otherwise it is computed from the
+    previous turn's time (seed 003)."""
 
 
-class TurnState(TurnInput, total=False):
-    # kept across turns
-    turn: int
-    plot_state: dict[str, Any]
-    core_memory: dict[str, Any]
-    core_memory_versions: list[dict[str, Any]]
-    relationship: dict[str, Any]
-    # world-book entry id → the turn it last fired (temporal triggers, seed 004)
-    worldbook_fired: dict[str, int]
-    # state changes since the last core-memory maintenance (seed 002: 状态变化事件)
-    state_events: list[str]
-    # this turn
-    lock_token: str | None
-    character: dict[str, Any]
-    # rebuilt from the database every turn, so never checkpointed: a long play-through's path would
-    # otherwise be copied into every checkpoint of every turn
-    history: Annotated[list[dict[str, Any]], UntrackedValue(list)]
-    messages: Annotated[list[dict[str, str]], UntrackedValue(list)]
-    user_line_id: int | None
-    query: str
-    retrieved: list[dict[str, Any]]
-    # the retrieved region's blocks (world knowledge, memories) and world-book text for other positions
-    memory_blocks: list[dict[str, Any]]
-    injected: dict[str, str]
-    director_events: dict[str, list[dict[str, Any]]] | None
-    reply_raw: str
-    reply: str
-    reply_lines: list[dict[str, Any]]
-    model: str
-    error: str | None
-    # seed 003: the real-time gap since the previous turn (given by the host or computed) and the review
-    gap: str
-    review: dict[str, Any] | None
-    debug: Annotated[dict[str, Any], merge_debug]
-
-
+@with_config(DESCRIBED)
 class TurnOutput(TypedDict, total=False):
+    """What a host app gets back from a turn."""
+
     reply: str
-    reply_lines: list[dict[str, Any]]
-    plot_state: dict[str, Any]
+    """The character's reply as shown to the user: `【emotion】content<tts>(action)` segments (seed 000 台词格式),
+    without the director's `[PROGRESS:i:status]` markers."""
+    reply_lines: list[ReplySegment]
+    """The reply's segments, each stored as a line under the user's line."""
+    plot_state: PlotState
+    """The plot state after this turn's progress markers (seed 002 需求1); kept across turns."""
     core_memory: dict[str, Any]
-    relationship: dict[str, Any]
+    """The character's core memory (seed 002 需求2): name, identity, traits, binary_oppositions,
+    ternary_tensions, values, goals, speech_style, recent_changes; rewritten every `maintenance_every` turns,
+    kept across turns."""
+    relationship: Relationship
+    """The character's relationship with the user after this turn's review (seed 003); kept across turns."""
     retrieved: list[dict[str, Any]]
-    # the retrieved region's blocks (world knowledge, memories) and world-book text for other positions
-    memory_blocks: list[dict[str, Any]]
+    """The long-term memories retrieved this turn, best first: kind, id, content, score, layer, the memory's
+    own fields, and the score's breakdown (seeds 001, 002 需求3)."""
+    memory_blocks: list[MemoryBlock]
+    """The retrieved region's blocks as put into the prompt: world knowledge, then memories (seed 001 智能注入)."""
     injected: dict[str, str]
-    director_events: dict[str, list[dict[str, Any]]] | None
+    """World-book text put into the prompt at other positions than the retrieved region, by position (seed 004)."""
+    director_events: DirectorEvents | None
+    """The director's story events, when the story had stalled and the fallback ran this turn (seed 002
+    兜底机制); None otherwise."""
     turn: int
+    """How many turns this instance has played; a failed turn does not count."""
     model: str
+    """The model that wrote the reply (the offline scripted model says so)."""
     error: str | None
-    # seed 003: the real-time gap since the previous turn (given by the host or computed) and the review
-    gap: str
+    """Why the turn failed (the model failed or replied nothing): the user's line is kept and no reply is
+    stored. None when the turn succeeded."""
+    gap: Gap
+    """The real-time gap since the previous turn: the host's `time_gap`, or computed (seed 003)."""
     review: dict[str, Any] | None
-    debug: dict[str, Any]
+    """The post-turn review (seed 003 ReviewOutput): skipped, should_write_memory, memory_value,
+    relationship_delta, suggest_plot_node, suggest_worldbook_update, quality, reasons, …; None when it did
+    not run or failed."""
+    debug: Annotated[dict[str, Any], merge_debug]
+    """What each node did this turn, for inspection (history read, retrieval scores and skips, prompt regions,
+    review reasons, …); `run_turn` adds per-node timings. Each turn starts a new one."""
+
+
+@with_config(DESCRIBED)
+class TurnState(TurnInput, TurnOutput, total=False):
+    """The turn graph's state: the input, the output, and what only the nodes use."""
+
+    core_memory_versions: list[dict[str, Any]]
+    """Core-memory versions, newest last: `{"version", "turn", "reason", "core"}` (`CoreMemoryHistory`)."""
+    worldbook_fired: dict[str, int]
+    """World-book entry id → the turn it last fired (temporal triggers, seed 004)."""
+    state_events: list[str]
+    """State changes since the last core-memory maintenance (seed 002: 状态变化事件)."""
+    lock_token: str | None
+    """This turn's hold on the instance's turn lock; None once it is released."""
+    character: Character
+    """The instance's character and world."""
+    history: Annotated[list[dict[str, Any]], UntrackedValue(list)]
+    """The lines of the dialogue path this turn reads (the preamble and the recall window). Rebuilt from the
+    database every turn, so never checkpointed: a long play-through's path would otherwise be copied into
+    every checkpoint of every turn."""
+    messages: Annotated[list[dict[str, str]], UntrackedValue(list)]
+    """The chat messages the character sees (seed 000 memory builder); rebuilt every turn, never checkpointed."""
+    user_line_id: int | None
+    """The id of this turn's user line."""
+    query: str
+    """The retrieval query: the input rewritten with the recent dialogue (seed 002 需求3)."""
+    reply_raw: str
+    """The model's reply as written, markers included."""
+
+
+TurnUpdate: TypeAlias = TurnState
+"""What a node returns: some of the state's fields. TurnState is total=False, so any subset type-checks and a
+misspelt key does not. `debug` is merged into the turn's (`merge_debug`); every other field is replaced."""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from personalab.nodes.rules.director import (
     CURRENT_EVENTS_LIMIT,
     OTHER_EVENTS_LIMIT,
@@ -12,10 +9,12 @@ from personalab.nodes.rules.director import (
     fallback_query,
     is_stalled,
 )
+from personalab.nodes.rules.types import PlotState
+from personalab.nodes.state import TurnState
 from personalab.stores.events import StorySearch, prefetch_story
 
 
-def story_search(state: Mapping[str, Any], plot_state: Mapping[str, Any]) -> StorySearch:
+def story_search(state: TurnState, plot_state: PlotState) -> StorySearch:
     """The director's story search for the instance at `plot_state`."""
     character = state["character"]
     return StorySearch(
@@ -28,7 +27,7 @@ def story_search(state: Mapping[str, Any], plot_state: Mapping[str, Any]) -> Sto
     )
 
 
-def prefetch_next_turn(state: Mapping[str, Any], stall_turns: int = STALL_THRESHOLD) -> bool:
+def prefetch_next_turn(state: TurnState, stall_turns: int = STALL_THRESHOLD) -> bool:
     """At the end of a turn whose reply is stored: when the next turn will fall back (`is_stalled` for it
     with this turn's plot state), queue its story search now, between turns — the query is the outline point,
     not anything the user will type. Returns whether it was queued."""

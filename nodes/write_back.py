@@ -10,7 +10,8 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy
-from personalab.nodes.state import TurnState
+from personalab.nodes.rules.types import Character, ReplySegment
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import prefetch_next_turn
 from personalab.stores.db import session_scope
 from personalab.stores.events import write_event_async
@@ -19,7 +20,7 @@ from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import drop_turn_lock, holds_turn_lock, record_turn, release_turn_lock
 
 
-def reply_line_rows(segments: list[dict[str, Any]], character: dict[str, Any]) -> list[dict[str, Any]]:
+def reply_line_rows(segments: list[ReplySegment], character: Character) -> list[dict[str, Any]]:
     """Parsed reply segments as `line` rows spoken by the instance's character."""
     rows = []
     for segment in segments:
@@ -30,7 +31,7 @@ def reply_line_rows(segments: list[dict[str, Any]], character: dict[str, Any]) -
     return rows
 
 
-def write_back(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     instance_id, token = state["instance_id"], state.get("lock_token") or ""
     character = state["character"]
@@ -70,7 +71,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
     }
 
 
-def abort_turn(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """After a model failure: keep the user's line, store no reply, record the error, free the instance."""
     ctx = context_of(runtime)
     instance_id, token = state["instance_id"], state.get("lock_token") or ""
