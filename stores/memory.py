@@ -1,4 +1,4 @@
-"""The character's long-term memory: CRUD, the Chroma index, cached BM25 and tag indexes, maintenance.
+"""The character's long-term memory: CRUD and search of memory entries, and applying maintenance plans.
 
 Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算法, 性能优化策略) and seed 004 (记忆类型).
 
@@ -11,18 +11,17 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
   filter costs 15–40 ms per query at 10,000 memories, an unfiltered query in its own collection 2–3 ms.
   Vector hits are always checked against the database, so a vector left behind by a failed write is never
   returned. `reindex` rebuilds an instance's collections from the database.
-- BM25 (rank_bm25's Okapi model over CJK-safe tokens) and the tag index are built once per
-  (instance, character) and cached in the process. Each write that changes what they see increments the
-  instance's revision (`MemoryIndexState`) in the same transaction; a search compares revisions (one
-  primary-key read) and rebuilds only when they differ, so caches stay right across processes.
-- Memory tokens are computed at write time (`MemoryEntry.search_text`), so building an index reads one
-  column instead of running jieba over every memory.
+- The keyword/tag index, the instance revisions that keep it current and the kept vectors are
+  `stores.memory_index`; every write here that changes what they see bumps the revision in its transaction.
 - A new memory may come with `context`: the text it came after in its source (the previous line of a dialogue,
-  see `nodes.dialogue_memory`). It is stored and embedded in front of the content, and its words count half as
-  much as the memory's own words in BM25 (the own words are indexed twice). Measured on LoCoMo (one memory per
-  dialog turn with its session date, recall retrieval, recall@10 over categories 1–4, `evals.locomo`): the turn
-  alone .645, the previous turn added as plain content .692, added as context .711. A later edit re-indexes the
-  whole text evenly.
+  see `nodes.rules.dialogue_memory`). It is stored and embedded in front of the content, and its words count
+  half as much as the memory's own words in BM25 (`memory_index.search_text`). Measured on LoCoMo (one memory
+  per dialog turn with its session date, recall retrieval, recall@10 over categories 1–4, `evals.locomo`): the
+  turn alone .645, the previous turn added as plain content .692, added as context .711. A later edit
+  re-indexes the whole text evenly.
+- Maintenance (seed 001 记忆流转): the store only loads an instance's memories as `LayerMemory` values and
+  applies the plans the caller made for them (`MemoryStore.maintenance`); the rule itself is
+  `nodes.rules.memory_layers.plan_maintenance`, called by the maintenance node and the CLI.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.keywords import MatchText, extract_keywords, has_han, tokenize
+from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.memory_layers import (
     Layer,
     LayerConfig,
@@ -49,22 +48,29 @@ from personalab.nodes.rules.memory_layers import (
 )
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import session_scope
-from personalab.stores.lru import LRU
-from personalab.stores.memory_tables import MemoryEntry, MemoryIndexState
+from personalab.stores.memory_index import (
+    BM25_B,
+    BM25_K1,
+    VECTORS,
+    IndexKey,
+    MemoryIndex,
+    build_index,
+    bump_revision,
+    collection_name,
+    index_rows,
+    keep_role,
+    kept_index,
+    kept_role,
+    search_text,
+)
+from personalab.stores.memory_index import BM25Index as BM25Index  # re-exported: callers patch it here
+from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Save, utcnow
-from rank_bm25 import BM25Okapi
 from sqlalchemy import case, delete, func, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, select
 
 CHROMA_BATCH = 1000
-INDEX_CACHE_SIZE = 64
-# Lucene/Anserini's BM25 parameters rather than rank_bm25's 1.5 / 0.75: memories are short, and on LoCoMo
-# (one memory per turn) they raise BM25 recall@10 from .594 to .615.
-BM25_K1 = 0.9
-BM25_B = 0.4
-OWN_TEXT_REPEAT = 2  # a memory with context: its own words are indexed this many times, the context's once
 
 
 class MemoryNotFoundError(NotFound):
@@ -100,13 +106,6 @@ def _check_turn(turn: object) -> int:
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
         raise InvalidInput(f"turn {turn!r} is not a whole number ≥ 0")
     return turn
-
-
-def _search_text(content: str, tags: Sequence[str], context: str = "") -> str:
-    if not context:
-        return " ".join(tokenize(" ".join([content, *tags])))
-    own = tokenize(" ".join([content, *tags]))
-    return " ".join([*tokenize(context), *own * OWN_TEXT_REPEAT])
 
 
 def _check_context(context: object) -> str:
@@ -170,73 +169,9 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "keywords": keywords,
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
-        "search_text": _search_text(content, tags, context),
+        "search_text": search_text(content, tags, context),
         **texts,
     }
-
-
-# --------------------------------------------------------------------------------------------------
-# BM25 over cached postings
-
-
-class BM25Index:
-    """rank_bm25's `BM25Okapi` (its IDF, k1, b and epsilon), scored through postings lists.
-
-    `BM25Okapi.get_scores` loops in Python over every document for every query token; at 10,000 memories
-    that is most of a retrieval's time budget. The scores here are the same numbers (tested against
-    `get_scores`), computed only for documents that contain a query token."""
-
-    def __init__(
-        self, ids: Sequence[int], docs: Sequence[Sequence[str]], k1: float = BM25_K1, b: float = BM25_B
-    ) -> None:
-        self.ids = np.asarray(ids, dtype=np.int64)
-        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.idf: dict[str, float] = {}
-        self.k1 = k1
-        if not docs or not any(docs):
-            return
-        model = BM25Okapi([list(doc) for doc in docs], k1=k1, b=b)
-        self.idf = dict(model.idf)
-        doc_len = np.asarray(model.doc_len, dtype=np.float64)
-        self.norm = k1 * (1 - b + b * doc_len / model.avgdl)
-        rows: dict[str, tuple[list[int], list[int]]] = {}
-        for index, freqs in enumerate(model.doc_freqs):
-            for token, tf in freqs.items():
-                entry = rows.setdefault(token, ([], []))
-                entry[0].append(index)
-                entry[1].append(tf)
-        self.postings = {
-            token: (np.asarray(idx, dtype=np.int64), np.asarray(tf, dtype=np.float64))
-            for token, (idx, tf) in rows.items()
-        }
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def score_array(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(document indexes that contain a query token, their BM25 scores)."""
-        scores = np.zeros(len(self.ids), dtype=np.float64)
-        touched = np.zeros(len(self.ids), dtype=bool)
-        for token, count in _counts(tokens).items():
-            posting = self.postings.get(token)
-            if posting is None:
-                continue
-            idx, tf = posting
-            scores[idx] += count * self.idf.get(token, 0.0) * (tf * (self.k1 + 1) / (tf + self.norm[idx]))
-            touched[idx] = True
-        hit = np.flatnonzero(touched)
-        return hit, scores[hit]
-
-    def top(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
-        """The `n` best (memory id, score), best first; only memories sharing a token with the query."""
-        hit, scores = self.score_array(tokens)
-        if not len(hit) or n <= 0:
-            return []
-        if len(hit) > n:
-            keep = np.argpartition(-scores, n - 1)[:n]
-            hit, scores = hit[keep], scores[keep]
-        order = np.lexsort((self.ids[hit], -scores))
-        return [(int(self.ids[hit[i]]), float(scores[i])) for i in order]
 
 
 def _check_embeddings(embeddings: Sequence[Sequence[float]] | np.ndarray, count: int) -> list[list[float]]:
@@ -249,79 +184,6 @@ def _check_embeddings(embeddings: Sequence[Sequence[float]] | np.ndarray, count:
     if not np.isfinite(matrix).all():
         raise InvalidInput("embeddings contain a value that is not a finite number")
     return matrix.tolist()
-
-
-def _counts(tokens: Sequence[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for token in tokens:
-        counts[token] = counts.get(token, 0) + 1
-    return counts
-
-
-@dataclass
-class MemoryIndex:
-    """A snapshot of one character's keyword and tag indexes in one instance, as of `revision`."""
-
-    instance_id: int
-    character_id: int
-    revision: int
-    bm25: BM25Index
-    tags: dict[str, list[int]]  # tag (lower case) → memory ids, newest first
-    tag_forms: list[tuple[str, bool, frozenset[str]]]  # (tag, is Chinese, tokens) for matching
-    latest_turn: int  # the latest turn among the memories (the default "now" of a retrieval)
-
-    def __len__(self) -> int:
-        return len(self.bm25)
-
-    def bm25_search(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
-        """Keyword path: the `n` best memories by BM25 over CJK-safe tokens, (id, score) best first."""
-        return self.bm25.top(tokens, n)
-
-    def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> list[tuple[int, float]]:
-        """Tag path (seed 001 标签过滤检索): memories with a tag that occurs in the context or is one of
-        `tags`, (id, number of matched tags) most matched first, then newest."""
-        wanted = {t.strip().lower() for t in tags if t.strip()}
-        counts: dict[int, int] = {}
-        for tag, han, words in self.tag_forms:
-            if tag in wanted or (han and tag in context.lower) or (not han and words and words <= context.tokens):
-                for memory_id in self.tags[tag]:
-                    counts[memory_id] = counts.get(memory_id, 0) + 1
-        ranked = sorted(counts.items(), key=lambda item: (-item[1], -item[0]))
-        return [(memory_id, float(count)) for memory_id, count in ranked[:n]]
-
-
-_INDEXES: LRU[tuple[str, int, int, float, float], MemoryIndex] = LRU(INDEX_CACHE_SIZE)
-_ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance's role: it never changes
-
-
-def _collection_name(instance_id: int, character_id: int) -> str:
-    return f"memories_{instance_id}_{character_id}"
-
-
-class VectorCache(LRU[tuple[str, str, int], tuple[str, np.ndarray]]):
-    """Memory vectors read from Chroma, by (Chroma path, collection, memory id), each with the text it was
-    stored for: a memory whose text changed since is a miss. Writes of this process forget what they replace."""
-
-    def vector(self, key: tuple[str, str, int], text: str) -> np.ndarray | None:
-        kept = self.get(key)
-        return kept[1] if kept is not None and kept[0] == text else None
-
-    def forget(self, path: str, collection: str, memory_ids: Iterable[int] | None = None) -> None:
-        """Drop the kept vectors of `memory_ids` (all of the collection when None)."""
-        if memory_ids is None:
-            self.discard(lambda key: key[:2] == (path, collection))
-        else:
-            for memory_id in memory_ids:
-                self.pop((path, collection, memory_id))
-
-
-VECTOR_CACHE_SIZE = 16384  # vectors of 512 floats: 32 MiB at most
-_VECTORS = VectorCache(VECTOR_CACHE_SIZE)
-
-
-def clear_index_cache() -> None:
-    _INDEXES.clear()
-    _ROLES.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,10 +256,10 @@ class MemoryStore:
         from personalab.stores.vectors import get_collection
 
         # get_collection keeps one wrapper per (collection, store): no cache of our own
-        return get_collection(_collection_name(instance_id, character_id), path=self._chroma_path())._collection
+        return get_collection(collection_name(instance_id, character_id), path=self._chroma_path())._collection
 
     def _forget_vectors(self, instance_id: int, character_id: int, memory_ids: Iterable[int] | None = None) -> None:
-        _VECTORS.forget(self._chroma_path(), _collection_name(instance_id, character_id), memory_ids)
+        VECTORS.forget(self._chroma_path(), collection_name(instance_id, character_id), memory_ids)
 
     @staticmethod
     def _check_character(character_id: object) -> int:
@@ -418,21 +280,6 @@ class MemoryStore:
         if entry is None or entry.instance_id != instance_id:
             raise MemoryNotFoundError(f"memory {memory_id} does not exist in instance {instance_id}")
         return entry
-
-    @staticmethod
-    def _bump_revision(session: Session, instance_id: int) -> None:
-        dialect = session.get_bind().dialect.name
-        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        stmt = insert(MemoryIndexState).values(instance_id=instance_id, revision=1)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["instance_id"], set_={"revision": MemoryIndexState.revision + 1}
-        )
-        session.exec(stmt)
-
-    @staticmethod
-    def _revision(session: Session, instance_id: int) -> int:
-        state = session.get(MemoryIndexState, instance_id)
-        return state.revision if state else 0
 
     @staticmethod
     def _metadata(entry: MemoryEntry) -> dict[str, Any]:
@@ -545,7 +392,7 @@ class MemoryStore:
                 )
             session.add_all(entries)
             session.flush()
-            self._bump_revision(session, instance_id)
+            bump_revision(session, instance_id)
             for start in range(0, len(entries), CHROMA_BATCH):
                 chunk = entries[start : start + CHROMA_BATCH]
                 collection.upsert(
@@ -555,9 +402,9 @@ class MemoryStore:
                     documents=[e.content for e in chunk],
                 )
             # the next turns' retrievals will want the new memories' vectors: keep them now
-            place = (self._chroma_path(), _collection_name(instance_id, character))
+            place = (self._chroma_path(), collection_name(instance_id, character))
             for entry, vector in zip(entries, vectors, strict=True):
-                _VECTORS.put((*place, entry.id), (entry.content, np.asarray(vector, dtype=np.float32)))  # type: ignore[arg-type]
+                VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
         return entries
 
     def edit_memory(
@@ -613,8 +460,8 @@ class MemoryStore:
             for name, value in changes.items():
                 setattr(entry, name, value)
             if text_changed:
-                entry.search_text = _search_text(entry.content, entry.tags)
-                self._bump_revision(session, instance_id)
+                entry.search_text = search_text(entry.content, entry.tags)
+                bump_revision(session, instance_id)
             entry.user_edited = True
             entry.updated_at = utcnow()
             session.add(entry)
@@ -648,7 +495,7 @@ class MemoryStore:
             character = entry.character_id
             session.delete(entry)
             session.flush()
-            self._bump_revision(session, instance_id)
+            bump_revision(session, instance_id)
             self._forget_vectors(instance_id, character, [memory_id])
             self._collection(instance_id, character).delete(ids=[str(memory_id)])
 
@@ -724,29 +571,16 @@ class MemoryStore:
         unknown instance."""
         url = self._url()
         with session_scope(url) as session:
-            role = _ROLES.get((url, instance_id))
+            role = kept_role(url, instance_id)
             if role is None:
-                role = _ROLES[(url, instance_id)] = self._character(session, instance_id, None)
+                role = keep_role(url, instance_id, self._character(session, instance_id, None))
             character_id = role if character_id is None else self._check_character(character_id)
-            revision = self._revision(session, instance_id)
-            key = (url, instance_id, character_id, self.bm25_k1, self.bm25_b)
-            cached = _INDEXES.get(key)
-            if cached is not None and cached.revision == revision:
-                return cached
-            stmt = (
-                select(MemoryEntry.id, MemoryEntry.search_text, MemoryEntry.tags, MemoryEntry.turn)
-                .where(MemoryEntry.instance_id == instance_id, MemoryEntry.character_id == character_id)
-                .order_by(col(MemoryEntry.id))
-            )
-            rows = session.exec(stmt).all()
-        bm25 = BM25Index([row[0] for row in rows], [row[1].split() for row in rows], self.bm25_k1, self.bm25_b)
-        tags: dict[str, list[int]] = {}
-        for memory_id, _text, memory_tags, _turn in reversed(rows):
-            for tag in memory_tags or []:
-                tags.setdefault(tag.lower(), []).append(memory_id)
-        forms = [(tag, has_han(tag), frozenset(tokenize(tag))) for tag in tags]
-        latest = max((row[3] for row in rows), default=0)
-        return _INDEXES.put(key, MemoryIndex(instance_id, character_id, revision, bm25, tags, forms, latest))
+            key = IndexKey(url, instance_id, character_id, self.bm25_k1, self.bm25_b)
+            revision, kept = kept_index(session, key)
+            if kept is not None:
+                return kept
+            rows = index_rows(session, instance_id, character_id)
+        return build_index(key, revision, rows)  # outside the transaction: no connection held while building
 
     def embed_query(self, text: str) -> np.ndarray:
         from personalab.stores.embeddings import get_embeddings
@@ -781,23 +615,14 @@ class MemoryStore:
         turn's retrieval needs the vectors of its candidates, and most were candidates before."""
         if not memory_ids:
             return {}
-        place = (self._chroma_path(), _collection_name(instance_id, character_id))
-        found: dict[int, np.ndarray] = {}
-        missing: list[int] = []
-        for memory_id in memory_ids:
-            text = documents.get(memory_id) if documents else None
-            vector = _VECTORS.vector((*place, memory_id), text) if text is not None else None
-            if vector is None:
-                missing.append(memory_id)
-            else:
-                found[memory_id] = vector
+        place = (self._chroma_path(), collection_name(instance_id, character_id))
+        found, missing = VECTORS.split(place, memory_ids, documents)
         if missing:
             got = self._collection(instance_id, character_id).get(
                 ids=[str(i) for i in missing], include=["embeddings", "documents"]
             )
             for key, vector, document in zip(got["ids"], got["embeddings"], got["documents"], strict=True):
-                found[int(key)] = np.asarray(vector, dtype=np.float32)
-                _VECTORS.put((*place, int(key)), (document, found[int(key)]))
+                found[int(key)] = VECTORS.keep(place, int(key), document, vector)
         return found
 
     def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
@@ -886,7 +711,7 @@ class MemoryStore:
                 chroma_work.append((character, list(plan.updated), list(plan.deleted), moved))
             if deleted:
                 session.exec(delete(MemoryEntry).where(col(MemoryEntry.id).in_(deleted)))
-                self._bump_revision(session, instance_id)
+                bump_revision(session, instance_id)
             session.flush()
             for character, updated, gone, moved in chroma_work:
                 collection = self._collection(instance_id, character)

@@ -11,7 +11,8 @@ from personalab.nodes.rules.errors import InstanceNotFound
 from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy
 from personalab.nodes.rules.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
 from personalab.stores.db import session_scope
-from personalab.stores.memory import BM25Index, MemoryNotFoundError, MemoryStore, memory_to_dict
+from personalab.stores.memory import MemoryNotFoundError, MemoryStore, memory_to_dict
+from personalab.stores.memory_index import BM25Index
 from personalab.stores.saves import create_role, create_save
 from rank_bm25 import BM25Okapi
 
