@@ -1,4 +1,5 @@
-"""The graph as `langgraph dev` serves it from `langgraph.json`: two turns through the LangGraph SDK.
+"""The graph as `langgraph dev` serves it from `langgraph.json`: two turns through the LangGraph SDK, and the
+input / output / context JSON schemas LangGraph Studio builds its forms from.
 
 The server runs in its own directory with a copy of `langgraph.json` whose relative paths point at the
 repository. `langgraph dev` keeps its thread and run records in `./.langgraph_api` and loads them on the
@@ -9,6 +10,7 @@ instance 1 already there (ConflictError) and would share that directory with a d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,14 +18,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from personalab.graph.runner import create_sample_instance
+from personalab.nodes.context import Context
 from personalab.nodes.rules.memory_builder import format_own_line
+from personalab.nodes.state import TurnInput, TurnOutput
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_chat_history
@@ -183,3 +187,52 @@ def test_served_graph_plays_two_turns_and_checkpoints_them(server: str, data_dir
             for *_, line in turn_lines
         )
         assert shown == reply
+
+
+def _typed(prop: dict[str, Any]) -> bool:
+    """Whether a JSON-schema property says what its values are: `{}` (an `Any`) does not, nor does a union
+    with such a member."""
+    if any(key in prop for key in ("type", "$ref", "enum", "const")):
+        return True
+    options = prop.get("anyOf") or prop.get("oneOf") or prop.get("allOf")
+    return bool(options) and all(_typed(option) for option in options)
+
+
+def _undocumented(schema: dict[str, Any] | None, fields: Iterable[str]) -> list[str]:
+    """The fields `schema` leaves out, leaves untyped or leaves without a description."""
+    if not schema:
+        return ["no schema at all"]
+    properties = schema.get("properties") or {}
+    problems = []
+    for name in sorted(fields):
+        prop = properties.get(name)
+        if prop is None:
+            problems.append(f"{name}: missing")
+            continue
+        if not _typed(prop):
+            problems.append(f"{name}: no type")
+        if not str(prop.get("description") or "").strip():
+            problems.append(f"{name}: no description")
+    return problems
+
+
+def test_served_graph_describes_its_input_output_and_context(server: str) -> None:
+    """GET /assistants/{assistant_id}/schemas, what LangGraph Studio builds its forms from: every field of
+    TurnInput, TurnOutput and Context with a type and a description. (The server logs a schema it cannot build
+    and serves None instead, as it did for `typing.TypedDict` states on Python 3.11.)"""
+    found = httpx.post(f"{server}/assistants/search", json={"graph_id": "personalab", "limit": 1}, timeout=30)
+    found.raise_for_status()
+    assert found.json(), "the server has no assistant for the graph"
+    response = httpx.get(f"{server}/assistants/{found.json()[0]['assistant_id']}/schemas", timeout=60)
+    response.raise_for_status()
+    schemas = response.json()
+
+    fields = {
+        "input_schema": TurnInput.__required_keys__ | TurnInput.__optional_keys__,
+        "output_schema": TurnOutput.__required_keys__ | TurnOutput.__optional_keys__,
+        "context_schema": {field.name for field in dataclasses.fields(Context)},
+    }
+    problems = {name: _undocumented(schemas.get(name), names) for name, names in fields.items()}
+    assert problems == {name: [] for name in fields}
+    # what the graph refuses a turn without, marked for the form
+    assert sorted(schemas["input_schema"].get("required", [])) == ["instance_id", "message"]
