@@ -17,9 +17,10 @@ from personalab.nodes.rules.core_memory import (
     last_turn_messages,
     maintenance_messages,
 )
+from personalab.nodes.rules.memory_layers import LayerConfig, plan_maintenance
 from personalab.nodes.state import TurnState
 from personalab.stores.background import run_in_background
-from personalab.stores.memory import MemoryStore
+from personalab.stores.memory import MaintenanceReport, MemoryStore
 from personalab.stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,20 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
 def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
     """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
     not on the next reply's path."""
-    store.run_maintenance(instance_id, turn=turn)
+    maintain_layers(store, instance_id, turn)
     store.index(instance_id)
+
+
+def maintain_layers(
+    store: MemoryStore, instance_id: int, turn: int | None = None, config: LayerConfig | None = None
+) -> MaintenanceReport:
+    """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
+    (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
+    never changes a pinned or user-edited memory. `turn` defaults to the latest memory turn of the instance."""
+    with store.maintenance(instance_id, turn) as batch:
+        for character_id, memories in batch.memories.items():
+            batch.apply(character_id, plan_maintenance(memories, batch.turn, config))
+    return batch.report()
 
 
 def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:

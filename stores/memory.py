@@ -26,7 +26,8 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -36,15 +37,14 @@ from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.memory_layers import (
     Layer,
-    LayerConfig,
     LayerMemory,
+    MaintenancePlan,
     MemoryType,
     Transition,
     check_importance,
     initial_importance,
     parse_layer,
     parse_type,
-    plan_maintenance,
 )
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import session_scope
@@ -217,6 +217,75 @@ class MaintenanceReport:
     transitions: tuple[Transition, ...] = ()
     deleted: tuple[int, ...] = ()
     counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # character → layer → count
+
+
+# What the layer flow reads of a memory, in `LayerMemory`'s order (+ the type, for Chroma's metadata).
+_LAYER_COLUMNS = (
+    MemoryEntry.id,
+    MemoryEntry.character_id,
+    MemoryEntry.layer,
+    MemoryEntry.importance,
+    MemoryEntry.activity,
+    MemoryEntry.activity_turn,
+    MemoryEntry.layer_since_turn,
+    MemoryEntry.turn,
+    MemoryEntry.pinned,
+    MemoryEntry.user_edited,
+    MemoryEntry.last_mentioned_turn,
+    MemoryEntry.type,
+)
+
+
+@dataclass
+class MaintenanceBatch:
+    """An instance's memories during one maintenance step (`MemoryStore.maintenance`), and what the plans
+    applied to them so far. Pinned and user-edited memories are never changed, whatever a plan says (seed:
+    isPinned 不会被删除, isUserEdited 保护用户修改的内容)."""
+
+    instance_id: int
+    turn: int
+    memories: Mapping[int, Sequence[LayerMemory]]  # character → its memories
+    types: Mapping[int, str]  # memory id → type
+    session: Session
+    transitions: list[Transition] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+    counts: dict[int, Mapping[str, int]] = field(default_factory=dict)
+    # (character, updated memories, deleted ids, ids that changed layer), for Chroma once the rows are written
+    chroma_work: list[tuple[int, list[LayerMemory], list[int], set[int]]] = field(default_factory=list)
+
+    def apply(self, character_id: int, plan: MaintenancePlan) -> None:
+        """Write `plan` for the memories of `character_id` (new layers, activities, deletions)."""
+        if character_id in self.counts:
+            raise ValueError(f"a maintenance plan for character {character_id} was applied already")
+        # only memories of this character that the system may change
+        open_ids = {m.id for m in self.memories.get(character_id, ()) if not m.protected}
+        updated = [m for m in plan.updated if m.id in open_ids]
+        deleted = [i for i in plan.deleted if i in open_ids]
+        transitions = [t for t in plan.transitions if t.id in open_ids]
+        self.counts[character_id] = dict(plan.counts)
+        self.transitions.extend(transitions)
+        self.deleted.extend(deleted)
+        if updated:
+            self.session.exec(
+                update(MemoryEntry),
+                params=[
+                    {
+                        "id": m.id,
+                        "layer": m.layer.value,
+                        "activity": m.activity,
+                        "activity_turn": m.activity_turn,
+                        "layer_since_turn": m.layer_since_turn,
+                    }
+                    for m in updated
+                ],
+            )
+        moved = {t.id for t in transitions if t.to_layer is not None}
+        self.chroma_work.append((character_id, updated, deleted, moved))
+
+    def report(self) -> MaintenanceReport:
+        return MaintenanceReport(
+            self.instance_id, self.turn, tuple(self.transitions), tuple(self.deleted), dict(self.counts)
+        )
 
 
 def memory_to_dict(entry: MemoryEntry) -> dict[str, Any]:
@@ -639,38 +708,24 @@ class MemoryStore:
 
     # ---- maintenance ---------------------------------------------------------------------------------
 
-    def run_maintenance(
-        self, instance_id: int, turn: int | None = None, config: LayerConfig | None = None
-    ) -> MaintenanceReport:
-        """One step of the layer flow (`nodes.memory_layers.plan_maintenance`) for every character of the
-        instance, applied in one transaction; `turn` defaults to the latest memory turn of the instance."""
+    @contextmanager
+    def maintenance(self, instance_id: int, turn: int | None = None) -> Iterator[MaintenanceBatch]:
+        """One maintenance step of the instance, the store's half (seed 001 记忆流转): its memories by
+        character as `LayerMemory` values (`batch.memories`), as of `batch.turn` (default: the latest memory
+        turn of the instance). The caller gives each character's `MaintenancePlan` to `batch.apply`; the
+        plans are written to the database and Chroma in this one transaction when the block ends (an
+        exception in it writes nothing). `InstanceNotFound` / `InvalidInput` before anything is read."""
         if turn is not None:
             turn = _check_turn(turn)
         with session_scope(self._url()) as session:
             get_save(session, instance_id)
-            columns = (
-                MemoryEntry.id,
-                MemoryEntry.character_id,
-                MemoryEntry.layer,
-                MemoryEntry.importance,
-                MemoryEntry.activity,
-                MemoryEntry.activity_turn,
-                MemoryEntry.layer_since_turn,
-                MemoryEntry.turn,
-                MemoryEntry.pinned,
-                MemoryEntry.user_edited,
-                MemoryEntry.last_mentioned_turn,
-                MemoryEntry.type,
-            )
-            rows = session.exec(select(*columns).where(MemoryEntry.instance_id == instance_id)).all()
-            if turn is None:
-                turn = max((row[7] for row in rows), default=0)
-            by_character: dict[int, list[LayerMemory]] = {}
+            rows = session.exec(select(*_LAYER_COLUMNS).where(MemoryEntry.instance_id == instance_id)).all()
+            memories: dict[int, list[LayerMemory]] = {}
             types: dict[int, str] = {}
             for row in rows:
                 memory_id, character, layer, importance, activity, a_turn, since, m_turn, pin, edited, last, kind = row
                 types[memory_id] = kind
-                by_character.setdefault(character, []).append(
+                memories.setdefault(character, []).append(
                     LayerMemory(
                         id=memory_id,
                         layer=Layer(layer),
@@ -684,57 +739,39 @@ class MemoryStore:
                         last_mentioned_turn=last,
                     )
                 )
-            transitions: list[Transition] = []
-            deleted: list[int] = []
-            counts: dict[int, Mapping[str, int]] = {}
-            chroma_work: list[tuple[int, list[LayerMemory], list[int], set[int]]] = []
-            for character, memories in by_character.items():
-                plan = plan_maintenance(memories, turn, config or LayerConfig())
-                counts[character] = dict(plan.counts)
-                transitions.extend(plan.transitions)
-                deleted.extend(plan.deleted)
-                if plan.updated:
-                    session.exec(
-                        update(MemoryEntry),
-                        params=[
-                            {
-                                "id": m.id,
-                                "layer": m.layer.value,
-                                "activity": m.activity,
-                                "activity_turn": m.activity_turn,
-                                "layer_since_turn": m.layer_since_turn,
-                            }
-                            for m in plan.updated
-                        ],
-                    )
-                moved = {t.id for t in plan.transitions if t.to_layer is not None}
-                chroma_work.append((character, list(plan.updated), list(plan.deleted), moved))
-            if deleted:
-                session.exec(delete(MemoryEntry).where(col(MemoryEntry.id).in_(deleted)))
-                bump_revision(session, instance_id)
-            session.flush()
-            for character, updated, gone, moved in chroma_work:
-                collection = self._collection(instance_id, character)
-                if gone:
-                    self._forget_vectors(instance_id, character, gone)
-                    collection.delete(ids=[str(i) for i in gone])
-                relayered = [m for m in updated if m.id in moved]
-                if relayered:
-                    collection.update(
-                        ids=[str(m.id) for m in relayered],
-                        metadatas=[
-                            {
-                                "instance_id": instance_id,
-                                "character_id": character,
-                                "memory_id": m.id,
-                                "layer": m.layer.value,
-                                "type": types[m.id],
-                                "turn": m.turn,
-                            }
-                            for m in relayered
-                        ],
-                    )
-        return MaintenanceReport(instance_id, turn, tuple(transitions), tuple(deleted), counts)
+            now = turn if turn is not None else max((row[7] for row in rows), default=0)
+            batch = MaintenanceBatch(instance_id, now, memories, types, session)
+            yield batch
+            self._write_maintenance(session, batch)
+
+    def _write_maintenance(self, session: Session, batch: MaintenanceBatch) -> None:
+        """Delete what the plans faded, then tell Chroma (deletions, and the new layer of moved memories)."""
+        instance_id = batch.instance_id
+        if batch.deleted:
+            session.exec(delete(MemoryEntry).where(col(MemoryEntry.id).in_(batch.deleted)))
+            bump_revision(session, instance_id)
+        session.flush()
+        for character, updated, gone, moved in batch.chroma_work:
+            collection = self._collection(instance_id, character)
+            if gone:
+                self._forget_vectors(instance_id, character, gone)
+                collection.delete(ids=[str(i) for i in gone])
+            relayered = [m for m in updated if m.id in moved]
+            if relayered:
+                collection.update(
+                    ids=[str(m.id) for m in relayered],
+                    metadatas=[
+                        {
+                            "instance_id": instance_id,
+                            "character_id": character,
+                            "memory_id": m.id,
+                            "layer": m.layer.value,
+                            "type": batch.types[m.id],
+                            "turn": m.turn,
+                        }
+                        for m in relayered
+                    ],
+                )
 
     def reindex(self, instance_id: int) -> int:
         """Rebuild the instance's Chroma collections from the database (repair after a crash between the

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from personalab.nodes.maintenance import maintain_layers
 from personalab.nodes.rules.errors import InstanceNotFound
-from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy
+from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy, MaintenancePlan
 from personalab.nodes.rules.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryNotFoundError, MemoryStore, memory_to_dict
@@ -105,7 +107,7 @@ def test_an_unknown_instance_is_named(store: MemoryStore) -> None:
     for action in (
         lambda: store.add_memory(999, "x"),
         lambda: store.list_memories(999),
-        lambda: store.run_maintenance(999),
+        lambda: maintain_layers(store, 999),
         lambda: retrieve(store, 999, "x"),
     ):
         with pytest.raises(InstanceNotFound, match="instance 999 does not exist"):
@@ -126,7 +128,7 @@ def test_an_unknown_instance_is_named(store: MemoryStore) -> None:
         (lambda s, i, m: s.edit_memory(i, m), r"nothing to change in memory \d+"),
         (lambda s, i, m: s.edit_memory(i, m + 100, content="新内容"), r"memory \d+ does not exist in instance"),
         (lambda s, i, m: s.delete_memory(i, m + 100), r"memory \d+ does not exist in instance"),
-        (lambda s, i, m: s.run_maintenance(i, turn=-5), "turn -5"),
+        (lambda s, i, m: maintain_layers(s, i, turn=-5), "turn -5"),
     ],
 )
 def test_bad_input_names_the_problem_and_changes_nothing(store: MemoryStore, call: Any, message: str) -> None:
@@ -189,14 +191,14 @@ def test_maintenance_applies_the_layer_flow_to_database_and_chroma(store: Memory
     chat = store.add_memory(instance, "聊了聊今天的晚饭", importance=0.5, turn=0)
     event = store.add_memory(instance, "基地遭受了袭击", importance=0.8, turn=0)
     fresh = store.add_memory(instance, "刚刚喝了一杯茶", importance=0.5, turn=50)
-    report = store.run_maintenance(instance, turn=50)
+    report = maintain_layers(store, instance, turn=50)
     layers = {m.id: m.layer for m in store.list_memories(instance)}
     assert layers == {chat.id: "situational", event.id: "situational", fresh.id: "active"}
     assert trivial.id in report.deleted
     assert chroma_ids(store, instance) == {str(chat.id), str(event.id), str(fresh.id)}
     meta = store._collection(instance, store.resolve_character(instance)).get(ids=[str(chat.id)])["metadatas"]
     assert meta[0]["layer"] == "situational"
-    store.run_maintenance(instance, turn=5000)
+    maintain_layers(store, instance, turn=5000)
     layers = {m.id: m.layer for m in store.list_memories(instance)}
     assert layers == {event.id: "archive"}  # the conversation faded from the event log, the event stays
     assert retrieve(store, instance, "袭击", config=NO_MARK).items[0].layer == "archive"
@@ -207,7 +209,7 @@ def test_maintenance_respects_configured_capacities(store: MemoryStore) -> None:
     for turn in range(5):
         store.add_memory(instance, f"第{turn}件小事", importance=0.5, turn=turn)
     config = LayerConfig(active=LayerPolicy(2, 0.1, 0.5, 0.0))
-    store.run_maintenance(instance, turn=4, config=config)
+    maintain_layers(store, instance, turn=4, config=config)
     active = store.list_memories(instance, layer="active")
     assert [m.content for m in active] == ["第3件小事", "第4件小事"]
 
@@ -223,13 +225,50 @@ def test_user_edits_and_pins_are_never_undone_by_the_system(store: MemoryStore) 
     before = {m.id: memory_to_dict(m) for m in store.list_memories(instance) if m.id in (pinned.id, edited.id)}
     for turn in (10, 100, 1000, 100_000):
         retrieve(store, instance, "礼物 围巾 用户改过的内容", turn=turn)  # recalls them (mention + activity)
-        store.run_maintenance(instance, turn=turn, config=LayerConfig(active=LayerPolicy(0, 1, 1, 0)))
+        maintain_layers(store, instance, turn=turn, config=LayerConfig(active=LayerPolicy(0, 1, 1, 0)))
     after = {m.id: memory_to_dict(m) for m in store.list_memories(instance)}
     assert set(after) == {pinned.id, edited.id}  # the unprotected ones faded
     for memory_id, old in before.items():
         new = after[memory_id]
         for name in ("content", "layer", "importance", "pinned", "user_edited", "tags", "keywords", "type"):
             assert new[name] == old[name], name
+
+
+def test_the_store_applies_a_plan_but_never_to_a_pinned_or_edited_memory(store: MemoryStore) -> None:
+    """The rule decides (the caller's plan); the store loads, applies in one transaction and keeps its guard."""
+    instance = new_instance(store)
+    pinned = store.add_memory(instance, "她送我的第一件礼物是一条围巾", turn=0)
+    store.set_pinned(instance, pinned.id)
+    edited = store.add_memory(instance, "原来的内容", turn=0)
+    store.edit_memory(instance, edited.id, content="用户改过的内容")
+    plain = store.add_memory(instance, "无关的闲聊", turn=0)
+    moved = store.add_memory(instance, "一次普通的散步", turn=0)
+    character = store.resolve_character(instance)
+    with store.maintenance(instance, turn=3) as batch:
+        assert batch.turn == 3 and {m.id for m in batch.memories[character]} == {
+            pinned.id,
+            edited.id,
+            plain.id,
+            moved.id,
+        }
+        assert {m.id for m in batch.memories[character] if m.protected} == {pinned.id, edited.id}
+        by_id = {m.id: m for m in batch.memories[character]}
+        down = [replace(by_id[i], layer=Layer.SITUATIONAL) for i in (pinned.id, edited.id, moved.id)]
+        batch.apply(character, MaintenancePlan(updated=tuple(down), deleted=(pinned.id, edited.id, plain.id)))
+    layers = {m.id: m.layer for m in store.list_memories(instance)}
+    assert layers == {pinned.id: "active", edited.id: "active", moved.id: "situational"}
+    assert batch.report().deleted == (plain.id,)
+    assert chroma_ids(store, instance) == {str(pinned.id), str(edited.id), str(moved.id)}
+
+
+def test_a_failing_maintenance_block_writes_nothing(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    memory = store.add_memory(instance, "无关的闲聊", turn=0)
+    before = snapshot(store, instance)
+    with pytest.raises(RuntimeError), store.maintenance(instance) as batch:
+        batch.apply(store.resolve_character(instance), MaintenancePlan(deleted=(memory.id,)))
+        raise RuntimeError("the planner failed")
+    assert snapshot(store, instance) == before and chroma_ids(store, instance) == {str(memory.id)}
 
 
 def test_retrieval_ranks_the_relevant_memory_first_and_explains_it(store: MemoryStore) -> None:

@@ -21,6 +21,7 @@ import json
 import sys
 from typing import Any
 
+from personalab.nodes.maintenance import maintain_layers
 from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES
 from personalab.nodes.rules.retrieval import RetrievalConfig, RetrievalResult, retrieve
 from personalab.stores.memory import MemoryStore, memory_to_dict
@@ -150,7 +151,7 @@ def memory_search(args: argparse.Namespace) -> int:
 
 
 def memory_maintain(args: argparse.Namespace) -> int:
-    report = MemoryStore().run_maintenance(args.instance, args.turn)
+    report = maintain_layers(MemoryStore(), args.instance, args.turn)
     for t in report.transitions:
         print(f"#{t.id}: {t.from_layer.value} → {t.to_layer.value if t.to_layer else 'deleted'} ({t.reason})")
     for character, counts in report.counts.items():
