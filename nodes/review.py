@@ -12,8 +12,9 @@ from typing import Any
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
 from personalab.nodes.rules.director import turn_event_text
-from personalab.nodes.rules.review import EventBus, ReviewInput, get_review_pipeline
 from personalab.nodes.rules.review.effects import plan_review_effects, relationship_event, turn_memories
+from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
+from personalab.nodes.rules.review.types import ReviewInput
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore

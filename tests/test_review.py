@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -13,20 +14,24 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.prompts import detect_purpose
-from personalab.nodes.rules.review import (
+from personalab.nodes.rules.review.pipeline import (
     EVENT_NAMES,
     AssessmentCache,
     EventBus,
+    ReviewPipeline,
+    get_review_pipeline,
+)
+from personalab.nodes.rules.review.prompts import REVIEW_SYSTEM_PROMPT, build_review_messages
+from personalab.nodes.rules.review.rules import run_rule_review
+from personalab.nodes.rules.review.types import (
     LLMAssessment,
+    RelationshipDelta,
     ReviewConfig,
     ReviewInput,
     ReviewOutput,
-    ReviewPipeline,
-    get_review_pipeline,
-    run_rule_review,
 )
-from personalab.nodes.rules.review.prompts import REVIEW_SYSTEM_PROMPT, build_review_messages
 
 FILLER = "嗯"  # a character in no keyword list: builds messages of an exact length
 
@@ -704,3 +709,51 @@ def test_llm_prompt_carries_the_turn_and_the_rule_baseline() -> None:
     assert detect_purpose(messages[0].content) == "review"  # how the offline scripted model knows it
     assert "谢谢你" in messages[1].content and '"level": "important"' in messages[1].content
     assert '"should_write_memory": true' in messages[1].content
+
+
+# ------------------------------------------------------------------ errors are InvalidInput, naming the field
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (
+            lambda: ReviewInput("c", "ch", "u", "hi", selected_choice={"level": "big"}),
+            "ReviewInput.selected_choice.level",
+        ),
+        (lambda: ReviewInput("c", "ch", "u", 3), "ReviewInput.user_message"),
+        (lambda: ReviewInput.from_dict({"conversation_id": "c"}), "ReviewInput needs 'character_id', 'user_id'"),
+        (lambda: ReviewConfig(engagement_full_chars=0), "ReviewConfig.engagement_full_chars"),
+        (lambda: ReviewConfig(choice_memory_value={"big": 0.5}), "ReviewConfig.choice_memory_value key must be one of"),
+        (lambda: RelationshipDelta(1.5), "RelationshipDelta.trust"),
+        (lambda: LLMAssessment(1.5, 0.5, 0.5, 0.5), "LLMAssessment.character_fidelity"),
+        (lambda: ReviewOutput.from_dict({**review().to_dict(), "memory_value": 2}), "ReviewOutput.memory_value"),
+        (lambda: ReviewOutput.from_dict({**review().to_dict(), "mood": 1}), "ReviewOutput got unknown fields"),
+    ],
+)
+def test_bad_values_raise_invalid_input_naming_the_field(build: Any, named: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(named)):
+        build()
+
+
+def test_replace_validates_the_new_values() -> None:
+    with pytest.raises(InvalidInput, match="ReviewOutput.memory_value"):
+        replace(review(), memory_value=1.5)
+
+
+# ------------------------------------------------------------------------ run and arun: one pipeline
+
+
+@pytest.mark.parametrize("answer", [json.dumps(VALID_ANSWER), "not json", None])
+def test_run_and_arun_give_the_same_output_and_events(answer: str | None) -> None:
+    def pipeline(bus: EventBus) -> ReviewPipeline:
+        if answer is None:
+            return ReviewPipeline(event_bus=bus)
+        return llm_pipeline(fake_llm(answer), bus)
+
+    sync_bus, async_bus = EventBus(), EventBus()
+    sync_events, async_events = record(sync_bus), record(async_bus)
+    sync_out = pipeline(sync_bus).run(make("谢谢", level="important"))
+    async_out = asyncio.run(pipeline(async_bus).arun(make("谢谢", level="important")))
+    assert sync_out == async_out
+    assert sync_events == async_events

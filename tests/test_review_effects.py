@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 import pytest
-from personalab.nodes.rules.review import GAPS, RelationshipDelta, ReviewInput, ReviewOutput, run_rule_review
 from personalab.nodes.rules.review.effects import (
     RELATIONSHIP_START,
     apply_relationship,
@@ -23,6 +22,8 @@ from personalab.nodes.rules.review.effects import (
     turn_memories,
     worldbook_suggestion_from_turn,
 )
+from personalab.nodes.rules.review.rules import run_rule_review
+from personalab.nodes.rules.review.types import GAPS, RelationshipDelta, ReviewInput, ReviewOutput
 from personalab.nodes.rules.worldbook import MAX_CONTENT_CHARS
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import personalab.stores.review as review_store
 import pytest
 from personalab.nodes.rules.errors import InstanceNotFound
-from personalab.nodes.rules.review import ReviewInput, run_rule_review
 from personalab.nodes.rules.review.effects import plan_review_effects, worldbook_suggestion_from_turn
+from personalab.nodes.rules.review.rules import run_rule_review
+from personalab.nodes.rules.review.types import ReviewInput
 from personalab.stores.db import session_scope
 from personalab.stores.review import (
     SuggestionDecidedError,

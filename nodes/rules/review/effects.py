@@ -38,7 +38,7 @@ from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
-from personalab.nodes.rules.review import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
+from personalab.nodes.rules.review.types import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
 RELATIONSHIP_KEYS: tuple[str, ...] = ("trust", "affection", "familiarity")
 RELATIONSHIP_START: dict[str, int] = {"trust": 0, "affection": 0, "familiarity": 0}
@@ -108,7 +108,9 @@ def check_choice(value: object, field: str = "choice level") -> str | None:
         return None
     if isinstance(value, Mapping):
         if "level" not in value:
-            raise InvalidInput(f"{field}: the choice has no 'level' (one of {', '.join(CHOICE_LEVELS)}): {dict(value)!r}")
+            raise InvalidInput(
+                f"{field}: the choice has no 'level' (one of {', '.join(CHOICE_LEVELS)}): {dict(value)!r}"
+            )
         value = value["level"]
     if not isinstance(value, str) or value not in CHOICE_LEVELS:
         raise InvalidInput(f"{field} must be one of {', '.join(CHOICE_LEVELS)}, got {value!r}")
@@ -136,18 +138,14 @@ def _check_int(value: object, field: str) -> int:
 # --- relationship ---------------------------------------------------------------------------------
 
 
-def _delta_dict(delta: Mapping[str, Any] | Any) -> dict[str, int]:
-    """A delta mapping (or a `RelationshipDelta`), checked: known keys, integer values; missing keys are 0."""
-    if hasattr(delta, "to_dict") and not isinstance(delta, Mapping):
-        delta = delta.to_dict()
+def _delta_dict(delta: Mapping[str, Any] | RelationshipDelta) -> dict[str, int]:
+    """A delta mapping (or a `RelationshipDelta`), checked as a `RelationshipDelta`: known keys, integer
+    values; missing keys are 0."""
+    if isinstance(delta, RelationshipDelta):
+        return delta.to_dict()
     if not isinstance(delta, Mapping):
         raise InvalidInput(f"relationship delta must be a mapping of {', '.join(RELATIONSHIP_KEYS)}, got {delta!r}")
-    unknown = set(delta) - set(RELATIONSHIP_KEYS)
-    if unknown:
-        raise InvalidInput(
-            f"relationship delta has unknown keys {sorted(map(str, unknown))}; allowed: {', '.join(RELATIONSHIP_KEYS)}"
-        )
-    return {key: _check_int(delta.get(key, 0), f"relationship delta {key}") for key in RELATIONSHIP_KEYS}
+    return RelationshipDelta.from_dict(delta).to_dict()
 
 
 def _clamp(key: str, value: int) -> int:
@@ -155,7 +153,9 @@ def _clamp(key: str, value: int) -> int:
     return max(low, min(high, value))
 
 
-def apply_relationship(current: Mapping[str, Any] | None, delta: Mapping[str, Any] | Any) -> dict[str, Any]:
+def apply_relationship(
+    current: Mapping[str, Any] | None, delta: Mapping[str, Any] | RelationshipDelta
+) -> dict[str, Any]:
     """The relationship after one turn's `delta` (seed 003 关系变化判断): start values when `current` is
     None or lacks a key, each value clamped to its range (see the module doc). `current` is not changed."""
     if current is not None and not isinstance(current, Mapping):
@@ -169,7 +169,7 @@ def apply_relationship(current: Mapping[str, Any] | None, delta: Mapping[str, An
 
 
 def is_large_change(
-    delta: Mapping[str, Any] | Any,
+    delta: Mapping[str, Any] | RelationshipDelta,
     *,
     total_threshold: int = MEMORY_TOTAL_DELTA,
     single_threshold: int = MEMORY_SINGLE_DELTA,
@@ -270,7 +270,7 @@ def _change_phrase(key: str, value: int) -> str:
 
 
 def relationship_memory_text(
-    delta: Mapping[str, Any] | Any,
+    delta: Mapping[str, Any] | RelationshipDelta,
     reasons: object,
     character_name: str | None,
     user_name: str | None,
@@ -449,7 +449,7 @@ def plan_review_effects(
     else:
         try:
             output = ReviewOutput.from_dict(review)
-        except (KeyError, TypeError) as exc:
+        except InvalidInput as exc:
             raise InvalidInput(
                 f"review must be a ReviewOutput or its to_dict(), got {type(review).__name__}: {exc}"
             ) from None

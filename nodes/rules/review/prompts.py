@@ -1,8 +1,8 @@
 """Prompt texts of the LLM review (seed 003, 扩展为 LLM 版本).
 
-The model gets the turn and the rule review's result as a baseline, and answers with one JSON object
-in the shape `REVIEW_ANSWER_SCHEMA` describes; `nodes.review` validates it and falls back to the rule
-result when it does not fit.
+The model gets the turn and the rule review's result as a baseline, and answers with one JSON object in
+the shape `REVIEW_ANSWER_SCHEMA` describes; `review.answer` validates it, and the pipeline falls back to the
+rule result when it does not fit.
 """
 
 from __future__ import annotations
