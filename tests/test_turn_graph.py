@@ -10,22 +10,43 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from langgraph.channels import BinaryOperatorAggregate, LastValue, UntrackedValue
 from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
+from personalab.graph.graph import builder
 from personalab.graph.runner import ReplyTokens, create_sample_instance, run_turn, turn_config, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.review import TURN_EVENT_BUS
 from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound
 from personalab.nodes.rules.memory_builder import build_memory
+from personalab.nodes.rules.plot import STATUSES
 from personalab.nodes.rules.prompt_assembly import split_latest_user
+from personalab.nodes.rules.review import CHOICE_LEVELS, GAPS
+from personalab.nodes.rules.review.effects import RELATIONSHIP_KEYS
+from personalab.nodes.rules.types import (
+    Attribute,
+    Character,
+    ChoiceLevel,
+    Gap,
+    HostLine,
+    MemoryBlock,
+    PlotPoint,
+    PlotState,
+    PlotStatus,
+    ProgressMarker,
+    Relationship,
+    ReplySegment,
+    SelectedChoice,
+)
+from personalab.nodes.state import TurnInput, TurnOutput, TurnState, merge_debug
 from personalab.stores.background import flush_event_writes, run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.events import StorySearch, prefetch_story, search_events, search_story, take_prefetched_story
 from personalab.stores.history import get_chat_history, get_lines, get_path_ids
 from personalab.stores.memory import MemoryStore
-from personalab.stores.saves import append_lines
+from personalab.stores.saves import ATTRIBUTES, LINE_FIELDS, append_lines
 from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnLock, TurnRecord
 from personalab.stores.turns import acquire_turn_lock, release_turn_lock
@@ -479,3 +500,60 @@ def test_run_turn_holds_the_turns_own_work_back_until_its_state_is_read(sqlite_u
         unsubscribe()
     assert queued and seen_at_read == [False]
     assert ran.wait(10)
+
+
+def keys(typed_dict: Any) -> set[str]:
+    """Every field a TypedDict declares (its own and its bases')."""
+    return set(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
+
+
+def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_channels() -> None:
+    """TurnState = TurnInput + TurnOutput + what only the nodes use, each field declared once: the debug output
+    is merged, the dialogue path and the messages are never checkpointed, everything else is checkpointed."""
+    assert not keys(TurnInput) & keys(TurnOutput)
+    assert keys(TurnInput) | keys(TurnOutput) < keys(TurnState)
+    channels = builder.channels
+    assert set(channels) == keys(TurnState)
+    assert isinstance(channels["debug"], BinaryOperatorAggregate) and channels["debug"].operator is merge_debug
+    untracked = {name for name, channel in channels.items() if isinstance(channel, UntrackedValue)}
+    assert untracked == {"history", "messages"}
+    checkpointed = {name for name, channel in channels.items() if isinstance(channel, LastValue)} | {"debug"}
+    assert checkpointed == {
+        # the input
+        "instance_id", "message", "user_name", "lines_before", "selected_choice", "time_gap",
+        # the output
+        "reply", "reply_lines", "plot_state", "core_memory", "relationship", "retrieved", "memory_blocks",
+        "injected", "director_events", "turn", "model", "error", "gap", "review", "debug",
+        # the nodes' own
+        "core_memory_versions", "worldbook_fired", "state_events", "lock_token", "character", "user_line_id",
+        "query", "reply_raw",
+    }  # fmt: skip
+
+
+def test_the_types_name_the_values_and_fields_the_rules_check() -> None:
+    assert get_args(Gap) == GAPS
+    assert get_args(ChoiceLevel) == CHOICE_LEVELS
+    assert get_args(PlotStatus) == STATUSES
+    assert get_args(Attribute) == ATTRIBUTES
+    assert keys(HostLine) == set(LINE_FIELDS)
+    assert keys(Relationship) == set(RELATIONSHIP_KEYS)
+
+
+def test_the_states_parts_have_the_shapes_their_types_describe(sqlite_url: str) -> None:
+    """What the nodes put into the state is what nodes/rules/types.py (and so the served schemas) says."""
+    instance = create_sample_instance(sqlite_url)
+    choice: SelectedChoice = {"level": "important", "text": "跟上雷娜"}
+    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+        run_turn(graph, ctx, instance, "出发吧。")
+        state = run_turn(graph, ctx, instance, "还记得出发时的事吗？", selected_choice=choice, user_name="阿杰")
+    assert state["error"] is None
+    assert keys(TurnOutput) <= set(state)
+    assert set(state["character"]) == keys(Character)
+    assert state["reply_lines"] and all(set(segment) == keys(ReplySegment) for segment in state["reply_lines"])
+    assert set(state["plot_state"]) == keys(PlotState)
+    assert all(set(point) == keys(PlotPoint) for point in state["plot_state"]["story_outline"])
+    assert state["debug"]["progress"]["markers"]
+    assert all(set(marker) == keys(ProgressMarker) for marker in state["debug"]["progress"]["markers"])
+    assert set(state["relationship"]) == keys(Relationship)
+    assert state["memory_blocks"] and all(set(block) == keys(MemoryBlock) for block in state["memory_blocks"])
+    assert state["gap"] in get_args(Gap)
