@@ -17,15 +17,13 @@ from personalab.stores.db import session_scope
 from personalab.stores.saves import create_role, create_save
 from personalab.stores.worldbook import (
     GLOBAL,
-    ImportFormatError,
     Scope,
     add_knowledge,
-    export_knowledge,
-    import_knowledge,
     knowledge_for_instance,
     list_knowledge,
     update_knowledge,
 )
+from personalab.stores.worldbook_files import ImportFormatError, export_knowledge, import_knowledge
 
 
 def k(entry_id: str, content: str = "内容", *keywords: str, **fields: Any) -> KnowledgeEntry:

@@ -24,16 +24,13 @@ from personalab.nodes.rules.worldbook import (
 from personalab.stores.db import session_scope
 from personalab.stores.saves import create_role, create_save
 from personalab.stores.worldbook import (
-    ImportFormatError,
     Scope,
     add_worldbook_entry,
-    export_worldbook,
-    import_worldbook,
     list_worldbook,
-    parse_worldbook,
     with_semantic_vectors,
     worldbook_for_instance,
 )
+from personalab.stores.worldbook_files import ImportFormatError, export_worldbook, import_worldbook, parse_worldbook
 from personalab.stores.worldbook_tables import WorldbookEntryRow
 from sqlmodel import select
 

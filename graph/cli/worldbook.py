@@ -17,16 +17,12 @@ from typing import Any
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES, TemporalWindow
 from personalab.stores.db import session_scope
-from personalab.stores.worldbook import (
-    Scope,
-    add_knowledge,
-    add_worldbook_entry,
+from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
+from personalab.stores.worldbook_files import (
     export_knowledge,
     export_worldbook,
     import_knowledge,
     import_worldbook,
-    list_knowledge,
-    list_worldbook,
     read_json_file,
     write_json_file,
 )

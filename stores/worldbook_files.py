@@ -1,0 +1,605 @@
+"""World-book and knowledge files: SillyTavern world info / lorebooks and our own formats, import and export.
+
+Imports are all-or-nothing: the whole file is parsed and every entry validated before anything is written,
+and the caller's transaction (`session_scope`) commits the rows together or not at all. A bad file raises
+`ImportFormatError` (a `ValueError`) naming the entry (1-based index in the file, and its uid when it has
+one) and the field. Files read:
+- PersonaLab exports (`{"format": "personalab.worldbook" | "personalab.knowledge", "version": 1,
+  "entries": [...]}`), strict: an unknown field is an error (a typo would otherwise be lost silently);
+- SillyTavern world info / lorebook files (`{"entries": {"<uid>": {"uid", "key", "keysecondary", "comment",
+  "content", "constant", "vectorized", "selective", "selectiveLogic", "order", "position", "role",
+  "disable", ...}}}`; the entries may also be a list);
+- character-card lorebooks (`character_book`: `keys`, `secondary_keys`, `content`, `enabled`,
+  `insertion_order`, `constant`, `name` / `comment`, `id`), alone or inside a V2 / V3 card (`data`).
+SillyTavern fields with no counterpart here (probability, depth, sticky, groups, ...) are ignored and
+named in the import report. Entries with empty content, and non-constant entries without any key (which
+SillyTavern never fires either), are skipped and reported, not errors.
+
+Documented limits: file size `MAX_IMPORT_BYTES`, entries per file `MAX_IMPORT_ENTRIES`, content per entry
+`nodes.worldbook.MAX_CONTENT_CHARS`, keywords per entry `MAX_KEYWORDS` of at most `MAX_KEYWORD_CHARS`.
+
+Knowledge exports leave the keywords out unless asked (seed 001: keywords are "用户手动设置,不导出导入",
+set by hand on each installation); imports read them when present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
+from personalab.nodes.rules.worldbook import (
+    KINDS,
+    POSITIONS,
+    SELECTIVE_LOGICS,
+    TRIGGER_TYPES,
+    TemporalWindow,
+    WorldbookEntry,
+    validate_entry,
+)
+from personalab.stores.worldbook import (
+    GLOBAL,
+    Scope,
+    check_scope,
+    knowledge_row,
+    list_knowledge,
+    list_worldbook,
+    worldbook_from_row,
+    worldbook_row,
+    worldbook_rows,
+)
+from sqlmodel import Session
+
+WORLDBOOK_FORMAT = "personalab.worldbook"
+KNOWLEDGE_FORMAT = "personalab.knowledge"
+FORMAT_VERSION = 1
+MAX_IMPORT_BYTES = 20 * 1024 * 1024
+MAX_IMPORT_ENTRIES = 10_000
+
+# SillyTavern world_info_position.atDepth and extension_prompt_roles (0 system, 1 user, 2 assistant).
+ST_POSITION_AT_DEPTH = 4
+ST_ROLES = {0: "system", 1: "user", 2: "assistant"}
+ST_LOGIC = {0: "and_any", 1: "not_all", 2: "not_any", 3: "and_all"}
+ST_MAPPED = {
+    "uid",
+    "key",
+    "keysecondary",
+    "comment",
+    "content",
+    "constant",
+    "vectorized",
+    "selective",
+    "selectiveLogic",
+    "order",
+    "position",
+    "role",
+    "disable",
+}
+# Present in every SillyTavern entry and meaningless here; not worth a note.
+ST_SILENT = {"displayIndex", "addMemo", "extensions", "characterFilter", "automationId", "hash", "world"}
+# Fields with no counterpart here, with their SillyTavern defaults (newWorldInfoEntryDefinition; older files
+# write 0 for the timed effects): only a field set to something else is reported as ignored.
+ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "excludeRecursion": (False,),
+    "preventRecursion": (False,),
+    "delayUntilRecursion": (0, False),
+    "matchPersonaDescription": (False,),
+    "matchCharacterDescription": (False,),
+    "matchCharacterPersonality": (False,),
+    "matchCharacterDepthPrompt": (False,),
+    "matchScenario": (False,),
+    "matchCreatorNotes": (False,),
+    "probability": (100,),
+    "useProbability": (True, False),
+    "depth": (4,),
+    "group": ("",),
+    "groupOverride": (False,),
+    "groupWeight": (100,),
+    "scanDepth": (None,),
+    "caseSensitive": (None, False),
+    "matchWholeWords": (None,),
+    "useGroupScoring": (None, False),
+    "sticky": (None, 0),
+    "cooldown": (None, 0),
+    "delay": (None, 0),
+    "triggers": ([],),
+}
+CARD_MAPPED = {
+    "id",
+    "keys",
+    "secondary_keys",
+    "content",
+    "enabled",
+    "insertion_order",
+    "constant",
+    "name",
+    "comment",
+    "selective",
+    "position",
+}
+CARD_SILENT = {"extensions"}
+
+
+class ImportFormatError(InvalidInput):
+    """A malformed import file; the message names the entry and the field."""
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    format: str
+    imported: int
+    duplicates: int = 0
+    skipped: list[str] = field(default_factory=list)
+    ignored_fields: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"imported {self.imported} entries ({self.format})"]
+        if self.duplicates:
+            parts.append(f"{self.duplicates} already stored")
+        if self.skipped:
+            parts.append(
+                f"skipped {len(self.skipped)}: "
+                + "; ".join(self.skipped[:5])
+                + ("; ..." if len(self.skipped) > 5 else "")
+            )
+        if self.ignored_fields:
+            parts.append("ignored fields: " + ", ".join(self.ignored_fields))
+        return "; ".join(parts)
+
+
+# --- knowledge ------------------------------------------------------------------------------------
+
+
+def export_knowledge(session: Session, scope: Scope = GLOBAL, *, with_keywords: bool = False) -> dict[str, Any]:
+    """The entries of exactly `scope` as a PersonaLab knowledge file (keywords only with `with_keywords`)."""
+    entries = []
+    for k in list_knowledge(session, scope):
+        item: dict[str, Any] = {
+            "tag": k.tag,
+            "content": k.content,
+            "importance": k.importance,
+            "enabled": k.enabled,
+            "user_edited": k.user_edited,
+        }
+        if with_keywords:
+            item["keywords"] = list(k.keywords)
+        entries.append(item)
+    return {"format": KNOWLEDGE_FORMAT, "version": FORMAT_VERSION, "entries": entries}
+
+
+KNOWLEDGE_FIELDS = {"tag", "content", "importance", "keywords", "enabled", "user_edited"}
+
+
+def parse_knowledge(data: Any) -> list[KnowledgeEntry]:
+    """Validated entries of a knowledge file (a PersonaLab export, `{"entries": [...]}` or a bare list).
+    Raises ImportFormatError naming the entry and the field."""
+    if isinstance(data, dict):
+        fmt = data.get("format")
+        if fmt is not None and fmt != KNOWLEDGE_FORMAT:
+            raise ImportFormatError(f"file format is {fmt!r}, not {KNOWLEDGE_FORMAT!r}")
+        _check_version(data)
+        if "entries" not in data:
+            raise ImportFormatError("not a knowledge file: no 'entries' list")
+        raw_entries = data["entries"]
+    elif isinstance(data, list):
+        raw_entries = data
+    else:
+        raise ImportFormatError(f"top level must be an object or a list, got {_type(data)}")
+    if not isinstance(raw_entries, list):
+        raise ImportFormatError(f"'entries' must be a list, got {_type(raw_entries)}")
+    _check_count(raw_entries)
+    out: list[KnowledgeEntry] = []
+    for index, raw in enumerate(raw_entries, start=1):
+        where = f"entry {index}"
+        if not isinstance(raw, dict):
+            raise ImportFormatError(f"{where}: must be an object, got {_type(raw)}")
+        unknown = set(raw) - KNOWLEDGE_FIELDS
+        if unknown:
+            raise ImportFormatError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        for required in ("tag", "content"):
+            if required not in raw:
+                raise ImportFormatError(f"{where}: missing field '{required}'")
+        entry = KnowledgeEntry(
+            id=str(index),
+            tag=_str(raw["tag"], where, "tag").strip(),
+            content=_str(raw["content"], where, "content").strip(),
+            importance=_number(raw.get("importance", 0.5), where, "importance"),
+            keywords=_str_list(raw.get("keywords", []), where, "keywords"),
+            enabled=_bool(raw.get("enabled", True), where, "enabled"),
+            user_edited=_bool(raw.get("user_edited", False), where, "user_edited"),
+        )
+        _validate(validate_knowledge, entry, where)
+        out.append(entry)
+    return out
+
+
+def import_knowledge(session: Session, data: Any, scope: Scope = GLOBAL) -> ImportReport:
+    """Add every entry of `data` to `scope`, or none (see the module doc). Entries already stored in that
+    scope with the same tag and content are not added twice."""
+    entries = parse_knowledge(data)
+    check_scope(session, scope)
+    seen = {(k.tag, k.content) for k in list_knowledge(session, scope)}
+    duplicates = 0
+    for entry in entries:
+        if (entry.tag, entry.content) in seen:
+            duplicates += 1
+            continue
+        seen.add((entry.tag, entry.content))
+        session.add(knowledge_row(replace(entry, role_id=scope.role_id, save_id=scope.save_id)))
+    session.flush()
+    return ImportReport(KNOWLEDGE_FORMAT, len(entries) - duplicates, duplicates)
+
+
+# --- world book -----------------------------------------------------------------------------------
+
+
+def export_worldbook(session: Session, scope: Scope = GLOBAL) -> dict[str, Any]:
+    """The entries of exactly `scope` as a PersonaLab world-book file."""
+    entries = [
+        {"uid": row.uid if row.uid is not None else str(row.id), **worldbook_from_row(row).fields_dict()}
+        for row in worldbook_rows(session, scope)
+    ]
+    return {"format": WORLDBOOK_FORMAT, "version": FORMAT_VERSION, "entries": entries}
+
+
+@dataclass(frozen=True)
+class ParsedWorldbook:
+    format: str
+    entries: list[tuple[WorldbookEntry, str | None]]  # (entry, source uid)
+    skipped: list[str] = field(default_factory=list)
+    ignored_fields: list[str] = field(default_factory=list)
+
+
+OUR_FIELDS = {
+    "uid",
+    "title",
+    "content",
+    "keywords",
+    "secondary_keywords",
+    "selective_logic",
+    "trigger_type",
+    "kind",
+    "priority",
+    "constant",
+    "enabled",
+    "position",
+    "relevance_weight",
+    "emotional_weight",
+    "time_decay_factor",
+    "emotions",
+    "temporal",
+}
+TEMPORAL_FIELDS = {"min_turn", "max_turn", "min_gap_seconds", "max_gap_seconds", "min_turns_since_fired"}
+
+
+def parse_worldbook(data: Any) -> ParsedWorldbook:
+    """Validated entries of a world-book file: a PersonaLab export, a SillyTavern world info file (entries
+    keyed by uid, or a list) or a character-card lorebook. Raises ImportFormatError naming entry and field."""
+    ours = False
+    fmt_name = "SillyTavern world info"
+    if isinstance(data, dict):
+        fmt = data.get("format")
+        if fmt is not None:
+            if fmt != WORLDBOOK_FORMAT:
+                raise ImportFormatError(f"file format is {fmt!r}, not {WORLDBOOK_FORMAT!r}")
+            _check_version(data)
+            ours, fmt_name = True, WORLDBOOK_FORMAT
+        container = data
+        card = data.get("data")
+        if isinstance(card, dict) and "character_book" in card:
+            container, fmt_name = card["character_book"], "character card lorebook"
+            if not isinstance(container, dict):
+                raise ImportFormatError(f"'data.character_book' must be an object, got {_type(container)}")
+        if "entries" not in container:
+            raise ImportFormatError(
+                "not a world book: no 'entries' (expected a PersonaLab export, a SillyTavern world info file "
+                "or a character book)"
+            )
+        raw_entries = container["entries"]
+    elif isinstance(data, list):
+        raw_entries = data
+    else:
+        raise ImportFormatError(f"top level must be an object or a list, got {_type(data)}")
+    if isinstance(raw_entries, dict):
+        items: list[tuple[Any, Any]] = list(raw_entries.items())
+    elif isinstance(raw_entries, list):
+        items = [(None, raw) for raw in raw_entries]
+    else:
+        raise ImportFormatError(f"'entries' must be an object keyed by uid or a list, got {_type(raw_entries)}")
+    _check_count(items)
+
+    entries: list[tuple[WorldbookEntry, str | None]] = []
+    skipped: list[str] = []
+    ignored: set[str] = set()
+    card_entries = 0
+    for index, (key, raw) in enumerate(items, start=1):
+        if not isinstance(raw, dict):
+            raise ImportFormatError(f"entry {index}{_uid_note(key)}: must be an object, got {_type(raw)}")
+        uid = raw.get("uid", raw.get("id", key))
+        if uid is not None and (isinstance(uid, bool) or not isinstance(uid, (int, str))):
+            raise ImportFormatError(f"entry {index}: field 'uid' must be a number or a string, got {_type(uid)}")
+        uid_text = None if uid is None else str(uid)
+        where = f"entry {index}{_uid_note(uid_text)}"
+        if ours or (not {"key", "keys"} & set(raw) and {"keywords", "trigger_type"} & set(raw)):
+            entry, note = _from_ours(raw, where), None
+        elif "keys" in raw or "insertion_order" in raw or "secondary_keys" in raw:
+            card_entries += 1
+            entry, note = _from_card(raw, where, ignored)
+        else:
+            entry, note = _from_sillytavern(raw, where, ignored)
+        if entry is None:
+            skipped.append(f"{where} {note}")
+            continue
+        _validate(validate_entry, entry, where)
+        entries.append((entry, uid_text))
+    if not ours and card_entries == len(items) and items and fmt_name != "character card lorebook":
+        fmt_name = "character book"
+    return ParsedWorldbook(fmt_name, entries, skipped, sorted(ignored))
+
+
+def _from_ours(raw: dict[str, Any], where: str) -> WorldbookEntry:
+    unknown = set(raw) - OUR_FIELDS
+    if unknown:
+        raise ImportFormatError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    if "content" not in raw:
+        raise ImportFormatError(f"{where}: missing field 'content'")
+    temporal_raw = raw.get("temporal") or {}
+    if not isinstance(temporal_raw, dict):
+        raise ImportFormatError(f"{where}: field 'temporal' must be an object, got {_type(temporal_raw)}")
+    unknown = set(temporal_raw) - TEMPORAL_FIELDS
+    if unknown:
+        raise ImportFormatError(f"{where}: field 'temporal': unknown key(s) {', '.join(sorted(unknown))}")
+    window = TemporalWindow(
+        _opt_int(temporal_raw.get("min_turn"), where, "temporal.min_turn"),
+        _opt_int(temporal_raw.get("max_turn"), where, "temporal.max_turn"),
+        _opt_number(temporal_raw.get("min_gap_seconds"), where, "temporal.min_gap_seconds"),
+        _opt_number(temporal_raw.get("max_gap_seconds"), where, "temporal.max_gap_seconds"),
+        _opt_int(temporal_raw.get("min_turns_since_fired"), where, "temporal.min_turns_since_fired"),
+    )
+    position = raw.get("position")
+    return WorldbookEntry(
+        id="import",
+        content=_str(raw["content"], where, "content").strip(),
+        keywords=_str_list(raw.get("keywords", []), where, "keywords"),
+        secondary_keywords=_str_list(raw.get("secondary_keywords", []), where, "secondary_keywords"),
+        selective_logic=_choice(raw.get("selective_logic", "and_any"), SELECTIVE_LOGICS, where, "selective_logic"),
+        trigger_type=_choice(raw.get("trigger_type", "keyword"), TRIGGER_TYPES, where, "trigger_type"),
+        kind=_choice(raw.get("kind", "semantic"), KINDS, where, "kind"),
+        priority=_int(raw.get("priority", 100), where, "priority"),
+        constant=_bool(raw.get("constant", False), where, "constant"),
+        enabled=_bool(raw.get("enabled", True), where, "enabled"),
+        position=None if position is None else _choice(position, POSITIONS, where, "position"),
+        title=_str(raw.get("title", ""), where, "title"),
+        relevance_weight=_number(raw.get("relevance_weight", 1.0), where, "relevance_weight"),
+        emotional_weight=_number(raw.get("emotional_weight", 0.5), where, "emotional_weight"),
+        time_decay_factor=_number(raw.get("time_decay_factor", 0.0), where, "time_decay_factor"),
+        emotions=_str_list(raw.get("emotions", []), where, "emotions"),
+        temporal=window,
+    )
+
+
+def _from_sillytavern(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
+    """A SillyTavern world-info entry (newWorldInfoEntryDefinition field names)."""
+    for required in ("key", "content"):
+        if required not in raw:
+            raise ImportFormatError(f"{where}: missing field '{required}'")
+    for name in set(raw) - ST_MAPPED - ST_SILENT:
+        defaults = ST_UNMAPPED_DEFAULTS.get(name)
+        value = raw[name]
+        if defaults is None or not any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults):
+            ignored.add(name)
+    content = _str(raw["content"], where, "content").strip()
+    keys = _str_list(raw["key"], where, "key")
+    secondary = _str_list(raw.get("keysecondary") or [], where, "keysecondary")
+    constant = _opt_bool(raw.get("constant"), where, "constant") or False
+    vectorized = _opt_bool(raw.get("vectorized"), where, "vectorized") or False
+    selective = _opt_bool(raw.get("selective"), where, "selective")
+    disable = _opt_bool(raw.get("disable"), where, "disable") or False
+    logic = raw.get("selectiveLogic")
+    if logic is not None and (isinstance(logic, bool) or logic not in ST_LOGIC):
+        raise ImportFormatError(f"{where}: field 'selectiveLogic' must be 0, 1, 2 or 3, got {logic!r}")
+    order = _opt_number(raw.get("order"), where, "order")
+    position = _opt_int(raw.get("position"), where, "position")
+    role = _opt_int(raw.get("role"), where, "role")
+    if not content:
+        return None, "has empty content"
+    if not constant and not vectorized and not any(k.strip() for k in keys):
+        return None, "has no key and is not constant (SillyTavern never fires it)"
+    return WorldbookEntry(
+        id="import",
+        content=content,
+        keywords=keys,
+        secondary_keywords=secondary if selective is not False else (),
+        selective_logic=ST_LOGIC[logic if logic is not None else 0],
+        trigger_type="semantic" if vectorized else "keyword",
+        priority=int(round(order)) if order is not None else 100,
+        constant=constant,
+        enabled=not disable,
+        position=ST_ROLES.get(role if role is not None else 0) if position == ST_POSITION_AT_DEPTH else None,
+        title=_str(raw.get("comment") or "", where, "comment"),
+    ), ""
+
+
+def _from_card(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
+    """A character-card lorebook entry (Character Card V2 `character_book.entries[]`)."""
+    for required in ("keys", "content"):
+        if required not in raw:
+            raise ImportFormatError(f"{where}: missing field '{required}'")
+    ignored.update(set(raw) - CARD_MAPPED - CARD_SILENT)
+    content = _str(raw["content"], where, "content").strip()
+    keys = _str_list(raw["keys"], where, "keys")
+    constant = _opt_bool(raw.get("constant"), where, "constant") or False
+    selective = _opt_bool(raw.get("selective"), where, "selective")
+    enabled = _opt_bool(raw.get("enabled"), where, "enabled")
+    order = _opt_number(raw.get("insertion_order"), where, "insertion_order")
+    secondary = _str_list(raw.get("secondary_keys") or [], where, "secondary_keys")
+    title = raw.get("comment") or raw.get("name") or ""
+    if not content:
+        return None, "has empty content"
+    if not constant and not any(k.strip() for k in keys):
+        return None, "has no key and is not constant"
+    return WorldbookEntry(
+        id="import",
+        content=content,
+        keywords=keys,
+        secondary_keywords=secondary if selective is not False else (),
+        priority=int(round(order)) if order is not None else 100,
+        constant=constant,
+        enabled=enabled is not False,
+        title=_str(title, where, "comment"),
+    ), ""
+
+
+def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> ImportReport:
+    """Add every entry of `data` to `scope`, or none (see the module doc). Entries already stored in that
+    scope with the same content and keywords are not added twice."""
+    parsed = parse_worldbook(data)
+    check_scope(session, scope)
+    seen = {(e.content, e.keywords) for e in list_worldbook(session, scope)}
+    duplicates = 0
+    for entry, uid in parsed.entries:
+        if (entry.content, entry.keywords) in seen:
+            duplicates += 1
+            continue
+        seen.add((entry.content, entry.keywords))
+        session.add(worldbook_row(replace(entry, role_id=scope.role_id, save_id=scope.save_id), uid))
+    session.flush()
+    return ImportReport(
+        parsed.format, len(parsed.entries) - duplicates, duplicates, parsed.skipped, parsed.ignored_fields
+    )
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+def read_json_file(path: str | os.PathLike[str]) -> Any:
+    """The JSON in `path`; ImportFormatError (one line) for a missing, huge, non-UTF-8 or malformed file."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ImportFormatError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if size > MAX_IMPORT_BYTES:
+        raise ImportFormatError(f"{p} is {size} bytes, over the import limit of {MAX_IMPORT_BYTES}")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{p} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ImportFormatError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def write_json_file(path: str | os.PathLike[str], data: Any) -> None:
+    """Write `data` as UTF-8 JSON, all or nothing: a temporary file in the same folder, then a rename."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, ensure_ascii=False, indent=2)
+            handle.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- field checks ---------------------------------------------------------------------------------
+
+
+def _type(value: Any) -> str:
+    return {
+        dict: "object",
+        list: "list",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _uid_note(uid: Any) -> str:
+    return "" if uid is None else f" (uid {uid})"
+
+
+def _check_version(data: Mapping[str, Any]) -> None:
+    version = data.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise ImportFormatError(f"file version {version!r} is not supported (expected {FORMAT_VERSION})")
+
+
+def _check_count(items: Sequence[Any]) -> None:
+    if len(items) > MAX_IMPORT_ENTRIES:
+        raise ImportFormatError(f"{len(items)} entries, over the import limit of {MAX_IMPORT_ENTRIES}")
+
+
+def _validate(check: Any, entry: Any, where: str) -> None:
+    try:
+        check(entry, where)
+    except ImportFormatError:
+        raise
+    except ValueError as exc:
+        raise ImportFormatError(str(exc)) from None
+
+
+def _str(value: Any, where: str, name: str) -> str:
+    if not isinstance(value, str):
+        raise ImportFormatError(f"{where}: field '{name}' must be a string, got {_type(value)}")
+    return value
+
+
+def _str_list(value: Any, where: str, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ImportFormatError(f"{where}: field '{name}' must be a list of strings, got {_type(value)}")
+    for item in value:
+        if not isinstance(item, str):
+            raise ImportFormatError(f"{where}: field '{name}' must be a list of strings, has a {_type(item)}")
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _bool(value: Any, where: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ImportFormatError(f"{where}: field '{name}' must be true or false, got {_type(value)}")
+    return value
+
+
+def _opt_bool(value: Any, where: str, name: str) -> bool | None:
+    return None if value is None else _bool(value, where, name)
+
+
+def _number(value: Any, where: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ImportFormatError(f"{where}: field '{name}' must be a number, got {_type(value)}")
+    return float(value)
+
+
+def _opt_number(value: Any, where: str, name: str) -> float | None:
+    return None if value is None else _number(value, where, name)
+
+
+def _int(value: Any, where: str, name: str) -> int:
+    number = _number(value, where, name)
+    if number != int(number):
+        raise ImportFormatError(f"{where}: field '{name}' must be a whole number, got {value!r}")
+    return int(number)
+
+
+def _opt_int(value: Any, where: str, name: str) -> int | None:
+    return None if value is None else _int(value, where, name)
+
+
+def _choice(value: Any, choices: Sequence[str], where: str, name: str) -> str:
+    if value not in choices:
+        raise ImportFormatError(f"{where}: field '{name}' is {value!r}, not one of {', '.join(choices)}")
+    return str(value)
