@@ -21,9 +21,8 @@ Every function works in the caller's session (`stores.db.session_scope`), which 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.review.effects import (
@@ -38,6 +37,7 @@ from personalab.stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
 from personalab.stores.saves import get_save
 from personalab.stores.tables import utcnow
 from personalab.stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
+from pydantic import BaseModel, ConfigDict, PlainSerializer
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
@@ -53,29 +53,37 @@ class SuggestionDecidedError(InvalidInput):
     """The suggestion was already approved or rejected."""
 
 
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
+def _iso(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)  # SQLite hands back naive datetimes; they were written in UTC
     return value.isoformat()
 
 
-@dataclass(frozen=True)
-class PlotNode:
+# A stored time; in `to_dict()` an ISO text with its UTC offset ("+00:00"), naive SQLite values included.
+StoredTime = Annotated[datetime, PlainSerializer(_iso, when_used="json")]
+
+
+class PlotNode(BaseModel):
+    """A stored plot node (seed 003 剧情更新), read from its row with `model_validate(row)`."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
     id: int
     save_id: int
     turn: int
     level: str | None
     summary: str
-    created_at: datetime
+    created_at: StoredTime
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "created_at": _iso(self.created_at)}
+        return self.model_dump(mode="json")
 
 
-@dataclass(frozen=True)
-class WorldbookSuggestion:
+class WorldbookSuggestion(BaseModel):
+    """A stored world-book suggestion (seed 003 世界书更新), read from its row with `model_validate(row)`."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
     id: int
     save_id: int
     turn: int
@@ -88,40 +96,12 @@ class WorldbookSuggestion:
     scope: str
     status: str
     reason: str
-    created_at: datetime
-    decided_at: datetime | None
+    created_at: StoredTime
+    decided_at: StoredTime | None
     worldbook_entry_id: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(keywords=list(self.keywords), created_at=_iso(self.created_at), decided_at=_iso(self.decided_at))
-        return data
-
-
-def _plot_node(row: PlotNodeRow) -> PlotNode:
-    assert row.id is not None
-    return PlotNode(row.id, row.save_id, row.turn, row.level, row.summary, row.created_at)
-
-
-def _suggestion(row: WorldbookSuggestionRow) -> WorldbookSuggestion:
-    assert row.id is not None
-    return WorldbookSuggestion(
-        id=row.id,
-        save_id=row.save_id,
-        turn=row.turn,
-        choice_level=row.choice_level,
-        title=row.title,
-        content=row.content,
-        keywords=tuple(row.keywords or ()),
-        trigger_type=row.trigger_type,
-        kind=row.kind,
-        scope=row.scope,
-        status=row.status,
-        reason=row.reason,
-        created_at=row.created_at,
-        decided_at=row.decided_at,
-        worldbook_entry_id=row.worldbook_entry_id,
-    )
+        return self.model_dump(mode="json")
 
 
 # --- plot nodes -----------------------------------------------------------------------------------
@@ -147,14 +127,17 @@ def record_plot_node(session: Session, save_id: int, turn: int, level: str | Non
         row.level, row.summary, row.created_at = level, summary, utcnow()
     session.add(row)
     session.flush()
-    return _plot_node(row)
+    return PlotNode.model_validate(row)
 
 
 def list_plot_nodes(session: Session, save_id: int) -> list[PlotNode]:
     """The plot nodes of instance `save_id`, oldest turn first (InstanceNotFound for an unknown one)."""
     get_save(session, save_id)
     stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id)
-    return [_plot_node(r) for r in session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()]
+    return [
+        PlotNode.model_validate(r)
+        for r in session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()
+    ]
 
 
 # --- world-book suggestions -----------------------------------------------------------------------
@@ -245,7 +228,7 @@ def create_suggestion(
         WorldbookSuggestionRow.status == "pending",
     )
     row = session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).first()
-    values = {
+    values: dict[str, Any] = {
         "choice_level": choice_level,
         "title": title.strip(),
         "content": content,
@@ -263,7 +246,7 @@ def create_suggestion(
         row.created_at = utcnow()
     session.add(row)
     session.flush()
-    return _suggestion(row)
+    return WorldbookSuggestion.model_validate(row)
 
 
 def _row(session: Session, suggestion_id: int) -> WorldbookSuggestionRow:
@@ -276,7 +259,7 @@ def _row(session: Session, suggestion_id: int) -> WorldbookSuggestionRow:
 
 
 def get_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
-    return _suggestion(_row(session, suggestion_id))
+    return WorldbookSuggestion.model_validate(_row(session, suggestion_id))
 
 
 def list_suggestions(
@@ -292,7 +275,9 @@ def list_suggestions(
     if save_id is not None:
         get_save(session, save_id)
         stmt = stmt.where(WorldbookSuggestionRow.save_id == save_id)
-    return [_suggestion(r) for r in session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).all()]
+    return [
+        WorldbookSuggestion.model_validate(r) for r in session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).all()
+    ]
 
 
 def _decided_error(row: WorldbookSuggestionRow, action: str) -> SuggestionDecidedError:
@@ -355,7 +340,7 @@ def approve_suggestion(
     row.content, row.keywords, row.trigger_type = final_content, words, trigger
     session.add(row)
     session.flush()
-    return _suggestion(row)
+    return WorldbookSuggestion.model_validate(row)
 
 
 def reject_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
@@ -364,7 +349,7 @@ def reject_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggesti
     if row.status != "pending":
         raise _decided_error(row, "rejected")
     _decide(session, row, "rejected", "rejected")
-    return _suggestion(row)
+    return WorldbookSuggestion.model_validate(row)
 
 
 # --- one reviewed turn ----------------------------------------------------------------------------
