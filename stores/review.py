@@ -206,7 +206,7 @@ def create_suggestion(
     reason: str = "",
 ) -> WorldbookSuggestion:
     """A pending world-book suggestion for `turn` of instance `save_id`. Takes the dict of
-    `nodes.review_effects.worldbook_suggestion_from_turn` as keyword arguments. `trigger_type` defaults to
+    `review.effects.worldbook_suggestion_from_turn` as keyword arguments. `trigger_type` defaults to
     "keyword" with keywords, "semantic" without. A pending suggestion of the same instance and turn is
     replaced (same id). InstanceNotFound / ValueError for bad input, nothing stored."""
     check_turn(turn)
@@ -355,12 +355,49 @@ def reject_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggesti
 # --- one reviewed turn ----------------------------------------------------------------------------
 
 
+PLOT_NODE_PLAN: tuple[str, ...] = ("turn", "level", "summary")
+SUGGESTION_PLAN: tuple[str, ...] = (
+    "turn",
+    "content",
+    "keywords",
+    "title",
+    "trigger_type",
+    "kind",
+    "scope",
+    "choice_level",
+    "reason",
+)
+SUGGESTION_PLAN_REQUIRED: tuple[str, ...] = ("turn", "content")
+
+
+def _planned(
+    plan: Mapping[str, Any], key: str, required: Sequence[str], allowed: Sequence[str]
+) -> Mapping[str, Any] | None:
+    """One part of a review plan: None when the review planned none; InvalidInput naming the part and its keys
+    when it is not what `plan_review_effects` makes (host code may build plans of its own)."""
+    part = plan.get(key)
+    if not part:
+        return None
+    if not isinstance(part, Mapping):
+        raise InvalidInput(f"review plan {key} must be a mapping, got {type(part).__name__}")
+    missing = [name for name in required if name not in part]
+    unknown = sorted(str(name) for name in part if name not in allowed)
+    if missing or unknown:
+        raise InvalidInput(
+            f"review plan {key} needs {', '.join(required)} and allows {', '.join(allowed)}; "
+            f"missing {missing}, unknown {unknown}"
+        )
+    return part
+
+
 def save_review_effects(session: Session, save_id: int, plan: Mapping[str, Any]) -> dict[str, Any]:
-    """Store what `nodes.review_effects.plan_review_effects` planned: its plot node and its world-book
+    """Store what `review.effects.plan_review_effects` planned: its plot node and its world-book
     suggestion (either may be None). Returns {"plot_node": PlotNode | None, "worldbook_suggestion":
     WorldbookSuggestion | None}."""
-    plot = plan.get("plot_node")
-    proposal = plan.get("worldbook_suggestion")
+    if not isinstance(plan, Mapping):
+        raise InvalidInput(f"review plan must be a mapping, got {type(plan).__name__}")
+    plot = _planned(plan, "plot_node", PLOT_NODE_PLAN, PLOT_NODE_PLAN)
+    proposal = _planned(plan, "worldbook_suggestion", SUGGESTION_PLAN_REQUIRED, SUGGESTION_PLAN)
     node = record_plot_node(session, save_id, plot["turn"], plot["level"], plot["summary"]) if plot else None
     suggestion = create_suggestion(session, save_id, **proposal) if proposal else None
     return {"plot_node": node, "worldbook_suggestion": suggestion}

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.review.effects import (
     RELATIONSHIP_START,
     apply_relationship,
@@ -351,3 +352,8 @@ def test_every_turn_leaves_a_memory_worth_its_review() -> None:
 def test_relationship_event_only_when_something_moved() -> None:
     assert relationship_event(3, RelationshipDelta(0, 0, 0)) is None
     assert relationship_event(3, RelationshipDelta(1, -1, 1)) == "第3轮：关系变化 信任+1 好感-1 熟悉+1"
+
+
+def test_causes_of_something_that_is_not_a_review_are_refused() -> None:
+    with pytest.raises(InvalidInput, match="review must be a ReviewOutput"):
+        relationship_causes(3)  # type: ignore[arg-type]

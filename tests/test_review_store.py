@@ -7,7 +7,7 @@ from typing import Any
 
 import personalab.stores.review as review_store
 import pytest
-from personalab.nodes.rules.errors import InstanceNotFound
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput
 from personalab.nodes.rules.review.effects import plan_review_effects, worldbook_suggestion_from_turn
 from personalab.nodes.rules.review.rules import run_rule_review
 from personalab.nodes.rules.review.types import ReviewInput
@@ -350,4 +350,23 @@ def test_save_review_effects_of_small_talk_stores_nothing(ids: dict[str, Any]) -
     )
     with session_scope(ids["url"]) as s:
         assert save_review_effects(s, ids["one"], plan) == {"plot_node": None, "worldbook_suggestion": None}
+        assert list_plot_nodes(s, ids["one"]) == [] and list_suggestions(s) == []
+
+
+@pytest.mark.parametrize(
+    ("plan", "named"),
+    [
+        ("plot", "review plan must be a mapping"),
+        ({"plot_node": {"turn": 1, "summary": "x"}}, r"review plan plot_node .*missing \['level'\]"),
+        ({"plot_node": ["x"]}, "review plan plot_node must be a mapping"),
+        (
+            {"worldbook_suggestion": {**PROPOSAL, "mood": "happy"}},
+            r"review plan worldbook_suggestion .*unknown \['mood'\]",
+        ),
+    ],
+)
+def test_a_malformed_plan_is_refused_naming_the_part(ids: dict[str, Any], plan: Any, named: str) -> None:
+    with pytest.raises(InvalidInput, match=named), session_scope(ids["url"]) as s:
+        save_review_effects(s, ids["one"], plan)
+    with session_scope(ids["url"]) as s:
         assert list_plot_nodes(s, ids["one"]) == [] and list_suggestions(s) == []

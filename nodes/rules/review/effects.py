@@ -21,7 +21,7 @@ under 1 hour → minutes; under 1 day → hours; under 7 days → days; 7 days o
 
 Plot node and world book (剧情更新 / 世界书更新): `plot_node_summary` and
 `worldbook_suggestion_from_turn` turn one exchange into the text a director or the world book can use.
-A suggestion's keywords are the exchange's top TF-IDF words (jieba, `nodes.keywords.extract_keywords`;
+A suggestion's keywords are the exchange's top TF-IDF words (jieba, `rules.keywords.extract_keywords`;
 the choice text and the user's words first); an exchange without any keyword becomes a semantic entry
 (fires on meaning), since a keyword entry without keywords never fires. Suggestions are scoped to the
 instance by default: what happened in one play-through is not lore of every other one.
@@ -82,7 +82,7 @@ GAP_LABELS: dict[str, str] = {"days": "隔了几天", "long_absence": "隔了很
 CHOICE_TEXT_KEYS: tuple[str, ...] = ("text", "label", "title", "content", "option")
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# The rule review's English relationship reason (nodes.review._score_relationship), read back into causes.
+# The rule review's English relationship reason (review.rules._score_relationship), read back into causes.
 _REASON_KEYWORDS = re.compile(r"\((trust|affection|negative) keyword ([^)]*)\)")
 _REASON_CHOICE = re.compile(r"\((\w+) choice\)")
 _REASON_GAP = re.compile(r"\(gap (\w+)\)")
@@ -216,6 +216,8 @@ def relationship_causes(review: ReviewOutput | Mapping[str, Any], user_name: str
     """Short Chinese causes of a review's relationship change: matched keywords, choice level, long gap.
     `review` is a `ReviewOutput` or its `to_dict()`."""
     user = _name(user_name, "用户", "user_name")
+    if not isinstance(review, ReviewOutput | Mapping):
+        raise InvalidInput(f"review must be a ReviewOutput or its to_dict(), got {type(review).__name__}")
     data = review.to_dict() if isinstance(review, ReviewOutput) else dict(review)
     matched = data.get("matched_keywords") or {}
     causes = [_keyword_causes(kind, matched.get(kind) or [], user) for kind in ("trust", "affection", "negative")]

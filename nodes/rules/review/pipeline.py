@@ -124,6 +124,8 @@ class ReviewPipeline:
             raise InvalidInput(f"ReviewPipeline mode must be 'rule' or 'llm', got {mode!r}")
         if mode == "llm" and llm is None:
             raise InvalidInput("ReviewPipeline mode 'llm' needs an llm (a langchain BaseChatModel)")
+        if config is not None and not isinstance(config, ReviewConfig):
+            raise InvalidInput(f"ReviewPipeline config must be a ReviewConfig, got {type(config).__name__}")
         self.mode = mode
         self.event_bus = event_bus if event_bus is not None else EventBus()
         self.llm = llm
