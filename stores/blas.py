@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import os
 
-BLAS_THREADS_VARIABLE = "PERSONALAB_BLAS_THREADS"
-
 
 def blas_threads() -> int:
-    """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ValueError` naming it otherwise."""
-    # imported here: this module runs first in every package's __init__, before the rest of PersonaLab exists
-    from personalab.nodes.rules.errors import ConfigError
+    """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ConfigError` naming it otherwise."""
+    # imported here: this module runs first in every package's __init__, before the rest of PersonaLab exists;
+    # stores.settings imports nothing of PersonaLab at module level and does not load NumPy
+    from personalab.stores.settings import settings
 
-    raw = os.environ.get(BLAS_THREADS_VARIABLE, "1").strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{BLAS_THREADS_VARIABLE}={raw!r}: expected a whole number of threads, at least 1")
-    return int(raw)
+    return settings().blas_threads
 
 
 def set_blas_threads() -> None:
-    """Give OpenBLAS `blas_threads()` threads unless `OPENBLAS_NUM_THREADS` is set already. A bad value is
-    left for `blas_threads()` to report where it is used (the embeddings' configuration), not at import."""
+    """Give OpenBLAS `blas_threads()` threads unless `OPENBLAS_NUM_THREADS` is set already. A bad setting (this
+    one or any other: the settings are validated together) is left for where the settings are used to report,
+    not raised at import; OpenBLAS then keeps its own default."""
     try:
         threads = blas_threads()
     except ValueError:

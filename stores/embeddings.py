@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import threading
 from functools import lru_cache
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
-from personalab.nodes.rules.errors import InvalidInput
-from personalab.stores.blas import blas_threads
+from personalab.nodes.rules.errors import ConfigError
+from personalab.stores.settings import settings
 
 
 class OfflineUSEEmbeddings(Embeddings):
@@ -59,16 +60,21 @@ def warm_up_embeddings() -> None:
 @lru_cache(maxsize=1)
 def get_embeddings() -> Embeddings:
     """`PERSONALAB_EMBEDDINGS` = `offline` (default) or `openai` (`PERSONALAB_EMBEDDING_MODEL`,
-    `OPENAI_API_KEY`, `OPENAI_BASE_URL`)."""
-    kind = os.environ.get("PERSONALAB_EMBEDDINGS", "offline").strip().lower()
-    blas_threads()  # a bad PERSONALAB_BLAS_THREADS is reported here (stores.blas)
-    if kind == "offline":
+    `OPENAI_API_KEY`, `OPENAI_BASE_URL`). A bad setting, `PERSONALAB_BLAS_THREADS` included (stores.blas leaves
+    it to be reported here), raises `ConfigError`."""
+    current = settings()
+    if current.embeddings == "offline":
         return OfflineUSEEmbeddings()
-    if kind == "openai":
-        from langchain_openai import OpenAIEmbeddings
+    if current.openai_api_key is None:
+        # the client would fail on the first embedding, with an error that is not PersonaLab's
+        raise ConfigError("PERSONALAB_EMBEDDINGS=openai but OPENAI_API_KEY is not set")
+    from langchain_openai import OpenAIEmbeddings
 
-        return OpenAIEmbeddings(
-            model=os.environ.get("PERSONALAB_EMBEDDING_MODEL", "text-embedding-3-small"),
-            check_embedding_ctx_length=False,
-        )
-    raise InvalidInput(f"PERSONALAB_EMBEDDINGS={kind!r}: expected 'offline' or 'openai'")
+    # an unset base URL is not passed: the client then keeps its own default (api.openai.com)
+    endpoint: dict[str, Any] = {"base_url": current.openai_base_url} if current.openai_base_url else {}
+    return OpenAIEmbeddings(
+        model=current.embedding_model,
+        api_key=current.openai_api_key,
+        check_embedding_ctx_length=False,
+        **endpoint,
+    )

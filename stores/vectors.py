@@ -8,23 +8,23 @@ explicit embedding function (Chroma's default one downloads a model).
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import Any
 
 import chromadb
-from chromadb.config import Settings
+from chromadb.config import Settings as ChromaSettings
 from langchain_chroma import Chroma
 from personalab.stores.config import data_dir
 from personalab.stores.embeddings import get_embeddings
+from personalab.stores.settings import settings
 
 
 @lru_cache(maxsize=8)
 def _client(path: str | None, host: str | None, port: int) -> Any:
-    settings = Settings(anonymized_telemetry=False)
+    options = ChromaSettings(anonymized_telemetry=False)
     if host:
-        return chromadb.HttpClient(host=host, port=port, settings=settings)
-    return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=settings)
+        return chromadb.HttpClient(host=host, port=port, settings=options)
+    return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=options)
 
 
 def chroma_path() -> str:
@@ -34,15 +34,15 @@ def chroma_path() -> str:
 
 def chroma_client(path: str | None = None) -> Any:
     """The process's Chroma client for `path` (default `<data dir>/chroma`) or the configured server."""
-    host = os.environ.get("PERSONALAB_CHROMA_HOST") or None
-    port = int(os.environ.get("PERSONALAB_CHROMA_PORT", "8000"))
+    current = settings()
+    host = current.chroma_host
     resolved = None if host else (path or chroma_path())
-    return _client(resolved, host, port)
+    return _client(resolved, host, current.chroma_port)
 
 
 def get_collection(name: str, path: str | None = None) -> Chroma:
     """A langchain `Chroma` vector store on collection `name`, cosine distance (one wrapper per store)."""
-    host = os.environ.get("PERSONALAB_CHROMA_HOST") or None
+    host = settings().chroma_host
     return _collection(name, None if host else (path or chroma_path()), host)
 
 
