@@ -1,60 +1,44 @@
-"""Run-time configuration of the turn graph (LangGraph `context_schema`), defaults from the environment."""
+"""Run-time configuration of the turn graph (LangGraph `context_schema`), in the shape of memory-agent's
+`context.py`: a kw_only dataclass whose every field defaults to its `PERSONALAB_*` setting (stores/settings.py),
+read when the `Context` is made. Each field carries its setting's description and bounds, so the served graph's
+context schema (`graph.get_context_jsonschema()`) documents itself."""
 
-from __future__ import annotations
-
-import os
+# no `from __future__ import annotations`: the fields' Annotated descriptions are built once, at import, instead
+# of each time pydantic or LangGraph resolves the type hints
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-from personalab.nodes.rules.errors import InvalidInput
-
-
-def _env_number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw) if integer else float(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"{name}={raw!r} is not a {'whole ' if integer else ''}number") from exc
-    if value < minimum:
-        raise InvalidInput(f"{name}={raw!r} must be at least {minimum}")
-    return value
+from personalab.stores.settings import ReviewMode, describe, settings
 
 
-def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = (os.environ.get(name) or default).strip().lower()
-    if value not in allowed:
-        raise InvalidInput(f"{name}={value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _int(name: str, default: int, minimum: int = 1) -> int:
-    return int(_env_number(name, default, integer=True, minimum=minimum))
+def _setting(name: str) -> Any:
+    """The field's default: setting `name` of the environment as it is when the Context is made."""
+    return field(default_factory=lambda: getattr(settings(), name))
 
 
 @dataclass(kw_only=True)
 class Context:
-    """Everything a turn may be configured with; each field reads its `PERSONALAB_*` variable by default."""
+    """Everything a turn may be configured with; each field defaults to its `PERSONALAB_*` variable."""
 
-    database_url: str | None = field(default_factory=lambda: os.environ.get("PERSONALAB_DATABASE_URL") or None)
+    database_url: Annotated[str | None, describe("database_url")] = _setting("database_url")
     # seed 002 定期维护: core memory is rewritten every N turns
-    maintenance_every: int = field(default_factory=lambda: _int("PERSONALAB_MAINTENANCE_EVERY", 10))
+    maintenance_every: Annotated[int, describe("maintenance_every")] = _setting("maintenance_every")
     # seed 002 需求1 兜底机制: fallback after this many turns without a [PROGRESS] marker
-    stall_turns: int = field(default_factory=lambda: _int("PERSONALAB_STALL_TURNS", 3))
+    stall_turns: Annotated[int, describe("stall_turns")] = _setting("stall_turns")
     # seed 002 需求3: 20 events of this instance, under a 1.5 s cap
-    rag_results: int = field(default_factory=lambda: _int("PERSONALAB_RAG_RESULTS", 20))
-    rag_timeout_s: float = field(default_factory=lambda: _env_number("PERSONALAB_RAG_TIMEOUT", 1.5, minimum=0.01))
-    rewrite_history_messages: int = field(default_factory=lambda: _int("PERSONALAB_REWRITE_MESSAGES", 8))
-    max_message_chars: int = field(default_factory=lambda: _int("PERSONALAB_MAX_MESSAGE_CHARS", 4000))
-    lock_lease_s: float = field(default_factory=lambda: _env_number("PERSONALAB_TURN_LEASE", 600, minimum=1))
+    rag_results: Annotated[int, describe("rag_results")] = _setting("rag_results")
+    rag_timeout_s: Annotated[float, describe("rag_timeout")] = _setting("rag_timeout")
+    rewrite_history_messages: Annotated[int, describe("rewrite_messages")] = _setting("rewrite_messages")
+    max_message_chars: Annotated[int, describe("max_message_chars")] = _setting("max_message_chars")
+    lock_lease_s: Annotated[float, describe("turn_lease")] = _setting("turn_lease")
     # token budgets of the prompt regions (seed 002 Prompt区域分配)
-    head_tokens: int = field(default_factory=lambda: _int("PERSONALAB_HEAD_TOKENS", 4000))
-    middle_tokens: int = field(default_factory=lambda: _int("PERSONALAB_MIDDLE_TOKENS", 28000))
-    retrieved_tokens: int = field(default_factory=lambda: _int("PERSONALAB_RETRIEVED_TOKENS", 8000))
-    tail_tokens: int = field(default_factory=lambda: _int("PERSONALAB_TAIL_TOKENS", 4000))
-    recall_turns: int = field(default_factory=lambda: _int("PERSONALAB_RECALL_TURNS", 20))
+    head_tokens: Annotated[int, describe("head_tokens")] = _setting("head_tokens")
+    middle_tokens: Annotated[int, describe("middle_tokens")] = _setting("middle_tokens")
+    retrieved_tokens: Annotated[int, describe("retrieved_tokens")] = _setting("retrieved_tokens")
+    tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
+    recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
     # seed 003: the post-turn review runs on rules (no LLM call) unless told to ask the model
-    review_mode: str = field(default_factory=lambda: _choice("PERSONALAB_REVIEW_MODE", "rule", ("rule", "llm")))
+    review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
 
 
 def context_of(runtime: object) -> Context:

@@ -1,6 +1,6 @@
 """The chat model of the turn graph: any OpenAI-compatible endpoint, or an offline scripted model.
 
-Configuration, from the environment (read on every `get_chat_model` call):
+Configuration, from the settings (stores/settings.py, the environment as it is at each `get_chat_model` call):
 - `OPENAI_API_KEY`: with none (or `PERSONALAB_LLM=scripted`), the model is `ScriptedChatModel` — offline and
   deterministic; every place that shows its output must show `model_label(model)` with it. Local servers that
   need no key (Ollama, vLLM) take any non-empty value, e.g. `OPENAI_API_KEY=ollama`.
@@ -14,7 +14,7 @@ Configuration, from the environment (read on every `get_chat_model` call):
 - `PERSONALAB_LLM_MAX_RETRIES` (default 0): each retry can add a whole timeout to a turn, so retrying is opt-in.
 - `PERSONALAB_LLM`: `auto` (default: scripted without a key), `scripted` (always offline), `openai` (a missing key
   is an error instead of a silent switch to the scripted model).
-A bad value raises ValueError naming the variable.
+A bad value raises `ConfigError` (a ValueError) naming the variable, the value and what is allowed.
 
 The scripted model tells requests apart by the purpose marker each system prompt starts with
 (nodes/prompts.py), and answers:
@@ -31,80 +31,35 @@ The scripted model tells requests apart by the purpose marker each system prompt
 
 from __future__ import annotations
 
-import math
-import os
-import re
-
 from langchain_core.language_models import BaseChatModel
 from personalab.nodes.rules import prompts
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.scripted_llm import ScriptedChatModel
+from personalab.stores.settings import settings
 
-DEFAULT_MODEL = "gpt-4o-mini"
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_MAX_RETRIES = 0
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-MODES = ("auto", "scripted", "openai")
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get(name)
-    return value.strip() if value and value.strip() else None
-
-
-def _number(name: str, default: float | None, low: float, high: float | None, *, exclusive_low: bool) -> float | None:
-    raw = _env(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidInput(f"{name}={raw!r} is not a number") from None
-    too_low = value <= low if exclusive_low else value < low
-    if not math.isfinite(value) or too_low or (high is not None and value > high):
-        bound = f"> {low}" if exclusive_low else f">= {low}"
-        raise InvalidInput(f"{name}={raw!r} is out of range (expected {bound}{f' and <= {high}' if high else ''})")
-    return value
-
-
-def _retries() -> int:
-    raw = _env("PERSONALAB_LLM_MAX_RETRIES")
-    if raw is None:
-        return DEFAULT_MAX_RETRIES
-    if not raw.isdigit():
-        raise InvalidInput(f"PERSONALAB_LLM_MAX_RETRIES={raw!r} is not a non-negative integer")
-    return int(raw)
 
 
 def get_chat_model(purpose: str = prompts.PURPOSE_REPLY) -> BaseChatModel:
-    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the environment (module doc)."""
+    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the settings (module doc)."""
     prompts.purpose_marker(purpose)  # validates the purpose
-    mode = (_env("PERSONALAB_LLM") or "auto").lower()
-    if mode not in MODES:
-        raise InvalidInput(f"PERSONALAB_LLM={mode!r} is not one of {', '.join(MODES)}")
-    key = _env("OPENAI_API_KEY")
-    if mode == "scripted":
+    current = settings()
+    if current.llm == "scripted":
         return ScriptedChatModel(reason="PERSONALAB_LLM=scripted")
+    key = current.openai_api_key
     if key is None:
-        if mode == "openai":
-            raise InvalidInput("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
+        if current.llm == "openai":
+            raise ConfigError("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
         return ScriptedChatModel(reason="no OPENAI_API_KEY")
-
-    base_url = _env("OPENAI_BASE_URL")
-    if base_url is not None and not re.match(r"^https?://[^/\s]+", base_url):
-        raise InvalidInput(f"OPENAI_BASE_URL={base_url!r} is not an http(s) URL")
-    model = _env(f"PERSONALAB_MODEL_{purpose.upper()}") or _env("PERSONALAB_MODEL") or DEFAULT_MODEL
-    temperature = _number("PERSONALAB_TEMPERATURE", None, 0.0, 2.0, exclusive_low=False)
-    timeout = _number("PERSONALAB_LLM_TIMEOUT", DEFAULT_TIMEOUT, 0.0, None, exclusive_low=True)
     from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
 
     return ChatOpenAI(
-        model=model,
+        model=getattr(current, f"model_{purpose}") or current.model,  # PERSONALAB_MODEL_<PURPOSE>, else the model
         api_key=key,
-        base_url=base_url,
-        temperature=temperature,
-        timeout=timeout,
-        max_retries=_retries(),
+        base_url=current.openai_base_url,
+        temperature=current.temperature,
+        timeout=current.llm_timeout,
+        max_retries=current.llm_max_retries,
     )
 
 
@@ -116,6 +71,3 @@ def model_label(model: BaseChatModel) -> str:
     if name is not None:
         return f"openai-compatible: {name} @ {getattr(model, 'openai_api_base', None) or DEFAULT_BASE_URL}"
     return type(model).__name__
-
-
-
