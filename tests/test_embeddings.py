@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from personalab.nodes.rules.errors import ConfigError
 from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,22 @@ def test_a_bad_blas_thread_count_names_the_variable(
     monkeypatch.setenv("PERSONALAB_BLAS_THREADS", value)
     with pytest.raises(ValueError, match=f"PERSONALAB_BLAS_THREADS='{value}'"):
         get_embeddings()
+
+
+def test_openai_embeddings_need_a_key_and_take_the_configured_endpoint(
+    fresh_embeddings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_EMBEDDINGS", "openai")
+    with pytest.raises(ConfigError, match="^PERSONALAB_EMBEDDINGS=openai but OPENAI_API_KEY is not set$"):
+        get_embeddings()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("PERSONALAB_EMBEDDING_MODEL", "bge-m3")
+    embeddings = get_embeddings()
+    assert (getattr(embeddings, "model", None), getattr(embeddings, "openai_api_base", None)) == (
+        "bge-m3",
+        "http://127.0.0.1:9/v1",
+    )
 
 
 def test_the_offline_model_embeds_chinese_queries_as_unit_vectors() -> None:
