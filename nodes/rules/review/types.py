@@ -183,6 +183,7 @@ def _keyword(value: str) -> str:
     return value
 
 
+# The validators raise ValueError, pydantic's way to reject a value; `invalid_input` turns it into InvalidInput.
 ChoiceLevel = Annotated[ChoiceLevelName, BeforeValidator(_one_of(CHOICE_LEVELS))]
 Gap = Annotated[GapName, BeforeValidator(_one_of(GAPS))]
 Id = Annotated[str | int, BeforeValidator(_id)]
@@ -369,7 +370,7 @@ class RelationshipDelta:
         return self.total > 0
 
     def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        return {"trust": self.trust, "affection": self.affection, "familiarity": self.familiarity}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RelationshipDelta:
