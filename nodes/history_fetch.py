@@ -20,7 +20,8 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
-from personalab.nodes.rules.types import Character, Gap
+from personalab.nodes.rules.review.types import GapName
+from personalab.nodes.rules.types import Character
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.db import session_scope
 from personalab.stores.embeddings import warm_up_embeddings
@@ -143,7 +144,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "reply_lines": [],
         "error": None,
         # one of seed 003's gaps: check_gap returns only those, gap_from_seconds only its thresholds' gaps
-        "gap": cast(Gap, given_gap or gap_from_seconds(seconds_since(previous))),
+        "gap": cast(GapName, given_gap or gap_from_seconds(seconds_since(previous))),
         "review": None,
         "debug": {
             "reset": True,

@@ -17,17 +17,17 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias
 
 from langgraph.channels import UntrackedValue
+from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import (
     DESCRIBED,
     Character,
+    Choice,
     DirectorEvents,
-    Gap,
     HostLine,
     MemoryBlock,
     PlotState,
     Relationship,
     ReplySegment,
-    SelectedChoice,
 )
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
@@ -63,9 +63,9 @@ class TurnInput(TypedDict, total=False):
     """The user's name as the character knows it (default 用户)."""
     lines_before: list[HostLine]
     """Lines the host puts into the dialogue tree before the user's (narration, other characters), in order."""
-    selected_choice: SelectedChoice | None
+    selected_choice: Choice | None
     """The choice the user picked, when the host offered choices; its level weighs the review (seed 003)."""
-    time_gap: Gap | None
+    time_gap: GapName | None
     """The real-time gap since the previous turn, when the host knows it; otherwise it is computed from the
     previous turn's time (seed 003)."""
 
@@ -104,7 +104,7 @@ class TurnOutput(TypedDict, total=False):
     error: str | None
     """Why the turn failed (the model failed or replied nothing): the user's line is kept and no reply is
     stored. None when the turn succeeded."""
-    gap: Gap
+    gap: GapName
     """The real-time gap since the previous turn: the host's `time_gap`, or computed (seed 003)."""
     review: dict[str, Any] | None
     """The post-turn review (seed 003 ReviewOutput): skipped, should_write_memory, memory_value,

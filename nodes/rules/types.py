@@ -11,19 +11,17 @@ from __future__ import annotations
 
 from typing import Any, Literal, Required
 
+from personalab.nodes.rules.review.types import ChoiceLevelName
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
 # each field's docstring becomes its `description` in the JSON schema
 DESCRIBED = ConfigDict(use_attribute_docstrings=True)
 
-# the values the rules check against (tests/test_turn_graph.py keeps these in step with them)
+# the values the rules check against (tests/test_turn_graph.py keeps these in step with them); the choice
+# levels and time gaps of seed 003 are the review's `ChoiceLevelName` and `GapName`
 Attribute = Literal["user", "assistant", "system"]
 """Who speaks a line (seed 000 `Line.attribute`); `stores.saves.ATTRIBUTES`."""
-ChoiceLevel = Literal["normal", "important", "turning_point", "ending"]
-"""How much a selected choice weighs (seed 003 选择等级); `nodes.rules.review.CHOICE_LEVELS`."""
-Gap = Literal["none", "minutes", "hours", "days", "long_absence"]
-"""The real-time gap since the previous turn (seed 003 real_time_context.gap); `nodes.rules.review.GAPS`."""
 PlotStatus = Literal["completed", "in_progress", "pending"]
 """The status of an outline point (seed 002 需求1); `nodes.rules.plot.STATUSES`."""
 
@@ -56,10 +54,11 @@ class HostLine(TypedDict, total=False):
 
 
 @with_config(DESCRIBED)
-class SelectedChoice(TypedDict, total=False):
-    """The choice the user picked this turn, if the host offered choices (seed 003 selected_choice)."""
+class Choice(TypedDict, total=False):
+    """The choice the user picked this turn, if the host offered choices (seed 003 selected_choice), as the
+    host sends it; the review validates it as `review.types.SelectedChoice`. Other keys are kept."""
 
-    level: Required[ChoiceLevel]
+    level: Required[ChoiceLevelName]
     """How much the choice weighs: normal, important, turning_point or ending."""
     text: str
     """What the user chose (`label`, `title`, `content` or `option` are read too when there is no `text`)."""
