@@ -56,6 +56,7 @@ from personalab.nodes.context import Context
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.types import PlotState
 from personalab.stores.background import flush_event_writes
 from personalab.stores.db import dispose_engines, session_scope
 from personalab.stores.embeddings import get_embeddings
@@ -229,7 +230,7 @@ def add_events(rows: Sequence[tuple[str, str, dict[str, Any]]], pool: int, insta
             store.add_texts([t for _, t, _ in batch], metadatas=[m for _, _, m in batch], ids=[i for i, _, _ in batch])
 
 
-def mid_story_plot(outline: Sequence[str], turn: int) -> dict[str, Any]:
+def mid_story_plot(outline: Sequence[str], turn: int) -> PlotState:
     """A plot state halfway through the outline whose last marker came on `turn`."""
     plot = new_plot_state(outline)
     current = max(1, len(outline) // 2)

@@ -18,7 +18,7 @@ from personalab.nodes.rules.core_memory import (
     maintenance_messages,
 )
 from personalab.nodes.rules.memory_layers import LayerConfig, plan_maintenance
-from personalab.nodes.state import TurnState
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background
 from personalab.stores.memory import MaintenanceReport, MemoryStore
 from personalab.stores.vectors import chroma_path
@@ -26,7 +26,7 @@ from personalab.stores.vectors import chroma_path
 log = logging.getLogger(__name__)
 
 
-def maintenance(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def maintenance(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Both periodic jobs: the long-term memory's layer flow (seed 001), then the core-memory rewrite."""
     layers = maintain_memory_layers(state, runtime)
     update = rewrite_core_memory(state, runtime)

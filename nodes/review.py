@@ -9,12 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.review.effects import plan_review_effects, relationship_event, turn_memories
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.types import ReviewInput
+from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
@@ -32,7 +34,7 @@ def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]
     store.index(instance_id)
 
 
-def review(state: Mapping[str, Any], runtime: Any) -> dict[str, Any]:
+def review(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     return review_turn(state, context_of(runtime))
 
 
