@@ -1,12 +1,12 @@
-"""The review node (seed 003 使用方式: 每轮对话后调用), after the reply is stored: review the turn with
-`nodes.review`, then apply what `nodes.review_effects` plans — the relationship in the graph state, the turn's
-memories, a plot node, a pending world-book suggestion. A failing review is logged and reported in
-`debug.review`; the turn, already stored, is never lost."""
+"""The review node (seed 003 与 CharacterRuntime 集成: after every turn), once the reply is stored: review the turn
+with `rules.review.pipeline` (rule or LLM mode, `Context.review_mode`), then apply what `rules.review.effects`
+plans — the relationship in the graph state, the turn's memories, a plot node, a pending world-book
+suggestion. A failing review is logged and reported in `debug.review`; the turn, already stored, is never
+lost. The turn ends after this node in the `end_turn` node, not here."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -38,7 +38,7 @@ def review(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     return review_turn(state, context_of(runtime))
 
 
-def review_turn(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
     character = state["character"]
     user_name = state.get("user_name") or "用户"
     turn = state["turn"]
