@@ -45,7 +45,7 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
     try:
         pipeline = get_review_pipeline(
             TURN_EVENT_BUS,
-            mode=ctx.review_mode,  # type: ignore[arg-type]
+            mode=ctx.review_mode,
             llm=get_chat_model("review") if ctx.review_mode == "llm" else None,
         )
         output = pipeline.run(
