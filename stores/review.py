@@ -32,7 +32,7 @@ from personalab.nodes.rules.review.effects import (
     check_choice,
     check_turn,
 )
-from personalab.nodes.rules.worldbook import WorldbookEntry, validate_entry
+from personalab.nodes.rules.worldbook import validate_entry
 from personalab.stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
 from personalab.stores.saves import get_save
 from personalab.stores.tables import utcnow
@@ -178,7 +178,7 @@ def _check_entry(
         raise InvalidInput(
             f"{where}: field 'trigger_type' must be one of {', '.join(SUGGESTION_TRIGGERS)}, got {trigger_type!r}"
         )
-    entry = WorldbookEntry(
+    entry = dict(
         id="new",
         content=content,
         keywords=tuple(keywords),

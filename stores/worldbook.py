@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
-from personalab.nodes.rules.worldbook import TemporalWindow, WorldbookContext, WorldbookEntry, validate_entry
+from personalab.nodes.rules.worldbook import WorldbookContext, WorldbookEntry, validate_entry
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
 from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
@@ -73,29 +72,7 @@ def _visible_filter(model: Any, session: Session, scope: Scope, visible: bool) -
     return or_(*clauses)
 
 
-def _epoch(value: datetime | None) -> float | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)  # SQLite hands back naive datetimes; they were written in UTC
-    return value.timestamp()
-
-
 # --- knowledge ------------------------------------------------------------------------------------
-
-
-def _knowledge_from_row(row: KnowledgeEntryRow) -> KnowledgeEntry:
-    return KnowledgeEntry(
-        id=str(row.id),
-        tag=row.tag,
-        content=row.content,
-        importance=row.importance,
-        keywords=tuple(row.keywords or ()),
-        enabled=row.enabled,
-        user_edited=row.user_edited,
-        role_id=row.role_id,
-        save_id=row.save_id,
-    )
 
 
 def add_knowledge(
@@ -110,36 +87,21 @@ def add_knowledge(
     scope: Scope = GLOBAL,
 ) -> KnowledgeEntry:
     """A new knowledge entry (seed 001 添加知识); `user_edited` defaults to True: someone typed it in."""
-    entry = KnowledgeEntry(
-        "new",
-        tag.strip(),
-        content.strip(),
-        float(importance),
-        tuple(keywords),
-        enabled,
-        user_edited,
-        scope.role_id,
-        scope.save_id,
+    fields = {"tag": tag, "content": content, "importance": importance, "keywords": keywords, "enabled": enabled}
+    entry = validate_knowledge(
+        {"id": "new", **fields, "user_edited": user_edited, "role_id": scope.role_id, "save_id": scope.save_id},
+        "knowledge entry",
     )
-    validate_knowledge(entry, "knowledge entry")
     check_scope(session, scope)
     row = knowledge_row(entry)
     session.add(row)
     session.flush()
-    return _knowledge_from_row(row)
+    return KnowledgeEntry.model_validate(row)
 
 
 def knowledge_row(entry: KnowledgeEntry) -> KnowledgeEntryRow:
-    return KnowledgeEntryRow(
-        tag=entry.tag,
-        content=entry.content,
-        importance=entry.importance,
-        keywords=list(entry.keywords),
-        enabled=entry.enabled,
-        user_edited=entry.user_edited,
-        role_id=entry.role_id,
-        save_id=entry.save_id,
-    )
+    """A new row of `entry` (its id is the database's)."""
+    return KnowledgeEntryRow(**entry.model_dump(mode="json", exclude={"id"}))
 
 
 KNOWLEDGE_EDITABLE = ("tag", "content", "importance", "keywords", "enabled")
@@ -157,16 +119,16 @@ def update_knowledge(session: Session, entry_id: int, *, by_user: bool = True, *
         raise InvalidInput(f"knowledge entry {entry_id}: cannot change {', '.join(sorted(unknown))}")
     if not by_user and row.user_edited:
         raise InvalidInput(f"knowledge entry {entry_id} was edited by the user; automatic updates may not change it")
-    entry = replace(_knowledge_from_row(row), **{k: tuple(v) if k == "keywords" else v for k, v in changes.items()})
-    validate_knowledge(entry, f"knowledge entry {entry_id}")
+    current = KnowledgeEntry.model_validate(row).model_dump()
+    entry = validate_knowledge({**current, **changes}, f"knowledge entry {entry_id}")
+    stored = entry.model_dump(mode="json")
     for name in changes:
-        value = getattr(entry, name)
-        setattr(row, name, list(value) if name == "keywords" else value)
+        setattr(row, name, stored[name])
     row.user_edited = row.user_edited or by_user
     row.updated_at = utcnow()
     session.add(row)
     session.flush()
-    return _knowledge_from_row(row)
+    return KnowledgeEntry.model_validate(row)
 
 
 def delete_knowledge(session: Session, entry_id: int) -> None:
@@ -181,72 +143,23 @@ def list_knowledge(session: Session, scope: Scope = GLOBAL, *, visible: bool = F
     """Entries of exactly `scope`, or with `visible=True` every entry that scope sees, oldest first."""
     check_scope(session, scope)
     stmt = select(KnowledgeEntryRow).where(_visible_filter(KnowledgeEntryRow, session, scope, visible))
-    return [_knowledge_from_row(r) for r in session.exec(stmt.order_by(col(KnowledgeEntryRow.id))).all()]
+    rows = session.exec(stmt.order_by(col(KnowledgeEntryRow.id))).all()
+    return [KnowledgeEntry.model_validate(row) for row in rows]
 
 
 def knowledge_for_instance(session: Session, save_id: int) -> list[KnowledgeEntry]:
     """What instance `save_id` sees: global + its character's + its own entries (disabled ones included;
-    `nodes.knowledge.select_knowledge` drops them)."""
+    `nodes.rules.knowledge.select_knowledge` drops them)."""
     return list_knowledge(session, Scope(save_id=save_id), visible=True)
 
 
 # --- world book -----------------------------------------------------------------------------------
 
 
-def worldbook_from_row(row: WorldbookEntryRow) -> WorldbookEntry:
-    return WorldbookEntry(
-        id=str(row.id),
-        content=row.content,
-        keywords=tuple(row.keywords or ()),
-        secondary_keywords=tuple(row.secondary_keywords or ()),
-        selective_logic=row.selective_logic,
-        trigger_type=row.trigger_type,
-        kind=row.kind,
-        priority=row.priority,
-        constant=row.constant,
-        enabled=row.enabled,
-        position=row.position,
-        title=row.title,
-        relevance_weight=row.relevance_weight,
-        emotional_weight=row.emotional_weight,
-        time_decay_factor=row.time_decay_factor,
-        emotions=tuple(row.emotions or ()),
-        temporal=TemporalWindow(
-            row.min_turn, row.max_turn, row.min_gap_seconds, row.max_gap_seconds, row.min_turns_since_fired
-        ),
-        created_at=_epoch(row.created_at),
-        role_id=row.role_id,
-        save_id=row.save_id,
-    )
-
-
 def worldbook_row(entry: WorldbookEntry, uid: str | None = None) -> WorldbookEntryRow:
-    t = entry.temporal
-    return WorldbookEntryRow(
-        uid=uid,
-        title=entry.title,
-        content=entry.content,
-        keywords=list(entry.keywords),
-        secondary_keywords=list(entry.secondary_keywords),
-        selective_logic=entry.selective_logic,
-        trigger_type=entry.trigger_type,
-        kind=entry.kind,
-        priority=entry.priority,
-        constant=entry.constant,
-        enabled=entry.enabled,
-        position=entry.position,
-        relevance_weight=entry.relevance_weight,
-        emotional_weight=entry.emotional_weight,
-        time_decay_factor=entry.time_decay_factor,
-        emotions=list(entry.emotions),
-        min_turn=t.min_turn,
-        max_turn=t.max_turn,
-        min_gap_seconds=t.min_gap_seconds,
-        max_gap_seconds=t.max_gap_seconds,
-        min_turns_since_fired=t.min_turns_since_fired,
-        role_id=entry.role_id,
-        save_id=entry.save_id,
-    )
+    """A new row of `entry` (its id and creation time are the database's); `uid`: its id in an imported file."""
+    fields = entry.model_dump(mode="json", exclude={"id", "temporal", "created_at"})
+    return WorldbookEntryRow(uid=uid, **fields, **entry.temporal.model_dump())
 
 
 def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL, **fields: Any) -> WorldbookEntry:
@@ -254,22 +167,13 @@ def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL
     for name in ("id", "role_id", "save_id", "created_at", "content"):
         if name in fields:
             raise InvalidInput(f"world-book entry: field '{name}' is set by the store")
-    try:
-        entry = WorldbookEntry(
-            id="new",
-            content=content.strip(),
-            role_id=scope.role_id,
-            save_id=scope.save_id,
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()},
-        )
-    except TypeError as exc:
-        raise InvalidInput(f"world-book entry: {exc}") from None
-    validate_entry(entry, "world-book entry")
+    data = {"id": "new", "content": content, "role_id": scope.role_id, "save_id": scope.save_id, **fields}
+    entry = validate_entry(data, "world-book entry")
     check_scope(session, scope)
     row = worldbook_row(entry)
     session.add(row)
     session.flush()
-    return worldbook_from_row(row)
+    return WorldbookEntry.model_validate(row)
 
 
 def delete_worldbook_entry(session: Session, entry_id: int) -> None:
@@ -289,7 +193,7 @@ def worldbook_rows(session: Session, scope: Scope = GLOBAL, *, visible: bool = F
 
 def list_worldbook(session: Session, scope: Scope = GLOBAL, *, visible: bool = False) -> list[WorldbookEntry]:
     """Entries of exactly `scope`, or with `visible=True` every entry that scope sees, oldest first."""
-    return [worldbook_from_row(row) for row in worldbook_rows(session, scope, visible=visible)]
+    return [WorldbookEntry.model_validate(row) for row in worldbook_rows(session, scope, visible=visible)]
 
 
 def worldbook_for_instance(session: Session, save_id: int) -> list[WorldbookEntry]:

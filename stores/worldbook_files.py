@@ -25,25 +25,17 @@ set by hand on each installation); imports read them when present.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
-from personalab.nodes.rules.worldbook import (
-    KINDS,
-    POSITIONS,
-    SELECTIVE_LOGICS,
-    TRIGGER_TYPES,
-    TemporalWindow,
-    WorldbookEntry,
-    validate_entry,
-)
+from personalab.nodes.rules.validation import Flag, Number, Text, Whole, json_type, validated
+from personalab.nodes.rules.worldbook import WorldbookEntry, validate_entry
 from personalab.stores.worldbook import (
     GLOBAL,
     Scope,
@@ -51,11 +43,14 @@ from personalab.stores.worldbook import (
     knowledge_row,
     list_knowledge,
     list_worldbook,
-    worldbook_from_row,
     worldbook_row,
     worldbook_rows,
 )
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 from sqlmodel import Session
+
+E = TypeVar("E")
 
 WORLDBOOK_FORMAT = "personalab.worldbook"
 KNOWLEDGE_FORMAT = "personalab.knowledge"
@@ -191,32 +186,19 @@ def parse_knowledge(data: Any) -> list[KnowledgeEntry]:
     elif isinstance(data, list):
         raw_entries = data
     else:
-        raise ImportFormatError(f"top level must be an object or a list, got {_type(data)}")
+        raise ImportFormatError(f"top level must be an object or a list, got {json_type(data)}")
     if not isinstance(raw_entries, list):
-        raise ImportFormatError(f"'entries' must be a list, got {_type(raw_entries)}")
+        raise ImportFormatError(f"'entries' must be a list, got {json_type(raw_entries)}")
     _check_count(raw_entries)
     out: list[KnowledgeEntry] = []
     for index, raw in enumerate(raw_entries, start=1):
         where = f"entry {index}"
         if not isinstance(raw, dict):
-            raise ImportFormatError(f"{where}: must be an object, got {_type(raw)}")
-        unknown = set(raw) - KNOWLEDGE_FIELDS
+            raise ImportFormatError(f"{where}: must be an object, got {json_type(raw)}")
+        unknown = set(raw) - KNOWLEDGE_FIELDS  # the model has more fields (id, scope), none of them a file's
         if unknown:
             raise ImportFormatError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        for required in ("tag", "content"):
-            if required not in raw:
-                raise ImportFormatError(f"{where}: missing field '{required}'")
-        entry = KnowledgeEntry(
-            id=str(index),
-            tag=_str(raw["tag"], where, "tag").strip(),
-            content=_str(raw["content"], where, "content").strip(),
-            importance=_number(raw.get("importance", 0.5), where, "importance"),
-            keywords=_str_list(raw.get("keywords", []), where, "keywords"),
-            enabled=_bool(raw.get("enabled", True), where, "enabled"),
-            user_edited=_bool(raw.get("user_edited", False), where, "user_edited"),
-        )
-        _validate(validate_knowledge, entry, where)
-        out.append(entry)
+        out.append(_file_error(validate_knowledge, {**raw, "id": str(index)}, where))
     return out
 
 
@@ -232,7 +214,7 @@ def import_knowledge(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
             duplicates += 1
             continue
         seen.add((entry.tag, entry.content))
-        session.add(knowledge_row(replace(entry, role_id=scope.role_id, save_id=scope.save_id)))
+        session.add(knowledge_row(entry.model_copy(update={"role_id": scope.role_id, "save_id": scope.save_id})))
     session.flush()
     return ImportReport(KNOWLEDGE_FORMAT, len(entries) - duplicates, duplicates)
 
@@ -243,7 +225,7 @@ def import_knowledge(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
 def export_worldbook(session: Session, scope: Scope = GLOBAL) -> dict[str, Any]:
     """The entries of exactly `scope` as a PersonaLab world-book file."""
     entries = [
-        {"uid": row.uid if row.uid is not None else str(row.id), **worldbook_from_row(row).fields_dict()}
+        {"uid": row.uid if row.uid is not None else str(row.id), **WorldbookEntry.model_validate(row).fields_dict()}
         for row in worldbook_rows(session, scope)
     ]
     return {"format": WORLDBOOK_FORMAT, "version": FORMAT_VERSION, "entries": entries}
@@ -276,7 +258,6 @@ OUR_FIELDS = {
     "emotions",
     "temporal",
 }
-TEMPORAL_FIELDS = {"min_turn", "max_turn", "min_gap_seconds", "max_gap_seconds", "min_turns_since_fired"}
 
 
 def parse_worldbook(data: Any) -> ParsedWorldbook:
@@ -296,7 +277,7 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
         if isinstance(card, dict) and "character_book" in card:
             container, fmt_name = card["character_book"], "character card lorebook"
             if not isinstance(container, dict):
-                raise ImportFormatError(f"'data.character_book' must be an object, got {_type(container)}")
+                raise ImportFormatError(f"'data.character_book' must be an object, got {json_type(container)}")
         if "entries" not in container:
             raise ImportFormatError(
                 "not a world book: no 'entries' (expected a PersonaLab export, a SillyTavern world info file "
@@ -306,13 +287,13 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
     elif isinstance(data, list):
         raw_entries = data
     else:
-        raise ImportFormatError(f"top level must be an object or a list, got {_type(data)}")
+        raise ImportFormatError(f"top level must be an object or a list, got {json_type(data)}")
     if isinstance(raw_entries, dict):
         items: list[tuple[Any, Any]] = list(raw_entries.items())
     elif isinstance(raw_entries, list):
         items = [(None, raw) for raw in raw_entries]
     else:
-        raise ImportFormatError(f"'entries' must be an object keyed by uid or a list, got {_type(raw_entries)}")
+        raise ImportFormatError(f"'entries' must be an object keyed by uid or a list, got {json_type(raw_entries)}")
     _check_count(items)
 
     entries: list[tuple[WorldbookEntry, str | None]] = []
@@ -321,12 +302,14 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
     card_entries = 0
     for index, (key, raw) in enumerate(items, start=1):
         if not isinstance(raw, dict):
-            raise ImportFormatError(f"entry {index}{_uid_note(key)}: must be an object, got {_type(raw)}")
+            raise ImportFormatError(f"entry {index}{_uid_note(key)}: must be an object, got {json_type(raw)}")
         uid = raw.get("uid", raw.get("id", key))
-        if uid is not None and (isinstance(uid, bool) or not isinstance(uid, (int, str))):
-            raise ImportFormatError(f"entry {index}: field 'uid' must be a number or a string, got {_type(uid)}")
+        if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int | str)):
+            raise ImportFormatError(f"entry {index}: field 'uid' must be a number or a string, got {json_type(uid)}")
         uid_text = None if uid is None else str(uid)
         where = f"entry {index}{_uid_note(uid_text)}"
+        entry: WorldbookEntry | None
+        note: str | None
         if ours or (not {"key", "keys"} & set(raw) and {"keywords", "trigger_type"} & set(raw)):
             entry, note = _from_ours(raw, where), None
         elif "keys" in raw or "insertion_order" in raw or "secondary_keys" in raw:
@@ -337,7 +320,6 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
         if entry is None:
             skipped.append(f"{where} {note}")
             continue
-        _validate(validate_entry, entry, where)
         entries.append((entry, uid_text))
     if not ours and card_entries == len(items) and items and fmt_name != "character card lorebook":
         fmt_name = "character book"
@@ -345,116 +327,127 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
 
 
 def _from_ours(raw: dict[str, Any], where: str) -> WorldbookEntry:
-    unknown = set(raw) - OUR_FIELDS
+    unknown = set(raw) - OUR_FIELDS  # the model has more fields (id, scope, creation time), none of them a file's
     if unknown:
         raise ImportFormatError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    if "content" not in raw:
-        raise ImportFormatError(f"{where}: missing field 'content'")
-    temporal_raw = raw.get("temporal") or {}
-    if not isinstance(temporal_raw, dict):
-        raise ImportFormatError(f"{where}: field 'temporal' must be an object, got {_type(temporal_raw)}")
-    unknown = set(temporal_raw) - TEMPORAL_FIELDS
-    if unknown:
-        raise ImportFormatError(f"{where}: field 'temporal': unknown key(s) {', '.join(sorted(unknown))}")
-    window = TemporalWindow(
-        _opt_int(temporal_raw.get("min_turn"), where, "temporal.min_turn"),
-        _opt_int(temporal_raw.get("max_turn"), where, "temporal.max_turn"),
-        _opt_number(temporal_raw.get("min_gap_seconds"), where, "temporal.min_gap_seconds"),
-        _opt_number(temporal_raw.get("max_gap_seconds"), where, "temporal.max_gap_seconds"),
-        _opt_int(temporal_raw.get("min_turns_since_fired"), where, "temporal.min_turns_since_fired"),
+    fields = {name: value for name, value in raw.items() if name != "uid"}
+    return _file_error(validate_entry, {**fields, "id": "import"}, where)
+
+
+def _no_flag(value: Any) -> Any:
+    if isinstance(value, bool):  # Literal[0, 1, 2, 3] alone would take true for 1
+        raise PydanticCustomError("literal_error", "Input should be 0, 1, 2 or 3", {"expected": "0, 1, 2 or 3"})
+    return value
+
+
+def _or_empty(value: Any) -> Any:
+    # SillyTavern writes null, "" or [] for an unset comment or secondary key list
+    return value or ()
+
+
+class SillyTavernEntry(BaseModel):
+    """A SillyTavern world-info entry as the file has it (newWorldInfoEntryDefinition names); errors name
+    its fields. Fields with no counterpart here are left to `ST_UNMAPPED_DEFAULTS`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    key: tuple[Text, ...]
+    content: Text
+    keysecondary: Annotated[tuple[Text, ...], BeforeValidator(_or_empty)] = ()
+    comment: Annotated[Text, BeforeValidator(lambda value: value or "")] = ""
+    constant: Flag | None = None
+    vectorized: Flag | None = None
+    selective: Flag | None = None
+    disable: Flag | None = None
+    selective_logic: Annotated[Literal[0, 1, 2, 3] | None, BeforeValidator(_no_flag)] = Field(
+        None, alias="selectiveLogic"
     )
-    position = raw.get("position")
-    return WorldbookEntry(
-        id="import",
-        content=_str(raw["content"], where, "content").strip(),
-        keywords=_str_list(raw.get("keywords", []), where, "keywords"),
-        secondary_keywords=_str_list(raw.get("secondary_keywords", []), where, "secondary_keywords"),
-        selective_logic=_choice(raw.get("selective_logic", "and_any"), SELECTIVE_LOGICS, where, "selective_logic"),
-        trigger_type=_choice(raw.get("trigger_type", "keyword"), TRIGGER_TYPES, where, "trigger_type"),
-        kind=_choice(raw.get("kind", "semantic"), KINDS, where, "kind"),
-        priority=_int(raw.get("priority", 100), where, "priority"),
-        constant=_bool(raw.get("constant", False), where, "constant"),
-        enabled=_bool(raw.get("enabled", True), where, "enabled"),
-        position=None if position is None else _choice(position, POSITIONS, where, "position"),
-        title=_str(raw.get("title", ""), where, "title"),
-        relevance_weight=_number(raw.get("relevance_weight", 1.0), where, "relevance_weight"),
-        emotional_weight=_number(raw.get("emotional_weight", 0.5), where, "emotional_weight"),
-        time_decay_factor=_number(raw.get("time_decay_factor", 0.0), where, "time_decay_factor"),
-        emotions=_str_list(raw.get("emotions", []), where, "emotions"),
-        temporal=window,
-    )
+    order: Number | None = None
+    position: Whole | None = None
+    role: Whole | None = None
+
+    def entry(self) -> dict[str, Any] | str:
+        """Our entry's fields, or why SillyTavern would never inject it (then it is skipped)."""
+        if not self.content.strip():
+            return "has empty content"
+        if not self.constant and not self.vectorized and not any(k.strip() for k in self.key):
+            return "has no key and is not constant (SillyTavern never fires it)"
+        at_depth = self.position == ST_POSITION_AT_DEPTH
+        return {
+            "id": "import",
+            "content": self.content,
+            "keywords": self.key,
+            "secondary_keywords": self.keysecondary if self.selective is not False else (),
+            "selective_logic": ST_LOGIC[self.selective_logic or 0],
+            "trigger_type": "semantic" if self.vectorized else "keyword",
+            "priority": round(self.order) if self.order is not None else 100,
+            "constant": bool(self.constant),
+            "enabled": not self.disable,
+            "position": ST_ROLES.get(self.role if self.role is not None else 0) if at_depth else None,
+            "title": self.comment,
+        }
+
+
+class CardEntry(BaseModel):
+    """A character-card lorebook entry as the card has it (Character Card V2 `character_book.entries[]`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    keys: tuple[Text, ...]
+    content: Text
+    constant: Flag | None = None
+    selective: Flag | None = None
+    enabled: Flag | None = None
+    insertion_order: Number | None = None
+    secondary_keys: Annotated[tuple[Text, ...], BeforeValidator(_or_empty)] = ()
+    comment: Any = None  # the title: `comment`, else `name`
+    name: Any = None
+
+    def entry(self) -> dict[str, Any] | str:
+        """Our entry's fields, or why it is skipped."""
+        title = self.comment or self.name or ""
+        if not isinstance(title, str):
+            raise ValueError(f"field 'comment' must be a string, got {json_type(title)}")
+        if not self.content.strip():
+            return "has empty content"
+        if not self.constant and not any(k.strip() for k in self.keys):
+            return "has no key and is not constant"
+        return {
+            "id": "import",
+            "content": self.content,
+            "keywords": self.keys,
+            "secondary_keywords": self.secondary_keys if self.selective is not False else (),
+            "priority": round(self.insertion_order) if self.insertion_order is not None else 100,
+            "constant": bool(self.constant),
+            "enabled": self.enabled is not False,
+            "title": title,
+        }
 
 
 def _from_sillytavern(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
     """A SillyTavern world-info entry (newWorldInfoEntryDefinition field names)."""
-    for required in ("key", "content"):
-        if required not in raw:
-            raise ImportFormatError(f"{where}: missing field '{required}'")
     for name in set(raw) - ST_MAPPED - ST_SILENT:
         defaults = ST_UNMAPPED_DEFAULTS.get(name)
         value = raw[name]
         if defaults is None or not any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults):
             ignored.add(name)
-    content = _str(raw["content"], where, "content").strip()
-    keys = _str_list(raw["key"], where, "key")
-    secondary = _str_list(raw.get("keysecondary") or [], where, "keysecondary")
-    constant = _opt_bool(raw.get("constant"), where, "constant") or False
-    vectorized = _opt_bool(raw.get("vectorized"), where, "vectorized") or False
-    selective = _opt_bool(raw.get("selective"), where, "selective")
-    disable = _opt_bool(raw.get("disable"), where, "disable") or False
-    logic = raw.get("selectiveLogic")
-    if logic is not None and (isinstance(logic, bool) or logic not in ST_LOGIC):
-        raise ImportFormatError(f"{where}: field 'selectiveLogic' must be 0, 1, 2 or 3, got {logic!r}")
-    order = _opt_number(raw.get("order"), where, "order")
-    position = _opt_int(raw.get("position"), where, "position")
-    role = _opt_int(raw.get("role"), where, "role")
-    if not content:
-        return None, "has empty content"
-    if not constant and not vectorized and not any(k.strip() for k in keys):
-        return None, "has no key and is not constant (SillyTavern never fires it)"
-    return WorldbookEntry(
-        id="import",
-        content=content,
-        keywords=keys,
-        secondary_keywords=secondary if selective is not False else (),
-        selective_logic=ST_LOGIC[logic if logic is not None else 0],
-        trigger_type="semantic" if vectorized else "keyword",
-        priority=int(round(order)) if order is not None else 100,
-        constant=constant,
-        enabled=not disable,
-        position=ST_ROLES.get(role if role is not None else 0) if position == ST_POSITION_AT_DEPTH else None,
-        title=_str(raw.get("comment") or "", where, "comment"),
-    ), ""
+    return _mapped(validated(SillyTavernEntry, raw, where, ImportFormatError), where)
 
 
 def _from_card(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
     """A character-card lorebook entry (Character Card V2 `character_book.entries[]`)."""
-    for required in ("keys", "content"):
-        if required not in raw:
-            raise ImportFormatError(f"{where}: missing field '{required}'")
     ignored.update(set(raw) - CARD_MAPPED - CARD_SILENT)
-    content = _str(raw["content"], where, "content").strip()
-    keys = _str_list(raw["keys"], where, "keys")
-    constant = _opt_bool(raw.get("constant"), where, "constant") or False
-    selective = _opt_bool(raw.get("selective"), where, "selective")
-    enabled = _opt_bool(raw.get("enabled"), where, "enabled")
-    order = _opt_number(raw.get("insertion_order"), where, "insertion_order")
-    secondary = _str_list(raw.get("secondary_keys") or [], where, "secondary_keys")
-    title = raw.get("comment") or raw.get("name") or ""
-    if not content:
-        return None, "has empty content"
-    if not constant and not any(k.strip() for k in keys):
-        return None, "has no key and is not constant"
-    return WorldbookEntry(
-        id="import",
-        content=content,
-        keywords=keys,
-        secondary_keywords=secondary if selective is not False else (),
-        priority=int(round(order)) if order is not None else 100,
-        constant=constant,
-        enabled=enabled is not False,
-        title=_str(title, where, "comment"),
-    ), ""
+    return _mapped(validated(CardEntry, raw, where, ImportFormatError), where)
+
+
+def _mapped(source: SillyTavernEntry | CardEntry, where: str) -> tuple[WorldbookEntry | None, str]:
+    try:
+        fields = source.entry()
+    except ValueError as exc:
+        raise ImportFormatError(f"{where}: {exc}") from None
+    if isinstance(fields, str):
+        return None, fields
+    return _file_error(validate_entry, fields, where), ""
 
 
 def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> ImportReport:
@@ -469,7 +462,7 @@ def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
             duplicates += 1
             continue
         seen.add((entry.content, entry.keywords))
-        session.add(worldbook_row(replace(entry, role_id=scope.role_id, save_id=scope.save_id), uid))
+        session.add(worldbook_row(entry.model_copy(update={"role_id": scope.role_id, "save_id": scope.save_id}), uid))
     session.flush()
     return ImportReport(
         parsed.format, len(parsed.entries) - duplicates, duplicates, parsed.skipped, parsed.ignored_fields
@@ -514,19 +507,7 @@ def write_json_file(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
-# --- field checks ---------------------------------------------------------------------------------
-
-
-def _type(value: Any) -> str:
-    return {
-        dict: "object",
-        list: "list",
-        str: "string",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
+# --- checks ---------------------------------------------------------------------------------------
 
 
 def _uid_note(uid: Any) -> str:
@@ -544,62 +525,11 @@ def _check_count(items: Sequence[Any]) -> None:
         raise ImportFormatError(f"{len(items)} entries, over the import limit of {MAX_IMPORT_ENTRIES}")
 
 
-def _validate(check: Any, entry: Any, where: str) -> None:
+def _file_error(check: Callable[[Any, str], E], data: Any, where: str) -> E:
+    """`check(data, where)`, its `InvalidInput` raised as the file's `ImportFormatError`."""
     try:
-        check(entry, where)
+        return check(data, where)
     except ImportFormatError:
         raise
-    except ValueError as exc:
+    except InvalidInput as exc:
         raise ImportFormatError(str(exc)) from None
-
-
-def _str(value: Any, where: str, name: str) -> str:
-    if not isinstance(value, str):
-        raise ImportFormatError(f"{where}: field '{name}' must be a string, got {_type(value)}")
-    return value
-
-
-def _str_list(value: Any, where: str, name: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ImportFormatError(f"{where}: field '{name}' must be a list of strings, got {_type(value)}")
-    for item in value:
-        if not isinstance(item, str):
-            raise ImportFormatError(f"{where}: field '{name}' must be a list of strings, has a {_type(item)}")
-    return tuple(v.strip() for v in value if v.strip())
-
-
-def _bool(value: Any, where: str, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ImportFormatError(f"{where}: field '{name}' must be true or false, got {_type(value)}")
-    return value
-
-
-def _opt_bool(value: Any, where: str, name: str) -> bool | None:
-    return None if value is None else _bool(value, where, name)
-
-
-def _number(value: Any, where: str, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ImportFormatError(f"{where}: field '{name}' must be a number, got {_type(value)}")
-    return float(value)
-
-
-def _opt_number(value: Any, where: str, name: str) -> float | None:
-    return None if value is None else _number(value, where, name)
-
-
-def _int(value: Any, where: str, name: str) -> int:
-    number = _number(value, where, name)
-    if number != int(number):
-        raise ImportFormatError(f"{where}: field '{name}' must be a whole number, got {value!r}")
-    return int(number)
-
-
-def _opt_int(value: Any, where: str, name: str) -> int | None:
-    return None if value is None else _int(value, where, name)
-
-
-def _choice(value: Any, choices: Sequence[str], where: str, name: str) -> str:
-    if value not in choices:
-        raise ImportFormatError(f"{where}: field '{name}' is {value!r}, not one of {', '.join(choices)}")
-    return str(value)

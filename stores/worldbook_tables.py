@@ -2,12 +2,14 @@
 
 Scope, for both tables: `role_id` and `save_id` both empty = global; `role_id` = one character's entry;
 `save_id` = one conversation instance's entry (never both). An instance sees global + its character's +
-its own. Keyword and emotion lists are JSON columns (the same on SQLite and PostgreSQL).
+its own. Keyword and emotion lists are JSON columns (the same on SQLite and PostgreSQL). A row reads as its
+entry with `KnowledgeEntry.model_validate(row)` / `WorldbookEntry.model_validate(row)` (nodes.rules).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from personalab.stores.tables import utcnow
 from sqlalchemy import JSON, Column, Text
@@ -63,3 +65,11 @@ class WorldbookEntryRow(SQLModel, table=True):
     save_id: int | None = Field(default=None, foreign_key="save.id", index=True)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def temporal(self) -> dict[str, Any]:
+        """The time window's columns as one object: what `WorldbookEntry.model_validate(row)` reads."""
+        return {name: getattr(self, name) for name in TEMPORAL_COLUMNS}
+
+
+TEMPORAL_COLUMNS = ("min_turn", "max_turn", "min_gap_seconds", "max_gap_seconds", "min_turns_since_fired")

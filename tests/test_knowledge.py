@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.knowledge import (
     KnowledgeEntry,
     format_knowledge_block,
@@ -24,6 +25,7 @@ from personalab.stores.worldbook import (
     update_knowledge,
 )
 from personalab.stores.worldbook_files import ImportFormatError, export_knowledge, import_knowledge
+from personalab.stores.worldbook_tables import KnowledgeEntryRow
 
 
 def k(entry_id: str, content: str = "内容", *keywords: str, **fields: Any) -> KnowledgeEntry:
@@ -71,9 +73,25 @@ def test_block_is_the_seeds_world_knowledge_format() -> None:
 
 def test_validation_names_the_field() -> None:
     with pytest.raises(ValueError, match="entry 2: field 'importance' must be between 0 and 1"):
-        validate_knowledge(k("1", importance=1.5), "entry 2")
+        validate_knowledge({"id": "1", "tag": "设定", "content": "内容", "importance": 1.5}, "entry 2")
     with pytest.raises(ValueError, match="field 'tag' is empty"):
         validate_knowledge(k("1", tag=" "), "entry 1")
+
+
+def test_an_entry_is_a_validated_model_read_from_rows_and_calls_alike() -> None:
+    entry = KnowledgeEntry("1", " 世界设定 ", " 温带森林 ", 1, keywords=["森林", " "])
+    assert (entry.tag, entry.content, entry.importance, entry.keywords) == ("世界设定", "温带森林", 1.0, ("森林",))
+    row = KnowledgeEntryRow(id=3, tag="t", content="c", importance=0.2, keywords=["k"], role_id=4)
+    assert KnowledgeEntry.model_validate(row) == KnowledgeEntry("3", "t", "c", 0.2, ("k",), role_id=4)
+    for fields, message in [
+        ({"importance": True}, "knowledge entry: field 'importance' must be a number, got boolean"),
+        ({"importance": float("nan")}, "field 'importance' must be a finite number"),
+        ({"tag": "t" * 201}, "field 'tag' has 201 characters, over the limit of 200"),
+        ({"keywords": ["/[a/"]}, "field 'keywords': keyword '/\\[a/' is not a valid regular expression"),
+        ({"enabled": 1}, "field 'enabled' must be true or false, got number"),
+    ]:
+        with pytest.raises(InvalidInput, match=message):
+            KnowledgeEntry(**{"id": "1", "tag": "t", "content": "c", **fields})
 
 
 # --- store ----------------------------------------------------------------------------------------

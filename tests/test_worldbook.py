@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.worldbook import (
     MAX_CONTENT_CHARS,
     TemporalWindow,
@@ -295,11 +297,45 @@ def test_context_from_lines_scans_names_contents_and_emotions_of_the_last_lines(
 
 def test_validation_names_the_field() -> None:
     with pytest.raises(ValueError, match="entry 3: field 'content' has .* over the limit"):
-        validate_entry(kw("1", "x" * (MAX_CONTENT_CHARS + 1), "a"), "entry 3")
+        validate_entry({"id": "1", "content": "x" * (MAX_CONTENT_CHARS + 1), "keywords": ["a"]}, "entry 3")
     with pytest.raises(ValueError, match="needs at least one keyword"):
         validate_entry(WorldbookEntry("1", "x"), "entry 1")
     with pytest.raises(ValueError, match="field 'keywords'.*regular expression"):
         validate_entry(kw("1", "x", "/([a/"), "entry 1")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"temporal": {"min_turn": "5"}}, "world-book entry: field 'temporal.min_turn' must be a whole number"),
+        ({"temporal": {"min_turn": 5, "max_turn": 3}}, "field 'temporal': min_turn is after max_turn"),
+        ({"temporal": {"every": 3}}, "field 'temporal': unknown key"),
+        ({"kind": "dream"}, "field 'kind' is 'dream'; expected 'episodic'"),
+        ({"relevance_weight": -1}, "field 'relevance_weight' must be a finite number >= 0"),
+        ({"keywords": ["a"] * 101}, "field 'keywords' has 101 keywords, over the limit of 100"),
+        ({"keywords": "长安"}, "field 'keywords' must be a list of strings, got string"),
+        ({"constant": "yes"}, "field 'constant' must be true or false, got string"),
+        ({"role_id": 1, "save_id": 2}, "character or to an instance, not both"),
+        ({"colour": 1}, r"unknown field\(s\) colour"),
+    ],
+)
+def test_an_entry_is_checked_when_it_is_made_and_names_the_field(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        WorldbookEntry("1", "x", **fields)
+
+
+def test_an_entry_strips_its_text_and_reads_rows_files_and_calls_alike() -> None:
+    entry = kw("1", "  长安  ", " 长安 ", "", priority=7.0, emotions=[" 开心 "])
+    assert (entry.content, entry.keywords, entry.priority, entry.emotions) == ("长安", ("长安",), 7, ("开心",))
+    row = WorldbookEntryRow(id=5, content="长安", keywords=["长安"], min_turn=3, created_at=datetime(2024, 1, 1))
+    from_row = WorldbookEntry.model_validate(row)
+    assert (from_row.id, from_row.temporal.min_turn) == ("5", 3)
+    assert from_row.created_at == datetime(2024, 1, 1, tzinfo=UTC).timestamp()  # naive rows are UTC
+    assert (
+        WorldbookEntry.parse({"id": "5", **from_row.fields_dict()}, "entry 1").fields_dict() == from_row.fields_dict()
+    )
+    with pytest.raises(InvalidInput, match=r"^entry 9: field 'priority' must be a whole number, got 7.5$"):
+        WorldbookEntry.parse({"id": "1", "content": "x", "priority": 7.5}, "entry 9")
 
 
 def test_config_rejects_unknown_template_placeholders() -> None:

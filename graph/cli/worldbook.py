@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES, TemporalWindow
+from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES
 from personalab.stores.db import session_scope
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
 from personalab.stores.worldbook_files import (
@@ -41,7 +41,7 @@ def _preview(text: str) -> str:
 
 def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
     count = len(data["entries"])
-    if target in (None, "-"):
+    if target is None or target == "-":
         json.dump(data, sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -117,14 +117,20 @@ def knowledge_export(args: argparse.Namespace) -> int:
 
 
 def worldbook_add(args: argparse.Namespace) -> int:
-    temporal = TemporalWindow(args.min_turn, args.max_turn, args.min_gap, args.max_gap, args.every)
+    temporal = {
+        "min_turn": args.min_turn,
+        "max_turn": args.max_turn,
+        "min_gap_seconds": args.min_gap,
+        "max_gap_seconds": args.max_gap,
+        "min_turns_since_fired": args.every,
+    }
     with session_scope() as session:
         entry = add_worldbook_entry(
             session,
             args.content,
             scope=_scope(args),
-            keywords=tuple(args.keyword or ()),
-            secondary_keywords=tuple(args.secondary or ()),
+            keywords=args.keyword or (),
+            secondary_keywords=args.secondary or (),
             selective_logic=args.logic,
             trigger_type=args.trigger,
             kind=args.kind,
@@ -136,7 +142,7 @@ def worldbook_add(args: argparse.Namespace) -> int:
             relevance_weight=args.weight,
             emotional_weight=args.emotional_weight,
             time_decay_factor=args.decay,
-            emotions=tuple(args.emotion or ()),
+            emotions=args.emotion or (),
             temporal=temporal,
         )
     how = "constant" if entry.constant else entry.trigger_type

@@ -11,23 +11,20 @@ Rules of the seed, as implemented:
   OrderByDescending).
 - injected as the seed's InjectKnowledge block: a `=== 世界知识 ===` line, then `[tag] content` per entry;
   nothing at all when no entry applies.
+- an entry is a pydantic model (`KnowledgeEntry`, `nodes.rules.validation`): tag and content non-empty after
+  stripping, importance in [0, 1], the world book's content and keyword limits; rows and files alike.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Self
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.worldbook import (
-    MAX_CONTENT_CHARS,
-    MAX_KEYWORD_CHARS,
-    MAX_KEYWORDS,
-    check_keyword,
-    contains_keyword,
-    scope_label,
-)
+from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number
+from personalab.nodes.rules.worldbook import Content, Keywords, check_one_scope, contains_keyword, scope_label
+from pydantic import Field, StringConstraints, model_validator
 
 KNOWLEDGE_HEADER = "=== 世界知识 ==="
 KEYWORD_HIT_SCORE = 0.5
@@ -36,19 +33,28 @@ DEFAULT_MAX_KNOWLEDGE = 5
 MAX_TAG_CHARS = 200
 
 
-@dataclass(frozen=True)
-class KnowledgeEntry:
+Tag = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=MAX_TAG_CHARS)]
+
+
+class KnowledgeEntry(Entry):
     """Seed 001 CommonKnowledgeEntry. `role_id` None and `save_id` None = global."""
 
-    id: str
-    tag: str
-    content: str
-    importance: float = 0.5
-    keywords: tuple[str, ...] = ()
-    enabled: bool = True
-    user_edited: bool = False
+    label: ClassVar[str] = "knowledge entry"
+
+    id: EntryId
+    tag: Tag
+    content: Content
+    importance: Number = Field(0.5, ge=0, le=1)
+    keywords: Keywords = ()
+    enabled: Flag = True
+    user_edited: Flag = False
     role_id: int | None = None
     save_id: int | None = None
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> Self:
+        check_one_scope(self.role_id, self.save_id)
+        return self
 
     @property
     def scope(self) -> str:
@@ -118,30 +124,7 @@ def format_knowledge_block(knowledge: Iterable[ScoredKnowledge | KnowledgeEntry]
     return "\n".join([KNOWLEDGE_HEADER, *lines]) + "\n"
 
 
-def validate_knowledge(entry: KnowledgeEntry, where: str) -> None:
-    """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
-    if not isinstance(entry.content, str) or not entry.content.strip():
-        raise InvalidInput(f"{where}: field 'content' is empty")
-    if len(entry.content) > MAX_CONTENT_CHARS:
-        raise InvalidInput(
-            f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
-        )
-    if not entry.tag.strip():
-        raise InvalidInput(f"{where}: field 'tag' is empty")
-    if len(entry.tag) > MAX_TAG_CHARS:
-        raise InvalidInput(f"{where}: field 'tag' is over {MAX_TAG_CHARS} characters")
-    if not math.isfinite(entry.importance) or not 0 <= entry.importance <= 1:
-        raise InvalidInput(f"{where}: field 'importance' must be between 0 and 1, got {entry.importance!r}")
-    if len(entry.keywords) > MAX_KEYWORDS:
-        raise InvalidInput(
-            f"{where}: field 'keywords' has {len(entry.keywords)} keywords, over the limit of {MAX_KEYWORDS}"
-        )
-    for keyword in entry.keywords:
-        if len(keyword) > MAX_KEYWORD_CHARS:
-            raise InvalidInput(f"{where}: field 'keywords' has a keyword over {MAX_KEYWORD_CHARS} characters")
-        try:
-            check_keyword(keyword)
-        except ValueError as exc:
-            raise InvalidInput(f"{where}: field 'keywords': {exc}") from None
-    if entry.role_id is not None and entry.save_id is not None:
-        raise InvalidInput(f"{where}: an entry is scoped to a character or to an instance, not both")
+def validate_knowledge(entry: KnowledgeEntry | Mapping[str, Any], where: str) -> KnowledgeEntry:
+    """The entry as it can be stored (a mapping is validated here); `InvalidInput` naming `where` and the
+    field. Every rule of a knowledge entry is its model's."""
+    return entry if isinstance(entry, KnowledgeEntry) else KnowledgeEntry.parse(entry, where)

@@ -1,7 +1,9 @@
 """World-book triggering (seed 004 基于世界书触发机制的记忆服务): which entries fire for this turn, and why.
 
 Every rule here is a pure function: entries, a `WorldbookContext` (recent text, recent emotions, turn and
-time facts, optional precomputed vectors) and a `WorldbookConfig` in, `TriggeredEntry` values out.
+time facts, optional precomputed vectors) and a `WorldbookConfig` in, `TriggeredEntry` values out. An entry
+is a pydantic model (`WorldbookEntry`, its `TemporalWindow`; `nodes.rules.validation`): a row, a file's
+entry and a call are validated alike, and what a stored entry needs on top is `validate_entry`.
 
 The seed's `MemoryTriggerEntry` / `MemoryTriggerConfig`, as implemented:
 - `triggerType` keyword / semantic / temporal / emotional (多维度触发策略), `priority`, `isConstant`,
@@ -43,16 +45,23 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
 
-TRIGGER_TYPES = ("keyword", "semantic", "temporal", "emotional")
-KINDS = ("episodic", "semantic", "trait", "goal")  # seed 004 MemoryType
+TriggerType = Literal["keyword", "semantic", "temporal", "emotional"]
+Kind = Literal["episodic", "semantic", "trait", "goal"]  # seed 004 MemoryType
+Position = Literal["system", "user", "assistant"]
+SelectiveLogic = Literal["and_any", "not_all", "not_any", "and_all"]
+TRIGGER_TYPES: tuple[str, ...] = get_args(TriggerType)
+KINDS: tuple[str, ...] = get_args(Kind)
 KIND_LABELS = {"episodic": "情景记忆", "semantic": "语义记忆", "trait": "特质记忆", "goal": "目标记忆"}
-POSITIONS = ("system", "user", "assistant")
-SELECTIVE_LOGICS = ("and_any", "not_all", "not_any", "and_all")
+POSITIONS: tuple[str, ...] = get_args(Position)
+SELECTIVE_LOGICS: tuple[str, ...] = get_args(SelectiveLogic)
 
 # Documented limits: an entry beyond them is refused (import and add), so one pasted novel cannot eat the
 # whole prompt budget or the database.
@@ -105,53 +114,109 @@ _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fff
 _REGEX_KEY = re.compile(r"^/(.+)/([imsx]*)$", re.S)
 
 
-@dataclass(frozen=True)
-class TemporalWindow:
+def _checked_keyword(keyword: str) -> str:
+    check_keyword(keyword)
+    return keyword
+
+
+def _without_blanks(words: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(word for word in words if word)
+
+
+def _epoch(value: Any) -> Any:
+    """A row's creation time as epoch seconds (SQLite hands back naive datetimes; they were written in UTC)."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
+    return value
+
+
+def _no_window(value: Any) -> Any:
+    return {} if value is None else value  # an exported entry may say "temporal": null
+
+
+Content = Annotated[
+    str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=MAX_CONTENT_CHARS)
+]
+Keyword = Annotated[
+    str,
+    StringConstraints(strict=True, strip_whitespace=True, max_length=MAX_KEYWORD_CHARS),
+    AfterValidator(_checked_keyword),
+]
+# Keywords and emotions are stripped, blank ones dropped (a trailing comma in a file is not a keyword).
+Keywords = Annotated[tuple[Keyword, ...], Field(max_length=MAX_KEYWORDS), AfterValidator(_without_blanks)]
+Emotions = Annotated[
+    tuple[Annotated[str, StringConstraints(strict=True, strip_whitespace=True)], ...],
+    Field(max_length=MAX_EMOTIONS),
+    AfterValidator(_without_blanks),
+]
+Weight = Annotated[Number, Field(ge=0)]
+
+
+def check_one_scope(role_id: int | None, save_id: int | None) -> None:
+    if role_id is not None and save_id is not None:
+        raise InvalidInput("an entry is scoped to a character or to an instance, not both")
+
+
+class TemporalWindow(Entry):
     """When a temporal entry fires: every condition that is set must hold (inclusive bounds)."""
 
-    min_turn: int | None = None
-    max_turn: int | None = None
-    min_gap_seconds: float | None = None
-    max_gap_seconds: float | None = None
-    min_turns_since_fired: int | None = None
+    label: ClassVar[str] = "time window"
+
+    min_turn: Whole | None = None
+    max_turn: Whole | None = None
+    min_gap_seconds: Number | None = None
+    max_gap_seconds: Number | None = None
+    min_turns_since_fired: Whole | None = None
+
+    @model_validator(mode="after")
+    def _in_order(self) -> Self:
+        if self.min_turn is not None and self.max_turn is not None and self.min_turn > self.max_turn:
+            raise InvalidInput("min_turn is after max_turn")
+        low, high = self.min_gap_seconds, self.max_gap_seconds
+        if low is not None and high is not None and low > high:
+            raise InvalidInput("min_gap_seconds is above max_gap_seconds")
+        return self
 
     def is_empty(self) -> bool:
         return all(v is None for v in self.as_dict().values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "min_turn": self.min_turn,
-            "max_turn": self.max_turn,
-            "min_gap_seconds": self.min_gap_seconds,
-            "max_gap_seconds": self.max_gap_seconds,
-            "min_turns_since_fired": self.min_turns_since_fired,
-        }
+        return self.model_dump()
 
 
-@dataclass(frozen=True)
-class WorldbookEntry:
-    """One world-book entry (seed 004 MemoryTriggerEntry). `position=None` uses the config's position."""
+class WorldbookEntry(Entry):
+    """One world-book entry (seed 004 MemoryTriggerEntry). `position=None` uses the config's position.
 
-    id: str
-    content: str
-    keywords: tuple[str, ...] = ()
-    secondary_keywords: tuple[str, ...] = ()
-    selective_logic: str = "and_any"
-    trigger_type: str = "keyword"
-    kind: str = "semantic"
-    priority: int = 100
-    constant: bool = False
-    enabled: bool = True
-    position: str | None = None
-    title: str = ""
-    relevance_weight: float = 1.0
-    emotional_weight: float = 0.5
-    time_decay_factor: float = 0.0
-    emotions: tuple[str, ...] = ()
-    temporal: TemporalWindow = field(default_factory=TemporalWindow)
-    created_at: float | None = None  # epoch seconds, for time decay
+    The fields' own rules (kinds, limits, choices, regular expressions) hold for every entry; what an entry
+    needs to be stored (the signal its trigger fires on) is `validate_entry`."""
+
+    label: ClassVar[str] = "world-book entry"
+
+    id: EntryId
+    content: Content
+    keywords: Keywords = ()
+    secondary_keywords: Keywords = ()
+    selective_logic: SelectiveLogic = "and_any"
+    trigger_type: TriggerType = "keyword"
+    kind: Kind = "semantic"
+    priority: Whole = 100
+    constant: Flag = False
+    enabled: Flag = True
+    position: Position | None = None
+    title: Text = ""
+    relevance_weight: Weight = 1.0
+    emotional_weight: Weight = 0.5
+    time_decay_factor: Weight = 0.0
+    emotions: Emotions = ()
+    temporal: Annotated[TemporalWindow, BeforeValidator(_no_window)] = TemporalWindow()
+    created_at: Annotated[float | None, BeforeValidator(_epoch)] = None  # epoch seconds, for time decay
     role_id: int | None = None
     save_id: int | None = None
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> Self:
+        check_one_scope(self.role_id, self.save_id)
+        return self
 
     @property
     def scope(self) -> str:
@@ -159,24 +224,30 @@ class WorldbookEntry:
 
     def fields_dict(self) -> dict[str, Any]:
         """The entry's own fields as JSON data (the export format and `worldbook list --json`)."""
-        return {
-            "title": self.title,
-            "content": self.content,
-            "keywords": list(self.keywords),
-            "secondary_keywords": list(self.secondary_keywords),
-            "selective_logic": self.selective_logic,
-            "trigger_type": self.trigger_type,
-            "kind": self.kind,
-            "priority": self.priority,
-            "constant": self.constant,
-            "enabled": self.enabled,
-            "position": self.position,
-            "relevance_weight": self.relevance_weight,
-            "emotional_weight": self.emotional_weight,
-            "time_decay_factor": self.time_decay_factor,
-            "emotions": list(self.emotions),
-            "temporal": {k: v for k, v in self.temporal.as_dict().items() if v is not None},
-        }
+        data = self.model_dump(mode="json", include=set(EXPORTED_FIELDS))
+        data["temporal"] = {k: v for k, v in data["temporal"].items() if v is not None}
+        return {name: data[name] for name in EXPORTED_FIELDS}
+
+
+# The entry's own fields in the order of an exported file (not the id, scope or creation time).
+EXPORTED_FIELDS = (
+    "title",
+    "content",
+    "keywords",
+    "secondary_keywords",
+    "selective_logic",
+    "trigger_type",
+    "kind",
+    "priority",
+    "constant",
+    "enabled",
+    "position",
+    "relevance_weight",
+    "emotional_weight",
+    "time_decay_factor",
+    "emotions",
+    "temporal",
+)
 
 
 def scope_label(role_id: int | None, save_id: int | None) -> str:
@@ -657,60 +728,18 @@ def entry_position(item: TriggeredEntry, config: WorldbookConfig) -> str:
     return item.entry.position or config.inject_position
 
 
-def validate_entry(entry: WorldbookEntry, where: str) -> None:
-    """Raise ValueError naming `where` and the field for an entry that cannot be stored."""
-    if not isinstance(entry.content, str) or not entry.content.strip():
-        raise InvalidInput(f"{where}: field 'content' is empty")
-    if len(entry.content) > MAX_CONTENT_CHARS:
-        raise InvalidInput(
-            f"{where}: field 'content' has {len(entry.content)} characters, over the limit of {MAX_CONTENT_CHARS}"
-        )
-    for name in ("keywords", "secondary_keywords"):
-        values = getattr(entry, name)
-        if len(values) > MAX_KEYWORDS:
-            raise InvalidInput(f"{where}: field '{name}' has {len(values)} keywords, over the limit of {MAX_KEYWORDS}")
-        for value in values:
-            if len(value) > MAX_KEYWORD_CHARS:
-                raise InvalidInput(f"{where}: field '{name}' has a keyword over {MAX_KEYWORD_CHARS} characters")
-            try:
-                check_keyword(value)
-            except ValueError as exc:
-                raise InvalidInput(f"{where}: field '{name}': {exc}") from None
-    if len(entry.emotions) > MAX_EMOTIONS:
-        raise InvalidInput(f"{where}: field 'emotions' has more than {MAX_EMOTIONS} emotions")
-    if entry.trigger_type not in TRIGGER_TYPES:
-        raise InvalidInput(
-            f"{where}: field 'trigger_type' is {entry.trigger_type!r}, not one of {', '.join(TRIGGER_TYPES)}"
-        )
-    if entry.kind not in KINDS:
-        raise InvalidInput(f"{where}: field 'kind' is {entry.kind!r}, not one of {', '.join(KINDS)}")
-    if entry.position is not None and entry.position not in POSITIONS:
-        raise InvalidInput(f"{where}: field 'position' is {entry.position!r}, not one of {', '.join(POSITIONS)}")
-    if entry.selective_logic not in SELECTIVE_LOGICS:
-        raise InvalidInput(
-            f"{where}: field 'selective_logic' is {entry.selective_logic!r}, not one of {', '.join(SELECTIVE_LOGICS)}"
-        )
-    for name in ("relevance_weight", "emotional_weight", "time_decay_factor"):
-        value = getattr(entry, name)
-        if not math.isfinite(value) or value < 0:
-            raise InvalidInput(f"{where}: field '{name}' must be a finite number >= 0, got {value!r}")
-    if entry.role_id is not None and entry.save_id is not None:
-        raise InvalidInput(f"{where}: an entry is scoped to a character or to an instance, not both")
+def validate_entry(entry: WorldbookEntry | Mapping[str, Any], where: str) -> WorldbookEntry:
+    """The entry as it can be stored: its fields as the model checks them (a mapping is validated here), and
+    the signal its trigger fires on (a keyword entry needs a keyword, a temporal entry a time window, an
+    emotional entry an emotion; a constant entry needs none). `InvalidInput` naming `where` and the field."""
+    if not isinstance(entry, WorldbookEntry):
+        entry = WorldbookEntry.parse(entry, where)
     if entry.constant:
-        return
-    has_keys = any(k.strip() for k in entry.keywords)
-    if entry.trigger_type == "keyword" and not has_keys:
+        return entry
+    if entry.trigger_type == "keyword" and not entry.keywords:
         raise InvalidInput(f"{where}: a keyword entry needs at least one keyword (field 'keywords')")
     if entry.trigger_type == "temporal" and entry.temporal.is_empty():
         raise InvalidInput(f"{where}: a temporal entry needs a time window (field 'temporal')")
-    if entry.trigger_type == "emotional" and not any(e.strip() for e in entry.emotions):
+    if entry.trigger_type == "emotional" and not entry.emotions:
         raise InvalidInput(f"{where}: an emotional entry needs at least one emotion (field 'emotions')")
-    window = entry.temporal
-    if window.min_turn is not None and window.max_turn is not None and window.min_turn > window.max_turn:
-        raise InvalidInput(f"{where}: field 'temporal': min_turn is after max_turn")
-    if (
-        window.min_gap_seconds is not None
-        and window.max_gap_seconds is not None
-        and window.min_gap_seconds > window.max_gap_seconds
-    ):
-        raise InvalidInput(f"{where}: field 'temporal': min_gap_seconds is above max_gap_seconds")
+    return entry
