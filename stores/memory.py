@@ -220,7 +220,7 @@ class MaintenanceReport:
 
 
 # What the layer flow reads of a memory, in `LayerMemory`'s order (+ the type, for Chroma's metadata).
-_LAYER_COLUMNS = (
+_LAYER_COLUMNS: tuple[Any, ...] = (
     MemoryEntry.id,
     MemoryEntry.character_id,
     MemoryEntry.layer,
@@ -578,13 +578,13 @@ class MemoryStore:
         with session_scope(self._url()) as session:
             session.exec(
                 update(MemoryEntry)
-                .where(col(MemoryEntry.id).in_(ids), MemoryEntry.instance_id == instance_id)
+                .where(col(MemoryEntry.id).in_(ids), col(MemoryEntry.instance_id) == instance_id)
                 .values(
                     mention_count=MemoryEntry.mention_count + 1,
                     last_mentioned_turn=turn,
                     last_mentioned_at=utcnow(),
                     activity=1.0,
-                    activity_turn=case((MemoryEntry.activity_turn > turn, MemoryEntry.activity_turn), else_=turn),
+                    activity_turn=case((col(MemoryEntry.activity_turn) > turn, MemoryEntry.activity_turn), else_=turn),
                 )
             )
 

@@ -262,15 +262,16 @@ def plan_maintenance(memories: Iterable[LayerMemory], turn: int, config: LayerCo
         if memory.protected:
             continue  # 1.
         index = LAYERS.index(memory.layer)
-        recalled = memory.last_mentioned_turn is not None and memory.last_mentioned_turn > memory.layer_since_turn
+        recalled_at = memory.last_mentioned_turn
         if (
             config.reactivate_on_recall
-            and recalled
+            and recalled_at is not None
+            and recalled_at > memory.layer_since_turn
             and index > 0
             and memory.importance >= config.policy(memory.layer).min_importance
         ):  # 2.
             up = LAYERS[index - 1]
-            memory = replace(memory, layer=up, layer_since_turn=memory.last_mentioned_turn)
+            memory = replace(memory, layer=up, layer_since_turn=recalled_at)
             transitions.append(Transition(memory.id, LAYERS[index], up, "recalled"))
         new, moves = flow_by_activity(memory, turn, config)  # 3.
         transitions.extend(moves)
