@@ -136,6 +136,8 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "notes",
         "pinned",
     }
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"{where or 'memory'}: must be an object of fields, got {type(item).__name__}")
     unknown = set(item) - allowed
     if unknown:
         raise InvalidInput(f"{where or 'memory'}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -255,7 +257,7 @@ class MaintenanceBatch:
 
     def apply(self, character_id: int, plan: MaintenancePlan) -> None:
         """Write `plan` for the memories of `character_id` (new layers, activities, deletions)."""
-        if character_id in self.counts:
+        if character_id in self.counts:  # a caller's bug, not input: two plans for one character
             raise ValueError(f"a maintenance plan for character {character_id} was applied already")
         # only memories of this character that the system may change
         open_ids = {m.id for m in self.memories.get(character_id, ()) if not m.protected}

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from personalab.nodes.maintenance import maintain_layers
-from personalab.nodes.rules.errors import InstanceNotFound
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput
 from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy, MaintenancePlan
 from personalab.nodes.rules.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
 from personalab.stores.db import session_scope
@@ -149,6 +149,13 @@ def test_adding_many_is_all_or_nothing(store: MemoryStore) -> None:
     added = store.add_memories(instance, [{"content": "a", "turn": 1}, {"content": "b", "turn": 2}])
     assert [m.content for m in store.list_memories(instance)] == ["a", "b"] and len(chroma_ids(store, instance)) == 2
     assert [m.id for m in added] == [m.id for m in store.list_memories(instance)]
+
+
+def test_a_memory_that_is_not_an_object_is_named(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    with pytest.raises(InvalidInput, match="memory 2 of 2: must be an object of fields, got int"):
+        store.add_memories(instance, [{"content": "a"}, 7])  # type: ignore[list-item]
+    assert store.list_memories(instance) == []
 
 
 def test_edit_marks_the_memory_user_edited_and_reindexes_it(store: MemoryStore) -> None:
