@@ -572,7 +572,7 @@ class MemoryStore:
 
     def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None:
         """Seed 001 `MarkMemoryAsMentioned`: one more mention at `turn`; the recall also refreshes the
-        memory's activity (see `nodes.memory_layers`). One UPDATE for all ids."""
+        memory's activity (see `nodes.rules.memory_layers`). One UPDATE for all ids."""
         ids = [int(i) for i in memory_ids]
         if not ids:
             return
@@ -628,7 +628,7 @@ class MemoryStore:
             stmt = select(func.count()).select_from(MemoryEntry).where(MemoryEntry.instance_id == instance_id)
             return int(session.exec(stmt).one())
 
-    # ---- retrieval support (used by nodes.retrieval) ------------------------------------------------
+    # ---- retrieval support (used by nodes.rules.retrieval) ------------------------------------------------
 
     def resolve_character(self, instance_id: int, character_id: int | None = None) -> int:
         """The character whose memories are meant: `character_id`, else the instance's role (0 if none).

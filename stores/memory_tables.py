@@ -28,8 +28,8 @@ class MemoryEntry(SQLModel, table=True):
     character_id: int = 0
 
     content: str = Field(sa_column=Column(Text, nullable=False))
-    type: str  # nodes.memory_layers.MemoryType
-    layer: str  # nodes.memory_layers.Layer
+    type: str  # nodes.rules.memory_layers.MemoryType
+    layer: str  # nodes.rules.memory_layers.Layer
 
     turn: int = 0  # the turn the memory was made (the seed's tick timestamp)
     created_at: datetime = Field(default_factory=utcnow)

@@ -13,10 +13,12 @@ one) and the field. Files read:
   `insertion_order`, `constant`, `name` / `comment`, `id`), alone or inside a V2 / V3 card (`data`).
 SillyTavern fields with no counterpart here (probability, depth, sticky, groups, ...) are ignored and
 named in the import report. Entries with empty content, and non-constant entries without any key (which
-SillyTavern never fires either), are skipped and reported, not errors.
+SillyTavern never fires either), are skipped and reported, not errors. Each entry is read by a pydantic
+model: ours by `WorldbookEntry` / `KnowledgeEntry` themselves, SillyTavern's and a card's by
+`SillyTavernEntry` / `CardEntry` (so an error names the file's own field), then mapped to ours.
 
 Documented limits: file size `MAX_IMPORT_BYTES`, entries per file `MAX_IMPORT_ENTRIES`, content per entry
-`nodes.worldbook.MAX_CONTENT_CHARS`, keywords per entry `MAX_KEYWORDS` of at most `MAX_KEYWORD_CHARS`.
+`nodes.rules.worldbook.MAX_CONTENT_CHARS`, keywords per entry `MAX_KEYWORDS` of at most `MAX_KEYWORD_CHARS`.
 
 Knowledge exports leave the keywords out unless asked (seed 001: keywords are "用户手动设置,不导出导入",
 set by hand on each installation); imports read them when present.
@@ -340,9 +342,17 @@ def _no_flag(value: Any) -> Any:
     return value
 
 
-def _or_empty(value: Any) -> Any:
-    # SillyTavern writes null, "" or [] for an unset comment or secondary key list
+# SillyTavern and the cards write null, "" or [] for an unset comment, name or secondary key list.
+def _no_words(value: Any) -> Any:
     return value or ()
+
+
+def _no_text(value: Any) -> Any:
+    return value or ""
+
+
+Words = Annotated[tuple[Text, ...], BeforeValidator(_no_words)]
+Title = Annotated[Text, BeforeValidator(_no_text)]
 
 
 class SillyTavernEntry(BaseModel):
@@ -353,8 +363,8 @@ class SillyTavernEntry(BaseModel):
 
     key: tuple[Text, ...]
     content: Text
-    keysecondary: Annotated[tuple[Text, ...], BeforeValidator(_or_empty)] = ()
-    comment: Annotated[Text, BeforeValidator(lambda value: value or "")] = ""
+    keysecondary: Words = ()
+    comment: Title = ""
     constant: Flag | None = None
     vectorized: Flag | None = None
     selective: Flag | None = None
@@ -399,15 +409,12 @@ class CardEntry(BaseModel):
     selective: Flag | None = None
     enabled: Flag | None = None
     insertion_order: Number | None = None
-    secondary_keys: Annotated[tuple[Text, ...], BeforeValidator(_or_empty)] = ()
-    comment: Any = None  # the title: `comment`, else `name`
-    name: Any = None
+    secondary_keys: Words = ()
+    comment: Title = ""  # the title: `comment`, else `name`
+    name: Title = ""
 
     def entry(self) -> dict[str, Any] | str:
         """Our entry's fields, or why it is skipped."""
-        title = self.comment or self.name or ""
-        if not isinstance(title, str):
-            raise ValueError(f"field 'comment' must be a string, got {json_type(title)}")
         if not self.content.strip():
             return "has empty content"
         if not self.constant and not any(k.strip() for k in self.keys):
@@ -420,7 +427,7 @@ class CardEntry(BaseModel):
             "priority": round(self.insertion_order) if self.insertion_order is not None else 100,
             "constant": bool(self.constant),
             "enabled": self.enabled is not False,
-            "title": title,
+            "title": self.comment or self.name,
         }
 
 
@@ -441,10 +448,7 @@ def _from_card(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[Worl
 
 
 def _mapped(source: SillyTavernEntry | CardEntry, where: str) -> tuple[WorldbookEntry | None, str]:
-    try:
-        fields = source.entry()
-    except ValueError as exc:
-        raise ImportFormatError(f"{where}: {exc}") from None
+    fields = source.entry()
     if isinstance(fields, str):
         return None, fields
     return _file_error(validate_entry, fields, where), ""

@@ -6,7 +6,7 @@ Rules of the seed, as implemented:
   conversation instance: an instance sees global + its character's + its own.
 - relevance (CalculateKnowledgeRelevance): +0.5 for every keyword found in the context, + importance x 0.5.
   Keywords containing CJK match as substrings, ASCII keywords as whole words, case-insensitively
-  (`nodes.worldbook.contains_keyword`); the seed's `Contains` would fire "cat" inside "concatenate".
+  (`nodes.rules.worldbook.contains_keyword`); the seed's `Contains` would fire "cat" inside "concatenate".
 - the top `max_knowledge` (seed default 5) by score, ties in the given order (the seed's stable
   OrderByDescending).
 - injected as the seed's InjectKnowledge block: a `=== 世界知识 ===` line, then `[tag] content` per entry;

@@ -12,7 +12,7 @@ The seed's `MemoryTriggerEntry` / `MemoryTriggerConfig`, as implemented:
 - `triggerStrategies`, `maxMemoriesPerType`, `relevanceThreshold`, `timeDecayEnabled`,
   `emotionalBoostEnabled` and the injection settings (`maxTotalLength`, `injectPosition`, `template`,
   `separateByType`) are fields of `WorldbookConfig`; the length budget is applied where the prompt is
-  assembled (`nodes.injection`), in tokens.
+  assembled (`nodes.rules.injection`), in tokens.
 
 What the seed leaves open, decided here (SillyTavern's world info is the reference the seed reuses,
 "复用WorldBookTriggerEngine"):
