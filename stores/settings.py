@@ -47,7 +47,9 @@ def _lower(value: Any) -> Any:
 
 WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
 Number = Annotated[float, Field(allow_inf_nan=False)]  # "nan" and "inf" are no setting
-HttpUrl = Annotated[str, Field(pattern=r"^https?://[^/\s]+"), Expected("an http(s) URL such as http://127.0.0.1:11434/v1")]
+HttpUrl = Annotated[
+    str, Field(pattern=r"^https?://[^/\s]+"), Expected("an http(s) URL such as http://127.0.0.1:11434/v1")
+]
 DatabaseUrl = Annotated[
     str,
     Field(pattern=r"^(sqlite|postgresql)(\+\w+)?://"),
@@ -75,9 +77,12 @@ class Settings(BaseSettings):
         "database. Unset: SQLite file personalab.db in the data folder.",
     )
     chroma_host: str | None = Field(
-        None, description="Host of a Chroma server for the vectors. Unset: embedded Chroma in the folder chroma of the data folder."
+        None,
+        description="Host of a Chroma server for the vectors. Unset: embedded Chroma in the folder chroma of the data folder.",
     )
-    chroma_port: WholeNumber = Field(8000, ge=1, le=65535, description="Port of the Chroma server (with PERSONALAB_CHROMA_HOST).")
+    chroma_port: WholeNumber = Field(
+        8000, ge=1, le=65535, description="Port of the Chroma server (with PERSONALAB_CHROMA_HOST)."
+    )
 
     # --- embeddings ---------------------------------------------------------------------------------------------
     embeddings: EmbeddingsKind = Field(
@@ -85,7 +90,9 @@ class Settings(BaseSettings):
         description="offline: the packaged multilingual Universal Sentence Encoder (512 dimensions, no network); "
         "openai: an OpenAI-compatible embeddings endpoint (OPENAI_API_KEY, OPENAI_BASE_URL).",
     )
-    embedding_model: str = Field("text-embedding-3-small", description="Embedding model name when PERSONALAB_EMBEDDINGS=openai.")
+    embedding_model: str = Field(
+        "text-embedding-3-small", description="Embedding model name when PERSONALAB_EMBEDDINGS=openai."
+    )
     blas_threads: WholeNumber = Field(
         1,
         ge=1,
@@ -102,13 +109,15 @@ class Settings(BaseSettings):
     model: str = Field("gpt-4o-mini", description="Chat model name for every purpose without its own.")
     model_reply: str | None = Field(None, description="Chat model for the reply. Unset: PERSONALAB_MODEL.")
     model_query_rewrite: str | None = Field(
-        None, description="Chat model for the query rewrite (seed 002 需求3), e.g. a faster one. Unset: PERSONALAB_MODEL."
+        None,
+        description="Chat model for the query rewrite (seed 002 需求3), e.g. a faster one. Unset: PERSONALAB_MODEL.",
     )
     model_core_memory: str | None = Field(
         None, description="Chat model for the core-memory maintenance (seed 002 定期维护). Unset: PERSONALAB_MODEL."
     )
     model_review: str | None = Field(
-        None, description="Chat model for the post-turn review with PERSONALAB_REVIEW_MODE=llm (seed 003). Unset: PERSONALAB_MODEL."
+        None,
+        description="Chat model for the post-turn review with PERSONALAB_REVIEW_MODE=llm (seed 003). Unset: PERSONALAB_MODEL.",
     )
     temperature: Number | None = Field(
         None, ge=0, le=2, description="Sampling temperature of the chat model. Unset: the server's default."
@@ -139,7 +148,9 @@ class Settings(BaseSettings):
         10, ge=1, description="Core memory is rewritten every N turns (seed 002 定期维护)."
     )
     stall_turns: WholeNumber = Field(
-        3, ge=1, description="The director steps in after this many turns without a [PROGRESS] marker (seed 002 需求1 兜底机制)."
+        3,
+        ge=1,
+        description="The director steps in after this many turns without a [PROGRESS] marker (seed 002 需求1 兜底机制).",
     )
     rag_results: WholeNumber = Field(20, ge=1, description="Archived events retrieved per turn (seed 002 需求3).")
     rag_timeout: Number = Field(
@@ -148,12 +159,16 @@ class Settings(BaseSettings):
     rewrite_messages: WholeNumber = Field(
         8, ge=1, description="Recent messages the query rewrite sees, used within 5–10 (seed 002 需求3 查询改写)."
     )
-    max_message_chars: WholeNumber = Field(4000, ge=1, description="Longest user message a turn accepts, in characters.")
+    max_message_chars: WholeNumber = Field(
+        4000, ge=1, description="Longest user message or host line a turn accepts, in characters."
+    )
     turn_lease: Number = Field(
         600, ge=1, description="Seconds a turn's lock on its instance lasts: a crashed turn's lock lapses after it."
     )
     head_tokens: WholeNumber = Field(
-        4000, ge=1, description="Token budget of the prompt's head: instruction, turn, core memory, plot (seed 002 Prompt区域分配)."
+        4000,
+        ge=1,
+        description="Token budget of the prompt's head: instruction, turn, core memory, plot (seed 002 Prompt区域分配).",
     )
     middle_tokens: WholeNumber = Field(
         28000, ge=1, description="Token budget of the recent dialogue (seed 002 Prompt区域分配)."
@@ -162,16 +177,24 @@ class Settings(BaseSettings):
         8000, ge=1, description="Token budget of the retrieved memories (seed 002 Prompt区域分配)."
     )
     tail_tokens: WholeNumber = Field(
-        4000, ge=1, description="Token budget of the tail: the user's message (seed 002 Prompt区域分配); it is sent whole."
+        4000,
+        ge=1,
+        description="Token budget of the tail: the user's message (seed 002 Prompt区域分配); it is sent whole.",
     )
     recall_turns: WholeNumber = Field(
-        20, ge=1, description="Recent turns of dialogue the prompt keeps; older ones are dropped (seed 002 Prompt区域分配)."
+        20,
+        ge=1,
+        description="Recent turns of dialogue the prompt keeps; older ones are dropped (seed 002 Prompt区域分配).",
     )
     review_mode: ReviewMode = Field(
-        "rule", description="Post-turn review on rules (no model call) or by asking the model (seed 003)."
+        "rule",
+        description="Post-turn review (seed 003): rule, no model call; llm, the model's answer validated, the rules as "
+        "fallback.",
     )
 
     def __init__(self, **values: Any) -> None:
+        # a bad value is PersonaLab's ConfigError, not pydantic's many-line ValidationError: the CLI and the host
+        # app catch PersonaLabError, and the user reads one line naming the variable
         try:
             super().__init__(**values)
         except ValidationError as exc:

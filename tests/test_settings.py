@@ -126,7 +126,9 @@ def test_two_bad_values_are_named_on_one_line(monkeypatch: pytest.MonkeyPatch) -
     assert "\n" not in message and "PERSONALAB_STALL_TURNS='x'" in message and "PERSONALAB_RAG_RESULTS='0'" in message
 
 
-def test_blank_is_unset_spaces_are_trimmed_and_choices_ignore_case(unset: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blank_is_unset_spaces_are_trimmed_and_choices_ignore_case(
+    unset: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PERSONALAB_STALL_TURNS", "  ")
     monkeypatch.setenv("PERSONALAB_MODEL", "")
     monkeypatch.setenv("PERSONALAB_RAG_RESULTS", " 12 ")
@@ -195,8 +197,13 @@ def test_the_settings_load_before_numpy_and_set_its_threads() -> None:
         "print('numpy' in sys.modules, 'personalab.stores.settings' in sys.modules, os.environ['OPENBLAS_NUM_THREADS'])"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=_clean_env(PERSONALAB_BLAS_THREADS="3"),
-        capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_clean_env(PERSONALAB_BLAS_THREADS="3"),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     assert done.stdout.split() == ["False", "True", "3"]
 
@@ -205,11 +212,12 @@ def test_the_cli_reports_a_bad_variable_in_one_line_and_exits_2(tmp_path: Path) 
     cli = Path(sys.executable).with_name("personalab")
     done = subprocess.run(
         [str(cli), "instance", "create", "--sample"],
-        cwd=tmp_path, env=_clean_env(PERSONALAB_DATA_DIR=str(tmp_path), PERSONALAB_CHROMA_PORT="abc"),
-        capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=_clean_env(PERSONALAB_DATA_DIR=str(tmp_path), PERSONALAB_CHROMA_PORT="abc"),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr == (
-        "personalab: error: PERSONALAB_CHROMA_PORT='abc': expected a whole number from 1 to 65535\n"
-    )
+    assert done.stderr == ("personalab: error: PERSONALAB_CHROMA_PORT='abc': expected a whole number from 1 to 65535\n")
