@@ -11,7 +11,9 @@ import argparse
 import random
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.db import get_engine
@@ -78,7 +80,7 @@ def build_save(url: str, total: int, depth: int) -> int:
         return save.id  # type: ignore[return-value]
 
 
-def _best_of(repeats: int, url: str, fn, save_id: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+def _best_of(repeats: int, url: str, fn: Callable[[Session, int], Sequence[Any]], save_id: int) -> tuple[float, int]:
     best, count = float("inf"), 0
     for _ in range(repeats):
         with Session(get_engine(url)) as session:

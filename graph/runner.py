@@ -67,8 +67,8 @@ class ReplyTokens(BaseCallbackHandler):
         if (kwargs.get("metadata") or {}).get("langgraph_node") == self.node:
             self._runs.add(run_id)
 
-    def on_llm_new_token(self, token: str, *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id in self._runs:
+    def on_llm_new_token(self, token: str | list[str | dict[str, Any]], *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self._runs and isinstance(token, str):  # chat models stream text tokens
             self.on_token(token)
 
 

@@ -116,7 +116,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 session, path, window_turns(ctx), save.role_id, name
             )
             background = session.get(Background, save.background_id) if save.background_id else None
-            outline = [point.content for point in outline_of(session, background.id)] if background else []
+            outline = [point.content for point in outline_of(session, background.id)] if background and background.id else []
             previous = last_turn_time(session, instance_id)
     except BaseException:
         release_turn_lock(instance_id, token, ctx.database_url)

@@ -65,7 +65,7 @@ def maintain_layers(
     return batch.report()
 
 
-def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> dict[str, Any]:
+def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     old = state["core_memory"]
     turn = state["turn"]
     dialogue = [*state.get("messages", []), {"role": "assistant", "content": state.get("reply", "")}]

@@ -57,10 +57,10 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
 
     conn = sqlite3.connect(checkpoint_file(), check_same_thread=False)
     try:
-        saver = SqliteSaver(conn)
-        saver.setup()  # WAL mode
+        sqlite_saver = SqliteSaver(conn)
+        sqlite_saver.setup()  # WAL mode
         conn.execute(SQLITE_SYNC)
-        yield saver
+        yield sqlite_saver
     finally:
         conn.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
 
 # Importing the table modules registers every table on SQLModel.metadata before create_all.
 from personalab.stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
@@ -29,7 +30,7 @@ def _engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             # Foreign keys catch a missing parent line at write time; WAL lets the CLI read while a
             # turn writes; in WAL mode synchronous=NORMAL cannot corrupt the file (a power cut may lose
             # the last commits) and spares an fsync on each of a turn's several commits.

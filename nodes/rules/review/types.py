@@ -126,7 +126,7 @@ class Entity(BaseModel):
 
 def raises_invalid_input(cls: type[_T]) -> type[_T]:
     """A pydantic dataclass whose construction (and `dataclasses.replace`) raises `InvalidInput`."""
-    validate: Callable[..., None] = cls.__init__  # type: ignore[misc]
+    validate: Callable[..., None] = cls.__init__
     names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
