@@ -16,6 +16,7 @@ from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from personalab.stores.config import data_dir, database_url
+from personalab.stores.db import schema_lock
 
 # Fixed namespace: the same save id maps to the same thread on every machine.
 INSTANCE_NAMESPACE = uuid.UUID("6f0c1d3e-4f7a-5b2c-9d8e-1a2b3c4d5e6f")
@@ -50,7 +51,8 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
         from langgraph.checkpoint.postgres import PostgresSaver
 
         with PostgresSaver.from_conn_string(conninfo) as saver:
-            saver.setup()
+            with schema_lock(url):  # concurrent first setups collide like concurrent CREATE TABLEs (stores.db)
+                saver.setup()
             yield saver
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -73,7 +75,8 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
         async with AsyncPostgresSaver.from_conn_string(conninfo) as saver:
-            await saver.setup()
+            with schema_lock():  # one creator at a time, as in open_checkpointer
+                await saver.setup()
             yield saver
         return
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

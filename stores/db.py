@@ -1,18 +1,37 @@
-"""Engine and schema: one engine per database URL, SQLite by default, PostgreSQL by URL."""
+"""Engine and schema: one engine per database URL, SQLite by default, PostgreSQL by URL.
+
+The schema is created by one process at a time, so several processes starting at once on a new database all
+succeed (without it, concurrent `CREATE TABLE`s collide: PostgreSQL's `UniqueViolation` on `pg_type`, SQLite's
+"table already exists"): on PostgreSQL under an advisory lock per schema (`schema_lock` gives the same lock to
+other creators, such as the checkpointer's setup), on SQLite in one `BEGIN IMMEDIATE` transaction (SQLite's
+write lock; DDL is transactional there). A database whose tables all exist is only read, so a read-only one
+still opens. A database that cannot be opened or written raises `StoreUnavailable` (`store_unavailable`).
+"""
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
+from personalab.nodes.rules.errors import StoreUnavailable
+
 # Importing the table modules registers every table on SQLModel.metadata before create_all.
 from personalab.stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
 from personalab.stores.config import database_url
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy import event, inspect, make_url, text
+from sqlalchemy.engine import Engine, ExceptionContext
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlmodel import Session, SQLModel, create_engine
+
+# pg_try_advisory_lock(SCHEMA_LOCK_CLASS, hashtext(current_schema())): one schema creator per schema at a time
+SCHEMA_LOCK_CLASS = 0x504C  # "PL"
+SCHEMA_LOCK_POLL_S = 0.05
+SCHEMA_LOCK_WAIT_S = 300  # creating every table takes well under a second; minutes mean a stuck peer (or, for the
+# checkpointer's CREATE INDEX CONCURRENTLY, another session's long transaction on the same database)
 
 
 def get_engine(url: str | None = None) -> Engine:
@@ -43,9 +62,129 @@ def _engine(url: str) -> Engine:
     else:
         url = url.replace("postgresql://", "postgresql+psycopg://", 1)
         engine = create_engine(url, pool_pre_ping=True)
-    SQLModel.metadata.create_all(engine)
+
+    @event.listens_for(engine, "handle_error")
+    def _unavailable(context: ExceptionContext) -> BaseException | None:
+        # a read-only file or folder, a missing server: one line for the user, not a driver's traceback
+        if context.is_pre_ping or context.is_disconnect:
+            return None  # the pool reconnects; its own handling must see the driver's error
+        return store_unavailable(context.original_exception, str(engine.url))
+
+    create_tables(engine)
     _opened.append(engine)
     return engine
+
+
+def create_tables(engine: Engine) -> None:
+    """Create the missing tables, one creator at a time (see the module doc); no-op when none is missing."""
+    with engine.connect() as conn:
+        if set(SQLModel.metadata.tables) <= set(inspect(conn).get_table_names()):
+            return
+    with _schema_lock(engine), engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            # pysqlite opens no transaction for DDL on its own: take SQLite's write lock for the whole creation
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        SQLModel.metadata.create_all(conn)  # checkfirst: sees what an earlier creator made
+
+
+@contextmanager
+def schema_lock(url: str | None = None) -> Iterator[None]:
+    """Hold the schema creators' lock of `url`'s database while the block runs (PostgreSQL; elsewhere a no-op):
+    for setups that create tables on their own connection, such as LangGraph's checkpointer."""
+    with _schema_lock(get_engine(url)):
+        yield
+
+
+@contextmanager
+def _schema_lock(engine: Engine) -> Iterator[None]:
+    """PostgreSQL: a session-level advisory lock per schema, taken by polling `pg_try_advisory_lock` on an
+    autocommit connection. Polling, not a blocking `pg_advisory_[xact_]lock`: a waiter blocked in a statement
+    holds a snapshot, and the checkpointer's `CREATE INDEX CONCURRENTLY` waits for every older snapshot, so the
+    lock holder would wait for its waiters (and for its own idle transaction) for ever."""
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    key = "(:cls, hashtext(current_schema()))"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        deadline = time.monotonic() + SCHEMA_LOCK_WAIT_S
+        while not conn.execute(text(f"SELECT pg_try_advisory_lock{key}"), {"cls": SCHEMA_LOCK_CLASS}).scalar():
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"the database {_name(str(engine.url))}is busy: another process has been creating its tables "
+                    f"for over {SCHEMA_LOCK_WAIT_S} s"
+                )
+            time.sleep(SCHEMA_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            # a dropped connection releases the lock too; unlock so the pooled connection goes back clean
+            conn.execute(text(f"SELECT pg_advisory_unlock{key}"), {"cls": SCHEMA_LOCK_CLASS})
+
+
+# What SQLite says when its file or folder cannot be opened or written (sqlite3_errstr's texts).
+SQLITE_UNAVAILABLE = {
+    "attempt to write a readonly database": "cannot be written",
+    "unable to open database file": "cannot be opened",
+    "file is not a database": "is not a database",
+    "database disk image is malformed": "is damaged",
+}
+# PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08), refused login (28),
+# no such database (3D000), a read-only server or transaction (25006), no right to write (42501).
+PG_UNAVAILABLE = {
+    "08": "cannot be reached",
+    "28": "refused the login",
+    "3D000": "does not exist",
+    "25006": "cannot be written",
+    "42501": "cannot be written",
+}
+
+
+def store_unavailable(exc: BaseException, url: str | None = None) -> StoreUnavailable | None:
+    """A `StoreUnavailable` naming the database when `exc` (or what it wraps) says the database cannot be
+    opened or written; None for any other error (those are bugs or the caller's to handle)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StoreUnavailable):
+            return current
+        what = _unavailable_reason(current)
+        if what is not None:
+            return StoreUnavailable(f"the database {_name(url)}{what} ({_first_line(current)})")
+        current = current.orig if isinstance(current, DBAPIError) else (current.__cause__ or current.__context__)
+    return None
+
+
+def _unavailable_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, sqlite3.DatabaseError):
+        message = str(exc).lower()
+        return next((what for text_, what in SQLITE_UNAVAILABLE.items() if text_ in message), None)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return None
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        if not state and isinstance(exc, psycopg.OperationalError):
+            return "cannot be reached"  # the connection attempt itself failed: no SQLSTATE
+        return PG_UNAVAILABLE.get(state) or PG_UNAVAILABLE.get(state[:2])
+    return None
+
+
+def _name(url: str | None) -> str:
+    if not url:
+        return ""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return ""
+    if parsed.get_backend_name() == "sqlite":
+        return f"{parsed.database or ':memory:'} "
+    return f"{parsed.render_as_string(hide_password=True)} "
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def dispose_engines() -> None:

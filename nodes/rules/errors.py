@@ -30,3 +30,8 @@ class InstanceNotFound(NotFound):
 
 class InstanceBusy(PersonaLabError):
     """Another turn of the same instance is running: never two replies to one parent line."""
+
+
+class StoreUnavailable(PersonaLabError):
+    """The database cannot be opened or written (a read-only file or folder, an unreachable server): not the
+    input's fault, but not a bug either; the message names the database and what the system said."""
