@@ -13,10 +13,10 @@ from typing import TypeAlias
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from personalab.graph.routing import after_generate, after_review, retrieval_paths
+from personalab.graph.routing import after_generate, after_progress_parse, after_review, retrieval_paths
 from personalab.nodes.context import Context
 from personalab.nodes.director import director
-from personalab.nodes.end_turn import end_turn
+from personalab.nodes.end_turn import end_turn, releasing_on_failure
 from personalab.nodes.generate import generate
 from personalab.nodes.history_fetch import history_fetch
 from personalab.nodes.maintenance import maintenance
@@ -30,18 +30,22 @@ from personalab.nodes.write_back import abort_turn, write_back
 
 # the served graph's input / output / context JSON schemas (Studio's form) come from these three types
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
-builder.add_node("history_fetch", history_fetch)
-builder.add_node("memory_build", memory_build)
-builder.add_node("query_rewrite", query_rewrite)
-builder.add_node("rag_retrieve", rag_retrieve)
-builder.add_node("director", director)
-builder.add_node("generate", generate)
-builder.add_node("abort_turn", abort_turn)
-builder.add_node("progress_parse", progress_parse)
-builder.add_node("write_back", write_back)
-builder.add_node("review", review)
-builder.add_node("maintenance", maintenance)
-builder.add_node("end_turn", end_turn)
+builder.add_node("history_fetch", history_fetch)  # takes the instance's lock; releases it itself when it fails
+# from here to end_turn the turn holds the lock: a node that raises releases it (releasing_on_failure)
+for name, node in (
+    ("memory_build", memory_build),
+    ("query_rewrite", query_rewrite),
+    ("rag_retrieve", rag_retrieve),
+    ("director", director),
+    ("generate", generate),
+    ("abort_turn", abort_turn),
+    ("progress_parse", progress_parse),
+    ("write_back", write_back),
+    ("review", review),
+    ("maintenance", maintenance),
+    ("end_turn", end_turn),
+):
+    builder.add_node(name, releasing_on_failure(node))
 
 builder.add_edge(START, "history_fetch")
 builder.add_edge("history_fetch", "memory_build")
@@ -52,7 +56,7 @@ builder.add_edge("rag_retrieve", "generate")
 builder.add_edge("director", "generate")
 builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
 builder.add_edge("abort_turn", "end_turn")
-builder.add_edge("progress_parse", "write_back")
+builder.add_conditional_edges("progress_parse", after_progress_parse, ["write_back", "abort_turn"])
 builder.add_edge("write_back", "review")
 builder.add_conditional_edges("review", after_review, ["maintenance", "end_turn"])
 builder.add_edge("maintenance", "end_turn")

@@ -21,6 +21,11 @@ def after_generate(state: TurnState) -> str:
     return "abort_turn" if state.get("error") else "progress_parse"
 
 
+def after_progress_parse(state: TurnState) -> str:
+    """A reply with nothing left to store (only markers or emotion tags) ends the turn as a failed one."""
+    return "abort_turn" if state.get("error") else "write_back"
+
+
 def after_review(state: TurnState, runtime: Runtime[Context]) -> str:
     """Core memory is maintained every N turns (seed 002 定期维护机制)."""
     return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "end_turn"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,11 +17,13 @@ from langchain_core.runnables import RunnableConfig
 from personalab.graph.graph import TurnGraph, compile_turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.core_memory import CoreMemoryHistory
-from personalab.nodes.state import TurnInput
+from personalab.nodes.rules.errors import InstanceBusy
+from personalab.nodes.state import TurnInput, TurnState
 from personalab.stores.background import turn_running
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.saves import create_background, create_role, create_save
+from personalab.stores.turns import latest_story_state, update_story_state
 
 
 def load_sample(name: str) -> dict[str, Any]:
@@ -105,7 +108,7 @@ def run_turn(
     # durability="exit": one checkpoint per turn, written when the turn ends; a turn that dies midway is
     # retried from the stored dialogue, so the supersteps in between need not be persisted
     # the whole run counts as the turn, so queued background work also waits for the last checkpoint write
-    with turn_running(instance_id):
+    with _one_run_at_a_time(ctx, instance_id), turn_running(instance_id):
         for chunk in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="exit"):
             now = time.perf_counter()
             for node in chunk:
@@ -120,16 +123,42 @@ def run_turn(
     return state
 
 
-def rollback_core_memory(graph: TurnGraph, instance_id: int, to_version: int | None = None) -> dict[str, Any]:
+_running: set[tuple[str, int]] = set()
+_running_lock = threading.Lock()
+
+
+@contextmanager
+def _one_run_at_a_time(ctx: Context, instance_id: int) -> Iterator[None]:
+    """One run per instance in this process, from reading its checkpoint to writing the next one; a second is
+    refused (`InstanceBusy`). The database lock (history_fetch) covers only the nodes, and the checkpoint is read
+    before them and written after them: two runs in one process could otherwise end in an older checkpoint
+    than the stored story state (the next turn would still start right, from the stored state)."""
+    key = (ctx.database_url or "", instance_id)
+    with _running_lock:
+        if key in _running:
+            raise InstanceBusy(f"instance {instance_id} is busy: another turn is running")
+        _running.add(key)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(key)
+
+
+def rollback_core_memory(
+    graph: TurnGraph, instance_id: int, to_version: int | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """Make an earlier core-memory version current again (seed 002 需求2: a bad rewrite can be undone).
-    The rollback is itself a new version, so it can be undone too. Returns the new current version."""
+    The rollback is itself a new version, so it can be undone too; it is written to the checkpoint and to the
+    instance's stored story state alike. Returns the new current version."""
     config = turn_config(instance_id)
     values = graph.get_state(config).values
     history = CoreMemoryHistory.from_state(values.get("core_memory_versions"))
     history = history.rollback(to_version, turn=values.get("turn", 0))
-    graph.update_state(
-        config,
-        {"core_memory": history.current, "core_memory_versions": history.to_state()},
-        as_node="maintenance",
-    )
+    change: TurnState = {"core_memory": dict(history.current or {}), "core_memory_versions": history.to_state()}
+    with session_scope(database_url) as session:
+        stored = latest_story_state(session, instance_id)
+        if stored is not None and stored.id is not None and stored.id == values.get("story_state_id"):
+            update_story_state(session, stored.id, {**stored.state, **change})
+    graph.update_state(config, change, as_node="maintenance")
     return history.versions[-1]

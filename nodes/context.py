@@ -30,6 +30,14 @@ class Context:
     rag_timeout_s: Annotated[float, describe("rag_timeout")] = _setting("rag_timeout")
     rewrite_history_messages: Annotated[int, describe("rewrite_messages")] = _setting("rewrite_messages")
     max_message_chars: Annotated[int, describe("max_message_chars")] = _setting("max_message_chars")
+    max_user_name_chars: Annotated[int, describe("max_user_name_chars")] = _setting("max_user_name_chars")
+    max_host_lines: Annotated[int, describe("max_host_lines")] = _setting("max_host_lines")
+    max_reply_chars: Annotated[int, describe("max_reply_chars")] = _setting("max_reply_chars")
+    # seed 002 需求1: markers may move the story only this far ahead of the current point
+    progress_max_step: Annotated[int, describe("progress_max_step")] = _setting("progress_max_step")
+    director_reference_floor: Annotated[float, describe("director_reference_floor")] = _setting(
+        "director_reference_floor"
+    )
     lock_lease_s: Annotated[float, describe("turn_lease")] = _setting("turn_lease")
     # token budgets of the prompt regions (seed 002 Prompt区域分配)
     head_tokens: Annotated[int, describe("head_tokens")] = _setting("head_tokens")

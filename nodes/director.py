@@ -25,8 +25,19 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
         debug["source"] = "searched in the turn"
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
+    # other play-throughs are reference only: one that is not about this outline point (say, another user's
+    # secret) must not reach this prompt at all, labelled or not
+    relevant = [event for event in others if float(event.get("score", 0.0)) >= ctx.director_reference_floor]
     query = search.query
     return {
-        "director_events": {"query": query, "current": current, "others": others},
-        "debug": {"director": {"query": query, **debug, "current": len(current), "others": len(others)}},
+        "director_events": {"query": query, "current": current, "others": relevant},
+        "debug": {
+            "director": {
+                "query": query,
+                **debug,
+                "current": len(current),
+                "others": len(relevant),
+                "others_below_floor": len(others) - len(relevant),
+            }
+        },
     }

@@ -1,18 +1,70 @@
-"""Graph node end_turn: every path of a turn ends here, so "the turn is over" is said once.
+"""How a turn ends (seed 002 对话功能): one `end_turn` node that every path of the graph ends in, and
+`releasing_on_failure` for a turn that raises.
 
-The work the turn queued on the background writer (its event, memories, index rebuilds, layer maintenance;
-seed 002 事件写入异步执行) is held back while the turn runs, so it never takes the interpreter from the reply;
-from here on it may start.
+A stored turn's story state (`story_state`) is brought up to date with what the review and the maintenance
+changed, and the instance's turn lock is released, in one transaction: the next turn of the instance starts from
+all of it. Then the work the turn queued on the background writer (its event, memories, index rebuilds, layer
+maintenance; seed 002 事件写入异步执行), held back while the turn ran so it never took the interpreter from the
+reply, may start.
+
+A turn that raises (a bug, a lost database, Ctrl-C) releases the lock at once, so the instance is free for the
+next turn instead of waiting for the lease; what the failed turn changed in the graph's state is dropped by the
+next turn, which starts from the stored story state (`history_fetch.kept_state`).
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Protocol
+
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context
-from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.background import turn_ended
+from personalab.stores.db import session_scope
+from personalab.stores.turns import drop_turn_lock, release_turn_lock, update_story_state
 
 
 def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
-    turn_ended(state["instance_id"])
-    return {}
+    ctx = context_of(runtime)
+    instance_id, token, stored = state["instance_id"], state.get("lock_token"), state.get("story_state_id")
+    if stored is not None or token:
+        with session_scope(ctx.database_url) as session:
+            if stored is not None:
+                update_story_state(session, stored, story_fields(state))
+            if token:
+                drop_turn_lock(session, instance_id, token)
+    turn_ended(instance_id)
+    return {"lock_token": None}
+
+
+class Node(Protocol):
+    """A graph node (`def node(state, runtime) -> update`)."""
+
+    def __call__(self, state: TurnState, runtime: Runtime[Context]) -> TurnUpdate: ...
+
+
+def releasing_on_failure(node: Node) -> Node:
+    """`node`, releasing the turn's lock when it raises (and re-raising)."""
+
+    @functools.wraps(node)
+    def run(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
+        try:
+            return node(state, runtime)
+        except BaseException:
+            token = state.get("lock_token")
+            if token:
+                _release_quietly(state["instance_id"], token, context_of(runtime).database_url)
+            raise
+
+    return run
+
+
+def _release_quietly(instance_id: int, token: str, database_url: str | None) -> None:
+    # the turn's own error is what the caller must see; a release that fails too (the database is gone) leaves
+    # the lock to its lease
+    try:
+        release_turn_lock(instance_id, token, database_url)
+    except Exception:  # noqa: BLE001
+        turn_ended(instance_id)
+

@@ -64,10 +64,12 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     model = get_chat_model("reply")
     label = model_label(model)
     parts: list[str] = []
+    finish: str | None = None
     try:
         # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
         for chunk in model.stream(prompt.messages):
             parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
+            finish = chunk.response_metadata.get("finish_reason") or finish
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
         log.error("generation failed on instance %s: %s", state["instance_id"], exc)
         return {
@@ -75,7 +77,15 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "model": label,
             "debug": {"prompt": prompt.debug},
         }
+    debug: dict[str, Any] = {"prompt": prompt.debug, "finish_reason": finish}
     text = "".join(parts)
     if not text.strip():
-        return {"error": "model returned an empty reply", "model": label, "debug": {"prompt": prompt.debug}}
-    return {"reply_raw": text, "model": label, "debug": {"prompt": prompt.debug}}
+        return {"error": "model returned an empty reply", "model": label, "debug": debug}
+    if finish is None:
+        # the stream ended without the model's end (a dropped connection, a proxy's timeout): what came is a
+        # fragment, and storing it as the reply would put words in the character's mouth
+        return {"error": "model stream ended without its end (cut off); no reply stored", "model": label, "debug": debug}
+    if len(text) > ctx.max_reply_chars:
+        debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
+        text = text[: ctx.max_reply_chars]
+    return {"reply_raw": text, "model": label, "debug": debug}

@@ -22,18 +22,27 @@ from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import Character
-from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.db import session_scope
 from personalab.stores.embeddings import warm_up_embeddings
 from personalab.stores.history import get_lines, get_path_ids
 from personalab.stores.saves import append_lines, get_save, outline_of, validate_line
 from personalab.stores.tables import Background, Role
-from personalab.stores.turns import acquire_turn_lock, last_turn_time, release_turn_lock
+from personalab.stores.turns import (
+    acquire_turn_lock,
+    last_turn_time,
+    latest_story_state,
+    latest_story_state_id,
+    release_turn_lock,
+    save_story_state,
+)
 from sqlmodel import Session
 
 
-def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[dict[str, Any]]:
-    """The lines to append (host lines, then the user's), or `ValueError` naming what is wrong."""
+def check_turn_input(
+    message: Any, lines_before: Any, max_chars: int, max_lines: int | None = None
+) -> list[dict[str, Any]]:
+    """The lines to append (host lines, then the user's), or `InvalidInput` naming what is wrong."""
     if not isinstance(message, str) or not message.strip():
         raise InvalidInput("message is empty")
     if len(message) > max_chars:
@@ -42,6 +51,8 @@ def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[di
         lines_before = []
     if not isinstance(lines_before, Sequence) or isinstance(lines_before, str):
         raise InvalidInput("lines_before must be a list of lines")
+    if max_lines is not None and len(lines_before) > max_lines:
+        raise InvalidInput(f"lines_before has {len(lines_before)} lines, over the limit of {max_lines}")
     lines: list[dict[str, Any]] = []
     for index, line in enumerate(lines_before, start=1):
         if not isinstance(line, Mapping):
@@ -52,6 +63,19 @@ def check_turn_input(message: Any, lines_before: Any, max_chars: int) -> list[di
         lines.append(dict(line))
     lines.append({"attribute": "user", "content": message})
     return lines
+
+
+def check_user_name(user_name: Any, max_chars: int) -> str | None:
+    """The user's display name for this turn (None: the default), or `InvalidInput`: a blank or overlong name
+    would otherwise be stored on the line and break the review's memory writes."""
+    if user_name is None:
+        return None
+    if not isinstance(user_name, str) or not user_name.strip():
+        raise InvalidInput("user_name is blank")
+    name = user_name.strip()
+    if len(name) > max_chars:
+        raise InvalidInput(f"user_name is {len(name)} characters, over the limit of {max_chars}")
+    return name
 
 
 def seconds_since(moment: datetime | None) -> float | None:
@@ -93,21 +117,44 @@ def read_recall_window(
         head, tail = head * 4, tail * 4
 
 
+def kept_state(session: Session, state: TurnState, instance_id: int) -> dict[str, Any]:
+    """The kept fields this turn starts from, read under the instance's lock: the checkpoint's copy when it is
+    the instance's latest stored story state, else the stored one. So a turn that failed midway leaves nothing
+    behind, a kill between storing a reply and writing the checkpoint loses nothing, and two runs that read the
+    same checkpoint never both build on it (the second sees the first's stored state)."""
+    stored_id = latest_story_state_id(session, instance_id)
+    if stored_id is not None and stored_id == state.get("story_state_id"):
+        return story_fields(state)
+    if stored_id is not None:
+        row = latest_story_state(session, instance_id)
+        assert row is not None  # read under the lock: no turn stores a state meanwhile
+        return dict(row.state)
+    if "story_state_id" in state:
+        return {}  # no turn of this instance was ever stored: whatever the checkpoint holds is a failed turn's
+    # a checkpoint from before stored story states: it is the truth; store it so later turns can come back to it
+    kept = story_fields(state)
+    if kept.get("turn"):
+        save_story_state(session, instance_id, kept["turn"], kept)
+    return kept
+
+
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
         raise InvalidInput(f"instance_id must be an integer, got {instance_id!r}")
-    lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars)
+    lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars, ctx.max_host_lines)
+    user_name = check_user_name(state.get("user_name"), ctx.max_user_name_chars)
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
-    if state.get("user_name"):
-        lines[-1]["display_name"] = state["user_name"]
+    if user_name:
+        lines[-1]["display_name"] = user_name
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
+            kept = kept_state(session, state, instance_id)
             written = append_lines(session, instance_id, lines)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
@@ -130,7 +177,10 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "world_setting": background.world_setting if background else "",
     }
     update: TurnUpdate = {
-        "turn": state.get("turn", 0) + 1,
+        **cast(TurnUpdate, kept),
+        "turn": kept.get("turn", 0) + 1,
+        "story_state_id": None,  # until this turn's reply is stored
+        "user_name": user_name,
         "lock_token": token,
         "character": character,
         "history": history,
@@ -152,9 +202,11 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "history": {"path_lines": len(path), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
         },
     }
-    if not state.get("plot_state"):
+    if not kept.get("plot_state"):
         update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])
-    if not state.get("core_memory"):
+    if not kept.get("core_memory"):
         update["core_memory"] = initial_core_memory(character["name"], character["persona"])
         update["core_memory_versions"] = []
+    for name_, empty in (("relationship", {}), ("worldbook_fired", {}), ("state_events", [])):
+        update.setdefault(name_, empty)  # type: ignore[misc]
     return update

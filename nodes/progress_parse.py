@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context
-from personalab.nodes.rules.plot import apply_progress, extract_progress, progress_events
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.plot import apply_progress, extract_progress, markers_within_reach, progress_events
 from personalab.nodes.rules.reply import format_reply, parse_reply
 from personalab.nodes.state import TurnState, TurnUpdate
 
@@ -18,11 +18,22 @@ def progress_parse(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     plot_state = state["plot_state"]
     turn = state["turn"]
     clean, markers, ignored = extract_progress(state["reply_raw"], len(plot_state["story_outline"]))
+    markers, out_of_reach = markers_within_reach(
+        markers, plot_state["current_plot_index"], context_of(runtime).progress_max_step
+    )
+    ignored = [*ignored, *out_of_reach]
     for item in ignored:
         logging.getLogger(__name__).warning(
             "instance %s turn %s: ignored %s (%s)", state.get("instance_id"), turn, item["raw"], item["reason"]
         )
     segments = parse_reply(clean)
+    if not segments:
+        # nothing left to say once the markers and emotions are out (`【开心】`, a bare marker): a failed turn, and
+        # its markers are not applied, since no reply carries them
+        return {
+            "error": "the reply has no text once its markers and emotion tags are taken out; no reply stored",
+            "debug": {"progress": {"markers": [], "ignored": ignored, "dropped_markers": markers}},
+        }
     update: TurnUpdate = {
         "reply": format_reply(segments),
         "reply_lines": segments,

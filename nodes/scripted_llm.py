@@ -246,9 +246,8 @@ class ScriptedChatModel(BaseChatModel):
         pieces = [text[i : i + self.chunk_size] for i in range(0, len(text), self.chunk_size)]
         for number, piece in enumerate(pieces):
             last = number == len(pieces) - 1
-            chunk = ChatGenerationChunk(
-                message=AIMessageChunk(content=piece, response_metadata=self._metadata() if last else {})
-            )
+            metadata = {**self._metadata(), "finish_reason": "stop"} if last else {}
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece, response_metadata=metadata))
             if run_manager:
                 run_manager.on_llm_new_token(piece, chunk=chunk)
             yield chunk

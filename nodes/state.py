@@ -53,19 +53,23 @@ def merge_debug(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[
 # the schema says it instead, so Studio's form marks them
 @with_config(ConfigDict(use_attribute_docstrings=True, json_schema_extra={"required": ["instance_id", "message"]}))
 class TurnInput(TypedDict, total=False):
-    """What a host app sends for one turn (seed 002 对话功能)."""
+    """What a host app sends for one turn (seed 002 对话功能).
+
+    Everything but `instance_id` lives for one turn only (`UntrackedValue`: never checkpointed), so a turn
+    without them uses none of the previous turn's: no host line stored twice, no choice or name carried over,
+    and an input without a message is refused instead of replaying the last one."""
 
     instance_id: int
     """The conversation instance (a play-through of one character and background) the turn belongs to."""
-    message: str
+    message: Annotated[str, UntrackedValue(str)]
     """What the user says this turn; not empty, at most `max_message_chars` characters."""
-    user_name: str | None
+    user_name: Annotated[str | None, UntrackedValue(str)]
     """The user's name as the character knows it (default 用户)."""
-    lines_before: list[HostLine]
+    lines_before: Annotated[list[HostLine], UntrackedValue(list)]
     """Lines the host puts into the dialogue tree before the user's (narration, other characters), in order."""
-    selected_choice: Choice | None
+    selected_choice: Annotated[Choice | None, UntrackedValue(dict)]
     """The choice the user picked, when the host offered choices; its level weighs the review (seed 003)."""
-    time_gap: GapName | None
+    time_gap: Annotated[GapName | None, UntrackedValue(str)]
     """The real-time gap since the previous turn, when the host knows it; otherwise it is computed from the
     previous turn's time (seed 003)."""
 
@@ -127,6 +131,9 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """State changes since the last core-memory maintenance (seed 002: 状态变化事件)."""
     lock_token: str | None
     """This turn's hold on the instance's turn lock; None once it is released."""
+    story_state_id: int | None
+    """The stored story state (`story_state` row) the kept fields are a copy of; None while a turn runs, until
+    its reply is stored. A turn whose copy is not the instance's latest stored state takes the stored one."""
     character: Character
     """The instance's character and world."""
     history: Annotated[list[dict[str, Any]], UntrackedValue(list)]
@@ -146,3 +153,20 @@ class TurnState(TurnInput, TurnOutput, total=False):
 TurnUpdate: TypeAlias = TurnState
 """What a node returns: some of the state's fields. TurnState is total=False, so any subset type-checks and a
 misspelt key does not. `debug` is merged into the turn's (`merge_debug`); every other field is replaced."""
+
+
+STORY_FIELDS = (
+    "turn",
+    "plot_state",
+    "core_memory",
+    "core_memory_versions",
+    "relationship",
+    "worldbook_fired",
+    "state_events",
+)
+"""The state kept across turns: stored with every reply (`story_state`) and copied in the checkpoint."""
+
+
+def story_fields(state: TurnState) -> dict[str, Any]:
+    """The kept fields of `state`, as stored with a turn."""
+    return {name: state[name] for name in STORY_FIELDS if name in state}  # type: ignore[literal-required]

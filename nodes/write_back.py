@@ -1,6 +1,8 @@
 """Write-back (seed 002 对话功能; 事件写入异步执行): the reply's lines go under the user's line and
-`save.last_message_id` advances in the same transaction that records the turn and releases the turn lock.
-The turn's event is queued for the archival store off the reply's critical path."""
+`save.last_message_id` advances in the same transaction that records the turn and stores the story state it
+leaves (turn counter, plot, relationship, core memory: `story_state`). The instance stays locked until the turn
+ends (`end_turn`), so the next turn starts from everything this one changed. The turn's event is queued for the
+archival store off the reply's critical path."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy
 from personalab.nodes.rules.types import Character, ReplySegment
-from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
 from personalab.stores.db import session_scope
 from personalab.stores.events import write_event_async
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
-from personalab.stores.turns import drop_turn_lock, holds_turn_lock, record_turn, release_turn_lock
+from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
 
 
 def reply_line_rows(segments: list[ReplySegment], character: Character) -> list[dict[str, Any]]:
@@ -54,7 +56,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 model=state.get("model", ""),
             ),
         )
-        drop_turn_lock(session, instance_id, token)
+        story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
     write_event_async(
         turn_event_text(
             state["turn"], state.get("user_name") or "用户", state["message"], character["name"], state["reply"]
@@ -66,7 +68,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     )
     prefetched = prefetch_next_turn(state, ctx.stall_turns)  # queued behind the event, so it sees it
     return {
-        "lock_token": None,
+        "story_state_id": story_state_id,
         "debug": {"reply_line_ids": [line.id for line in written], "director_prefetch": prefetched},
     }
 

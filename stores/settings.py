@@ -162,6 +162,30 @@ class Settings(BaseSettings):
     max_message_chars: WholeNumber = Field(
         4000, ge=1, description="Longest user message or host line a turn accepts, in characters."
     )
+    max_user_name_chars: WholeNumber = Field(
+        64, ge=1, description="Longest user display name a turn accepts, in characters."
+    )
+    max_host_lines: WholeNumber = Field(
+        50, ge=0, description="Most host lines (narration, other characters) one turn accepts before the user's."
+    )
+    max_reply_chars: WholeNumber = Field(
+        8000, ge=1, description="Longest reply stored, in characters; a longer one is cut there (and said so in debug)."
+    )
+    progress_max_step: WholeNumber = Field(
+        1,
+        ge=0,
+        description="How far past the current outline point a [PROGRESS] marker may move the story: 0 only the "
+        "current point, 1 also the next one; other markers are ignored and logged (seed 002 需求1).",
+    )
+    director_reference_floor: Number = Field(
+        # measured with the offline embeddings: events about the outline point score 0.34-0.38, everyday and
+        # unrelated ones 0.05-0.17
+        0.25,
+        ge=0,
+        le=1,
+        description="Least relevance (1 − cosine distance) of another play-through's event for the director's "
+        "reference layer; below it nothing from other play-throughs is injected (seed 002 需求1).",
+    )
     turn_lease: Number = Field(
         600, ge=1, description="Seconds a turn's lock on its instance lasts: a crashed turn's lock lapses after it."
     )

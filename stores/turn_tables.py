@@ -1,10 +1,13 @@
-"""Tables of the turn graph (seed 002): the per-instance turn lock and the record of each turn."""
+"""Tables of the turn graph (seed 002): the per-instance turn lock, the record of each turn, and the story state
+each stored turn leaves."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from personalab.stores.tables import utcnow
+from sqlalchemy import JSON, Column
 from sqlmodel import Field, SQLModel
 
 
@@ -32,3 +35,21 @@ class TurnRecord(SQLModel, table=True):
     error: str | None = None
     model: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class StoryState(SQLModel, table=True):
+    """The story state a stored turn leaves (turn counter, plot state, relationship, core memory and its
+    versions, world-book firings, state-change events): written in the transaction that stores the reply and
+    brought up to date when the turn ends, so the database, not the graph's checkpoint, says where an instance's
+    story is. The checkpoint is a copy that a turn checks under the instance's lock."""
+
+    __tablename__ = "story_state"
+
+    id: int | None = Field(default=None, primary_key=True)
+    save_id: int = Field(foreign_key="save.id", index=True)
+    turn: int
+    # the reply's last line: the leaf this state belongs to
+    reply_line_id: int | None = None
+    state: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

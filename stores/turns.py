@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import datetime
+from typing import Any
 
 from personalab.nodes.rules.errors import InstanceBusy
 from personalab.stores.background import turn_ended, turn_started
 from personalab.stores.db import session_scope
 from personalab.stores.saves import get_save
-from personalab.stores.turn_tables import TurnLock, TurnRecord
+from personalab.stores.tables import utcnow
+from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord
 from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -59,3 +61,36 @@ def last_turn_time(session: Session, save_id: int) -> datetime | None:
     """When the instance's previous turn happened (for the time gap of seed 003)."""
     stmt = select(TurnRecord.created_at).where(TurnRecord.save_id == save_id)
     return session.exec(stmt.order_by(col(TurnRecord.id).desc()).limit(1)).first()
+
+
+def latest_story_state(session: Session, save_id: int) -> StoryState | None:
+    """The story state of the instance's last stored turn (None before its first)."""
+    stmt = select(StoryState).where(col(StoryState.save_id) == save_id)
+    return session.exec(stmt.order_by(col(StoryState.id).desc()).limit(1)).first()
+
+
+def latest_story_state_id(session: Session, save_id: int) -> int | None:
+    """Only the id of `latest_story_state`: what a turn compares with its checkpoint's."""
+    stmt = select(StoryState.id).where(col(StoryState.save_id) == save_id)
+    return session.exec(stmt.order_by(col(StoryState.id).desc()).limit(1)).first()
+
+
+def save_story_state(
+    session: Session, save_id: int, turn: int, state: dict[str, Any], reply_line_id: int | None = None
+) -> int:
+    """Store the story state a turn leaves, inside the caller's transaction; returns its id."""
+    row = StoryState(save_id=save_id, turn=turn, reply_line_id=reply_line_id, state=state)
+    session.add(row)
+    session.flush()
+    assert row.id is not None  # given by the flush
+    return row.id
+
+
+def update_story_state(session: Session, state_id: int, state: dict[str, Any]) -> None:
+    """Bring a stored story state up to date (the review's and maintenance's changes), in the caller's
+    transaction."""
+    row = session.get(StoryState, state_id)
+    if row is not None:
+        row.state = state
+        row.updated_at = utcnow()
+        session.add(row)

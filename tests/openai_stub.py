@@ -40,6 +40,7 @@ class StubReply:
     delay: float = 0.0
     status: int = 200
     malformed: bool = False
+    cut: bool = False  # the stream stops after the content: no finish_reason, no [DONE] (a dropped connection)
 
 
 class OpenAIStub:
@@ -99,6 +100,8 @@ class OpenAIStub:
                 self.end_headers()
                 self.close_connection = True
                 for event in _chunks(request, reply):
+                    if reply.cut and event["choices"] and event["choices"][0]["finish_reason"]:
+                        return
                     self.wfile.write(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")

@@ -507,24 +507,25 @@ def keys(typed_dict: Any) -> set[str]:
 
 def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_channels() -> None:
     """TurnState = TurnInput + TurnOutput + what only the nodes use, each field declared once: the debug output
-    is merged, the dialogue path and the messages are never checkpointed, everything else is checkpointed."""
+    is merged; the dialogue path, the messages and the turn's own inputs are never checkpointed (issue 16: an input
+    lives for one turn); everything else is checkpointed."""
     assert not keys(TurnInput) & keys(TurnOutput)
     assert keys(TurnInput) | keys(TurnOutput) < keys(TurnState)
     channels = builder.channels
     assert set(channels) == keys(TurnState)
     assert isinstance(channels["debug"], BinaryOperatorAggregate) and channels["debug"].operator is merge_debug
     untracked = {name for name, channel in channels.items() if isinstance(channel, UntrackedValue)}
-    assert untracked == {"history", "messages"}
+    assert untracked == {"history", "messages", "message", "user_name", "lines_before", "selected_choice", "time_gap"}
     checkpointed = {name for name, channel in channels.items() if isinstance(channel, LastValue)} | {"debug"}
     assert checkpointed == {
-        # the input
-        "instance_id", "message", "user_name", "lines_before", "selected_choice", "time_gap",
+        # the input (only the instance: the rest is this turn's)
+        "instance_id",
         # the output
         "reply", "reply_lines", "plot_state", "core_memory", "relationship", "retrieved", "memory_blocks",
         "injected", "director_events", "turn", "model", "error", "gap", "review", "debug",
         # the nodes' own
         "core_memory_versions", "worldbook_fired", "state_events", "lock_token", "character", "user_line_id",
-        "query", "reply_raw",
+        "query", "reply_raw", "story_state_id",
     }  # fmt: skip
 
 

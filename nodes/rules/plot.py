@@ -91,6 +91,30 @@ def extract_progress(text: str, outline_size: int) -> tuple[str, list[ProgressMa
     return clean.strip(), markers, ignored
 
 
+def markers_within_reach(
+    markers: Sequence[ProgressMarker], current_index: int, max_step: int = 1
+) -> tuple[list[ProgressMarker], list[IgnoredMarker]]:
+    """The markers that name the current outline point or one at most `max_step` points after it (seed 002
+    需求1: the story moves along its outline, it does not jump), and the others as ignored. Without this a model
+    could complete the ending while the story is at its first point."""
+    kept: list[ProgressMarker] = []
+    ignored: list[IgnoredMarker] = []
+    last = current_index + max_step
+    for marker in markers:
+        if current_index <= marker["index"] <= last:
+            kept.append(marker)
+        else:
+            reach = f"{current_index}" if max_step == 0 else f"{current_index}..{last}"
+            ignored.append(
+                {
+                    "raw": f"[PROGRESS:{marker['index']}:{marker['status']}]",
+                    "reason": f"point {marker['index']} is out of reach: the story is at point {current_index} "
+                    f"and may move to points {reach}",
+                }
+            )
+    return kept, ignored
+
+
 def new_plot_state(outline_texts: Sequence[str]) -> PlotState:
     """The plot state of a new instance (seed 002 会话实例 创建: 从第1点开始): point 1 in progress, the rest pending."""
     if isinstance(outline_texts, str) or not outline_texts:
