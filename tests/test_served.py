@@ -236,3 +236,37 @@ def test_served_graph_describes_its_input_output_and_context(server: str) -> Non
     assert problems == {name: [] for name in fields}
     # what the graph refuses a turn without, marked for the form
     assert sorted(schemas["input_schema"].get("required", [])) == ["instance_id", "message"]
+
+
+def test_served_turn_inputs_live_for_one_turn(server: str, data_dir: Path) -> None:
+    """Issue 16 through the server: host lines and a name given on one run are not applied again on the next,
+    and an input without a message is refused instead of replaying the last one."""
+    from langgraph_sdk import get_sync_client
+
+    instance_id = create_sample_instance()
+    thread_id = thread_id_for(instance_id)
+    client = get_sync_client(url=server, timeout=httpx.Timeout(60.0, connect=5.0))
+    client.threads.create(thread_id=thread_id)
+    first = client.runs.wait(
+        thread_id,
+        "personalab",
+        input={
+            "instance_id": instance_id,
+            "message": "甲",
+            "lines_before": [{"attribute": "system", "content": "旁白：夜深了。"}],
+            "user_name": "莱姆",
+        },
+    )
+    assert isinstance(first, dict) and not first.get("error") and "__error__" not in first
+    _run(client, thread_id, instance_id, "乙")
+    with pytest.raises(Exception, match="InvalidInput: message is empty"):  # the SDK raises the run's error
+        client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id})
+    with session_scope() as session:
+        history = get_chat_history(session, instance_id)
+    contents = [line.content for line in history]
+    assert contents.count("旁白：夜深了。") == 1
+    assert [(line.content, line.display_name) for line in history if line.attribute == "user"] == [
+        ("甲", "莱姆"),
+        ("乙", None),
+    ]
+    assert client.threads.get_state(thread_id)["values"]["turn"] == 2

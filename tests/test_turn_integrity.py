@@ -298,3 +298,22 @@ def test_other_play_throughs_below_the_relevance_floor_are_not_injected(
     prompt = "\n".join(m["content"] for m in state["debug"]["prompt"].get("messages", []))
     assert "4827" not in prompt
     assert director_node is not None
+
+
+def test_cli_turn_inputs_live_for_one_turn(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from personalab.graph.cli import main
+
+    assert main(["instance", "create", "--sample"]) == 0
+    instance = int(capsys.readouterr().out.strip())
+    narration = '[{"attribute": "system", "content": "旁白：雨停了。"}]'
+    assert main(["turn", "--instance", str(instance), "--lines-before", narration, "--user-name", "莱姆", "甲"]) == 0
+    assert main(["turn", "--instance", str(instance), "乙"]) == 0
+    with session_scope() as s:
+        lines = list(s.exec(select(Line).where(Line.save_id == instance).order_by(col(Line.id))).all())
+    assert [line.content for line in lines].count("旁白：雨停了。") == 1
+    assert [(line.content, line.display_name) for line in lines if line.attribute == "user"] == [
+        ("甲", "莱姆"),
+        ("乙", None),
+    ]
+    assert main(["turn", "--instance", str(instance), "--user-name", " ", "丙"]) == 2
+    assert "user_name is blank" in capsys.readouterr().err
