@@ -28,6 +28,10 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlmodel import Session, SQLModel, create_engine
 
 # pg_try_advisory_lock(SCHEMA_LOCK_CLASS, hashtext(current_schema())): one schema creator per schema at a time
+# The range of an INTEGER column (ids, turns, priorities) on every backend: PostgreSQL's is 4 bytes, so a larger
+# number is refused before a query binds it (PostgreSQL raises "integer out of range" even when comparing).
+INTEGER_MIN, INTEGER_MAX = -(2**31), 2**31 - 1
+
 SCHEMA_LOCK_CLASS = 0x504C  # "PL"
 SCHEMA_LOCK_POLL_S = 0.05
 SCHEMA_LOCK_WAIT_S = 300  # creating every table takes well under a second; minutes mean a stuck peer (or, for the

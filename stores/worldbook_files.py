@@ -17,8 +17,10 @@ SillyTavern never fires either), are skipped and reported, not errors. Each entr
 model: ours by `WorldbookEntry` / `KnowledgeEntry` themselves, SillyTavern's and a card's by
 `SillyTavernEntry` / `CardEntry` (so an error names the file's own field), then mapped to ours.
 
-Documented limits: file size `MAX_IMPORT_BYTES`, entries per file `MAX_IMPORT_ENTRIES`, content per entry
-`nodes.rules.worldbook.MAX_CONTENT_CHARS`, keywords per entry `MAX_KEYWORDS` of at most `MAX_KEYWORD_CHARS`.
+Documented limits: file size `MAX_IMPORT_BYTES` (at most that much is read, from a regular file only), entries
+per file `MAX_IMPORT_ENTRIES`, content per entry `nodes.rules.worldbook.MAX_CONTENT_CHARS`, keywords per entry
+`MAX_KEYWORDS` of at most `MAX_KEYWORD_CHARS`, nesting `stores.files.MAX_JSON_DEPTH`; no NUL character in any
+text (PostgreSQL cannot store one). Exports write a new regular file atomically (`stores.files.write_file`).
 
 Knowledge exports leave the keywords out unless asked (seed 001: keywords are "用户手动设置,不导出导入",
 set by hand on each installation); imports read them when present.
@@ -28,16 +30,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
 from personalab.nodes.rules.validation import Flag, Number, Text, Whole, json_type, validated
 from personalab.nodes.rules.worldbook import WorldbookEntry, validate_entry
+from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
+from personalab.stores.files import check_json_tree, read_json, write_file
 from personalab.stores.worldbook import (
     GLOBAL,
     Scope,
@@ -177,6 +179,7 @@ KNOWLEDGE_FIELDS = {"tag", "content", "importance", "keywords", "enabled", "user
 def parse_knowledge(data: Any) -> list[KnowledgeEntry]:
     """Validated entries of a knowledge file (a PersonaLab export, `{"entries": [...]}` or a bare list).
     Raises ImportFormatError naming the entry and the field."""
+    _file_error(check_json_tree, data, "import")
     if isinstance(data, dict):
         fmt = data.get("format")
         if fmt is not None and fmt != KNOWLEDGE_FORMAT:
@@ -265,6 +268,7 @@ OUR_FIELDS = {
 def parse_worldbook(data: Any) -> ParsedWorldbook:
     """Validated entries of a world-book file: a PersonaLab export, a SillyTavern world info file (entries
     keyed by uid, or a list) or a character-card lorebook. Raises ImportFormatError naming entry and field."""
+    _file_error(check_json_tree, data, "import")
     ours = False
     fmt_name = "SillyTavern world info"
     if isinstance(data, dict):
@@ -322,6 +326,7 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
         if entry is None:
             skipped.append(f"{where} {note}")
             continue
+        _check_integers(entry, where)
         entries.append((entry, uid_text))
     if not ours and card_entries == len(items) and items and fmt_name != "character card lorebook":
         fmt_name = "character book"
@@ -477,38 +482,25 @@ def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
 
 
 def read_json_file(path: str | os.PathLike[str]) -> Any:
-    """The JSON in `path`; ImportFormatError (one line) for a missing, huge, non-UTF-8 or malformed file."""
-    p = Path(path)
+    """The JSON in `path`, read by `stores.files.read_json`: ImportFormatError (one line naming the path) for a
+    missing file, one that is not a regular file (a device, a FIFO, a directory), one over `MAX_IMPORT_BYTES`
+    (at most that much is read), not UTF-8, malformed, nested too deeply or holding a NUL character."""
     try:
-        size = p.stat().st_size
-    except OSError as exc:
-        raise ImportFormatError(f"cannot read {p}: {exc.strerror or exc}") from None
-    if size > MAX_IMPORT_BYTES:
-        raise ImportFormatError(f"{p} is {size} bytes, over the import limit of {MAX_IMPORT_BYTES}")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise ImportFormatError(f"{p} is not UTF-8 text") from None
-    except OSError as exc:
-        raise ImportFormatError(f"cannot read {p}: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(f"{p} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-
-
-def write_json_file(path: str | os.PathLike[str], data: Any) -> None:
-    """Write `data` as UTF-8 JSON, all or nothing: a temporary file in the same folder, then a rename."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, ensure_ascii=False, indent=2)
-            handle.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        return read_json(path, MAX_IMPORT_BYTES, what="import")
+    except ImportFormatError:
         raise
+    except InvalidInput as exc:
+        raise ImportFormatError(str(exc)) from None
+
+
+def write_json_file(
+    path: str | os.PathLike[str], data: Any, *, overwrite: bool = False, follow_symlinks: bool = False
+) -> None:
+    """Write `data` as UTF-8 JSON to a new regular file, all or nothing (`stores.files.write_file`): an existing
+    regular file only with `overwrite`; never a device, a directory, a FIFO or a symlink (its target only with
+    `follow_symlinks`). InvalidInput naming the path otherwise."""
+    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    write_file(path, text.encode("utf-8"), overwrite=overwrite, follow_symlinks=follow_symlinks)
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -522,6 +514,16 @@ def _check_version(data: Mapping[str, Any]) -> None:
     version = data.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise ImportFormatError(f"file version {version!r} is not supported (expected {FORMAT_VERSION})")
+
+
+def _check_integers(entry: WorldbookEntry, where: str) -> None:
+    """A whole number the database's INTEGER columns cannot hold is the file's error, not a database error."""
+    numbers = {"priority": entry.priority, **{f"temporal.{k}": v for k, v in entry.temporal.as_dict().items()}}
+    for name, value in numbers.items():
+        if isinstance(value, int) and not INTEGER_MIN <= value <= INTEGER_MAX:
+            raise ImportFormatError(
+                f"{where}: field '{name}' is {value}, out of range ({INTEGER_MIN} to {INTEGER_MAX})"
+            )
 
 
 def _check_count(items: Sequence[Any]) -> None:
