@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from personalab.nodes.rules.errors import StoreUnavailable
 from personalab.stores.settings import settings
 
 
 def data_dir() -> Path:
     """`PERSONALAB_DATA_DIR`, default `./data` (relative to the working directory); created on demand."""
     path = Path(settings().data_dir).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or missing parent: one line for the user, not a traceback
+        raise StoreUnavailable(f"the data directory {path} cannot be created ({exc.strerror or exc})") from None
     return path
 
 

@@ -1,4 +1,10 @@
-"""Characters, backgrounds, conversation instances (saves) and appending lines to a save's tree."""
+"""Characters, backgrounds, conversation instances (saves) and appending lines to a save's tree.
+
+What is stored is checked first, so a bad value is one `InvalidInput` naming the line and the field rather than a
+database error: a line's text fields are text without a NUL character (PostgreSQL's text cannot hold one, and
+SQLite should not differ) or a lone surrogate (no database stores one), its `role_id` a whole number naming a stored character (seed 000: the host's own
+characters are roles too), and the same for the names and texts of roles, backgrounds and instances.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
+from personalab.nodes.rules.validation import json_type
+from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
+from personalab.stores.files import bad_character
 from personalab.stores.tables import Background, Line, OutlinePoint, Role, Save, utcnow
 from sqlmodel import Session, col, select
 
@@ -22,9 +31,21 @@ LINE_FIELDS = (
     "display_name",
 )
 ATTRIBUTES = ("user", "assistant", "system")
+LINE_TEXT_FIELDS = tuple(name for name in LINE_FIELDS if name != "role_id")
+
+
+def check_text(value: Any, what: str) -> None:
+    """`InvalidInput` naming `what` unless `value` is text without a NUL character or a lone surrogate."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, got {json_type(value)}")
+    bad = bad_character(value)
+    if bad:
+        raise InvalidInput(f"{what} contains {bad}")
 
 
 def create_role(session: Session, name: str, *, description: str = "", persona: str = "") -> Role:
+    for value, what in ((name, "role name"), (description, "role description"), (persona, "role persona")):
+        check_text(value, what)
     if not name.strip():
         raise InvalidInput("role name is empty")
     role = Role(name=name, description=description, persona=persona)
@@ -35,9 +56,13 @@ def create_role(session: Session, name: str, *, description: str = "", persona: 
 
 def create_background(session: Session, name: str, world_setting: str, outline: Sequence[str]) -> Background:
     """A background with its outline points, numbered from 1 in the given order (seed 002 背景)."""
+    check_text(name, "background name")
+    check_text(world_setting, "background world setting")
     if not name.strip():
         raise InvalidInput("background name is empty")
     for position, text in enumerate(outline, start=1):
+        if isinstance(text, str):
+            check_text(text, f"outline point {position}")
         if not str(text).strip():
             raise InvalidInput(f"outline point {position} is empty")
     background = Background(name=name, world_setting=world_setting)
@@ -57,6 +82,7 @@ def outline_of(session: Session, background_id: int) -> list[OutlinePoint]:
 
 def create_save(session: Session, role_id: int | None, background_id: int | None, title: str = "") -> Save:
     """A new conversation instance of `role_id` in `background_id`, with an empty dialogue tree."""
+    check_text(title, "instance title")
     if role_id is not None and session.get(Role, role_id) is None:
         raise NotFound(f"role {role_id} does not exist")
     if background_id is not None and session.get(Background, background_id) is None:
@@ -75,7 +101,9 @@ def get_save(session: Session, save_id: int) -> Save:
 
 
 def validate_line(line: Mapping[str, Any], where: str) -> None:
-    """Raise `ValueError` naming `where` for an unknown field, attribute or a missing content."""
+    """Raise `InvalidInput` naming `where` for an unknown field, attribute, a missing content, a text field that
+    is no text or holds a NUL character, or a `role_id` that is no whole number (whether that character exists
+    is checked by `append_lines`, which has the session)."""
     unknown = set(line) - set(LINE_FIELDS)
     if unknown:
         raise InvalidInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -84,6 +112,27 @@ def validate_line(line: Mapping[str, Any], where: str) -> None:
     content = line.get("content")
     if not isinstance(content, str) or not content.strip():
         raise InvalidInput(f"{where}: no content")
+    for name in LINE_TEXT_FIELDS:
+        if line.get(name) is not None:
+            check_text(line[name], f"{where}: field {name!r}")
+    role_id = line.get("role_id")
+    if role_id is not None and (not isinstance(role_id, int) or isinstance(role_id, bool)):
+        raise InvalidInput(
+            f"{where}: field 'role_id' must be a whole number (a character's id), got {json_type(role_id)}"
+        )
+
+
+def check_roles(session: Session, lines: Sequence[Mapping[str, Any]], known: int | None = None) -> None:
+    """`InvalidInput` naming the first line whose `role_id` is no stored character (`known`: an id already
+    known to exist, such as the instance's own character, not looked up again)."""
+    wanted = {line["role_id"] for line in lines if line.get("role_id") is not None} - {known}
+    # an id out of the column's range names no character, and PostgreSQL would refuse to even compare it
+    ask = [role_id for role_id in wanted if INTEGER_MIN <= role_id <= INTEGER_MAX]
+    found = set(session.exec(select(Role.id).where(col(Role.id).in_(ask))).all()) if ask else set()
+    for index, line in enumerate(lines, start=1):
+        role_id = line.get("role_id")
+        if role_id is not None and role_id != known and role_id not in found:
+            raise InvalidInput(f"line {index} of {len(lines)}: role_id {role_id} is not a stored character")
 
 
 def append_lines(
@@ -96,6 +145,7 @@ def append_lines(
     items = list(lines)
     for index, item in enumerate(items):
         validate_line(item, f"line {index + 1} of {len(items)}")
+    check_roles(session, items, known=save.role_id)
     parent = save.last_message_id if parent_line_id is None else parent_line_id
     if parent is not None:
         parent_line = session.get(Line, parent)

@@ -2,7 +2,9 @@
 
 Each command module registers its sub-commands with `register(subparsers)`; a handler takes the parsed
 arguments and returns an exit code. Only PersonaLab's own errors (`PersonaLabError`: bad arguments, bad input,
-unknown ids) are one line on stderr with exit code 2; any other exception is a bug and shows its traceback.
+unknown ids, a database that cannot be opened or written) are one line on stderr with exit code 2, control
+characters escaped (`output.safe`); any other exception is a bug and shows its traceback. A reader that goes
+away (`personalab turn --json | head -1`) ends the command quietly with exit code 1.
 Benchmarks and evaluations are a separate command (`python -m personalab.evals`).
 """
 
@@ -14,7 +16,10 @@ import sys
 from collections.abc import Sequence
 
 from personalab.graph.cli import demo, memory, suggestions, turn, worldbook
+from personalab.graph.cli.args import check_text_arguments
+from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
+from personalab.stores.db import store_unavailable
 
 COMMAND_MODULES = (demo, turn, worldbook, suggestions, memory)
 
@@ -46,16 +51,31 @@ def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> 
     """Parse `argv` and run its handler; PersonaLab's errors become one line on stderr and exit code 2."""
     try:
         args = parser.parse_args(argv)
-        return int(args.handler(args) or 0)
+        check_text_arguments(args, parser.prog)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe is reported here, not as "Exception ignored" when Python exits
+        return code
     except PersonaLabError as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        prefix = "" if isinstance(exc, UsageError) else f"{parser.prog}: error: "
-        print(prefix + text, file=sys.stderr)
-        return 2
+        return _one_line(parser, exc)
     except BrokenPipeError:
         # the reader went away (`personalab turn --json | head`): nothing more to say, and nothing to flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as exc:
+        # the database's own "cannot open / cannot write" from outside our engine (the checkpointer's
+        # connection): one line too; any other exception is a bug and keeps its traceback
+        unavailable = store_unavailable(exc)
+        if unavailable is None:
+            raise
+        return _one_line(parser, unavailable)
+
+
+def _one_line(parser: argparse.ArgumentParser, exc: PersonaLabError) -> int:
+    # escaped before the first line is taken: a carriage return or a C1 "next line" in a name is no line end
+    text = safe(str(exc)).split("\n")[0] if str(exc) else type(exc).__name__
+    prefix = "" if isinstance(exc, UsageError) else f"{parser.prog}: error: "
+    print(safe(prefix) + text, file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

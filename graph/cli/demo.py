@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from personalab.graph.cli.output import echo
 from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.memory_builder import build_memory
@@ -53,7 +54,7 @@ def store_sample_scene() -> tuple[int, int]:
 
 def show_builder() -> None:
     save_id, role_id = store_sample_scene()
-    print(f"stored seed 000 example 2 as instance {save_id}\n")
+    echo(f"stored seed 000 example 2 as instance {save_id}\n")
     with session_scope() as session:
         history = get_chat_history(session, save_id)
         views = [
@@ -61,10 +62,10 @@ def show_builder() -> None:
             ("白小喵 (script_role_id='1')", build_memory(history, script_role_id="1")),
         ]
     for title, messages in views:
-        print(f"=== memory of {title}: {len(messages)} messages")
+        echo(f"=== memory of {title}: {len(messages)} messages")
         for message in messages:
-            print(f"[{message['role']}] {message['content']}")
-        print()
+            echo(f"[{message['role']}] {message['content']}")
+        echo()
 
 
 def plot_panel(plot: dict[str, Any]) -> str:
@@ -103,28 +104,28 @@ def memory_panel(state: dict[str, Any]) -> list[str]:
 def show_session() -> None:
     instance = create_sample_instance()
     with turn_graph(Context()) as (graph, ctx):
-        print(f"sample instance {instance}: 雷娜 · 废土复仇记 (10 outline points)")
+        echo(f"sample instance {instance}: 雷娜 · 废土复仇记 (10 outline points)")
         for number, message in enumerate(SESSION, start=1):
             state = run_turn(graph, ctx, instance, message)
             if number == 1:
-                print(f"model: {state['model']}\n")
-            print(f"--- turn {state['turn']}")
-            print(f"you    > {message}")
-            print(f"雷娜   > {state['reply'] if not state.get('error') else '(error) ' + state['error']}")
+                echo(f"model: {state['model']}\n")
+            echo(f"--- turn {state['turn']}")
+            echo(f"you    > {message}")
+            echo(f"雷娜   > {state['reply'] if not state.get('error') else '(error) ' + state['error']}")
             for row in memory_panel(state):
-                print(row)
-            print(plot_panel(state["plot_state"]))
-            print()
+                echo(row)
+            echo(plot_panel(state["plot_state"]))
+            echo()
     flush_event_writes()
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    print(f"database: {database_url()}\n")
+    echo(f"database: {database_url()}\n")
     if args.part in ("builder", "all"):
-        print("## Part 1 — the memory builder (seed 000)\n")
+        echo("## Part 1 — the memory builder (seed 000)\n")
         show_builder()
     if args.part in ("session", "all"):
-        print("## Part 2 — a 12-turn role-play session (seed 002), offline scripted model\n")
+        echo("## Part 2 — a 12-turn role-play session (seed 002), offline scripted model\n")
         show_session()
     return 0
 

@@ -17,10 +17,11 @@ Bad input prints one line and exits 2; nothing stored changes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from personalab.graph.cli.args import INTEGER, whole
+from personalab.graph.cli.output import echo, json_text
 from personalab.nodes.maintenance import maintain_layers
 from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES
 from personalab.nodes.rules.retrieval import RetrievalConfig, RetrievalResult, retrieve
@@ -51,15 +52,12 @@ def _line(entry: MemoryEntry) -> str:
 def memory_list(args: argparse.Namespace) -> int:
     entries = MemoryStore().list_memories(args.instance, character_id=args.character, layer=args.layer, type=args.type)
     if args.json:
-        json.dump([memory_to_dict(e) for e in entries], sys.stdout, ensure_ascii=False, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_text([memory_to_dict(e) for e in entries]) + "\n")
         return 0
     for entry in entries:
-        print(_line(entry))
+        echo(_line(entry))
     if not entries:
-        print(
-            f"instance {args.instance} has no memories" + (" matching the filters" if args.layer or args.type else "")
-        )
+        echo(f"instance {args.instance} has no memories" + (" matching the filters" if args.layer or args.type else ""))
     return 0
 
 
@@ -90,13 +88,13 @@ def memory_edit(args: argparse.Namespace) -> int:
         tags=args.tags,
         notes=args.notes,
     )
-    print(_line(entry))
+    echo(_line(entry))
     return 0
 
 
 def memory_pin(args: argparse.Namespace) -> int:
     entry = MemoryStore().set_pinned(args.instance, args.memory_id, args.pinned)
-    print(_line(entry))
+    echo(_line(entry))
     return 0
 
 
@@ -108,26 +106,24 @@ def memory_delete(args: argparse.Namespace) -> int:
 
 def _print_result(result: RetrievalResult) -> None:
     weights = result.scene.weights
-    print(
+    echo(
         f"scene {result.scene.scene.value} (weights: relevance {weights.context_relevance:.2f}, "
         f"recency {weights.recency:.2f}, importance {weights.importance:.2f}, diversity {weights.diversity:.2f}, "
         f"layer {weights.layer_priority:.2f}) · turn {result.turn} · {result.candidates} candidates"
     )
     if not result.items:
-        print("no memory found")
+        echo("no memory found")
     for rank, item in enumerate(result.items, start=1):
         b = item.breakdown
         paths = " ".join(f"{name}#{rank}" for name, rank in b.paths.items()) or "-"
-        print(
-            f"{rank:>3}. #{item.id} {item.score:.3f} [{item.layer}/{item.data.get('type', item.kind)}] {item.content}"
-        )
-        print(
+        echo(f"{rank:>3}. #{item.id} {item.score:.3f} [{item.layer}/{item.data.get('type', item.kind)}] {item.content}")
+        echo(
             f"       relevance {b.context_relevance:.2f} (keyword {b.keyword:.2f}, vector {b.vector:.2f}) · "
             f"recency {b.recency:.2f} · importance {b.importance:.2f} · diversity {b.diversity:.2f} · "
             f"layer {b.layer_priority:.2f} · mention ×{b.mention_penalty:.2f} · paths {paths}"
         )
     for dropped in result.dropped:
-        print(f"     dropped #{dropped['id']}: {dropped['reason']}")
+        echo(f"     dropped #{dropped['id']}: {dropped['reason']}")
 
 
 def memory_search(args: argparse.Namespace) -> int:
@@ -143,8 +139,7 @@ def memory_search(args: argparse.Namespace) -> int:
     )
     if args.json:
         items: list[dict[str, Any]] = [item.to_dict() for item in result.items]
-        json.dump(items, sys.stdout, ensure_ascii=False, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_text(items) + "\n")
         return 0
     _print_result(result)
     return 0
@@ -153,21 +148,11 @@ def memory_search(args: argparse.Namespace) -> int:
 def memory_maintain(args: argparse.Namespace) -> int:
     report = maintain_layers(MemoryStore(), args.instance, args.turn)
     for t in report.transitions:
-        print(f"#{t.id}: {t.from_layer.value} → {t.to_layer.value if t.to_layer else 'deleted'} ({t.reason})")
+        echo(f"#{t.id}: {t.from_layer.value} → {t.to_layer.value if t.to_layer else 'deleted'} ({t.reason})")
     for character, counts in report.counts.items():
         layers = ", ".join(f"{layer} {count}" for layer, count in counts.items())
-        print(f"turn {report.turn}, character {character}: {layers}")
+        echo(f"turn {report.turn}, character {character}: {layers}")
     return 0
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -176,8 +161,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, help=help_text)
-        parser.add_argument("--instance", type=_whole, required=True, help="the conversation instance (save id)")
-        parser.add_argument("--character", type=_whole, default=None, help="role id (default: the instance's)")
+        parser.add_argument("--instance", type=whole, required=True, help="the conversation instance (save id)")
+        parser.add_argument("--character", type=whole, default=None, help="role id (default: the instance's)")
         return parser
 
     def fields(parser: argparse.ArgumentParser, *, editing: bool) -> None:
@@ -195,34 +180,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add = command("add", "add a memory; prints its id")
     fields(add, editing=False)
-    add.add_argument("--turn", type=_whole, default=None, help="default: the latest memory's turn")
+    add.add_argument("--turn", type=whole, default=None, help="default: the latest memory's turn")
     add.add_argument("text")
     add.set_defaults(handler=memory_add)
 
     edit = command("edit", "edit a memory (marks it as edited by the user)")
     fields(edit, editing=True)
-    edit.add_argument("memory_id", type=_whole)
+    edit.add_argument("memory_id", type=whole)
     edit.add_argument("text", nargs="?", default=None)
     edit.set_defaults(handler=memory_edit)
 
     for name, pinned in (("pin", True), ("unpin", False)):
         pin = command(name, f"{name} a memory (a pinned memory is never deleted by the system)")
-        pin.add_argument("memory_id", type=_whole)
+        pin.add_argument("memory_id", type=whole)
         pin.set_defaults(handler=memory_pin, pinned=pinned)
 
     remove = command("delete", "delete a memory")
-    remove.add_argument("memory_id", type=_whole)
+    remove.add_argument("memory_id", type=whole)
     remove.set_defaults(handler=memory_delete)
 
     search = command("search", "ranked memories for a query, with score breakdowns")
     search.add_argument("--json", action="store_true")
-    search.add_argument("-k", type=int, default=10, help="how many (default 10)")
-    search.add_argument("--turn", type=_whole, default=None, help="now, in turns (default: the latest memory's)")
+    search.add_argument("-k", type=INTEGER, default=10, help="how many (default 10)")
+    search.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")
     search.add_argument("--context", default=None, help="recent dialogue, for scene analysis and tags")
     search.add_argument("--no-mark", action="store_true", help="do not mark the results as mentioned")
     search.add_argument("query")
     search.set_defaults(handler=memory_search)
 
     maintain = command("maintain", "run one maintenance step of the layer flow")
-    maintain.add_argument("--turn", type=_whole, default=None, help="now, in turns (default: the latest memory's)")
+    maintain.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")
     maintain.set_defaults(handler=memory_maintain)

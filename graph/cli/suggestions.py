@@ -11,9 +11,10 @@ An unknown id, an already decided suggestion or a bad option prints one line on 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from personalab.graph.cli.args import ID
+from personalab.graph.cli.output import echo, json_text
 from personalab.stores.db import session_scope
 from personalab.stores.review import (
     STATUSES,
@@ -42,21 +43,21 @@ def suggestions_list(args: argparse.Namespace) -> int:
     with session_scope() as session:
         items = list_suggestions(session, save_id=args.instance, status=args.status)
     if args.json:
-        print(json.dumps([s.to_dict() for s in items], ensure_ascii=False, indent=2))
+        print(json_text([s.to_dict() for s in items]))
         return 0
     if not items:
         where = [f"instance {args.instance}"] if args.instance is not None else []
         where += [args.status] if args.status else []
-        print("no world-book suggestions" + (f" ({', '.join(where)})" if where else ""))
+        echo("no world-book suggestions" + (f" ({', '.join(where)})" if where else ""))
     for s in items:
-        print(_line(s))
+        echo(_line(s))
     return 0
 
 
 def suggestions_approve(args: argparse.Namespace) -> int:
     with session_scope() as session:
         s = approve_suggestion(session, args.id, content=args.content, keywords=args.keyword)
-    print(
+    echo(
         f"approved suggestion {s.id}: added world-book entry {s.worldbook_entry_id} ({s.scope}): {_preview(s.content)}"
     )
     return 0
@@ -65,7 +66,7 @@ def suggestions_approve(args: argparse.Namespace) -> int:
 def suggestions_reject(args: argparse.Namespace) -> int:
     with session_scope() as session:
         s = reject_suggestion(session, args.id)
-    print(f"rejected suggestion {s.id}")
+    echo(f"rejected suggestion {s.id}")
     return 0
 
 
@@ -73,15 +74,15 @@ def register(sub: Any) -> None:
     group = sub.add_parser("suggestions", help="world-book updates proposed by the post-turn review")
     gsub = group.add_subparsers(dest="suggestions_command", required=True, parser_class=type(group))
     p = gsub.add_parser("list", help="list suggestions, one line each")
-    p.add_argument("--instance", type=int, metavar="ID", help="only this conversation instance's (save id)")
+    p.add_argument("--instance", type=ID, metavar="ID", help="only this conversation instance's (save id)")
     p.add_argument("--status", choices=STATUSES, help="only suggestions with this status")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=suggestions_list)
     p = gsub.add_parser("approve", help="add the suggested entry to the world book")
-    p.add_argument("id", type=int, help="suggestion id")
+    p.add_argument("id", type=ID, help="suggestion id")
     p.add_argument("--content", help="use this text instead of the suggested content")
     p.add_argument("--keyword", action="append", metavar="WORD", help="use these keywords instead (repeatable)")
     p.set_defaults(handler=suggestions_approve)
     p = gsub.add_parser("reject", help="reject a suggestion; the world book is not touched")
-    p.add_argument("id", type=int, help="suggestion id")
+    p.add_argument("id", type=ID, help="suggestion id")
     p.set_defaults(handler=suggestions_reject)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from personalab.graph.cli.args import COUNT, ID, json_argument
+from personalab.graph.cli.output import echo, json_text, safe
 from personalab.graph.runner import create_sample_instance, rollback_core_memory, run_turn, turn_config, turn_graph
 from personalab.graph.streaming import MarkerFilter
 from personalab.nodes.context import Context
@@ -24,12 +25,9 @@ def _cmd_instance_create(args: argparse.Namespace) -> int:
 
 
 def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
-    if raw is None:
+    value = json_argument(raw, "--lines-before")
+    if value is None:
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--lines-before is not valid JSON: {exc}") from exc
     if not isinstance(value, list):
         raise InvalidInput("--lines-before must be a JSON list of line objects")
     return value
@@ -59,26 +57,35 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def play_turn(graph: Any, ctx: Context, instance_id: int, message: str, *, as_json: bool, **extra: Any) -> int:
-    """One turn on the CLI: the reply streams to stdout (markers hidden), or one JSON object with `--json`."""
+    """One turn on the CLI: the reply streams to stdout (markers hidden, controls escaped), or one JSON object
+    with `--json`."""
 
     def show(token: str) -> None:
         text = stream.feed(token)
-        if text:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        if text and not reader_gone:
+            try:
+                sys.stdout.write(safe(text))
+                sys.stdout.flush()
+            except BrokenPipeError:
+                # the reader went away (`| head`); raised from here, the callback's error would be logged per
+                # token and the turn go on anyway: finish the turn (its reply is stored), then end quietly
+                reader_gone.append(True)
 
     stream = MarkerFilter()
+    reader_gone: list[bool] = []
     state = run_turn(graph, ctx, instance_id, message, on_token=None if as_json else show, **extra)
+    if reader_gone:
+        raise BrokenPipeError("stdout was closed while the reply streamed")
     if as_json:
-        print(json.dumps(_turn_summary(state), ensure_ascii=False, indent=1, default=str))
+        print(json_text(_turn_summary(state), indent=1, default=str))
         return 1 if state.get("error") else 0
     rest = stream.flush()
     if rest:
-        sys.stdout.write(rest)
+        sys.stdout.write(safe(rest))
     print()
-    print(f"  — {state.get('model')}")
+    echo(f"  — {state.get('model')}")
     if state.get("error"):
-        print(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)
+        echo(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)
         return 1
     return 0
 
@@ -113,7 +120,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
             try:
                 play_turn(graph, ctx, args.instance, message, as_json=False, user_name=args.user_name)
             except ValueError as exc:
-                print(f"personalab: error: {exc}", file=sys.stderr)
+                echo(f"personalab: error: {exc}", file=sys.stderr)
     flush_event_writes()
     return 0
 
@@ -124,14 +131,14 @@ def _cmd_core(args: argparse.Namespace) -> int:
             get_save(session, args.instance)
         if args.action == "rollback":
             version = rollback_core_memory(graph, args.instance, args.to)
-            print(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
+            echo(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
             return 0
         values = graph.get_state(turn_config(args.instance)).values
     if args.action == "versions":
         for item in values.get("core_memory_versions") or []:
-            print(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
+            echo(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
         return 0
-    print(json.dumps(values.get("core_memory") or {}, ensure_ascii=False, indent=1))
+    print(json_text(values.get("core_memory") or {}, indent=1))
     return 0
 
 
@@ -143,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.set_defaults(handler=_cmd_instance_create)
 
     turn = sub.add_parser("turn", help="run one turn and stream the reply")
-    turn.add_argument("--instance", type=int, required=True)
+    turn.add_argument("--instance", type=ID, required=True)
     turn.add_argument("message")
     turn.add_argument("--json", action="store_true", help="print reply, plot state, retrieval, drops, timings")
     turn.add_argument("--lines-before", help="JSON list of lines (narration, other characters) before the message")
@@ -158,11 +165,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     core = sub.add_parser("core", help="an instance's core memory: show it, list its versions, roll back")
     core.add_argument("action", choices=["show", "versions", "rollback"])
-    core.add_argument("--instance", type=int, required=True)
-    core.add_argument("--to", type=int, help="with rollback: the version to restore (default: the one before)")
+    core.add_argument("--instance", type=ID, required=True)
+    core.add_argument("--to", type=COUNT, help="with rollback: the version to restore (default: the one before)")
     core.set_defaults(handler=_cmd_core)
 
     chat = sub.add_parser("chat", help="interactive chat with an instance")
-    chat.add_argument("--instance", type=int, required=True)
+    chat.add_argument("--instance", type=ID, required=True)
     chat.add_argument("--user-name")
     chat.set_defaults(handler=_cmd_chat)

@@ -5,16 +5,18 @@ Scope options (both command groups): none = global, `--character ID` = one chara
 instance sees (global + character + own). Export writes a PersonaLab JSON file (or stdout); import reads
 that, and for the world book also SillyTavern world-info / lorebook files and character-card lorebooks.
 An import is all or nothing: a bad file changes nothing and prints one line naming the entry and field.
+Files go through `stores.files`: an import reads a regular file only, at most its size limit; an export writes
+a new regular file atomically (a plain file is replaced; a device, directory, FIFO or symlink is refused).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.graph.cli.args import ID, INTEGER
+from personalab.graph.cli.output import echo, json_text
 from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES
 from personalab.stores.db import session_scope
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
@@ -42,14 +44,11 @@ def _preview(text: str) -> str:
 def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
     count = len(data["entries"])
     if target is None or target == "-":
-        json.dump(data, sys.stdout, ensure_ascii=False, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_text(data) + "\n")
         return 0
-    try:
-        write_json_file(target, data)
-    except OSError as exc:
-        raise InvalidInput(f"cannot write {target}: {exc.strerror or exc}") from None
-    print(f"exported {count} {what} to {target}")
+    # a plain file is replaced as before; a device, a directory, a FIFO or a symlink is refused (one line)
+    write_json_file(target, data, overwrite=True)
+    echo(f"exported {count} {what} to {target}")
     return 0
 
 
@@ -67,7 +66,7 @@ def knowledge_add(args: argparse.Namespace) -> int:
             enabled=not args.disabled,
             scope=_scope(args),
         )
-    print(f"added knowledge entry {entry.id} ({entry.scope}): [{entry.tag}] {_preview(entry.content)}")
+    echo(f"added knowledge entry {entry.id} ({entry.scope}): [{entry.tag}] {_preview(entry.content)}")
     return 0
 
 
@@ -88,14 +87,14 @@ def knowledge_list(args: argparse.Namespace) -> int:
             }
             for e in entries
         ]
-        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        print(json_text(rows))
         return 0
     if not entries:
-        print(f"no knowledge entries ({_scope(args).label})")
+        echo(f"no knowledge entries ({_scope(args).label})")
     for e in entries:
         flags = "" if e.enabled else ", disabled"
         keywords = f", keywords: {', '.join(e.keywords)}" if e.keywords else ""
-        print(f"#{e.id} [{e.tag}] {_preview(e.content)} ({e.scope}, importance {e.importance:.2f}{keywords}{flags})")
+        echo(f"#{e.id} [{e.tag}] {_preview(e.content)} ({e.scope}, importance {e.importance:.2f}{keywords}{flags})")
     return 0
 
 
@@ -103,7 +102,7 @@ def knowledge_import(args: argparse.Namespace) -> int:
     data = read_json_file(args.file)
     with session_scope() as session:
         report = import_knowledge(session, data, _scope(args))
-    print(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    echo(f"{args.file} → {_scope(args).label}: {report.summary()}")
     return 0
 
 
@@ -146,7 +145,7 @@ def worldbook_add(args: argparse.Namespace) -> int:
             temporal=temporal,
         )
     how = "constant" if entry.constant else entry.trigger_type
-    print(f"added world-book entry {entry.id} ({entry.scope}, {how}): {_preview(entry.content)}")
+    echo(f"added world-book entry {entry.id} ({entry.scope}, {how}): {_preview(entry.content)}")
     return 0
 
 
@@ -155,10 +154,10 @@ def worldbook_list(args: argparse.Namespace) -> int:
         entries = list_worldbook(session, _scope(args), visible=args.visible)
     if args.json:
         rows = [{"id": int(e.id), "scope": e.scope, **e.fields_dict()} for e in entries]
-        print(json.dumps(rows, ensure_ascii=False, indent=2))
+        print(json_text(rows))
         return 0
     if not entries:
-        print(f"no world-book entries ({_scope(args).label})")
+        echo(f"no world-book entries ({_scope(args).label})")
     for e in entries:
         how = "constant" if e.constant else e.trigger_type
         what = ""
@@ -171,7 +170,7 @@ def worldbook_list(args: argparse.Namespace) -> int:
             what += ", " + ", ".join(f"{k}={v:g}" for k, v in window.items())
         flags = (f", position {e.position}" if e.position else "") + ("" if e.enabled else ", disabled")
         title = f"{e.title}: " if e.title else ""
-        print(f"#{e.id} {title}{_preview(e.content)} ({e.scope}, {how}, {e.kind}, priority {e.priority}{what}{flags})")
+        echo(f"#{e.id} {title}{_preview(e.content)} ({e.scope}, {how}, {e.kind}, priority {e.priority}{what}{flags})")
     return 0
 
 
@@ -179,7 +178,7 @@ def worldbook_import(args: argparse.Namespace) -> int:
     data = read_json_file(args.file)
     with session_scope() as session:
         report = import_worldbook(session, data, _scope(args))
-    print(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    echo(f"{args.file} → {_scope(args).label}: {report.summary()}")
     return 0
 
 
@@ -194,8 +193,8 @@ def worldbook_export(args: argparse.Namespace) -> int:
 
 def _add_scope(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--character", type=int, metavar="ID", help="a character's entries (role id)")
-    group.add_argument("--instance", type=int, metavar="ID", help="a conversation instance's entries (save id)")
+    group.add_argument("--character", type=ID, metavar="ID", help="a character's entries (role id)")
+    group.add_argument("--instance", type=ID, metavar="ID", help="a conversation instance's entries (save id)")
 
 
 def _add_list(sub: Any, handler: Any, what: str) -> None:
@@ -208,11 +207,13 @@ def _add_list(sub: Any, handler: Any, what: str) -> None:
 
 def _add_import_export(sub: Any, imp: Any, exp: Any, what: str, formats: str) -> argparse.ArgumentParser:
     p = sub.add_parser("import", help=f"import {what} from a JSON file ({formats}); all or nothing")
-    p.add_argument("file", help="JSON file")
+    p.add_argument("file", help="JSON file (a regular file)")
     _add_scope(p)
     p.set_defaults(handler=imp)
     p = sub.add_parser("export", help=f"export {what} of one scope as JSON")
-    p.add_argument("file", nargs="?", help="output file (default: stdout)")
+    p.add_argument(
+        "file", nargs="?", help="output file, written whole or not at all; a plain file is replaced (default: stdout)"
+    )
     _add_scope(p)
     p.set_defaults(handler=exp)
     return p
@@ -242,7 +243,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logic", choices=SELECTIVE_LOGICS, default="and_any", help="secondary keyword logic")
     p.add_argument("--trigger", choices=TRIGGER_TYPES, default="keyword", help="trigger type (default keyword)")
     p.add_argument("--kind", choices=KINDS, default="semantic", help="memory type (default semantic)")
-    p.add_argument("--priority", type=int, default=100, help="higher goes first (default 100)")
+    p.add_argument("--priority", type=INTEGER, default=100, help="higher goes first (default 100)")
     p.add_argument("--constant", action="store_true", help="always inject")
     p.add_argument("--disabled", action="store_true", help="store it disabled")
     p.add_argument("--position", choices=POSITIONS, help="injection position (default: the config's, system)")
@@ -251,11 +252,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weight", type=float, default=1.0, help="relevance weight (default 1)")
     p.add_argument("--emotional-weight", type=float, default=0.5, help="emotional boost weight (default 0.5)")
     p.add_argument("--decay", type=float, default=0.0, help="time decay per day of age (default 0: none)")
-    p.add_argument("--min-turn", type=int, help="temporal: from this turn")
-    p.add_argument("--max-turn", type=int, help="temporal: up to this turn")
+    p.add_argument("--min-turn", type=INTEGER, help="temporal: from this turn")
+    p.add_argument("--max-turn", type=INTEGER, help="temporal: up to this turn")
     p.add_argument("--min-gap", type=float, metavar="SECONDS", help="temporal: at least this long since last message")
     p.add_argument("--max-gap", type=float, metavar="SECONDS", help="temporal: at most this long since last message")
-    p.add_argument("--every", type=int, metavar="TURNS", help="temporal: at least this many turns since it last fired")
+    p.add_argument(
+        "--every", type=INTEGER, metavar="TURNS", help="temporal: at least this many turns since it last fired"
+    )
     _add_scope(p)
     p.set_defaults(handler=worldbook_add)
     _add_list(wsub, worldbook_list, "world-book entries")
