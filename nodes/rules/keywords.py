@@ -57,7 +57,17 @@ _MIN_STEM = 3
 
 
 def has_han(text: str) -> bool:
+    """Han characters (what jieba segments)."""
     return _HAN_CHAR.search(text) is not None
+
+
+# scripts written without spaces between words (CJK ideographs and radicals, kana, Hangul, Han extensions): no
+# whole-word matching there (seed 004 keyword triggers), a wider class than the Han that jieba segments
+_UNSPACED = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]")
+
+
+def has_unspaced_script(text: str) -> bool:
+    return _UNSPACED.search(text) is not None
 
 
 def stem(word: str) -> str:

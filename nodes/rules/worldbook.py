@@ -49,7 +49,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
+import numpy as np
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.keywords import has_unspaced_script
+from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
 
@@ -110,7 +113,6 @@ EMOTION_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 NEGATIONS = ("不", "没", "别", "未", "非", "not ", "never ", "no ")
 
-_CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff]")
 _REGEX_KEY = re.compile(r"^/(.+)/([imsx]*)$", re.S)
 
 
@@ -354,10 +356,6 @@ class WorldbookResult:
 # --- matching -------------------------------------------------------------------------------------
 
 
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
-
-
 @lru_cache(maxsize=32_768)
 def _keyword_pattern(keyword: str) -> re.Pattern[str] | None:
     """The compiled matcher of a keyword, None for a blank one. Raises ValueError for a bad regex."""
@@ -374,7 +372,7 @@ def _keyword_pattern(keyword: str) -> re.Pattern[str] | None:
         except re.error as exc:
             raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
     escaped = re.escape(key)
-    if has_cjk(key):
+    if has_unspaced_script(key):
         return re.compile(escaped, re.I)
     # ASCII lookarounds, not \b: in Python \b treats CJK characters as word characters, so
     # r"\bAlice\b" would miss "Alice说".
@@ -504,25 +502,13 @@ def emotion_match(entry_emotions: Sequence[str], context: WorldbookContext) -> t
 # --- semantic / temporal / decay --------------------------------------------------------------------
 
 
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Seed 001 CalculateVectorSimilarity: 0 for missing, empty, mismatched or zero vectors."""
-    if not a or not b or len(a) != len(b):
-        return 0.0
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    if na == 0 or nb == 0:
-        return 0.0
-    return dot / (na * nb)
-
-
 def _similarity(entry: WorldbookEntry, context: WorldbookContext) -> float | None:
     if context.similarity is not None:
         return context.similarity(entry)
     vector = context.entry_vectors.get(entry.id)
     if context.query_vector is None or vector is None:
         return None
-    return cosine(context.query_vector, vector)
+    return cosine(np.asarray(context.query_vector, dtype=float), np.asarray(vector, dtype=float))
 
 
 def temporal_fires(window: TemporalWindow, entry_id: str, context: WorldbookContext) -> tuple[bool, str]:

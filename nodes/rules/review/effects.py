@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.keywords import extract_keywords
+from personalab.nodes.rules.keywords import extract_keywords, has_han
 from personalab.nodes.rules.review.types import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
 RELATIONSHIP_KEYS: tuple[str, ...] = ("trust", "affection", "familiarity")
@@ -81,7 +81,6 @@ VALUE_LABELS: dict[str, str] = {"trust": "信任", "affection": "好感", "famil
 GAP_LABELS: dict[str, str] = {"days": "隔了几天", "long_absence": "隔了很久"}
 CHOICE_TEXT_KEYS: tuple[str, ...] = ("text", "label", "title", "content", "option")
 
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # The rule review's English relationship reason (review.rules._score_relationship), read back into causes.
 _REASON_KEYWORDS = re.compile(r"\((trust|affection|negative) keyword ([^)]*)\)")
 _REASON_CHOICE = re.compile(r"\((\w+) choice\)")
@@ -231,7 +230,7 @@ def _causes_from_reason(reason: str, user: str) -> list[str]:
     reason = reason.strip()
     if not reason:
         return []
-    if _HAN.search(reason) and not _REASON_KEYWORDS.search(reason):
+    if has_han(reason) and not _REASON_KEYWORDS.search(reason):
         return [reason]
     causes = [
         _keyword_causes(kind, [w.strip() for w in words.split("、") if w.strip()], user)
