@@ -31,7 +31,7 @@ from typing import Any
 
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.reply import parse_reply
+from personalab.nodes.rules.reply import parse_reply, render_segments
 
 MAX_BINARY = 3
 MAX_TERNARY = 2
@@ -225,13 +225,7 @@ def _dialogue_line(message: Mapping[str, str]) -> str:
     role = message.get("role")
     content = message.get("content", "")
     if role == "assistant":
-        segments = parse_reply(content)
-        content = "".join(
-            (f"【{s['original_emotion']}】" if s["original_emotion"] else "")
-            + s["content"]
-            + (f"({s['action_content']})" if s["action_content"] else "")
-            for s in segments
-        )
+        content = render_segments(parse_reply(content), tts=False)
         return f"{prompts.SPEAKER_CHARACTER}：{content}"
     if role == "user":
         return f"{prompts.SPEAKER_USER}：{content}"

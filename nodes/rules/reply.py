@@ -95,9 +95,21 @@ def parse_reply(text: str) -> list[ReplySegment]:
     return segments
 
 
-def format_reply(segments: Sequence[Mapping[str, Any]]) -> str:
-    """The reply text of parsed segments (seed 000 format), the inverse of `parse_reply`."""
+def render_segments(segments: Sequence[Mapping[str, Any]], *, emotion: bool = True, tts: bool = True) -> str:
+    """Segments as the seed-000 text `【emotion】content<tts>(action)`, each empty field left out with its brackets;
+    `emotion=False` / `tts=False` leave those out too (the query rewrite shows content and action only, the
+    core-memory request leaves out the tts text, often another language)."""
     return "".join(
-        format_own_line(s.get("original_emotion"), s["content"], s.get("tts_content"), s.get("action_content"))
+        format_own_line(
+            s.get("original_emotion") if emotion else None,
+            s["content"],
+            s.get("tts_content") if tts else None,
+            s.get("action_content"),
+        )
         for s in segments
     )
+
+
+def format_reply(segments: Sequence[Mapping[str, Any]]) -> str:
+    """The reply text of parsed segments (seed 000 format), the inverse of `parse_reply`."""
+    return render_segments(segments)

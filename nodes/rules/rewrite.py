@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.reply import parse_reply
+from personalab.nodes.rules.reply import parse_reply, render_segments
 
 HISTORY_MIN = 5
 HISTORY_MAX = 10
@@ -41,8 +41,7 @@ def needs_rewrite(recent_messages: Sequence[Mapping[str, str]]) -> bool:
 def _shown(message: Mapping[str, str]) -> str:
     content = message.get("content", "")
     if message.get("role") == "assistant":
-        segments = parse_reply(content)
-        content = "".join(s["content"] + (f"({s['action_content']})" if s["action_content"] else "") for s in segments)
+        content = render_segments(parse_reply(content), emotion=False, tts=False)
     content = " ".join(content.split())
     return content if len(content) <= LINE_LIMIT else content[:LINE_LIMIT] + "…"
 
