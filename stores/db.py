@@ -108,7 +108,9 @@ def _schema_lock(engine: Engine) -> Iterator[None]:
     if engine.dialect.name != "postgresql":
         yield
         return
-    key = "(:cls, hashtext(current_schema()))"
+    # current_schema() is NULL when the search path names no existing schema (one dropped under a running
+    # process): pg_try_advisory_lock would then answer NULL, never true, and the loop wait out its deadline
+    key = "(:cls, hashtext(coalesce(current_schema(), '')))"
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         deadline = time.monotonic() + SCHEMA_LOCK_WAIT_S
         while not conn.execute(text(f"SELECT pg_try_advisory_lock{key}"), {"cls": SCHEMA_LOCK_CLASS}).scalar():

@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
 from personalab.nodes.rules.validation import Flag, Number, Text, Whole, json_type, validated
-from personalab.nodes.rules.worldbook import WorldbookEntry, validate_entry
+from personalab.nodes.rules.worldbook import EXPORTED_FIELDS, WorldbookEntry, validate_entry
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.files import check_json_tree, read_json, write_file
 from personalab.stores.worldbook import (
@@ -244,25 +244,7 @@ class ParsedWorldbook:
     ignored_fields: list[str] = field(default_factory=list)
 
 
-OUR_FIELDS = {
-    "uid",
-    "title",
-    "content",
-    "keywords",
-    "secondary_keywords",
-    "selective_logic",
-    "trigger_type",
-    "kind",
-    "priority",
-    "constant",
-    "enabled",
-    "position",
-    "relevance_weight",
-    "emotional_weight",
-    "time_decay_factor",
-    "emotions",
-    "temporal",
-}
+OUR_FIELDS = {"uid", *EXPORTED_FIELDS}  # our own file format: the exported fields and the entry's uid
 
 
 def parse_worldbook(data: Any) -> ParsedWorldbook:
