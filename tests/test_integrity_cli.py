@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from personalab.graph.cli import main
+from cli_helpers import cli, one_line
 from personalab.graph.cli.output import json_text, safe
 from personalab.graph.runner import create_sample_instance
 from personalab.nodes.rules.errors import InvalidInput
@@ -31,18 +31,6 @@ from sqlmodel import col, func, select
 BIG = "99999999999999999999"  # above int64: OverflowError on SQLite, "integer out of range" on PostgreSQL
 PAST_INT32 = "3000000000"  # above PostgreSQL's INTEGER: "integer out of range" even in a comparison
 PERSONALAB = str(Path(sys.executable).with_name("personalab"))
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture

@@ -16,24 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from personalab.graph.cli import main
+from cli_helpers import cli, one_line
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores import files, worldbook_files
 from personalab.stores.files import MAX_JSON_DEPTH, parse_json, read_file, read_json, write_file
 
 ENTRY = {"format": "personalab.worldbook", "version": 1, "entries": [{"content": "雷娜的旧据点", "keywords": ["据点"]}]}
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def full_device(folder: Path) -> Path:
