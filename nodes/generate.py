@@ -15,6 +15,7 @@ from personalab.nodes.llm import get_chat_model, model_label
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,18 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
     )
 
 
+def prompt_messages(prompt: Any) -> list[PromptMessage]:
+    """The assembled prompt as the turn's output shows it: every message with its region."""
+    return [
+        {"role": message["role"], "region": region, "content": message["content"]}
+        for message, region in zip(prompt.messages, prompt.regions, strict=True)
+    ]
+
+
 def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     prompt = build_prompt(state, ctx)
+    sent = prompt_messages(prompt)
     model = get_chat_model("reply")
     label = model_label(model)
     parts: list[str] = []
@@ -75,17 +85,23 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         return {
             "error": f"model error ({type(exc).__name__}): {exc}",
             "model": label,
+            "prompt": sent,
             "debug": {"prompt": prompt.debug},
         }
     debug: dict[str, Any] = {"prompt": prompt.debug, "finish_reason": finish}
     text = "".join(parts)
     if not text.strip():
-        return {"error": "model returned an empty reply", "model": label, "debug": debug}
+        return {"error": "model returned an empty reply", "model": label, "prompt": sent, "debug": debug}
     if finish is None:
         # the stream ended without the model's end (a dropped connection, a proxy's timeout): what came is a
         # fragment, and storing it as the reply would put words in the character's mouth
-        return {"error": "model stream ended without its end (cut off); no reply stored", "model": label, "debug": debug}
+        return {
+            "error": "model stream ended without its end (cut off); no reply stored",
+            "model": label,
+            "prompt": sent,
+            "debug": debug,
+        }
     if len(text) > ctx.max_reply_chars:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
         text = text[: ctx.max_reply_chars]
-    return {"reply_raw": text, "model": label, "debug": debug}
+    return {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}

@@ -189,6 +189,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "memory_blocks": [],
         "injected": {},
         "director_events": None,
+        "prompt": [],
         "reply_raw": "",
         "reply": "",
         "reply_lines": [],

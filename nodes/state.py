@@ -26,6 +26,7 @@ from personalab.nodes.rules.types import (
     HostLine,
     MemoryBlock,
     PlotState,
+    PromptMessage,
     Relationship,
     ReplySegment,
 )
@@ -110,6 +111,9 @@ class TurnOutput(TypedDict, total=False):
     stored. None when the turn succeeded."""
     gap: GapName
     """The real-time gap since the previous turn: the host's `time_gap`, or computed (seed 003)."""
+    prompt: list[PromptMessage]
+    """The full prompt sent to the model this turn, message by message with its region, so anyone can check
+    what a turn saw; empty when the turn failed before generation."""
     review: dict[str, Any] | None
     """The post-turn review (seed 003 ReviewOutput): skipped, should_write_memory, memory_value,
     relationship_delta, suggest_plot_node, suggest_worldbook_update, quality, reasons, …; None when it did

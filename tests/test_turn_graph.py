@@ -522,7 +522,7 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         "instance_id",
         # the output
         "reply", "reply_lines", "plot_state", "core_memory", "relationship", "retrieved", "memory_blocks",
-        "injected", "director_events", "turn", "model", "error", "gap", "review", "debug",
+        "injected", "director_events", "turn", "model", "error", "gap", "prompt", "review", "debug",
         # the nodes' own
         "core_memory_versions", "worldbook_fired", "state_events", "lock_token", "character", "user_line_id",
         "query", "reply_raw", "story_state_id",

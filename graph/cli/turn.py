@@ -49,6 +49,7 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
         "review": state.get("review"),
         "retrieved_events": state.get("retrieved"),
         "director_events": state.get("director_events"),
+        "prompt": state.get("prompt") or [],
         "dropped": {region: info.get("dropped", []) for region, info in prompt.items() if isinstance(info, dict)},
         "timings_ms": debug.get("timings_ms"),
         "total_ms": debug.get("total_ms"),

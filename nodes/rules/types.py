@@ -162,6 +162,18 @@ class MemoryBlock(TypedDict):
 
 
 @with_config(DESCRIBED)
+class PromptMessage(TypedDict):
+    """One message of the prompt sent to the model, with the seed 002 region it belongs to."""
+
+    role: str
+    """system, user or assistant."""
+    region: str
+    """head, middle, retrieved or tail (seed 002 Prompt区域分配策略)."""
+    content: str
+    """The text as sent."""
+
+
+@with_config(DESCRIBED)
 class DirectorEvents(TypedDict):
     """The director's two layers of story events (seed 002 需求1 兜底机制), best first."""
 
