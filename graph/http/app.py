@@ -7,7 +7,6 @@ Each part of the served API is an ``APIRouter`` in its own module, included here
 from __future__ import annotations
 
 from fastapi import FastAPI
-
 from personalab.graph.http.library import router as library_router
 
 app = FastAPI(title="PersonaLab")
