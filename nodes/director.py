@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
-from personalab.stores.background import search_with_cap
+from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.events import take_prefetched_story
 
 
@@ -18,12 +18,15 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query."""
     ctx = context_of(runtime)
     search = story_search(state, state["plot_state"])
+    # read your writes: the earlier turns' events (and the search queued behind them) are in before this reads
+    waited_ms = wait_for_writes(state["instance_id"])
     found = take_prefetched_story(search, state["turn"])
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}
     else:
         found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
         debug["source"] = "searched in the turn"
+    debug["waited_for_writes_ms"] = waited_ms
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
     # other play-throughs are reference only: one that is not about this outline point (say, another user's
     # secret) must not reach this prompt at all, labelled or not

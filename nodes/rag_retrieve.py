@@ -27,7 +27,7 @@ from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, 
 from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
-from personalab.stores.background import run_in_background, search_with_cap
+from personalab.stores.background import run_in_background, search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
@@ -122,7 +122,11 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
 
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
+    # read your writes: the earlier turns' memories, mention marks and index rebuilds of this instance, written
+    # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
+    waited_ms = wait_for_writes(state["instance_id"])
     found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
+    debug["waited_for_writes_ms"] = waited_ms
     if not found:
         return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
     injection = found["injection"]

@@ -1,5 +1,6 @@
-"""The process's background work: one writer thread for store writes off the reply's path (seed 002 事件写入异步执行),
-held back while the turn that queued them runs, and the capped search pool (seed 002 需求3: 1.5 s)."""
+"""The process's background work: store writes off the reply's path (seed 002 事件写入异步执行), in order per
+instance, held back while the turn that queued them runs and waited for by the instance's next turn (read your
+writes), and the capped search pool (seed 002 需求3: 1.5 s)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import atexit
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -14,8 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger(__name__)
-_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
-_pending: list[Future[Any]] = []
 
 
 # Turns running in this process: instance id → {part: mark}. The graph marks its part from taking the
@@ -32,6 +32,9 @@ _marks_changed = threading.Condition()
 def turn_started(instance_id: int, part: str = "graph") -> None:
     with _marks_changed:
         _marks.setdefault(instance_id, {})[part] = object()
+    if part == "graph":
+        with _lanes_changed:  # what this turn must read (`wait_for_writes`): the writes queued before it
+            _horizon[instance_id] = _queued.get(instance_id, 0)
 
 
 def turn_ended(instance_id: int, part: str = "graph") -> None:
@@ -42,6 +45,9 @@ def turn_ended(instance_id: int, part: str = "graph") -> None:
         if not marks:
             _marks.pop(instance_id, None)
         _marks_changed.notify_all()
+    if part == "graph":
+        with _lanes_changed:
+            _horizon.pop(instance_id, None)
 
 
 @contextmanager
@@ -74,12 +80,69 @@ def _after_turn_of(fn: Any, instance_id: int | None) -> Any:
     return job
 
 
+# Lanes: the work queued for one instance runs in order on that instance's own writer thread (started when work
+# arrives, ended when its lane is empty), so a write held back for one instance's running turn never holds
+# another instance's writes back. `_one_writer` lets one store write run at a time, as a single writer did: the
+# writes never compete with each other for the interpreter. Per instance, `_queued` counts the jobs ever queued
+# and `_done` those finished, in order: a turn reads its own instance's writes by waiting until `_done` reaches
+# `_queued` as it was when the turn started (`turn_started` keeps it in `_horizon`), not for the writes the turn
+# itself queues meanwhile.
+_Job = tuple[Any, tuple[Any, ...], dict[str, Any], "Future[Any]"]
+_lanes: dict[int | None, deque[_Job]] = {}
+_queued: dict[int | None, int] = {}
+_done: dict[int | None, int] = {}
+_horizon: dict[int, int] = {}
+_lanes_changed = threading.Condition()
+_one_writer = threading.Lock()
+READ_YOUR_WRITES_TIMEOUT_S = 30.0  # a turn waits at most this long for its instance's writes (a stuck store)
+
+
+def _drain(key: int | None) -> None:
+    lane = _lanes[key]
+    while True:
+        with _lanes_changed:
+            if not lane:
+                del _lanes[key]
+                return
+            fn, args, kwargs, future = lane[0]
+        if future.set_running_or_notify_cancel():
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the future, logged by its callback
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+        with _lanes_changed:
+            lane.popleft()
+            _done[key] = _done.get(key, 0) + 1
+            _lanes_changed.notify_all()
+
+
+def _one_at_a_time(fn: Any) -> Any:
+    def job(*args: Any, **kwargs: Any) -> Any:
+        with _one_writer:
+            return fn(*args, **kwargs)
+
+    return job
+
+
 def run_in_background(fn: Any, *args: Any, after_turn_of: int | None = None, **kwargs: Any) -> Future[Any]:
-    """Queue a store write on the single background worker (in order); `after_turn_of`: it starts when that
-    instance's running turn ends (at most `MAX_DEFER_S` later). Failures are logged, never raised into the turn."""
-    future = _writer.submit(_after_turn_of(fn, after_turn_of), *args, **kwargs)
+    """Queue a store write on the background writer of instance `after_turn_of` (in order per instance); it
+    starts when that instance's running turn ends (at most `MAX_DEFER_S` later), and the instance's next turn
+    waits for it (`wait_for_writes`). Failures are logged, never raised into the turn."""
+    future: Future[Any] = Future()
     future.add_done_callback(_log_failure)
-    _pending.append(future)
+    job: _Job = (_after_turn_of(_one_at_a_time(fn), after_turn_of), args, kwargs, future)
+    with _lanes_changed:
+        _queued[after_turn_of] = _queued.get(after_turn_of, 0) + 1
+        lane = _lanes.get(after_turn_of)
+        start = lane is None
+        if lane is None:
+            lane = _lanes[after_turn_of] = deque()
+        lane.append(job)
+    if start:
+        name = f"writer-{'any' if after_turn_of is None else after_turn_of}"
+        threading.Thread(target=_drain, args=(after_turn_of,), name=name, daemon=True).start()
     return future
 
 
@@ -88,13 +151,40 @@ def _log_failure(future: Future[Any]) -> None:
         log.error("background store write failed: %s", future.exception())
 
 
+def pending_writes(instance_id: int | None) -> int:
+    """Writes queued for the instance and not finished yet."""
+    with _lanes_changed:
+        return _queued.get(instance_id, 0) - _done.get(instance_id, 0)
+
+
+def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S) -> float:
+    """Read your writes: block until the writes queued for `instance_id` before its running turn started (all
+    of them, outside a turn) are done; the writes of other instances are not waited for. Returns the
+    milliseconds waited."""
+    started = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    with _lanes_changed:
+        target = _horizon.get(instance_id, _queued.get(instance_id, 0))
+        while _done.get(instance_id, 0) < target:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("instance %s: its earlier writes are still running after %.0f s", instance_id, timeout)
+                break
+            _lanes_changed.wait(left)
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
 def flush_event_writes(timeout: float = 60.0) -> None:
-    while _pending:
-        future = _pending.pop(0)
-        try:
-            future.result(timeout=timeout)
-        except Exception:  # noqa: BLE001 - already logged by the callback
-            pass
+    """Wait for every write queued so far, of every instance (CLI exit, tests, batch runs)."""
+    deadline = time.monotonic() + timeout
+    with _lanes_changed:
+        targets = dict(_queued)
+        while any(_done.get(key, 0) < count for key, count in targets.items()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("background store writes still running after %.0f s", timeout)
+                return
+            _lanes_changed.wait(left)
 
 
 # A search that overruns its cap keeps its worker until it ends; a few workers keep the next turns moving.

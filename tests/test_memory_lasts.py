@@ -1,0 +1,74 @@
+"""Issue 11 part A, memory that lasts: read your writes (one process, back-to-back turns; two CLI processes in
+sequence), cold start of a one-shot CLI turn, mentioned means used, don't repeat the recent dialogue, relative
+time on injected memories, the director's between-turns search seeing later events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.stores.memory import MemoryStore
+
+FACT = "我妹妹叫林小禾，今年十二岁，住在银杏镇。"
+QUESTION = "你还记得我妹妹林小禾住在哪里吗？"
+FILLER = ["今天风很大。", "我们往北走吧。", "水壶里还有水吗？", "前面好像有人。"]
+
+
+def contents(state: dict[str, Any]) -> list[str]:
+    return [item["content"] for item in state.get("retrieved") or []]
+
+
+def test_back_to_back_turns_retrieve_the_previous_turns_memories(sqlite_url: str) -> None:
+    """No pause, no flush between turns: each turn's retrieval reads the memories the turns before it wrote
+    (written after their replies, off the reply's path)."""
+    instance = create_sample_instance(sqlite_url)
+    # a one-turn recent-dialogue window, so the fact's turn is a memory (not the dialogue) when it is asked about
+    with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
+        run_turn(graph, ctx, instance, FILLER[0])
+        run_turn(graph, ctx, instance, FACT)
+        asked = run_turn(graph, ctx, instance, QUESTION)
+        # what the turn just before wrote is in the store: its memory (turn 2) was written before turn 3 searched
+        assert {1, 2} <= {entry.turn for entry in MemoryStore(db_url=sqlite_url).list_memories(instance)}
+    assert asked["debug"]["retrieval"]["status"] == "ok"
+    assert any("林小禾" in text and "第2轮" in text for text in contents(asked)), contents(asked)
+
+
+PERSONALAB = str(Path(sys.executable).with_name("personalab"))
+
+
+def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A fresh `personalab` process (cold: nothing loaded), offline, with a one-turn recent-dialogue window."""
+    env = {**os.environ, "PERSONALAB_DATA_DIR": str(data), "PERSONALAB_LLM": "scripted", "PERSONALAB_RECALL_TURNS": "1"}
+    env.pop("PERSONALAB_DATABASE_URL", None)
+    env.pop("OPENAI_API_KEY", None)
+    return subprocess.run([PERSONALAB, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_one_shot_cli_turns_in_sequence_read_each_others_memories(tmp_path: Path) -> None:
+    """Two `personalab turn` processes in sequence: the first flushes its writes before it exits, the second
+    (a cold process) retrieves them within its time cap, and its `--json` output says so."""
+    data = tmp_path / "data"
+    created = _cli(data, "instance", "create", "--sample")
+    assert created.returncode == 0, created.stderr
+    instance = created.stdout.strip()
+    for message in (FACT, FILLER[0]):
+        played = _cli(data, "turn", "--instance", instance, message)
+        assert played.returncode == 0, played.stderr
+    second = _cli(data, "turn", "--instance", instance, "--json", QUESTION)
+    assert second.returncode == 0, second.stderr
+    out = json.loads(second.stdout)
+    assert out["debug"]["retrieval"]["status"] == "ok", out["debug"]["retrieval"]
+    assert any("林小禾" in item["content"] for item in out["retrieved_events"])
+    retrieved_region = [m for m in out["prompt"] if m.get("region") == "retrieved"]
+    assert any("林小禾" in m["content"] for m in retrieved_region), out["prompt"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(pytest.main([__file__, "-x", "-q"]))
