@@ -13,6 +13,12 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model, model_label
 from personalab.nodes.rules import prompts
+from personalab.nodes.rules.character import (
+    EXAMPLE_DIALOGUE_LABEL,
+    POST_HISTORY_LABEL,
+    definition_parts,
+    substitute,
+)
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
 from personalab.nodes.rules.types import PromptMessage
@@ -44,12 +50,23 @@ def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
 def build_prompt(state: TurnState, ctx: Context) -> Any:
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
+    name, user = character["name"], state.get("user_name")
+
+    def field(key: str) -> str:
+        # {{char}} / {{user}} replaced in every character field that reaches the model (issue 13)
+        return substitute(str(character.get(key) or ""), name, user)
+
+    examples = field("example_dialogue")
+    post_history = field("post_history_instructions")
     return assemble_prompt(
-        system_instruction=prompts.role_play_instruction(character["name"]),
+        system_instruction=prompts.role_play_instruction(name),
+        character_parts=definition_parts({key: field(key) for key in ("system_prompt", "persona", "description")}),
+        example_dialogue=EXAMPLE_DIALOGUE_LABEL + "\n" + examples if examples.strip() else "",
+        post_history=POST_HISTORY_LABEL + "\n" + post_history if post_history.strip() else "",
         core_memory=state.get("core_memory", {}),
         plot_state=state["plot_state"],
         relationship=state.get("relationship") or None,
-        world_setting=character.get("world_setting", ""),
+        world_setting=field("world_setting"),
         recent_messages=recent,
         retrieved_blocks=retrieved_blocks(state),
         user_input=latest or state["message"],

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
-from personalab.nodes.rules.core_memory import LAST_TURNS, initial_core_memory
+from personalab.nodes.rules.character import persona_text, seeded_core_memory
+from personalab.nodes.rules.core_memory import LAST_TURNS
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
@@ -138,6 +139,25 @@ def kept_state(session: Session, state: TurnState, instance_id: int) -> dict[str
     return kept
 
 
+def character_of(role: Role | None, name: str, background_id: int | None, world_setting: str) -> Character:
+    """The turn's character: every field of the role that reaches the model, "" for an empty one (issue 13)."""
+
+    def text(value: str | None) -> str:
+        return value or ""
+
+    return {
+        "role_id": role.id if role else None,
+        "name": name,
+        "persona": persona_text(role.model_dump()) if role else "",
+        "background_id": background_id,
+        "world_setting": world_setting,
+        "description": text(role.description) if role else "",
+        "system_prompt": text(role.system_prompt) if role else "",
+        "example_dialogue": text(role.example_dialogue) if role else "",
+        "post_history_instructions": text(role.post_history_instructions) if role else "",
+    }
+
+
 def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     instance_id = state.get("instance_id")
@@ -169,13 +189,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         release_turn_lock(instance_id, token, ctx.database_url)
         raise
 
-    character: Character = {
-        "role_id": save.role_id,
-        "name": name,
-        "persona": role.persona if role else "",
-        "background_id": save.background_id,
-        "world_setting": background.world_setting if background else "",
-    }
+    character = character_of(role, name, save.background_id, background.world_setting if background else "")
     update: TurnUpdate = {
         **cast(TurnUpdate, kept),
         "turn": kept.get("turn", 0) + 1,
@@ -206,7 +220,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if not kept.get("plot_state"):
         update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])
     if not kept.get("core_memory"):
-        update["core_memory"] = initial_core_memory(character["name"], character["persona"])
+        # seeded from the role's persona fields (seed 002 会话实例: 复制角色定义 → 独立角色状态)
+        update["core_memory"] = seeded_core_memory(character["name"], role.model_dump() if role else {})
         update["core_memory_versions"] = []
     for name_, empty in (("relationship", {}), ("worldbook_fired", {}), ("state_events", [])):
         update.setdefault(name_, empty)  # type: ignore[misc]

@@ -80,15 +80,44 @@ def _engine(url: str) -> Engine:
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the missing tables, one creator at a time (see the module doc); no-op when none is missing."""
+    """Create the missing tables and add the missing nullable columns, one creator at a time (see the module
+    doc); no-op when nothing is missing."""
     with engine.connect() as conn:
-        if set(SQLModel.metadata.tables) <= set(inspect(conn).get_table_names()):
+        if set(SQLModel.metadata.tables) <= set(inspect(conn).get_table_names()) and not _missing_columns(conn):
             return
     with _schema_lock(engine), engine.begin() as conn:
         if engine.dialect.name == "sqlite":
             # pysqlite opens no transaction for DDL on its own: take SQLite's write lock for the whole creation
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         SQLModel.metadata.create_all(conn)  # checkfirst: sees what an earlier creator made
+        add_missing_columns(conn)
+
+
+def _missing_columns(conn: Any) -> list[tuple[str, Any]]:
+    """(table, column) of the model's columns an existing table lacks (a database made by an older version)."""
+    inspector = inspect(conn)
+    existing = set(inspector.get_table_names())
+    missing: list[tuple[str, Any]] = []
+    for name, table in SQLModel.metadata.tables.items():
+        if name in existing:
+            have = {column["name"] for column in inspector.get_columns(name)}
+            missing.extend((name, column) for column in table.columns if column.name not in have)
+    return missing
+
+
+def add_missing_columns(conn: Any) -> list[str]:
+    """Add the model's nullable columns an existing table lacks (`ALTER TABLE … ADD COLUMN`), inside the
+    creator's transaction; idempotent. Columns added by a later version are nullable for this reason: a
+    NOT NULL one cannot be added to a table with rows, and is left for a migration (named in the error)."""
+    added = []
+    for table, column in _missing_columns(conn):
+        if not column.nullable:
+            raise StoreUnavailable(f"table {table} lacks the NOT NULL column {column.name}: migrate the database")
+        kind = column.type.compile(dialect=conn.dialect)
+        preparer = conn.dialect.identifier_preparer
+        conn.exec_driver_sql(f"ALTER TABLE {preparer.quote(table)} ADD COLUMN {preparer.quote(column.name)} {kind}")
+        added.append(f"{table}.{column.name}")
+    return added
 
 
 @contextmanager

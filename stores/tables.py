@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy import JSON, Column, LargeBinary, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -29,6 +30,18 @@ class Role(SQLModel, table=True):
     avatar: str | None = None
     persona: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+    # Added by issue 13 (character library): nullable, so a database made before them gains them by
+    # `stores.db.add_missing_columns`; None reads as empty. The avatar image is stored with the character.
+    avatar_image: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    avatar_mime: str | None = None
+    traits: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    backstory: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    motives: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    greetings: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    example_dialogue: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    system_prompt: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    post_history_instructions: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    updated_at: datetime | None = None
 
 
 class Background(SQLModel, table=True):
@@ -40,6 +53,7 @@ class Background(SQLModel, table=True):
     name: str
     world_setting: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime | None = None  # issue 13: nullable, added to an older database by add_missing_columns
 
 
 class OutlinePoint(SQLModel, table=True):

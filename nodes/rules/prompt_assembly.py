@@ -171,11 +171,19 @@ def assemble_prompt(
     budgets: RegionBudgets | None = None,
     turn: int | None = None,
     position_texts: Mapping[str, str] | None = None,
+    character_parts: Sequence[tuple[str, str]] = (),
+    example_dialogue: str = "",
+    post_history: str = "",
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
     `turn` (the turn being answered) is shown in the head so the model can relate it to `last_progress_turn`.
     `position_texts`: world-book text for the `user` / `assistant` positions (seed 004), put in the tail.
+    The character's own fields (issue 13): `character_parts` — (name, text) of its system prompt, persona and
+    description — follow the system instruction in the head; over the head's budget the `description` part goes
+    (named in the debug), the others stay whole. `example_dialogue` follows the world setting in the middle and
+    is the first thing the middle drops when over budget (named). `post_history` opens the tail, right after the
+    dialogue and before the user's input, never cut.
     """
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
@@ -190,8 +198,9 @@ def assemble_prompt(
     def count(messages: list[dict[str, str]]) -> int:
         return count_tokens_approximately(messages, chars_per_token=budgets.chars_per_token) if messages else 0
 
-    # head — pinned
+    # head — pinned, but for the character's description (issue 13), which goes first when over budget
     head_parts = [system_instruction.strip()]
+    head_parts.extend(text.strip() for _, text in character_parts if text.strip())
     if turn is not None:
         head_parts.append(prompts.HEAD_TURN.format(turn=turn))
     head_parts.append(prompts.HEAD_CORE_MEMORY + "\n" + _json(dict(core_memory)))
@@ -201,6 +210,18 @@ def assemble_prompt(
         head_parts.append(prompts.HEAD_RELATIONSHIP + "\n" + _json(dict(relationship)))
     head = [{"role": "system", "content": "\n\n".join(head_parts)}]
     head_debug = _region(count(head), budgets.head)
+    description = next((text.strip() for name, text in character_parts if name == "description" and text.strip()), "")
+    if head_debug["over_budget"] and description:
+        head_parts.remove(description)
+        head = [{"role": "system", "content": "\n\n".join(head_parts)}]
+        head_debug = _region(count(head), budgets.head)
+        head_debug["dropped"].append(
+            {
+                "item": "character description",
+                "preview": _preview(description),
+                "reason": f"head over its budget of {budgets.head} tokens: the description goes first",
+            }
+        )
     if head_debug["over_budget"]:
         head_debug["notes"].append(
             f"head is {head_debug['tokens']} tokens, over its budget of {budgets.head}; nothing is dropped from the "
@@ -211,10 +232,13 @@ def assemble_prompt(
     setting = [{"role": "system", "content": prompts.WORLD_SETTING + "\n" + world_setting.strip()}]
     if not world_setting.strip():
         setting = []
+    examples = [{"role": "system", "content": example_dialogue.strip()}] if example_dialogue.strip() else []
     recent = [dict(m) for m in recent_messages]
     for number, message in enumerate(recent):
         if message.get("role") not in ("system", "user", "assistant") or not isinstance(message.get("content"), str):
-            raise InvalidInput(f"recent_messages[{number}]: expected a dict with role system/user/assistant and content")
+            raise InvalidInput(
+                f"recent_messages[{number}]: expected a dict with role system/user/assistant and content"
+            )
     units = _units(recent)
     middle_debug = _region(0, budgets.middle)
     turns_total = sum(1 for kind, _, _ in units if kind == "turn")
@@ -248,14 +272,24 @@ def assemble_prompt(
         )
     unit_tokens = [count(recent[start:end]) for _, start, end in kept]
     setting_tokens = count(setting)
-    total = setting_tokens + sum(unit_tokens)
+    total = setting_tokens + count(examples) + sum(unit_tokens)
+    if examples and total > budgets.middle:
+        total -= count(examples)
+        middle_debug["dropped"].append(
+            {
+                "item": "example dialogue",
+                "preview": _preview(examples[0]["content"]),
+                "reason": f"middle region over its budget of {budgets.middle} tokens: the example dialogue goes first",
+            }
+        )
+        examples = []
     while kept and total > budgets.middle:
         unit = kept.pop(0)
         total -= unit_tokens.pop(0)
         middle_debug["dropped"].append(
             describe(*unit, f"middle region over its budget of {budgets.middle} tokens: oldest dialogue goes first")
         )
-    middle = setting + [m for _, start, end in kept for m in recent[start:end]]
+    middle = setting + examples + [m for _, start, end in kept for m in recent[start:end]]
     middle_debug.update(tokens=count(middle), turns_total=turns_total)
     middle_debug["turns_kept"] = sum(1 for kind, _, _ in kept if kind == "turn")
     middle_debug["over_budget"] = middle_debug["tokens"] > budgets.middle
@@ -303,6 +337,8 @@ def assemble_prompt(
         tail.insert(0, {"role": "assistant", "content": position_texts["assistant"].strip()})
     if position_texts.get("user", "").strip():
         tail[-1] = {"role": "user", "content": position_texts["user"].strip() + "\n\n" + user_input.strip()}
+    if post_history.strip():
+        tail.insert(0, {"role": "system", "content": post_history.strip()})
     tail_debug = _region(count(tail), budgets.tail)
     if tail_debug["over_budget"]:
         tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")

@@ -73,11 +73,19 @@ class Character(TypedDict):
     name: str
     """The character's name."""
     persona: str
-    """The role's initial persona text."""
+    """The role's initial persona: free text, traits, backstory and core motives, labelled ("" when none)."""
     background_id: int | None
     """The background's id."""
     world_setting: str
     """The background's world setting."""
+    description: str
+    """The character's description (prompt head; "" when none)."""
+    system_prompt: str
+    """The character's own system prompt (prompt head; "" when none)."""
+    example_dialogue: str
+    """Example dialogue showing how the character speaks (prompt middle; "" when none)."""
+    post_history_instructions: str
+    """Instructions placed after the dialogue, right before the user's input (prompt tail; "" when none)."""
 
 
 @with_config(DESCRIBED)
