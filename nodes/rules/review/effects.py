@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.importance import raised_importance
 from personalab.nodes.rules.keywords import extract_keywords, has_han
 from personalab.nodes.rules.review.types import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
@@ -481,15 +482,19 @@ def plan_review_effects(
 MIN_TURN_IMPORTANCE = 0.1
 
 
-def turn_memories(review: ReviewOutput, plan: Mapping[str, Any], event_text: str, turn: int) -> list[dict[str, Any]]:
+def turn_memories(
+    review: ReviewOutput, plan: Mapping[str, Any], event_text: str, turn: int, user_message: str = ""
+) -> list[dict[str, Any]]:
     """The memories a reviewed turn leaves (seeds 001 + 003): the turn itself, always, in the active layer and
-    worth what the review says it is worth (an ordinary exchange fades with the layers, a turning point stays);
-    plus a relationship memory when the relationship moved a lot."""
+    worth what the review says it is worth (an ordinary exchange fades with the layers, a turning point stays),
+    raised to the fact estimate of the user's message where the review's table gives less
+    (`nodes.rules.importance`: "我妹妹今年十二岁" is worth keeping though the table gives it 0); plus a
+    relationship memory when the relationship moved a lot."""
     memories = [
         {
             "content": event_text,
             "type": "conversation" if review.should_write_memory else "event",
-            "importance": max(MIN_TURN_IMPORTANCE, review.memory_value),
+            "importance": max(MIN_TURN_IMPORTANCE, raised_importance(review.memory_value, user_message)),
             "tags": ["important"] if review.should_write_memory else [],
             "turn": turn,
         }
