@@ -2,7 +2,8 @@
 `save.last_message_id` advances in the same transaction that records the turn and stores the story state it
 leaves (turn counter, plot, relationship, core memory: `story_state`). The instance stays locked until the turn
 ends (`end_turn`), so the next turn starts from everything this one changed. The turn's event is queued for the
-archival store off the reply's critical path."""
+archival store off the reply's critical path, and the turn's lines (host lines, the user's, the reply's) are
+added to the instance's dialogue record (`nodes.rules.record`: what was said, never faded), each with its line id."""
 
 from __future__ import annotations
 
@@ -12,14 +13,18 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy
+from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
+from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.events import write_event_async
+from personalab.stores.memory import MemoryStore
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
+from personalab.stores.vectors import chroma_path
 
 
 def reply_line_rows(segments: list[ReplySegment], character: Character) -> list[dict[str, Any]]:
@@ -57,6 +62,10 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
+        reply_lines = [
+            {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}
+            for line in written
+        ]
     write_event_async(
         turn_event_text(
             state["turn"], state.get("user_name") or "用户", state["message"], character["name"], state["reply"]
@@ -66,11 +75,34 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         background_id=character.get("background_id"),
         turn=state["turn"],
     )
+    record_turn_lines(state, ctx.database_url, reply_lines)
     prefetched = prefetch_next_turn(state, ctx.stall_turns)  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {"reply_line_ids": [line.id for line in written], "director_prefetch": prefetched},
     }
+
+
+def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: list[dict[str, Any]]) -> None:
+    """Queue this turn's lines for the dialogue record (off the reply's path, on the instance's writer, so the
+    next turn of the instance reads them): the host's and the user's lines (the end of the path read this
+    turn) and the reply's, each with the line before it as context."""
+    history = state.get("history") or []
+    count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
+    asked = [line for line in history[-count:] if line.get("id") is not None]
+    before = history[-count - 1] if len(history) > count else None
+    character = state["character"]
+    items = record_items(
+        [*asked, *reply_lines],
+        state["turn"],
+        character_role_id=character.get("role_id"),
+        character_name=character["name"],
+        user_name=state.get("user_name"),
+        previous_line=before,
+    )
+    if items:
+        store = MemoryStore(db_url=database_url, chroma_path=chroma_path())
+        run_in_background(store.add_memories, state["instance_id"], items, after_turn_of=state["instance_id"])
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -36,6 +36,7 @@ import numpy as np
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.memory_layers import (
+    RECORD_LAYER,
     Layer,
     LayerMemory,
     MaintenancePlan,
@@ -43,6 +44,7 @@ from personalab.nodes.rules.memory_layers import (
     Transition,
     check_importance,
     initial_importance,
+    is_record,
     parse_layer,
     parse_type,
 )
@@ -108,6 +110,21 @@ def _check_turn(turn: object) -> int:
     return turn
 
 
+def _check_line_id(line_id: object) -> int | None:
+    if line_id is None:
+        return None
+    if isinstance(line_id, bool) or not isinstance(line_id, int) or not 0 <= line_id <= 2**31 - 1:
+        raise InvalidInput(f"line_id {line_id!r} is not a line id (a whole number ≥ 0)")
+    return line_id
+
+
+def _layer_name(value: object) -> str:
+    """A layer name the store accepts: one of the four layers, or ``record`` (the dialogue record)."""
+    if str(value).strip().lower() == RECORD_LAYER:
+        return RECORD_LAYER
+    return parse_layer(str(value)).value
+
+
 def _check_context(context: object) -> str:
     if context is None:
         return ""
@@ -118,9 +135,10 @@ def _check_context(context: object) -> str:
 
 def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """Validate one new memory's fields (`content` required; `context`, `type`, `layer`, `importance`, `tags`,
-    `keywords`, `turn`, `related_character`, `location`, `notes`, `pinned` optional) and fill the defaults:
-    type ``event``, layer ``active`` (seed: 新记忆首先进入Active层), importance by type, keywords extracted
-    from the content. A `context` is stored in front of the content (one line break between) and weighs half
+    `keywords`, `turn`, `related_character`, `location`, `notes`, `pinned`, `line_id` optional) and fill the
+    defaults: type ``event``, layer ``active`` (seed: 新记忆首先进入Active层), importance by type, keywords
+    extracted from the content. A record entry (type ``record``) is always in the layer ``record``, and only a
+    record entry may be in it. A `context` is stored in front of the content (one line break between) and weighs half
     in BM25 (see the module docstring). `ValueError` naming `where` and the bad field."""
     allowed = {
         "content",
@@ -135,6 +153,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "location",
         "notes",
         "pinned",
+        "line_id",
     }
     if not isinstance(item, Mapping):
         raise InvalidInput(f"{where or 'memory'}: must be an object of fields, got {type(item).__name__}")
@@ -145,7 +164,10 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         content = _check_content(item.get("content"))
         context = _check_context(item.get("context"))
         memory_type = parse_type(item.get("type") or MemoryType.EVENT)
-        layer = parse_layer(item.get("layer") or Layer.ACTIVE)
+        layer = _layer_name(item.get("layer") or (RECORD_LAYER if is_record(memory_type) else Layer.ACTIVE))
+        if is_record(memory_type) != (layer == RECORD_LAYER):
+            raise InvalidInput(f"layer {layer!r}: record entries (type record) and only they are in layer record")
+        line_id = _check_line_id(item.get("line_id"))
         importance = item.get("importance")
         importance = initial_importance(memory_type) if importance is None else check_importance(importance)
         tags = _clean_tags(item.get("tags"))
@@ -165,12 +187,13 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
     return {
         "content": f"{context}\n{content}" if context else content,
         "type": memory_type.value,
-        "layer": layer.value,
+        "layer": layer,
         "importance": importance,
         "tags": tags,
         "keywords": keywords,
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
+        "line_id": line_id,
         "search_text": search_text(content, tags, context),
         **texts,
     }
@@ -208,6 +231,7 @@ class MemoryRow(NamedTuple):
     mention_count: int
     pinned: bool
     user_edited: bool
+    line_id: int | None
 
 
 @dataclass(frozen=True)
@@ -502,7 +526,7 @@ class MemoryStore:
         if type is not None:
             changes["type"] = parse_type(type).value
         if layer is not None:
-            changes["layer"] = parse_layer(layer).value
+            changes["layer"] = _layer_name(layer)
         if importance is not None:
             changes["importance"] = check_importance(importance)
         if tags is not None:
@@ -530,6 +554,10 @@ class MemoryStore:
                 entry.layer_since_turn = self._latest_turn(session, instance_id, entry.character_id)
             for name, value in changes.items():
                 setattr(entry, name, value)
+            if is_record(entry.type) != (entry.layer == RECORD_LAYER):
+                raise InvalidInput(
+                    f"memory {memory_id}: record entries (type record) and only they are in layer record"
+                )
             if text_changed:
                 entry.search_text = search_text(entry.content, entry.tags)
                 bump_revision(session, instance_id)
@@ -607,7 +635,7 @@ class MemoryStore:
         limit: int | None = None,
     ) -> list[MemoryEntry]:
         """An instance's memories in id order; all characters unless `character_id` is given."""
-        layer_value = parse_layer(layer).value if layer is not None else None
+        layer_value = _layer_name(layer) if layer is not None else None
         type_value = parse_type(type).value if type is not None else None
         with session_scope(self._url()) as session:
             get_save(session, instance_id)
@@ -721,7 +749,12 @@ class MemoryStore:
             turn = _check_turn(turn)
         with session_scope(self._url()) as session:
             get_save(session, instance_id)
-            rows = session.exec(select(*_LAYER_COLUMNS).where(MemoryEntry.instance_id == instance_id)).all()
+            # the dialogue record is outside the layer flow: never loaded, so never decayed, moved or deleted
+            rows = session.exec(
+                select(*_LAYER_COLUMNS).where(
+                    MemoryEntry.instance_id == instance_id, MemoryEntry.type != MemoryType.RECORD.value
+                )
+            ).all()
             memories: dict[int, list[LayerMemory]] = {}
             types: dict[int, str] = {}
             for row in rows:

@@ -5,6 +5,8 @@ seed's `MemoryEntry` (+ the mention tracking of 避免重复对话的机制 / �
 turn number here, next to a wall-clock time. `memory_index_state` holds a revision number per instance that
 every write changing what the keyword index sees (content, tags, a new or deleted memory) increments in the
 same transaction, so that every process can tell whether its cached BM25 index is still current.
+Record entries (type ``record``, layer ``record``: the dialogue record, `nodes.rules.memory_layers`) share the
+table and carry the `line_id` of the line they keep.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class MemoryEntry(SQLModel, table=True):
     notes: str = ""
 
     mention_count: int = 0
+    # The dialogue line a record entry (type ``record``) was made from, so a branch filter can keep to the
+    # current path of the line tree; None for curated memories. No foreign key: lines are never deleted.
+    line_id: int | None = Field(default=None, index=True)
     last_mentioned_turn: int | None = None
     last_mentioned_at: datetime | None = None
 

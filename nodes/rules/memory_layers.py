@@ -41,6 +41,12 @@ archive        1000      0           —             0.6             permanent (
 So with the default importances by type (`DEFAULT_IMPORTANCE`, after seed 001 各类型说明): an internal
 note (0.3) lives in situational memory and fades; a conversation (0.5) reaches the event log and fades
 there; an event or a relationship (0.7) ends in the archive.
+
+The dialogue record (issue 11, "nothing said is ever unreachable"): every line of an instance's dialogue is
+also kept as a memory of type ``record`` in the pseudo-layer ``record`` (`RECORD_LAYER`), outside the four
+layers. Seed 001's layers, decay and fading apply to the curated memories (what the character keeps in mind),
+not to the record (what happened): the layer flow never loads, moves or deletes a record entry, and the
+retrieval searches both together.
 """
 
 from __future__ import annotations
@@ -79,7 +85,10 @@ class MemoryType(StrEnum):
     SEMANTIC = "semantic"
     TRAIT = "trait"
     GOAL = "goal"
+    RECORD = "record"  # one line of the dialogue record (module docstring): never in the layer flow
 
+
+RECORD_LAYER = "record"  # the layer column of record entries; not a `Layer`: the flow does not know it
 
 MEMORY_TYPES: tuple[MemoryType, ...] = tuple(MemoryType)
 
@@ -97,6 +106,7 @@ DEFAULT_IMPORTANCE: Mapping[MemoryType, float] = {
     MemoryType.SEMANTIC: 0.6,
     MemoryType.TRAIT: 0.8,
     MemoryType.GOAL: 0.7,
+    MemoryType.RECORD: 0.5,
 }
 
 
@@ -114,6 +124,11 @@ def parse_type(value: str) -> MemoryType:
         return MemoryType(str(value).strip().lower())
     except ValueError:
         raise InvalidInput(f"memory type {value!r} is not one of {', '.join(MEMORY_TYPES)}") from None
+
+
+def is_record(memory_type: str | None) -> bool:
+    """Whether a memory of this type is a dialogue-record entry (kept out of the layer flow)."""
+    return memory_type == MemoryType.RECORD.value
 
 
 def check_importance(value: object) -> float:

@@ -632,6 +632,7 @@ def memory_candidate(entry: Any, embedding: np.ndarray | None) -> Candidate:
             "pinned": entry.pinned,
             "user_edited": entry.user_edited,
             "mention_count": entry.mention_count,
+            "line_id": getattr(entry, "line_id", None),  # a dialogue-record entry's line (nodes.rules.record)
         },
     )
 

@@ -1,0 +1,90 @@
+"""The dialogue record (issue 11: nothing said is ever unreachable), as pure rules.
+
+Seed 001's layers, decay and fading apply to the curated memories (what the character keeps in mind). The
+record is what happened: every line of an instance's dialogue — the user's, the host's (narration, other
+characters) and the character's reply — kept as one memory of type ``record`` (layer ``record``) that the
+layer flow never loads, moves or deletes (`nodes.rules.memory_layers`). It lives in the same store and index
+as the curated memories, so the daily retrieval searches both through one hybrid retrieval and scoring; a
+retrieved record item says ``type: record`` and its ``line_id``, so a caller can tell it from a curated
+memory (e.g. to leave out lines still inside the recent-dialogue window).
+
+Each entry's content is ``speaker：text``; the line said just before it (this turn's or the previous turn's
+last line) is its `context`, stored and embedded in front of it and weighed half in keyword search, as for
+LoCoMo's dialogue memories (`nodes.rules.dialogue_memory`). Its importance is the fact estimate of the line
+(`nodes.rules.importance`), so a line that tells a fact ranks above small talk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from personalab.nodes.rules.importance import estimate_importance
+from personalab.nodes.rules.memory_layers import RECORD_LAYER, MemoryType
+
+NARRATOR = "旁白"
+USER = "用户"
+CONTEXT_CHARS = 200  # the previous line as context: enough to say what a short answer answers
+
+
+def speaker_of(
+    line: Mapping[str, Any], *, character_role_id: int | None, character_name: str, user_name: str | None
+) -> str:
+    """Who said a dialogue line (a `line` row as a dict): the user (by the turn's user name), the instance's
+    character, another character or narration (their display name, else 旁白)."""
+    attribute = line.get("attribute")
+    name = (line.get("display_name") or "").strip()
+    if attribute == "user":
+        return name or (user_name or "").strip() or USER
+    if attribute == "assistant" and character_role_id is not None and line.get("role_id") == character_role_id:
+        return character_name
+    if attribute == "assistant" and character_role_id is None and not name and not line.get("script_role_id"):
+        return character_name
+    return name or str(line.get("script_role_id") or "") or NARRATOR
+
+
+def record_text(speaker: str, text: str) -> str:
+    """A record entry's content: ``speaker：text`` (full-width colon, as the turn events write it)."""
+    return f"{speaker}：{text.strip()}"
+
+
+def record_items(
+    lines: Sequence[Mapping[str, Any]],
+    turn: int,
+    *,
+    character_role_id: int | None,
+    character_name: str,
+    user_name: str | None = None,
+    previous_line: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Memory items (for `stores.memory.MemoryStore.add_memories`) recording `lines` — this turn's lines in
+    order, each a `line` row as a dict with its ``id`` — at `turn`. `previous_line`: the line before the first
+    one (its context). Lines without text are left out."""
+    items: list[dict[str, Any]] = []
+    before = ""
+    if previous_line is not None and str(previous_line.get("content") or "").strip():
+        who = speaker_of(
+            previous_line, character_role_id=character_role_id, character_name=character_name, user_name=user_name
+        )
+        before = record_text(who, str(previous_line["content"]))
+    for line in lines:
+        text = str(line.get("content") or "").strip()
+        if not text:
+            continue
+        speaker = speaker_of(
+            line, character_role_id=character_role_id, character_name=character_name, user_name=user_name
+        )
+        content = record_text(speaker, text)
+        items.append(
+            {
+                "content": content,
+                "context": before[-CONTEXT_CHARS:],
+                "type": MemoryType.RECORD.value,
+                "layer": RECORD_LAYER,
+                "importance": estimate_importance(text).importance,
+                "turn": turn,
+                "line_id": line.get("id"),
+            }
+        )
+        before = content
+    return items

@@ -1,0 +1,87 @@
+"""The dialogue record (issue 11: nothing said is ever unreachable): every line of every turn is kept as a
+``record`` memory with its line id, outside seed 001's layer flow, and searched with the curated memories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.maintenance import maintain_layers
+from personalab.nodes.rules.memory_layers import RECORD_LAYER
+from personalab.nodes.rules.record import record_items
+from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
+from personalab.stores.background import flush_event_writes
+from personalab.stores.memory import MemoryStore
+
+FACT = "我妹妹今年十二岁，她叫小雨"
+
+
+def test_record_items_name_every_speaker_and_keep_line_ids() -> None:
+    lines = [
+        {"id": 7, "attribute": "system", "content": "夜色降临。"},
+        {"id": 8, "attribute": "user", "content": FACT, "display_name": "莱姆"},
+        {"id": 9, "attribute": "assistant", "content": "【温柔】真可爱。", "role_id": 3},
+    ]
+    items = record_items(lines, 2, character_role_id=3, character_name="雷娜", user_name="莱姆")
+    assert [i["content"] for i in items] == ["旁白：夜色降临。", f"莱姆：{FACT}", "雷娜：【温柔】真可爱。"]
+    assert [i["line_id"] for i in items] == [7, 8, 9]
+    assert {i["type"] for i in items} == {"record"} and {i["layer"] for i in items} == {RECORD_LAYER}
+    assert items[1]["context"] == "旁白：夜色降临。"  # the line before, as context
+    assert items[1]["importance"] > items[2]["importance"]  # a fact weighs more than small talk
+
+
+def test_fading_never_deletes_the_record(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    store = MemoryStore(db_url=db_url)
+    (record,) = store.add_memories(
+        instance, [{"content": f"莱姆：{FACT}", "type": "record", "turn": 2, "line_id": 5, "importance": 0.1}]
+    )
+    faded = store.add_memory(instance, "莱姆：今天天气不错", type="internal", importance=0.0, turn=2)
+    for turn in (40, 200, 3000):
+        report = maintain_layers(store, instance, turn)
+    assert faded.id not in {m.id for m in store.list_memories(instance)}  # the curated memory faded
+    kept = store.get_memory(instance, record.id)  # the record did not
+    assert (kept.layer, kept.type, kept.line_id, kept.activity) == (RECORD_LAYER, "record", 5, 1.0)
+    assert all(sum(counts.values()) == 0 for counts in report.counts.values())  # not in any layer's count
+    assert [m.id for m in store.list_memories(instance, layer="record")] == [record.id]
+    found = retrieve(store, instance, "你妹妹几岁了？", turn=3000, config=RetrievalConfig(mark_mentioned=False))
+    (item,) = [i for i in found.items if i.id == record.id]
+    assert item.layer == RECORD_LAYER and item.data["type"] == "record" and item.data["line_id"] == 5
+
+
+def test_record_and_layers_keep_their_own_rules(sqlite_url: str) -> None:
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    for bad in ({"content": "x", "type": "record", "layer": "active"}, {"content": "x", "layer": "record"}):
+        try:
+            store.add_memories(instance, [bad])
+        except ValueError as exc:
+            assert "record" in str(exc)
+        else:
+            raise AssertionError(f"accepted {bad}")
+    assert store.list_memories(instance) == []
+
+
+def _prompt_retrieved(state: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in state["prompt"] if m["region"] == "retrieved")
+
+
+def test_a_fact_told_at_turn_2_is_in_the_prompt_after_60_turns(sqlite_url: str) -> None:
+    """Scripted model, maintenance every 10 turns (the layer flow fades ordinary turns): the probe's prompt
+    still holds the fact, from the record."""
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url, maintenance_every=10)) as (graph, context):
+        run_turn(graph, context, instance, "你好，雷娜。")
+        run_turn(graph, context, instance, FACT)
+        for number in range(60):
+            run_turn(graph, context, instance, f"我们继续赶路吧，第{number}段路。")
+            flush_event_writes()
+        state = run_turn(graph, context, instance, "你还记得我妹妹叫什么、几岁吗？")
+    assert "十二岁" in _prompt_retrieved(state), _prompt_retrieved(state)
+    records = [i for i in state["retrieved"] if i.get("type") == "record" or i.get("layer") == RECORD_LAYER]
+    assert any("十二岁" in i["content"] and i.get("line_id") for i in records)
+    store = MemoryStore(db_url=sqlite_url)
+    record_lines = store.list_memories(instance, type="record")
+    assert len(record_lines) >= 2 * 63  # every turn: the user's line and the reply
+    assert all(m.line_id for m in record_lines)
