@@ -76,8 +76,11 @@ def _cut(text: str) -> str:
 def seeded_core_memory(name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """A new instance's core memory from the character's persona fields (see the module doc); valid under the
     core memory's schema. The persona reaches the model whole through the head's character block anyway."""
-    backstory = str(fields.get("backstory") or "").strip()
-    core = initial_core_memory(name, backstory or str(fields.get("persona") or ""))
-    core["traits"] = _items(fields.get("traits"), MAX_TRAITS)
-    core["goals"] = _items(fields.get("motives"), MAX_GOALS)
+
+    def text(key: str) -> str:
+        return substitute(str(fields.get(key) or ""), name).strip()
+
+    core = initial_core_memory(name, text("backstory") or text("persona"))
+    core["traits"] = _items(text("traits"), MAX_TRAITS)
+    core["goals"] = _items(text("motives"), MAX_GOALS)
     return core
