@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from personalab.evals import bench_builder, bench_history, bench_retrieval, bench_turn, locomo
+from personalab.evals import bench_builder, bench_cold, bench_history, bench_retrieval, bench_turn, convert, locomo, runs, suite
 from personalab.graph.cli import run_command, sub_parsers
 
 
@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     turn.add_argument("--event-pool", type=int, default=500, help="distinct texts embedded for the events; 0 = all")
     turn.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
     turn.set_defaults(handler=bench_turn.run)
+    cold = kinds.add_parser("cold", help="a one-shot `personalab turn` in a new process vs importing its modules")
+    cold.add_argument("--repeats", type=int, default=3, help="rounds (import, then turn), alternating")
+    cold.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
+    cold.set_defaults(handler=bench_cold.run)
     retrieval = kinds.add_parser(
         "retrieval", help="memory retrieval latency on a large store (query embedding included) and memory growth"
     )
@@ -64,12 +68,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     locomo_eval.add_argument("--verbose", action="store_true", help="a line per conversation as it is ingested")
     locomo_eval.set_defaults(handler=locomo.run)
+    runs.register(kinds)
+    convert.register(kinds)
+    suite.register(kinds)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "personalab-evals") -> int:
     """Parse and run one evaluation command; bad input is one line on stderr and exit code 2."""
-    parser, sub = sub_parsers("personalab-evals", "PersonaLab's benchmarks and evaluations")
+    parser, sub = sub_parsers(prog, "PersonaLab's benchmarks and evaluations")
     register(sub)
+    runs.COMMAND_LINE = [prog, *(sys.argv[1:] if argv is None else argv)]
     return run_command(parser, argv)
 
 

@@ -1,0 +1,397 @@
+"""Playing scenarios through the real turn graph (issue 12: batch evaluation runs) and scoring each turn.
+
+Each scenario gets its own character and background (so its director archive, one Chroma collection per
+character + background, and its memories are its own), world-book / knowledge entries, and `instances` conversation
+instances. Secrets are said first, in their instance; then the script's steps are played in lockstep: step k in
+instance 1, 2, …, N, then step k + 1. Every turn goes through `graph.runner.run_turn` on the same compiled graph and
+checkpointer as the CLI, the demo and the benchmarks; after each turn the writes it queued (event, memory, index
+rebuild) are flushed, so a probe sees every earlier turn's writes (the engine's own read-your-writes covers the
+director; the flush covers the memory retrieval and keeps runs deterministic).
+
+A scenario is one unit of parallel work: several play at a time (a bounded thread pool, `--parallel`), and the
+instances of one scenario play in one worker, so what one instance's director may see of another's events does not
+depend on thread timing. With the scripted model the same scenario gives the same scores.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages.utils import count_tokens_approximately
+from personalab.evals.scenario import Scenario, Step, expand_turns
+from personalab.graph.runner import load_sample, run_turn
+from personalab.nodes.rules.plot import extract_progress
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import session_scope
+from personalab.stores.saves import create_background, create_role, create_save
+from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry
+
+CHARS_PER_TOKEN = 1.5  # the product's counter (nodes/rules/prompt_assembly.py RegionBudgets)
+_flush_lock = threading.Lock()  # flush_event_writes pops a shared list: one flusher at a time
+
+
+class Interrupted(Exception):
+    """The run was asked to stop (Ctrl-C) between two turns."""
+
+
+def rss_mb() -> float:
+    """Resident memory of this process in MiB (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            pages = int(handle.read().split()[1])
+        return round(pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024), 1)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def tokens(messages: Sequence[dict[str, Any]]) -> int:
+    plain = [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))} for m in messages]
+    return int(count_tokens_approximately(plain, chars_per_token=CHARS_PER_TOKEN)) if plain else 0
+
+
+def flush_writes() -> None:
+    with _flush_lock:
+        flush_event_writes()
+
+
+# --- setting a scenario up ----------------------------------------------------------------------------------
+
+
+def _character_fields(spec: dict[str, Any]) -> dict[str, str]:
+    if "sample" in spec:
+        role = load_sample(f"{spec['sample']}.json")["role"]
+        return {k: str(role.get(k, "")) for k in ("name", "description", "persona")}
+    return {k: str(spec.get(k, "")) for k in ("name", "description", "persona")}
+
+
+def _background_fields(spec: dict[str, Any]) -> tuple[str, str, list[str]]:
+    if "sample" in spec:
+        background = load_sample(f"{spec['sample']}.json")["background"]
+        return background["name"], background["world_setting"], list(background["outline"])
+    return spec["name"], spec.get("world", ""), list(spec["outline"])
+
+
+def _sample_exists(spec: dict[str, Any], what: str, source: str) -> None:
+    from personalab.nodes.rules.errors import InvalidInput
+
+    if "sample" in spec:
+        try:
+            load_sample(f"{spec['sample']}.json")
+        except FileNotFoundError:
+            raise InvalidInput(f"{source}: at {what}.sample: no shipped sample {spec['sample']!r}") from None
+
+
+def check_samples(scenario: Scenario) -> None:
+    """The samples a scenario names exist (part of validating it before anything runs)."""
+    _sample_exists(scenario.character, "character", scenario.source)
+    _sample_exists(scenario.background, "background", scenario.source)
+
+
+@dataclass
+class Setup:
+    role_id: int
+    background_id: int
+    outline: list[str]
+    instances: list[int]
+
+
+def set_up(scenario: Scenario) -> Setup:
+    """The scenario's character, background, world-book and knowledge entries, and its instances."""
+    character = _character_fields(scenario.character)
+    name, world, outline = _background_fields(scenario.background)
+    with session_scope() as session:
+        role = create_role(
+            session, character["name"], description=character["description"], persona=character["persona"]
+        )
+        background = create_background(session, f"{name} · {scenario.name}", world, outline)
+        assert role.id is not None and background.id is not None
+        role_id, background_id = role.id, background.id
+        instances = []
+        for number in range(1, scenario.instances + 1):
+            save = create_save(session, role_id, background_id, title=f"{scenario.name} #{number}")
+            assert save.id is not None
+            instances.append(save.id)
+        for index, entry in enumerate(scenario.worldbook):
+            fields = {k: v for k, v in entry.items() if k not in ("content", "scope")}
+            if "keywords" in fields:
+                fields["keywords"] = tuple(fields["keywords"])
+            scopes = (
+                [Scope(save_id=i) for i in instances] if entry.get("scope") == "instance" else [Scope(role_id=role_id)]
+            )
+            for scope in scopes:
+                try:
+                    add_worldbook_entry(session, entry["content"], scope=scope, **fields)
+                except ValueError as exc:
+                    from personalab.nodes.rules.errors import InvalidInput
+
+                    raise InvalidInput(f"{scenario.source}: at worldbook[{index}]: {exc}") from None
+        for entry in scenario.knowledge:
+            add_knowledge(
+                session,
+                entry["tag"],
+                entry["content"],
+                importance=float(entry.get("importance", 0.5)),
+                keywords=tuple(entry.get("keywords", ())),
+                scope=Scope(role_id=role_id),
+            )
+    return Setup(role_id, background_id, outline, instances)
+
+
+# --- one instance's running record ----------------------------------------------------------------------------
+
+
+@dataclass
+class InstanceLog:
+    number: int  # 1-based within the scenario
+    instance_id: int
+    turn: int = 0
+    said: list[tuple[int, str]] = field(default_factory=list)  # (turn, user + host text) for fact distances
+    history_tokens: int = 0
+    last_marker_turn: int = 0
+    fallback_turns: list[int] = field(default_factory=list)
+    marker_turns: list[int] = field(default_factory=list)
+    series: list[dict[str, Any]] = field(default_factory=list)
+    completed: int = 0
+
+    def fact_turn(self, phrase: str) -> int | None:
+        """The latest earlier turn whose user or host lines hold `phrase`."""
+        needle = phrase.casefold()
+        for turn, text in reversed(self.said):
+            if needle in text.casefold():
+                return turn
+        return None
+
+
+def _contains(haystack: str, phrase: str) -> bool:
+    return phrase.casefold() in haystack.casefold()
+
+
+def score_probe(step: Step, state: dict[str, Any], log: InstanceLog) -> list[dict[str, Any]]:
+    """The probe's checks: retrieved (in the prompt's retrieved region), prompt_lacks (nowhere in the prompt),
+    reply (in the reply); each `retrieved` check with its distance to the fact's turn."""
+    assert step.expect is not None
+    prompt = state.get("prompt") or []
+    retrieved = "\n".join(str(m.get("content", "")) for m in prompt if m.get("region") == "retrieved")
+    whole = "\n".join(str(m.get("content", "")) for m in prompt)
+    reply = str(state.get("reply") or "")
+    checks: list[dict[str, Any]] = []
+    for phrase in step.expect.retrieved:
+        source = log.fact_turn(phrase)
+        checks.append(
+            {
+                "kind": "retrieved",
+                "phrase": phrase,
+                "ok": _contains(retrieved, phrase),
+                "fact_turn": source,
+                "distance": None if source is None else log.turn - source,
+                "in_prompt": _contains(whole, phrase),
+            }
+        )
+    for phrase in step.expect.prompt_lacks:
+        checks.append({"kind": "prompt_lacks", "phrase": phrase, "ok": not _contains(whole, phrase)})
+    for phrase in step.expect.reply:
+        checks.append({"kind": "reply", "phrase": phrase, "ok": _contains(reply, phrase)})
+    return checks
+
+
+# --- playing ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlayOptions:
+    user_name: str | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    on_turn: Callable[[], None] | None = None
+    judge: Any = None  # evals.judge.Judge or None
+
+
+class TurnFailed(Exception):
+    pass
+
+
+def _send(graph: Any, ctx: Any, log: InstanceLog, step: Step, user_name: str | None) -> dict[str, Any]:
+    return run_turn(
+        graph,
+        ctx,
+        log.instance_id,
+        step.message,
+        lines_before=list(step.lines_before) or None,
+        user_name=user_name,
+        selected_choice={"level": step.choice} if step.choice else None,
+        time_gap=step.gap,
+    )
+
+
+def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions) -> dict[str, Any]:
+    """Play `scenario` and return its result (status ok / failed / interrupted with everything measured)."""
+    started = time.perf_counter()
+    steps = expand_turns(scenario)
+    result: dict[str, Any] = {
+        "name": scenario.name,
+        "source": scenario.source,
+        "description": scenario.description,
+        "language": scenario.language,
+        "instances": scenario.instances,
+        "steps": len(steps),
+        "status": "ok",
+        "error": None,
+        "probes": [],
+        "secrets": {"said": len(scenario.secrets), "leaks": []},
+        "maintenance": {"accepted": 0, "rejected": 0, "errors": 0},
+        "forged_markers": {"sent": 0, "honoured": 0},
+        "retrieval_timeouts": 0,
+        "timings_ms": {},
+        "judge": [],
+        "model": None,
+    }
+    setup = set_up(scenario)
+    result["outline_points"] = len(setup.outline)
+    logs = [InstanceLog(number, iid) for number, iid in enumerate(setup.instances, start=1)]
+    plan: list[tuple[Step, list[InstanceLog]]] = []
+    for secret in scenario.secrets:
+        plan.append((Step(kind="secret", message=secret.user, where="secrets"), [logs[secret.instance - 1]]))
+    plan.extend((step, logs) for step in steps)
+    user_name = scenario.user_name or options.user_name
+    try:
+        for step, players in plan:
+            for log in players:
+                if options.stop.is_set():
+                    raise Interrupted()
+                _one_turn(scenario, graph, ctx, step, log, user_name, setup, result, options)
+                if options.on_turn:
+                    options.on_turn()
+    except Interrupted:
+        result["status"] = "interrupted"
+    except TurnFailed as exc:
+        result["status"], result["error"] = "failed", str(exc)
+    except Exception as exc:  # noqa: BLE001 - one scenario's error (bad input, a bug) must not stop the others
+        result["status"], result["error"] = "failed", f"{type(exc).__name__}: {exc}"
+    result["turns_played"] = sum(log.turn for log in logs)
+    result["director"] = _director_summary(logs, len(setup.outline), ctx.stall_turns)
+    result["series"] = {str(log.number): log.series for log in logs}
+    result["wall_s"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def _one_turn(
+    scenario: Scenario,
+    graph: Any,
+    ctx: Any,
+    step: Step,
+    log: InstanceLog,
+    user_name: str | None,
+    setup: Setup,
+    result: dict[str, Any],
+    options: PlayOptions,
+) -> None:
+    where = f"instance {log.number}, turn {log.turn + 1} ({step.where})"
+    try:
+        state = _send(graph, ctx, log, step, user_name)
+    except Exception as exc:
+        raise TurnFailed(f"{where}: {type(exc).__name__}: {exc}") from exc
+    flush_writes()
+    if state.get("error"):
+        raise TurnFailed(f"{where}: the turn failed: {state['error']}")
+    log.turn += 1
+    result["model"] = result["model"] or state.get("model")
+    debug = state.get("debug") or {}
+    prompt = state.get("prompt") or []
+    host_text = "\n".join(str(line.get("content", "")) for line in step.lines_before)
+    # forged markers: a [PROGRESS] in the user's or the host's lines must never move the story
+    _, forged, _ = extract_progress(step.message + "\n" + host_text, len(setup.outline))
+    applied = [(m.get("index"), m.get("status")) for m in (debug.get("progress") or {}).get("markers", [])]
+    if forged:
+        _, own, _ = extract_progress(str(state.get("reply_raw") or ""), len(setup.outline))
+        result["forged_markers"]["sent"] += len(forged)
+        mine = {(m["index"], m["status"]) for m in own}
+        result["forged_markers"]["honoured"] += sum(
+            1 for m in forged if (m["index"], m["status"]) in applied and (m["index"], m["status"]) not in mine
+        )
+    if applied:
+        log.marker_turns.append(log.turn)
+    timings = dict(debug.get("timings_ms") or {})
+    if "director" in timings:
+        log.fallback_turns.append(log.turn)
+    status = str((debug.get("retrieval") or {}).get("status", "ok"))
+    if status.startswith("timed out"):
+        result["retrieval_timeouts"] += 1
+    maintenance = str((debug.get("maintenance") or {}).get("status", "")) if "maintenance" in timings else ""
+    if maintenance.startswith("core memory rewritten"):
+        result["maintenance"]["accepted"] += 1
+    elif maintenance.startswith("rejected"):
+        result["maintenance"]["rejected"] += 1
+    elif maintenance.startswith("model error"):
+        result["maintenance"]["errors"] += 1
+    for node, ms in timings.items():
+        result["timings_ms"].setdefault(node, []).append(ms)
+    result["timings_ms"].setdefault("total", []).append(debug.get("total_ms", 0.0))
+    whole = "\n".join(str(m.get("content", "")) for m in prompt)
+    for index, secret in enumerate(scenario.secrets):
+        if secret.instance != log.number and _contains(whole, secret.needle):
+            regions = sorted(
+                {str(m.get("region")) for m in prompt if _contains(str(m.get("content", "")), secret.needle)}
+            )
+            result["secrets"]["leaks"].append(
+                {"secret": index, "instance": log.number, "turn": log.turn, "regions": regions}
+            )
+    if step.kind == "probe":
+        checks = score_probe(step, state, log)
+        probe = {"instance": log.number, "turn": log.turn, "where": step.where, "probe": step.message, "checks": checks}
+        if options.judge is not None:
+            probe["judge"] = options.judge.score(scenario, step, state)
+            result["judge"].append(probe["judge"])
+        result["probes"].append(probe)
+    # what this turn put into the dialogue: the facts a later probe measures its distance to, and the history
+    log.said.append((log.turn, step.message + "\n" + host_text))
+    played = [*({"role": "user", "content": line.get("content", "")} for line in step.lines_before)]
+    played += [{"role": "user", "content": step.message}, {"role": "assistant", "content": state.get("reply") or ""}]
+    log.history_tokens += tokens(played)
+    plot = state.get("plot_state") or {}
+    log.completed = sum(1 for p in plot.get("story_outline", []) if p.get("status") == "completed")
+    relationship = state.get("relationship") or {}
+    log.series.append(
+        {
+            "turn": log.turn,
+            "kind": step.kind,
+            "prompt_tokens": tokens(prompt),
+            "history_tokens": log.history_tokens,
+            "completed": log.completed,
+            "plot_index": plot.get("current_plot_index"),
+            "trust": relationship.get("trust", 0),
+            "affection": relationship.get("affection", 0),
+            "familiarity": relationship.get("familiarity", 0),
+            "fallback": "director" in timings,
+            "rss_mb": rss_mb(),
+            "total_ms": debug.get("total_ms", 0.0),
+        }
+    )
+
+
+def _director_summary(logs: Sequence[InstanceLog], points: int, stall_turns: int) -> dict[str, Any]:
+    """Outline adherence: points completed (per 10 turns), the director's fallbacks, and how many of them
+    were followed by a progress marker within `stall_turns` turns (recovered)."""
+    turns = sum(log.turn for log in logs)
+    completed = sum(log.completed for log in logs)
+    fallbacks = sum(len(log.fallback_turns) for log in logs)
+    recovered = sum(
+        1
+        for log in logs
+        for turn in log.fallback_turns
+        if any(turn <= marker <= turn + stall_turns for marker in log.marker_turns)
+    )
+    return {
+        "outline_points": points,
+        "completed": completed,
+        "completed_per_10_turns": round(10 * completed / turns, 3) if turns else 0.0,
+        "fallbacks": fallbacks,
+        "recovered": recovered,
+        "turns": turns,
+        "per_instance": [
+            {"instance": log.number, "completed": log.completed, "fallbacks": len(log.fallback_turns)} for log in logs
+        ],
+    }

@@ -1,0 +1,441 @@
+"""The report of a batch evaluation run (issue 12): `report.json`, `report.md` and PNG plots in the output folder.
+
+Per scenario and overall: probe hit rate by distance between the fact and its probe (turns); secrets leaked
+(goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
+markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
+history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+BUCKETS: tuple[tuple[str, int, int], ...] = (
+    ("1-20", 1, 20),
+    ("21-50", 21, 50),
+    ("51-100", 51, 100),
+    ("101-300", 101, 300),
+    ("300+", 301, 10**9),
+)
+NO_SOURCE = "no source"  # the phrase was never said before the probe (world book, knowledge, character)
+GOAL_HIT_RATE = 0.8
+GOAL_LATENCY_MS = 100.0  # seed 002 技术约束: a turn without the model's time, p95
+MODEL_NODE = "generate"
+
+
+def bucket(distance: int | None) -> str:
+    if distance is None:
+        return NO_SOURCE
+    for label, low, high in BUCKETS:
+        if low <= distance <= high:
+            return label
+    return BUCKETS[0][0]
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Nearest rank."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(share * len(ordered)) - 1)])
+
+
+def _rate(hits: int, total: int) -> float | None:
+    return round(hits / total, 3) if total else None
+
+
+def checks_of(results: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [c for r in results for p in r.get("probes", []) for c in p["checks"] if c["kind"] == kind]
+
+
+def by_distance(checks: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Hits / checks / rate of `retrieved` checks per distance bucket."""
+    table: dict[str, dict[str, Any]] = {}
+    for label in [b[0] for b in BUCKETS] + [NO_SOURCE]:
+        inside = [c for c in checks if bucket(c.get("distance")) == label]
+        if inside:
+            hits = sum(1 for c in inside if c["ok"])
+            table[label] = {"hits": hits, "checks": len(inside), "rate": _rate(hits, len(inside))}
+    hits = sum(1 for c in checks if c["ok"])
+    table["all"] = {"hits": hits, "checks": len(checks), "rate": _rate(hits, len(checks))}
+    return table
+
+
+def latency(results: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """p50 / p95 per node over every turn of `results`, and the turn without the model node."""
+    merged: dict[str, list[float]] = {}
+    for result in results:
+        timings = result.get("timings_ms") or {}
+        for node, values in timings.items():
+            merged.setdefault(node, []).extend(float(v) for v in values)
+        totals = timings.get("total") or []
+        models = timings.get(MODEL_NODE) or []
+        if len(totals) == len(models):
+            merged.setdefault(f"total - {MODEL_NODE}", []).extend(t - m for t, m in zip(totals, models, strict=True))
+    return {
+        node: {"runs": len(v), "p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2)}
+        for node, v in merged.items()
+    }
+
+
+def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
+    series = [row for rows in (result.get("series") or {}).values() for row in rows]
+    prompt_tokens = [row["prompt_tokens"] for row in series]
+    history_end = [rows[-1]["history_tokens"] for rows in (result.get("series") or {}).values() if rows]
+    rss = [row["rss_mb"] for row in series]
+    secrets = result.get("secrets") or {}
+    return {
+        "name": result["name"],
+        "status": result.get("status"),
+        "error": result.get("error"),
+        "turns": result.get("turns_played", 0),
+        "instances": result.get("instances"),
+        "retrieved": by_distance(checks_of([result], "retrieved")),
+        "prompt_lacks": _pass_fail(checks_of([result], "prompt_lacks")),
+        "reply": _pass_fail(checks_of([result], "reply")),
+        "secrets": {"said": secrets.get("said", 0), "leaked": len(secrets.get("leaks", []))},
+        "director": result.get("director") or {},
+        "forged_markers": result.get("forged_markers") or {},
+        "maintenance": result.get("maintenance") or {},
+        "tokens": {
+            "prompt_mean": round(sum(prompt_tokens) / len(prompt_tokens), 1) if prompt_tokens else 0,
+            "prompt_max": max(prompt_tokens, default=0),
+            "history_end": max(history_end, default=0),
+        },
+        "rss_mb": {"first": rss[0] if rss else 0, "last": rss[-1] if rss else 0, "max": max(rss, default=0)},
+        "retrieval_timeouts": result.get("retrieval_timeouts", 0),
+        "judge": _judge_summary(result.get("judge") or []),
+        "wall_s": result.get("wall_s"),
+    }
+
+
+def _pass_fail(checks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    passed = sum(1 for c in checks if c["ok"])
+    return {"passed": passed, "checks": len(checks), "rate": _rate(passed, len(checks))}
+
+
+def _judge_summary(scores: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    valid = [s for s in scores if isinstance(s, dict) and s.get("ok")]
+    if not scores:
+        return None
+    out: dict[str, Any] = {"probes": len(scores), "answered": len(valid)}
+    for key in ("persona_consistency", "memory_used"):
+        values = [float(s[key]) for s in valid if isinstance(s.get(key), int | float)]
+        out[key] = round(sum(values) / len(values), 3) if values else None
+    return out
+
+
+def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    turns = sum(r.get("turns_played", 0) for r in results)
+    completed = sum((r.get("director") or {}).get("completed", 0) for r in results)
+    fallbacks = sum((r.get("director") or {}).get("fallbacks", 0) for r in results)
+    recovered = sum((r.get("director") or {}).get("recovered", 0) for r in results)
+    prompt_tokens = [row["prompt_tokens"] for r in results for rows in (r.get("series") or {}).values() for row in rows]
+    history = [rows[-1]["history_tokens"] for r in results for rows in (r.get("series") or {}).values() if rows]
+    return {
+        "scenarios": len(results),
+        "failed": [r["name"] for r in results if r.get("status") != "ok"],
+        "turns": turns,
+        "retrieved": by_distance(checks_of(results, "retrieved")),
+        "prompt_lacks": _pass_fail(checks_of(results, "prompt_lacks")),
+        "reply": _pass_fail(checks_of(results, "reply")),
+        "secrets_said": sum((r.get("secrets") or {}).get("said", 0) for r in results),
+        "secrets_leaked": sum(len((r.get("secrets") or {}).get("leaks", [])) for r in results),
+        "forged_markers_sent": sum((r.get("forged_markers") or {}).get("sent", 0) for r in results),
+        "forged_markers_honoured": sum((r.get("forged_markers") or {}).get("honoured", 0) for r in results),
+        "completed_per_10_turns": round(10 * completed / turns, 3) if turns else 0.0,
+        "fallbacks": fallbacks,
+        "recovered": recovered,
+        "maintenance_accepted": sum((r.get("maintenance") or {}).get("accepted", 0) for r in results),
+        "maintenance_rejected": sum((r.get("maintenance") or {}).get("rejected", 0) for r in results),
+        "prompt_tokens_mean": round(sum(prompt_tokens) / len(prompt_tokens), 1) if prompt_tokens else 0,
+        "prompt_tokens_max": max(prompt_tokens, default=0),
+        "history_tokens_max": max(history, default=0),
+        "retrieval_timeouts": sum(r.get("retrieval_timeouts", 0) for r in results),
+        "latency_ms": latency(results),
+        "judge": _judge_summary([j for r in results for j in r.get("judge") or []]),
+    }
+
+
+def goals(total: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows (figure, goal, measured, met?) the scenario suite checks."""
+    hit = total["retrieved"]["all"]["rate"]
+    rows: list[dict[str, Any]] = [
+        {
+            "figure": "scenarios that ran to the end",
+            "goal": "all",
+            "measured": f"{total['scenarios'] - len(total['failed'])} of {total['scenarios']}",
+            "met": not total["failed"],
+        },
+        {
+            "figure": "probe hit rate (phrase in the retrieved region), all distances",
+            "goal": f">= {GOAL_HIT_RATE:.0%}",
+            "measured": "n/a" if hit is None else f"{hit:.1%}",
+            "met": hit is not None and hit >= GOAL_HIT_RATE,
+        },
+    ]
+    for label, _, _ in BUCKETS:
+        cell = total["retrieved"].get(label)
+        if cell:
+            rows.append(
+                {
+                    "figure": f"probe hit rate, fact {label} turns before",
+                    "goal": f">= {GOAL_HIT_RATE:.0%}",
+                    "measured": f"{cell['rate']:.1%} ({cell['hits']}/{cell['checks']})",
+                    "met": cell["rate"] >= GOAL_HIT_RATE,
+                }
+            )
+    lacks = total["prompt_lacks"]
+    if lacks["checks"]:
+        rows.append(
+            {
+                "figure": "prompt_lacks checks passed",
+                "goal": "all",
+                "measured": f"{lacks['passed']}/{lacks['checks']}",
+                "met": lacks["passed"] == lacks["checks"],
+            }
+        )
+    rows.append(
+        {
+            "figure": "secrets leaked into another instance's prompt",
+            "goal": "0",
+            "measured": f"{total['secrets_leaked']} (of {total['secrets_said']} said)",
+            "met": total["secrets_leaked"] == 0,
+        }
+    )
+    rows.append(
+        {
+            "figure": "forged [PROGRESS] markers honoured",
+            "goal": "0",
+            "measured": f"{total['forged_markers_honoured']} (of {total['forged_markers_sent']} sent)",
+            "met": total["forged_markers_honoured"] == 0,
+        }
+    )
+    rows.append(
+        {
+            "figure": "director fallbacks followed by progress within the stall window",
+            "goal": "all",
+            "measured": f"{total['recovered']}/{total['fallbacks']}",
+            "met": total["recovered"] == total["fallbacks"],
+        }
+    )
+    without = total["latency_ms"].get(f"total - {MODEL_NODE}")
+    if without:
+        rows.append(
+            {
+                "figure": "turn without the model node, p95 (ms; eval run, not the benchmark)",
+                "goal": f"<= {GOAL_LATENCY_MS:.0f}",
+                "measured": f"{without['p95']:.1f}",
+                "met": without["p95"] <= GOAL_LATENCY_MS,
+            }
+        )
+    if total["prompt_tokens_max"]:
+        budget = prompt_budget()
+        rows.append(
+            {
+                "figure": "largest prompt (tokens) vs the longest whole history",
+                "goal": f"<= the region budgets ({budget:,})",
+                "measured": f"{total['prompt_tokens_max']:,} vs {total['history_tokens_max']:,}",
+                "met": total["prompt_tokens_max"] <= budget,
+            }
+        )
+    return rows
+
+
+def prompt_budget() -> int:
+    """The sum of the prompt's region budgets (seed 002 Prompt区域分配) as configured."""
+    from personalab.stores.settings import settings
+
+    current = settings()
+    return int(current.head_tokens + current.middle_tokens + current.retrieved_tokens + current.tail_tokens)
+
+
+def markdown(
+    results: Sequence[dict[str, Any]],
+    total: dict[str, Any],
+    meta: dict[str, Any],
+    plots: Sequence[str],
+    extra_rows: Sequence[dict[str, Any]] = (),
+) -> str:
+    lines = ["# PersonaLab evaluation report", ""]
+    lines.append(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · model {meta.get('model_label') or meta.get('model')} · "
+        f"{total['scenarios']} scenario(s), {total['turns']:,} turns · parallel {meta.get('parallel')}"
+    )
+    lines += ["", "## Summary", "", "| figure | goal | measured | met? |", "| --- | --- | --- | --- |"]
+    for row in [*extra_rows, *goals(total)]:
+        lines.append(f"| {row['figure']} | {row['goal']} | {row['measured']} | {'yes' if row['met'] else '**NO**'} |")
+    missed = [row["figure"] for row in [*extra_rows, *goals(total)] if not row["met"]]
+    lines += ["", f"Goals missed: {', '.join(missed)}." if missed else "Every goal met."]
+    labels = [b[0] for b in BUCKETS] + [NO_SOURCE, "all"]
+    lines += ["", "## Probe hit rate by distance between fact and probe (turns)", ""]
+    lines.append(
+        "`retrieved` checks: the phrase is in a message of the prompt's retrieved region (long-term memory, "
+        "world knowledge, director blocks), not the recent-dialogue window. Cells: rate (hits/checks)."
+    )
+    lines += ["", "| scenario | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
+    summaries = [scenario_summary(r) for r in results]
+    for summary in [*summaries, {"name": "**all**", "retrieved": total["retrieved"]}]:
+        cells = []
+        for label in labels:
+            cell = summary["retrieved"].get(label)
+            cells.append(
+                f"{cell['rate']:.0%} ({cell['hits']}/{cell['checks']})" if cell and cell["rate"] is not None else "–"
+            )
+        lines.append(f"| {summary['name']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Per scenario",
+        "",
+        "| scenario | status | turns | prompt_lacks | reply | secrets leaked | points done /10 turns | fallbacks (recovered) | forged honoured | core memory acc./rej. | prompt tok. mean / max | history tok. | RSS MiB max | wall s |",
+        "| --- |" + " --- |" * 13,
+    ]
+    for s in summaries:
+        d = s["director"]
+        lines.append(
+            f"| {s['name']} | {s['status']} | {s['turns']} | {s['prompt_lacks']['passed']}/{s['prompt_lacks']['checks']} | "
+            f"{s['reply']['passed']}/{s['reply']['checks']} | {s['secrets']['leaked']} of {s['secrets']['said']} | "
+            f"{d.get('completed_per_10_turns', 0)} ({d.get('completed', 0)}/{d.get('outline_points', 0) * (s['instances'] or 1)} pts) | {d.get('fallbacks', 0)} ({d.get('recovered', 0)}) | "
+            f"{s['forged_markers'].get('honoured', 0)}/{s['forged_markers'].get('sent', 0)} | "
+            f"{s['maintenance'].get('accepted', 0)}/{s['maintenance'].get('rejected', 0)} | "
+            f"{s['tokens']['prompt_mean']} / {s['tokens']['prompt_max']} | {s['tokens']['history_end']:,} | {s['rss_mb']['max']} | {s['wall_s']} |"
+        )
+    failed = [s for s in summaries if s["status"] != "ok"]
+    if failed:
+        lines += ["", "### Failed scenarios", ""]
+        lines += [f"- **{s['name']}**: {s['error']}" for s in failed]
+    lines += [
+        "",
+        "## Latency per node (ms, every turn of every scenario)",
+        "",
+        "| node | runs | p50 | p95 |",
+        "| --- | --- | --- | --- |",
+    ]
+    for node, cell in total["latency_ms"].items():
+        lines.append(f"| {node} | {cell['runs']} | {cell['p50']} | {cell['p95']} |")
+    lines += [
+        "",
+        "## Prompt size against the whole history",
+        "",
+        f"Prompt tokens per turn: mean {total['prompt_tokens_mean']:,}, max {total['prompt_tokens_max']:,}; the longest "
+        f"instance's whole dialogue: {total['history_tokens_max']:,} tokens (langchain-core's approximate counter at 1.5 "
+        "characters per token, as the prompt budgets). Retrieval keeps the prompt bounded while the history grows (seed 002).",
+        "",
+        f"Core-memory rewrites: {total['maintenance_accepted']} accepted, {total['maintenance_rejected']} rejected. "
+        f"Retrievals that hit the time cap: {total['retrieval_timeouts']}.",
+    ]
+    if total.get("judge"):
+        j = total["judge"]
+        lines += [
+            "",
+            "## LLM judge",
+            "",
+            f"{j['answered']} of {j['probes']} probes judged: persona consistency {j['persona_consistency']}, memory used in the reply {j['memory_used']} (0–1).",
+        ]
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{Path(p).stem}]({p})" for p in plots]
+    lines += [
+        "",
+        "Figures from the offline scripted model measure the memory engine (what reached the prompt), not a model's "
+        "wording; `reply` checks are meaningful with `--model openai`."
+        if meta.get("model") == "scripted"
+        else "",
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plots(results: Sequence[dict[str, Any]], total: dict[str, Any], out: Path) -> list[str]:
+    """PNG plots (matplotlib, Agg): hit rate by distance, relationship, prompt vs history tokens, RSS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made: list[str] = []
+    labels = [b[0] for b in BUCKETS]
+    rates = [(total["retrieved"].get(label) or {}).get("rate") for label in labels]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(labels, [r or 0 for r in rates], color=["#4c72b0" if r is not None else "#cccccc" for r in rates])
+    ax.axhline(GOAL_HIT_RATE, color="#c44e52", linestyle="--", linewidth=1, label=f"goal {GOAL_HIT_RATE:.0%}")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("turns between fact and probe")
+    ax.set_ylabel("probe hit rate (retrieved)")
+    ax.legend(loc="lower left")
+    made.append(_save(fig, out / "hit_rate_by_distance.png"))
+    first = [(r["name"], (r.get("series") or {}).get("1") or []) for r in results]
+    first = [(name, rows) for name, rows in first if rows]
+    if first:
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.5), sharex=False)
+        for axis, key in zip(axes, ("trust", "affection", "familiarity"), strict=True):
+            for name, rows in first:
+                axis.plot([row["turn"] for row in rows], [row[key] for row in rows], label=name, linewidth=1)
+            axis.set_title(key)
+            axis.set_xlabel("turn (instance 1)")
+        axes[0].legend(fontsize=6)
+        made.append(_save(fig, out / "relationship.png"))
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for name, rows in first:
+            line = ax.plot(
+                [row["turn"] for row in rows],
+                [row["prompt_tokens"] for row in rows],
+                linewidth=1,
+                label=f"{name} prompt",
+            )
+            ax.plot(
+                [row["turn"] for row in rows],
+                [row["history_tokens"] for row in rows],
+                linewidth=1,
+                linestyle=":",
+                color=line[0].get_color(),
+            )
+        ax.set_yscale("log")
+        ax.set_xlabel("turn (instance 1)")
+        ax.set_ylabel("tokens (solid: prompt, dotted: whole history)")
+        ax.legend(fontsize=6)
+        made.append(_save(fig, out / "tokens.png"))
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for name, rows in first:
+            ax.plot([row["turn"] for row in rows], [row["rss_mb"] for row in rows], linewidth=1, label=name)
+        ax.set_xlabel("turn (instance 1; one process plays every scenario)")
+        ax.set_ylabel("RSS (MiB)")
+        ax.legend(fontsize=6)
+        made.append(_save(fig, out / "rss.png"))
+    return made
+
+
+def _save(fig: Any, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def write_report(
+    results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any], extra_rows: Sequence[dict[str, Any]] = ()
+) -> list[str]:
+    """Write report.json, report.md and the plots to `out`; returns the summary lines for the terminal."""
+    out.mkdir(parents=True, exist_ok=True)
+    total = overall(results)
+    meta = {**meta, "model_label": next((r.get("model") for r in results if r.get("model")), None)}
+    made = plots(results, total, out) if results else []
+    data = {
+        "meta": meta,
+        "summary": [*extra_rows, *goals(total)],
+        "overall": total,
+        "scenarios": [scenario_summary(r) for r in results],
+        "plots": made,
+    }
+    (out / "report.json").write_text(json.dumps(data, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
+    (out / "report.md").write_text(markdown(results, total, meta, made, extra_rows), encoding="utf-8")
+    lines = [f"report: {out / 'report.md'} ({total['scenarios']} scenario(s), {total['turns']:,} turns)"]
+    for row in [*extra_rows, *goals(total)]:
+        lines.append(f"  {'ok ' if row['met'] else 'NO '} {row['figure']}: {row['measured']} (goal {row['goal']})")
+    return lines
