@@ -17,7 +17,7 @@ from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
 from personalab.nodes.rules.worldbook import WorldbookContext, WorldbookEntry, validate_entry
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
-from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
+from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow, WorldbookEntrySourceRow
 from sqlalchemy import and_, or_
 from sqlmodel import Session, col, select
 
@@ -157,9 +157,42 @@ def knowledge_for_instance(session: Session, save_id: int) -> list[KnowledgeEntr
 
 
 def worldbook_row(entry: WorldbookEntry, uid: str | None = None) -> WorldbookEntryRow:
-    """A new row of `entry` (its id and creation time are the database's); `uid`: its id in an imported file."""
-    fields = entry.model_dump(mode="json", exclude={"id", "temporal", "created_at"})
+    """A new row of `entry` (its id and creation time are the database's); `uid`: its id in an imported file.
+    The entry's SillyTavern source is a row of its own (`add_worldbook_row`)."""
+    fields = entry.model_dump(mode="json", exclude={"id", "temporal", "created_at", "source", "source_format"})
     return WorldbookEntryRow(uid=uid, **fields, **entry.temporal.model_dump())
+
+
+def add_worldbook_row(session: Session, entry: WorldbookEntry, uid: str | None = None) -> WorldbookEntryRow:
+    """Store `entry` (and the SillyTavern entry it came from, when it has one) in the session; flushed."""
+    row = worldbook_row(entry, uid)
+    session.add(row)
+    session.flush()
+    if entry.source is not None and row.id is not None:
+        session.add(
+            WorldbookEntrySourceRow(entry_id=row.id, format=entry.source_format or "world info", data=entry.source)
+        )
+        session.flush()
+    return row
+
+
+def worldbook_entries(session: Session, rows: Sequence[WorldbookEntryRow]) -> list[WorldbookEntry]:
+    """The rows as entries, each with the SillyTavern entry it was imported from (one query for all)."""
+    ids = [row.id for row in rows if row.id is not None]
+    sources: dict[int, WorldbookEntrySourceRow] = {}
+    for start in range(0, len(ids), 500):  # bound the IN list
+        stmt = select(WorldbookEntrySourceRow).where(
+            col(WorldbookEntrySourceRow.entry_id).in_(ids[start : start + 500])
+        )
+        sources.update({source.entry_id: source for source in session.exec(stmt).all()})
+    out = []
+    for row in rows:
+        entry = WorldbookEntry.model_validate(row)
+        source = sources.get(row.id) if row.id is not None else None
+        if source is not None:
+            entry = entry.model_copy(update={"source": dict(source.data), "source_format": source.format})
+        out.append(entry)
+    return out
 
 
 def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL, **fields: Any) -> WorldbookEntry:
@@ -170,16 +203,17 @@ def add_worldbook_entry(session: Session, content: str, *, scope: Scope = GLOBAL
     data = {"id": "new", "content": content, "role_id": scope.role_id, "save_id": scope.save_id, **fields}
     entry = validate_entry(data, "world-book entry")
     check_scope(session, scope)
-    row = worldbook_row(entry)
-    session.add(row)
-    session.flush()
-    return WorldbookEntry.model_validate(row)
+    return worldbook_entries(session, [add_worldbook_row(session, entry)])[0]
 
 
 def delete_worldbook_entry(session: Session, entry_id: int) -> None:
     row = session.get(WorldbookEntryRow, entry_id)
     if row is None:
         raise NotFound(f"world-book entry {entry_id} does not exist")
+    source = session.get(WorldbookEntrySourceRow, entry_id)
+    if source is not None:
+        session.delete(source)
+        session.flush()  # the source row points at the entry: it goes first
     session.delete(row)
     session.flush()
 
@@ -193,7 +227,7 @@ def worldbook_rows(session: Session, scope: Scope = GLOBAL, *, visible: bool = F
 
 def list_worldbook(session: Session, scope: Scope = GLOBAL, *, visible: bool = False) -> list[WorldbookEntry]:
     """Entries of exactly `scope`, or with `visible=True` every entry that scope sees, oldest first."""
-    return [WorldbookEntry.model_validate(row) for row in worldbook_rows(session, scope, visible=visible)]
+    return worldbook_entries(session, worldbook_rows(session, scope, visible=visible))
 
 
 def worldbook_for_instance(session: Session, save_id: int) -> list[WorldbookEntry]:

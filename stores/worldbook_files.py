@@ -43,11 +43,12 @@ from personalab.stores.files import check_json_tree, read_json, write_file
 from personalab.stores.worldbook import (
     GLOBAL,
     Scope,
+    add_worldbook_row,
     check_scope,
     knowledge_row,
     list_knowledge,
     list_worldbook,
-    worldbook_row,
+    worldbook_entries,
     worldbook_rows,
 )
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -81,6 +82,8 @@ ST_MAPPED = {
     "role",
     "disable",
 }
+# Kept with the entry (its source) and read by the trigger (`nodes.rules.worldbook.sillytavern_options`).
+ST_READ = {"caseSensitive", "matchWholeWords", "probability", "useProbability"}
 # Present in every SillyTavern entry and meaningless here; not worth a note.
 ST_SILENT = {"displayIndex", "addMemo", "extensions", "characterFilter", "automationId", "hash", "world"}
 # Fields with no counterpart here, with their SillyTavern defaults (newWorldInfoEntryDefinition; older files
@@ -95,15 +98,11 @@ ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "matchCharacterDepthPrompt": (False,),
     "matchScenario": (False,),
     "matchCreatorNotes": (False,),
-    "probability": (100,),
-    "useProbability": (True, False),
     "depth": (4,),
     "group": ("",),
     "groupOverride": (False,),
     "groupWeight": (100,),
     "scanDepth": (None,),
-    "caseSensitive": (None, False),
-    "matchWholeWords": (None,),
     "useGroupScoring": (None, False),
     "sticky": (None, 0),
     "cooldown": (None, 0),
@@ -122,8 +121,58 @@ CARD_MAPPED = {
     "comment",
     "selective",
     "position",
+    "case_sensitive",
 }
-CARD_SILENT = {"extensions"}
+CARD_SILENT = {"extensions", "use_regex", "priority"}
+# A card entry's `extensions` as SillyTavern writes them (convertWorldInfoToCharacterBook): the ones read here,
+# and the rest with their defaults (only a value set to something else is named in the report).
+CARD_EXT_MAPPED = {
+    "position",
+    "role",
+    "depth",
+    "selectiveLogic",
+    "probability",
+    "useProbability",
+    "case_sensitive",
+    "match_whole_words",
+    "vectorized",
+    "display_index",
+}
+CARD_EXT_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "exclude_recursion": (False, None),
+    "prevent_recursion": (False, None),
+    "delay_until_recursion": (False, 0, None),
+    "group": ("", None),
+    "group_override": (False, None),
+    "group_weight": (100, None),
+    "scan_depth": (None,),
+    "use_group_scoring": (False, None),
+    "automation_id": ("", None),
+    "sticky": (None, 0),
+    "cooldown": (None, 0),
+    "delay": (None, 0),
+    "outlet_name": ("", None),
+    "match_persona_description": (False, None),
+    "match_character_description": (False, None),
+    "match_character_personality": (False, None),
+    "match_character_depth_prompt": (False, None),
+    "match_scenario": (False, None),
+    "match_creator_notes": (False, None),
+    "triggers": ([], None),
+    "ignore_budget": (False, None),
+}
+# SillyTavern's world_info_position numbers and a card entry's position words
+ST_POSITION_NAMES = {
+    0: "before_char",
+    1: "after_char",
+    2: "an_top",
+    3: "an_bottom",
+    4: "at_depth",
+    5: "em_top",
+    6: "em_bottom",
+    7: "outlet",
+}
+PERSONALAB_EXTENSION = "personalab"  # our own fields in an exported SillyTavern entry's `extensions`
 
 
 class ImportFormatError(InvalidInput):
@@ -132,11 +181,15 @@ class ImportFormatError(InvalidInput):
 
 @dataclass(frozen=True)
 class ImportReport:
+    """`ignored_fields`: SillyTavern fields set to something that has no effect here (they are kept with the
+    entry and exported again); `positions`: how the entries' SillyTavern positions map to our regions."""
+
     format: str
     imported: int
     duplicates: int = 0
     skipped: list[str] = field(default_factory=list)
     ignored_fields: list[str] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         parts = [f"imported {self.imported} entries ({self.format})"]
@@ -148,8 +201,10 @@ class ImportReport:
                 + "; ".join(self.skipped[:5])
                 + ("; ..." if len(self.skipped) > 5 else "")
             )
+        if self.positions:
+            parts.append("positions: " + ", ".join(f"{n} {where}" for where, n in self.positions.items()))
         if self.ignored_fields:
-            parts.append("ignored fields: " + ", ".join(self.ignored_fields))
+            parts.append("no effect here (kept for export): " + ", ".join(self.ignored_fields))
         return "; ".join(parts)
 
 
@@ -228,11 +283,15 @@ def import_knowledge(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
 
 
 def export_worldbook(session: Session, scope: Scope = GLOBAL) -> dict[str, Any]:
-    """The entries of exactly `scope` as a PersonaLab world-book file."""
-    entries = [
-        {"uid": row.uid if row.uid is not None else str(row.id), **WorldbookEntry.model_validate(row).fields_dict()}
-        for row in worldbook_rows(session, scope)
-    ]
+    """The entries of exactly `scope` as a PersonaLab world-book file (with the SillyTavern entry each imported
+    one came from, so nothing of it is lost)."""
+    rows = worldbook_rows(session, scope)
+    entries = []
+    for row, entry in zip(rows, worldbook_entries(session, rows), strict=True):
+        item = {"uid": row.uid if row.uid is not None else str(row.id), **entry.fields_dict()}
+        if entry.source is not None:
+            item.update(source=entry.source, source_format=entry.source_format)
+        entries.append(item)
     return {"format": WORLDBOOK_FORMAT, "version": FORMAT_VERSION, "entries": entries}
 
 
@@ -242,9 +301,11 @@ class ParsedWorldbook:
     entries: list[tuple[WorldbookEntry, str | None]]  # (entry, source uid)
     skipped: list[str] = field(default_factory=list)
     ignored_fields: list[str] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)
 
 
-OUR_FIELDS = {"uid", *EXPORTED_FIELDS}  # our own file format: the exported fields and the entry's uid
+# our own file format: the exported fields, the entry's uid and the SillyTavern entry it came from
+OUR_FIELDS = {"uid", *EXPORTED_FIELDS, "source", "source_format"}
 
 
 def parse_worldbook(data: Any) -> ParsedWorldbook:
@@ -287,6 +348,7 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
     entries: list[tuple[WorldbookEntry, str | None]] = []
     skipped: list[str] = []
     ignored: set[str] = set()
+    positions: dict[str, int] = {}
     card_entries = 0
     for index, (key, raw) in enumerate(items, start=1):
         if not isinstance(raw, dict):
@@ -302,9 +364,9 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
             entry, note = _from_ours(raw, where), None
         elif "keys" in raw or "insertion_order" in raw or "secondary_keys" in raw:
             card_entries += 1
-            entry, note = _from_card(raw, where, ignored)
+            entry, note = _from_card(raw, where, ignored, positions)
         else:
-            entry, note = _from_sillytavern(raw, where, ignored)
+            entry, note = _from_sillytavern(raw, where, ignored, positions)
         if entry is None:
             skipped.append(f"{where} {note}")
             continue
@@ -312,7 +374,7 @@ def parse_worldbook(data: Any) -> ParsedWorldbook:
         entries.append((entry, uid_text))
     if not ours and card_entries == len(items) and items and fmt_name != "character card lorebook":
         fmt_name = "character book"
-    return ParsedWorldbook(fmt_name, entries, skipped, sorted(ignored))
+    return ParsedWorldbook(fmt_name, entries, skipped, sorted(ignored), positions)
 
 
 def _from_ours(raw: dict[str, Any], where: str) -> WorldbookEntry:
@@ -369,7 +431,6 @@ class SillyTavernEntry(BaseModel):
             return "has empty content"
         if not self.constant and not self.vectorized and not any(k.strip() for k in self.key):
             return "has no key and is not constant (SillyTavern never fires it)"
-        at_depth = self.position == ST_POSITION_AT_DEPTH
         return {
             "id": "import",
             "content": self.content,
@@ -380,13 +441,29 @@ class SillyTavernEntry(BaseModel):
             "priority": round(self.order) if self.order is not None else 100,
             "constant": bool(self.constant),
             "enabled": not self.disable,
-            "position": ST_ROLES.get(self.role if self.role is not None else 0) if at_depth else None,
+            "position": placement(self.position, self.role)[0],
             "title": self.comment,
         }
 
 
+class CardEntryExtensions(BaseModel):
+    """The `extensions` SillyTavern writes into a card's lorebook entry (convertWorldInfoToCharacterBook)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    position: Whole | None = None
+    role: Whole | None = None
+    depth: Whole | None = None
+    selective_logic: Annotated[Literal[0, 1, 2, 3] | None, BeforeValidator(_no_flag)] = Field(
+        None, alias="selectiveLogic"
+    )
+    vectorized: Flag | None = None
+
+
 class CardEntry(BaseModel):
-    """A character-card lorebook entry as the card has it (Character Card V2 `character_book.entries[]`)."""
+    """A character-card lorebook entry as the card has it (Character Card V2 `character_book.entries[]`):
+    `keys` (not `key`), `secondary_keys`, `insertion_order`, `enabled`, `position` 'before_char' /
+    'after_char', and SillyTavern's own settings in `extensions` (position number, depth, role, logic, ...)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -399,46 +476,124 @@ class CardEntry(BaseModel):
     secondary_keys: Words = ()
     comment: Title = ""  # the title: `comment`, else `name`
     name: Title = ""
+    position: Literal["before_char", "after_char", ""] | None = None
+    extensions: Annotated[CardEntryExtensions, BeforeValidator(lambda v: {} if v is None else v)] = Field(
+        default_factory=lambda: CardEntryExtensions.model_validate({})
+    )
+
+    def st_position(self) -> int:
+        """SillyTavern's position number: the extension's when set (it has the depth and note positions),
+        else the card's word."""
+        if self.extensions.position is not None:
+            return self.extensions.position
+        return 1 if self.position == "after_char" else 0
 
     def entry(self) -> dict[str, Any] | str:
         """Our entry's fields, or why it is skipped."""
         if not self.content.strip():
             return "has empty content"
-        if not self.constant and not any(k.strip() for k in self.keys):
+        if not self.constant and not self.extensions.vectorized and not any(k.strip() for k in self.keys):
             return "has no key and is not constant"
         return {
             "id": "import",
             "content": self.content,
             "keywords": self.keys,
             "secondary_keywords": self.secondary_keys if self.selective is not False else (),
+            "selective_logic": ST_LOGIC[self.extensions.selective_logic or 0],
+            "trigger_type": "semantic" if self.extensions.vectorized else "keyword",
             "priority": round(self.insertion_order) if self.insertion_order is not None else 100,
             "constant": bool(self.constant),
             "enabled": self.enabled is not False,
+            "position": placement(self.st_position(), self.extensions.role)[0],
             "title": self.comment or self.name,
         }
 
 
-def _from_sillytavern(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
-    """A SillyTavern world-info entry (newWorldInfoEntryDefinition field names)."""
-    for name in set(raw) - ST_MAPPED - ST_SILENT:
+def placement(st_position: int | None, role: int | None, depth: int | None = None) -> tuple[str | None, str]:
+    """(our position, where that is in the prompt, in words) for a SillyTavern position and role.
+
+    Before / after the character, the author's note and example-message positions all become the world
+    knowledge section of the retrieved region (our default position, None); "at depth N" with a role goes to
+    the tail at that role's position (system, user, assistant), right before the user's input: depth itself
+    is kept with the entry for export, not applied (the tail has one place)."""
+    name = ST_POSITION_NAMES.get(st_position if st_position is not None else 0, f"position {st_position}")
+    if st_position == ST_POSITION_AT_DEPTH:
+        role_name = ST_ROLES.get(role if role is not None else 0, "system")
+        at = f"at depth {depth}" if depth is not None else "at depth"
+        if role_name == "system":
+            return "system", f"{at} as system → world knowledge (retrieved region)"
+        return role_name, f"{at} as {role_name} → tail ({role_name} position)"
+    return None, f"{name} → world knowledge (retrieved region)"
+
+
+def _own_fields(raw: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(our fields an exported entry carries in `extensions.personalab`, the entry without them)."""
+    extensions = raw.get("extensions")
+    if not isinstance(extensions, dict) or PERSONALAB_EXTENSION not in extensions:
+        return {}, raw
+    own = extensions[PERSONALAB_EXTENSION]
+    if not isinstance(own, dict):
+        raise ImportFormatError(f"{where}: field 'extensions.{PERSONALAB_EXTENSION}' must be an object")
+    unknown = set(own) - set(EXPORTED_FIELDS)
+    if unknown:
+        raise ImportFormatError(
+            f"{where}: unknown field(s) in extensions.{PERSONALAB_EXTENSION}: {', '.join(sorted(unknown))}"
+        )
+    rest = {k: v for k, v in extensions.items() if k != PERSONALAB_EXTENSION}
+    return own, {**raw, "extensions": rest}
+
+
+def _from_sillytavern(
+    raw: dict[str, Any], where: str, ignored: set[str], positions: dict[str, int]
+) -> tuple[WorldbookEntry | None, str]:
+    """A SillyTavern world-info entry (newWorldInfoEntryDefinition field names), kept whole as its source."""
+    own, raw = _own_fields(raw, where)
+    for name in set(raw) - ST_MAPPED - ST_SILENT - ST_READ:
         defaults = ST_UNMAPPED_DEFAULTS.get(name)
         value = raw[name]
         if defaults is None or not any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults):
             ignored.add(name)
-    return _mapped(validated(SillyTavernEntry, raw, where, ImportFormatError), where)
+    source = validated(SillyTavernEntry, raw, where, ImportFormatError)
+    depth = raw.get("depth") if isinstance(raw.get("depth"), int) else None
+    return _mapped(source, raw, "world info", own, where, placement(source.position, source.role, depth)[1], positions)
 
 
-def _from_card(raw: dict[str, Any], where: str, ignored: set[str]) -> tuple[WorldbookEntry | None, str]:
-    """A character-card lorebook entry (Character Card V2 `character_book.entries[]`)."""
+def _from_card(
+    raw: dict[str, Any], where: str, ignored: set[str], positions: dict[str, int]
+) -> tuple[WorldbookEntry | None, str]:
+    """A character-card lorebook entry (Character Card V2 `character_book.entries[]`), kept whole as its source."""
+    own, raw = _own_fields(raw, where)
     ignored.update(set(raw) - CARD_MAPPED - CARD_SILENT)
-    return _mapped(validated(CardEntry, raw, where, ImportFormatError), where)
+    extensions = raw.get("extensions")
+    if isinstance(extensions, dict):
+        for name, value in extensions.items():
+            defaults = CARD_EXT_DEFAULTS.get(name)
+            if name in CARD_EXT_MAPPED:
+                continue
+            if defaults is None or not any(
+                value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults
+            ):
+                ignored.add(f"extensions.{name}")
+    source = validated(CardEntry, raw, where, ImportFormatError)
+    where_to = placement(source.st_position(), source.extensions.role, source.extensions.depth)[1]
+    return _mapped(source, raw, "character book", own, where, where_to, positions)
 
 
-def _mapped(source: SillyTavernEntry | CardEntry, where: str) -> tuple[WorldbookEntry | None, str]:
+def _mapped(
+    source: SillyTavernEntry | CardEntry,
+    raw: dict[str, Any],
+    fmt: str,
+    own: dict[str, Any],
+    where: str,
+    where_to: str,
+    positions: dict[str, int],
+) -> tuple[WorldbookEntry | None, str]:
     fields = source.entry()
     if isinstance(fields, str):
         return None, fields
-    return _file_error(validate_entry, fields, where), ""
+    entry = _file_error(validate_entry, {**fields, **own, "source": raw, "source_format": fmt}, where)
+    positions[where_to] = positions.get(where_to, 0) + 1
+    return entry, ""
 
 
 def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> ImportReport:
@@ -453,11 +608,291 @@ def import_worldbook(session: Session, data: Any, scope: Scope = GLOBAL) -> Impo
             duplicates += 1
             continue
         seen.add((entry.content, entry.keywords))
-        session.add(worldbook_row(entry.model_copy(update={"role_id": scope.role_id, "save_id": scope.save_id}), uid))
-    session.flush()
+        add_worldbook_row(session, entry.model_copy(update={"role_id": scope.role_id, "save_id": scope.save_id}), uid)
     return ImportReport(
-        parsed.format, len(parsed.entries) - duplicates, duplicates, parsed.skipped, parsed.ignored_fields
+        parsed.format,
+        len(parsed.entries) - duplicates,
+        duplicates,
+        parsed.skipped,
+        parsed.ignored_fields,
+        parsed.positions,
     )
+
+
+# --- SillyTavern export ---------------------------------------------------------------------------
+
+# newWorldInfoEntryDefinition's defaults: an entry made here starts from them.
+ST_ENTRY_DEFAULTS: dict[str, Any] = {
+    "key": [],
+    "keysecondary": [],
+    "comment": "",
+    "content": "",
+    "constant": False,
+    "vectorized": False,
+    "selective": True,
+    "selectiveLogic": 0,
+    "addMemo": False,
+    "order": 100,
+    "position": 0,
+    "disable": False,
+    "excludeRecursion": False,
+    "preventRecursion": False,
+    "delayUntilRecursion": False,
+    "probability": 100,
+    "useProbability": True,
+    "depth": 4,
+    "group": "",
+    "groupOverride": False,
+    "groupWeight": 100,
+    "scanDepth": None,
+    "caseSensitive": None,
+    "matchWholeWords": None,
+    "useGroupScoring": None,
+    "automationId": "",
+    "role": None,
+    "sticky": 0,
+    "cooldown": 0,
+    "delay": 0,
+}
+ST_LOGIC_NUMBER = {name: number for number, name in ST_LOGIC.items()}
+ST_ROLE_NUMBER = {name: number for number, name in ST_ROLES.items()}
+# A card entry's extension names for SillyTavern's world-info fields (convertWorldInfoToCharacterBook).
+CARD_EXT_TO_ST = {
+    "exclude_recursion": "excludeRecursion",
+    "prevent_recursion": "preventRecursion",
+    "delay_until_recursion": "delayUntilRecursion",
+    "display_index": "displayIndex",
+    "probability": "probability",
+    "useProbability": "useProbability",
+    "depth": "depth",
+    "selectiveLogic": "selectiveLogic",
+    "outlet_name": "outletName",
+    "group": "group",
+    "group_override": "groupOverride",
+    "group_weight": "groupWeight",
+    "scan_depth": "scanDepth",
+    "match_whole_words": "matchWholeWords",
+    "use_group_scoring": "useGroupScoring",
+    "case_sensitive": "caseSensitive",
+    "automation_id": "automationId",
+    "role": "role",
+    "vectorized": "vectorized",
+    "sticky": "sticky",
+    "cooldown": "cooldown",
+    "delay": "delay",
+    "match_persona_description": "matchPersonaDescription",
+    "match_character_description": "matchCharacterDescription",
+    "match_character_personality": "matchCharacterPersonality",
+    "match_character_depth_prompt": "matchCharacterDepthPrompt",
+    "match_scenario": "matchScenario",
+    "match_creator_notes": "matchCreatorNotes",
+    "triggers": "triggers",
+    "ignore_budget": "ignoreBudget",
+}
+ST_TO_CARD_EXT = {st: card for card, st in CARD_EXT_TO_ST.items()}
+
+
+def _own_extension(entry: WorldbookEntry) -> dict[str, Any]:
+    """Our fields SillyTavern has no place for (kind, weights, emotions, time window, a temporal or emotional
+    trigger), when not at their defaults: written to `extensions.personalab`."""
+    defaults = WorldbookEntry(id="x", content="x").fields_dict()
+    ours = entry.fields_dict()
+    names = ("kind", "relevance_weight", "emotional_weight", "time_decay_factor", "emotions", "temporal")
+    own = {name: ours[name] for name in names if ours[name] != defaults[name]}
+    if entry.trigger_type in ("temporal", "emotional"):
+        own["trigger_type"] = entry.trigger_type
+    if entry.position == "system":  # "system" at depth is SillyTavern's position 4 with role 0; None is ours
+        own["position"] = "system"
+    return own
+
+
+def _st_fields(entry: WorldbookEntry) -> dict[str, Any]:
+    """The world-info fields our entry's own fields say (every field of `SillyTavernEntry`)."""
+    fields: dict[str, Any] = {
+        "key": list(entry.keywords),
+        "keysecondary": list(entry.secondary_keywords),
+        "comment": entry.title,
+        "content": entry.content,
+        "constant": entry.constant,
+        "vectorized": entry.trigger_type == "semantic",
+        "selectiveLogic": ST_LOGIC_NUMBER[entry.selective_logic],
+        "order": entry.priority,
+        "disable": not entry.enabled,
+    }
+    if entry.position in ("user", "assistant"):
+        fields.update(position=ST_POSITION_AT_DEPTH, role=ST_ROLE_NUMBER[entry.position])
+    return fields
+
+
+def _card_as_world_info(raw: dict[str, Any]) -> dict[str, Any]:
+    """A card's lorebook entry in world-info names (SillyTavern's convertCharacterBook)."""
+    ext = dict(raw.get("extensions") or {})
+    out: dict[str, Any] = {
+        "key": raw.get("keys") or [],
+        "keysecondary": raw.get("secondary_keys") or [],
+        "comment": raw.get("comment") or raw.get("name") or "",
+        "content": raw.get("content", ""),
+        "constant": bool(raw.get("constant")),
+        "selective": bool(raw.get("selective", True)),
+        "order": raw.get("insertion_order", 100),
+        "position": ext.pop("position", 1 if raw.get("position") == "after_char" else 0),
+        "disable": raw.get("enabled") is False,
+        "addMemo": bool(raw.get("comment")),
+    }
+    if "case_sensitive" in raw and "case_sensitive" not in ext:
+        ext["case_sensitive"] = raw["case_sensitive"]
+    for card_name, st_name in CARD_EXT_TO_ST.items():
+        if card_name in ext:
+            out[st_name] = ext.pop(card_name)
+    out["extensions"] = ext
+    return out
+
+
+def sillytavern_entry(entry: WorldbookEntry, uid: int) -> dict[str, Any]:
+    """`entry` as a SillyTavern world-info entry: the entry it was imported from (a card's converted to
+    world-info names) with what was changed here written over it; one made here from SillyTavern's defaults.
+    Our fields SillyTavern has no place for go to `extensions.personalab` (read back on import)."""
+    if entry.source is None:
+        base: dict[str, Any] = {**ST_ENTRY_DEFAULTS, "uid": uid, "displayIndex": uid}
+        base.update(_st_fields(entry))
+        base["selective"] = True
+        base["extensions"] = {}
+    else:
+        base = dict(entry.source) if entry.source_format == "world info" else _card_as_world_info(entry.source)
+        base.setdefault("uid", uid)
+        try:
+            before = SillyTavernEntry.model_validate(base).entry()
+        except ValueError:
+            before = {}
+        now = {**_st_fields(entry), "position": placement_of(entry)}
+        was = {} if isinstance(before, str) else before
+        changed = {
+            "keywords": ("key",),
+            "secondary_keywords": ("keysecondary",),
+            "title": ("comment",),
+            "content": ("content",),
+            "constant": ("constant",),
+            "selective_logic": ("selectiveLogic",),
+            "priority": ("order",),
+            "enabled": ("disable",),
+        }
+        for ours, st_names in changed.items():
+            if was.get(ours) != getattr(entry, ours):
+                for name in st_names:
+                    base[name] = now[name]
+        if (was.get("trigger_type") == "semantic") != (entry.trigger_type == "semantic"):
+            base["vectorized"] = entry.trigger_type == "semantic"
+        if was.get("position") != entry.position:
+            fields = _st_fields(entry)
+            base["position"] = fields.get("position", 0)
+            if "role" in fields:
+                base["role"] = fields["role"]
+    own = _own_extension(entry)
+    if own:
+        base["extensions"] = {**(base.get("extensions") or {}), PERSONALAB_EXTENSION: own}
+    return base
+
+
+def placement_of(entry: WorldbookEntry) -> int:
+    return ST_POSITION_AT_DEPTH if entry.position in ("user", "assistant") else 0
+
+
+def _uids(session: Session, scope: Scope) -> list[tuple[WorldbookEntry, int]]:
+    """The entries of `scope` with a SillyTavern uid each: the one they were imported with when it is a whole
+    number not taken yet, else the next free one."""
+    rows = worldbook_rows(session, scope)
+    entries = worldbook_entries(session, rows)
+    taken: set[int] = set()
+    wanted: list[int | None] = []
+    for row in rows:
+        uid = int(row.uid) if row.uid is not None and row.uid.isdigit() and len(row.uid) < 10 else None
+        if uid is not None and uid in taken:
+            uid = None
+        if uid is not None:
+            taken.add(uid)
+        wanted.append(uid)
+    out = []
+    free = 0
+    for entry, uid in zip(entries, wanted, strict=True):
+        if uid is None:
+            while free in taken:
+                free += 1
+            uid = free
+            taken.add(uid)
+        out.append((entry, uid))
+    return out
+
+
+def export_sillytavern(session: Session, scope: Scope = GLOBAL) -> dict[str, Any]:
+    """The entries of exactly `scope` as a SillyTavern world-info file (`{"entries": {"<uid>": {...}}}`);
+    importing it gives the same entries back (tests/test_lorebook_fidelity.py)."""
+    return {"entries": {str(uid): sillytavern_entry(entry, uid) for entry, uid in _uids(session, scope)}}
+
+
+def character_book_entry(entry: WorldbookEntry, uid: int) -> dict[str, Any]:
+    """`entry` as a card's lorebook entry (SillyTavern's convertWorldInfoToCharacterBook over our
+    world-info form); an entry imported from a card gives back the card's entry as it was, with only what was
+    changed here written over it."""
+    out = _as_card_entry(entry, uid)
+    if entry.source_format != "character book" or entry.source is None:
+        return out
+    try:
+        pristine = _mapped(
+            validated(CardEntry, entry.source, "source", ImportFormatError),
+            entry.source,
+            "character book",
+            {},
+            "source",
+            "",
+            {},
+        )[0]
+    except InvalidInput:
+        pristine = None
+    if pristine is None:
+        return out
+    before = _as_card_entry(pristine, uid)
+    result = dict(entry.source)
+    extensions = dict(result.get("extensions") or {})
+    for name in set(out) | set(before):
+        if name == "extensions":
+            new, old = out.get(name) or {}, before.get(name) or {}
+            extensions.update({k: new[k] for k in set(new) | set(old) if new.get(k) != old.get(k) and k in new})
+        elif out.get(name) != before.get(name):
+            result[name] = out.get(name)
+    if extensions or "extensions" in result:
+        result["extensions"] = extensions
+    return result
+
+
+def _as_card_entry(entry: WorldbookEntry, uid: int) -> dict[str, Any]:
+    st = sillytavern_entry(entry, uid)
+    extensions = dict(st.get("extensions") or {})
+    for st_name, card_name in ST_TO_CARD_EXT.items():
+        if st_name in st:
+            extensions[card_name] = st[st_name]
+    extensions["position"] = st.get("position", 0)
+    out: dict[str, Any] = {
+        "id": st.get("uid", uid),
+        "keys": st.get("key", []),
+        "secondary_keys": st.get("keysecondary", []),
+        "comment": st.get("comment", ""),
+        "content": st.get("content", ""),
+        "constant": bool(st.get("constant")),
+        "selective": bool(st.get("selective", True)),
+        "insertion_order": st.get("order", 100),
+        "enabled": not st.get("disable", False),
+        "position": "before_char" if st.get("position", 0) == 0 else "after_char",
+        "extensions": extensions,
+    }
+    return out
+
+
+def export_character_book(session: Session, scope: Scope, name: str = "") -> dict[str, Any] | None:
+    """The entries of `scope` as a card's `character_book` (None when there are none)."""
+    pairs = _uids(session, scope)
+    if not pairs:
+        return None
+    return {"name": name, "entries": [character_book_entry(entry, uid) for entry, uid in pairs]}
 
 
 # --- files ----------------------------------------------------------------------------------------

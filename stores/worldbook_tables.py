@@ -73,3 +73,19 @@ class WorldbookEntryRow(SQLModel, table=True):
 
 
 TEMPORAL_COLUMNS = ("min_turn", "max_turn", "min_gap_seconds", "max_gap_seconds", "min_turns_since_fired")
+
+
+class WorldbookEntrySourceRow(SQLModel, table=True):
+    """The SillyTavern entry an imported world-book entry came from (issue 15), whole: the fields with no column
+    here (position, depth, role, probability, case sensitivity, whole words, groups, timed effects, extensions)
+    are kept for a lossless export and read by the trigger (`nodes.rules.worldbook.sillytavern_options`)."""
+
+    __tablename__ = "worldbook_entry_source"
+
+    entry_id: int = Field(primary_key=True, foreign_key="worldbook_entry.id")
+    format: str  # "world info" (a SillyTavern world-info file) or "character book" (a card's lorebook)
+    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+# the card table is registered with these tables (stores.db imports this module)
+from personalab.stores import card_tables  # noqa: E402, F401

@@ -54,12 +54,13 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import has_unspaced_script
 from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
-from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, Strict, StringConstraints, model_validator
 
 TriggerType = Literal["keyword", "semantic", "temporal", "emotional"]
 Kind = Literal["episodic", "semantic", "trait", "goal"]  # seed 004 MemoryType
 Position = Literal["system", "user", "assistant"]
 SelectiveLogic = Literal["and_any", "not_all", "not_any", "and_all"]
+SourceFormat = Literal["world info", "character book"]  # a SillyTavern world-info file, a card's lorebook
 TRIGGER_TYPES: tuple[str, ...] = get_args(TriggerType)
 KINDS: tuple[str, ...] = get_args(Kind)
 KIND_LABELS = {"episodic": "情景记忆", "semantic": "语义记忆", "trait": "特质记忆", "goal": "目标记忆"}
@@ -214,6 +215,11 @@ class WorldbookEntry(Entry):
     created_at: Annotated[float | None, BeforeValidator(_epoch)] = None  # epoch seconds, for time decay
     role_id: int | None = None
     save_id: int | None = None
+    # The SillyTavern entry it was imported from, whole (issue 15): what has no field here (position, depth,
+    # role, probability, case, whole words, groups, timed effects, extensions) is kept for a lossless export,
+    # and the trigger reads its options (`sillytavern_options`). None for an entry made here.
+    source: Annotated[dict[str, Any] | None, Strict()] = None
+    source_format: SourceFormat | None = None
 
     @model_validator(mode="after")
     def _one_scope(self) -> Self:

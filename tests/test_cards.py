@@ -1,0 +1,233 @@
+"""SillyTavern character cards (issue 15): V1 / V2 / V3 JSON and PNG in, V2 / V3 / PNG out, nothing lost.
+
+Fixtures are made here: `tests/fixtures/card_v2_lantern.json` (hand-written, with a character_book) and PNGs
+generated with Pillow at test time."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.cards import (
+    MAX_CARD_BYTES,
+    Card,
+    card_of_character,
+    export_png,
+    export_v2,
+    export_v3,
+    import_card,
+    import_report,
+    parse_card_bytes,
+    read_card,
+    write_card,
+)
+from personalab.stores.db import session_scope
+from personalab.stores.tables import Role
+from personalab.stores.worldbook import Scope, list_worldbook
+from PIL import Image
+from PIL.PngImagePlugin import PngInfo
+from sqlmodel import select
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def lantern() -> dict[str, Any]:
+    return json.loads((FIXTURES / "card_v2_lantern.json").read_text(encoding="utf-8"))
+
+
+def b64(value: Any) -> str:
+    return base64.b64encode(json.dumps(value, ensure_ascii=False).encode("utf-8")).decode("ascii")
+
+
+def png(chunks: dict[str, str], size: tuple[int, int] = (8, 12)) -> bytes:
+    """A small RGBA image with the given tEXt chunks (the card generator of these tests)."""
+    info = PngInfo()
+    for key, value in chunks.items():
+        info.add_text(key, value)
+    out = io.BytesIO()
+    Image.new("RGBA", size, (10, 120, 200, 255)).save(out, format="PNG", pnginfo=info)
+    return out.getvalue()
+
+
+def v3_of(card: dict[str, Any]) -> dict[str, Any]:
+    v3 = copy.deepcopy(card)
+    v3["spec"], v3["spec_version"] = "chara_card_v3", "3.0"
+    v3["data"].update(
+        nickname="阿灯",
+        group_only_greetings=["（群聊）灯亮了。"],
+        assets=[{"type": "icon", "uri": "ccdefault:", "name": "main", "ext": "png"}],
+        creation_date=1_700_000_000,
+        source=["https://example.invalid/card"],
+    )
+    return v3
+
+
+def same(a: Card, b: Card) -> None:
+    assert a.data.model_dump() == b.data.model_dump()
+    assert a.data.model_extra == b.data.model_extra
+    assert a.top_level == b.top_level
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+def test_a_v1_card_reads_its_flat_fields() -> None:
+    v1 = {"name": "Mira", "description": "A courier.", "first_mes": "Hi!", "mes_example": "", "avatar": "none"}
+    card = parse_card_bytes(json.dumps(v1).encode(), "mira.json")
+    assert card.spec == "chara_card_v1"
+    assert (card.name, card.data.description, card.data.first_mes) == ("Mira", "A courier.", "Hi!")
+    assert card.data.model_extra == {"avatar": "none"}  # an unknown field is kept
+
+
+def test_a_v2_card_reads_data_and_keeps_unknown_fields_and_extensions() -> None:
+    card = read_card(FIXTURES / "card_v2_lantern.json")
+    assert card.spec == "chara_card_v2"
+    assert card.data.alternate_greetings == ["*他递来一杯热茶* 喝吧。"]
+    assert card.data.extensions["world"] == "雾港"
+    assert card.data.model_extra == {"x_unknown_field": {"kept": True}}
+    assert card.top_level == {"create_date": "2026-11-1 @10h 00m 00s"}  # the V1 copies are not kept twice
+    assert card.data.character_book is not None and len(card.data.character_book["entries"]) == 3
+
+
+def test_a_png_card_prefers_ccv3_over_chara() -> None:
+    v2, v3 = lantern(), v3_of(lantern())
+    v3["data"]["name"] = "灯守·三"
+    card = parse_card_bytes(png({"chara": b64(v2), "ccv3": b64(v3)}), "both.png")
+    assert (card.spec, card.name, card.source) == ("chara_card_v3", "灯守·三", "PNG chunk ccv3")
+    assert card.data.nickname == "阿灯"
+    assert card.avatar is not None and card.avatar.startswith(b"\x89PNG")
+    only_v2 = parse_card_bytes(png({"chara": b64(v2)}), "v2.png")
+    assert (only_v2.spec, only_v2.source) == ("chara_card_v2", "PNG chunk chara")
+
+
+def test_the_import_report_names_every_field_without_effect() -> None:
+    report = import_report(parse_card_bytes(png({"ccv3": b64(v3_of(lantern()))}), "c.png"))
+    assert set(report.used) >= {"name", "description", "personality", "first_mes", "character_book"}
+    for name in (
+        "scenario",
+        "creator_notes",
+        "tags",
+        "extensions.world",
+        "extensions.depth_prompt",
+        "x_unknown_field",
+        "nickname",
+        "group_only_greetings",
+        "assets",
+        "(top level) create_date",
+    ):
+        assert name in report.no_effect, name
+    assert "雾港" in report.no_effect["extensions.world"]
+
+
+# --- round trips ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["v1", "v2", "v3", "png"])
+def test_import_of_each_export_keeps_every_field(source: str) -> None:
+    if source == "v1":
+        raw = json.dumps({"name": "Mira", "description": "d", "personality": "p", "scenario": "s", "x": 1}).encode()
+    elif source == "v2":
+        raw = json.dumps(lantern(), ensure_ascii=False).encode()
+    elif source == "v3":
+        raw = json.dumps(v3_of(lantern()), ensure_ascii=False).encode()
+    else:
+        raw = png({"chara": b64(lantern()), "ccv3": b64(v3_of(lantern()))})
+    card = parse_card_bytes(raw, f"card.{source}")
+    for exported in (export_v2(card), export_v3(card)):
+        same(parse_card_bytes(json.dumps(exported, ensure_ascii=False).encode(), "again.json"), card)
+    again = parse_card_bytes(export_png(card), "again.png")
+    same(again, card)
+    assert again.spec == "chara_card_v3"  # both chunks written: the V3 one is read
+    image = Image.open(io.BytesIO(export_png(card)))
+    assert {"chara", "ccv3"} <= set(image.text)  # type: ignore[attr-defined]
+    assert json.loads(base64.b64decode(image.text["chara"]))["spec"] == "chara_card_v2"  # type: ignore[attr-defined]
+
+
+def test_a_png_export_keeps_the_avatar_pixels(tmp_path: Path) -> None:
+    card = parse_card_bytes(png({"chara": b64(lantern())}, size=(5, 7)), "a.png")
+    write_card(card, tmp_path / "out.png", "png")
+    image = Image.open(tmp_path / "out.png")
+    assert image.size == (5, 7) and image.getpixel((0, 0)) == (10, 120, 200, 255)
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"entries": {"0": {"key": ["a"], "content": "b"}}}', "is a world book, not a character card"),
+        (b'{"hello": "world"}', "is not a character card"),
+        (b'{"spec": "chara_card_v9", "data": {}}', "unknown card spec"),
+        (b'{"spec": "chara_card_v2", "data": {"name": 5}}', "data.name' must be"),
+        (b"[1, 2]", "is not a character card"),
+        (b"\xff\xfe garbage", "neither a PNG card nor UTF-8"),
+        (b"\x89PNG\r\n\x1a\nnot really", "not a readable PNG"),
+    ],
+)
+def test_bad_cards_are_one_error_naming_the_file(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.card"
+    path.write_bytes(content)
+    with pytest.raises(InvalidInput) as caught:
+        read_card(path)
+    assert str(path) in str(caught.value) and message in str(caught.value), str(caught.value)
+
+
+def test_png_problems_are_named(tmp_path: Path) -> None:
+    cases = {
+        "plain.png": (png({"Title": "just a picture"}), "no 'chara' or 'ccv3' text chunk"),
+        "b64.png": (png({"chara": "@@@ not base64 !!!"}), "is not base64"),
+        "utf8.png": (png({"chara": base64.b64encode(b"\xff\xfe\xfa").decode()}), "does not decode to UTF-8"),
+        "json.png": (png({"chara": base64.b64encode(b"{not json").decode()}), "is not valid JSON"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(InvalidInput, match=message) as caught:
+            read_card(tmp_path / name)
+        assert name in str(caught.value)
+
+
+def test_a_file_over_20_mb_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.png"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_CARD_BYTES + 1)
+    with pytest.raises(InvalidInput, match="over the card import limit"):
+        read_card(big)
+
+
+# --- a card as a character ------------------------------------------------------------------------
+
+
+def test_a_card_becomes_a_character_with_its_book_and_exports_back_whole(db_url: str) -> None:
+    card = parse_card_bytes(png({"chara": b64(lantern())}), "lantern.png")
+    with session_scope(db_url) as s:
+        done = import_card(s, card)
+    assert done.book is not None and done.book.imported == 3
+    assert "extensions.sticky" in done.book.ignored_fields  # kept, but said to have no effect here
+    with session_scope(db_url) as s:
+        role = s.get(Role, done.role_id)
+        assert role is not None and (role.name, role.persona) == ("灯守", "沉默，可靠")
+        book = list_worldbook(s, Scope(role_id=done.role_id))
+        assert [e.position for e in book] == [None, "user", None]  # at depth 2 as user → the tail's user position
+        assert book[1].source is not None and book[1].source["extensions"]["depth"] == 2
+        again = card_of_character(s, done.role_id)
+    same(again, card)
+    assert again.avatar == card.avatar
+
+
+def test_a_bad_character_book_stores_nothing(sqlite_url: str) -> None:
+    db_url = sqlite_url
+    bad = lantern()
+    bad["data"]["character_book"]["entries"][1]["keys"] = "雾"  # a string, not a list
+    card = parse_card_bytes(json.dumps(bad, ensure_ascii=False).encode(), "bad.json")
+    with pytest.raises(InvalidInput, match="character_book: entry 2 .*keys"):
+        with session_scope(db_url) as s:
+            import_card(s, card)
+    with session_scope(db_url) as s:
+        assert s.exec(select(Role)).all() == []
