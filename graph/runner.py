@@ -15,6 +15,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from personalab.graph.graph import TurnGraph, compile_turn_graph
+from personalab.graph.streaming import MarkerFilter
 from personalab.nodes.context import Context
 from personalab.nodes.rules.core_memory import CoreMemoryHistory
 from personalab.nodes.rules.errors import InstanceBusy
@@ -59,20 +60,30 @@ def turn_config(instance_id: int) -> RunnableConfig:
 
 
 class ReplyTokens(BaseCallbackHandler):
-    """Passes on the tokens of the chat-model calls made by the generate node (not the query rewrite's or the
-    maintenance's) as the model streams them."""
+    """Passes on the text of the chat-model calls made by the generate node (not the query rewrite's or the
+    maintenance's) as the model streams it, without the director's `[PROGRESS:i:status]` markers: a possible
+    marker is held back until it closes (`MarkerFilter`), so none reaches the reader, split over tokens or not."""
 
     def __init__(self, on_token: Callable[[str], None], node: str = "generate") -> None:
         self.on_token, self.node = on_token, node
-        self._runs: set[UUID] = set()
+        self._runs: dict[UUID, MarkerFilter] = {}
 
     def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if (kwargs.get("metadata") or {}).get("langgraph_node") == self.node:
-            self._runs.add(run_id)
+            self._runs[run_id] = MarkerFilter()
 
     def on_llm_new_token(self, token: str | list[str | dict[str, Any]], *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id in self._runs and isinstance(token, str):  # chat models stream text tokens
-            self.on_token(token)
+        markers = self._runs.get(run_id)
+        if markers is not None and isinstance(token, str):  # chat models stream text tokens
+            text = markers.feed(token)
+            if text:
+                self.on_token(text)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        markers = self._runs.pop(run_id, None)
+        rest = markers.flush() if markers is not None else ""
+        if rest:
+            self.on_token(rest)
 
 
 @contextmanager

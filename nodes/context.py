@@ -39,6 +39,8 @@ class Context:
         "director_reference_floor"
     )
     lock_lease_s: Annotated[float, describe("turn_lease")] = _setting("turn_lease")
+    # seed 002 可暂停/继续: a pause this long (minutes) starts a new session
+    session_pause_min: Annotated[float, describe("session_pause")] = _setting("session_pause")
     # token budgets of the prompt regions (seed 002 Prompt区域分配)
     head_tokens: Annotated[int, describe("head_tokens")] = _setting("head_tokens")
     middle_tokens: Annotated[int, describe("middle_tokens")] = _setting("middle_tokens")

@@ -41,6 +41,8 @@ def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
     """The long-term memory injection first (world knowledge, then memories), then the director's two layers
     (current facts, other stories' reference)."""
     blocks = [RetrievedBlock(title=b["title"], items=list(b["items"])) for b in state.get("memory_blocks") or []]
+    if state.get("session_recap"):  # a new session's first turn: how the last one ended (seed 002 跨会话延续)
+        blocks.insert(0, RetrievedBlock(title=prompts.SESSION_RECAP_TITLE, items=list(state["session_recap"])))
     director = state.get("director_events")
     if director:
         blocks.extend(director_blocks(director.get("current", []), director.get("others", [])))

@@ -24,15 +24,17 @@ from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_f
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import Character
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
+from personalab.stores.branches import place_turn_lines
 from personalab.stores.db import session_scope
 from personalab.stores.embeddings import warm_up_embeddings
 from personalab.stores.history import get_lines, get_path_ids
-from personalab.stores.saves import append_lines, get_save, outline_of, validate_line
+from personalab.stores.saves import get_save, outline_of, validate_line
+from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
 from personalab.stores.turns import (
     acquire_turn_lock,
+    branch_story_state,
     last_turn_time,
-    latest_story_state,
     latest_story_state_id,
     release_turn_lock,
     save_story_state,
@@ -64,6 +66,20 @@ def check_turn_input(
         lines.append(dict(line))
     lines.append({"attribute": "user", "content": message})
     return lines
+
+
+def check_branch_input(state: TurnState) -> tuple[int | None, int | None]:
+    """`reply_to` and `branch_from` (seed 000 siblings: regenerate, edit), each a line id or None; not both, and a
+    regenerate takes no message or host lines of its own (the stored user line is the message)."""
+    given = {}
+    for name in ("reply_to", "branch_from"):
+        value = state.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise InvalidInput(f"{name} must be a line id, got {value!r}")
+        given[name] = value
+    if given["reply_to"] is not None and (given["branch_from"] is not None or state.get("lines_before")):
+        raise InvalidInput("reply_to (regenerate) takes no branch_from or lines_before")
+    return given["reply_to"], given["branch_from"]
 
 
 def check_user_name(user_name: Any, max_chars: int) -> str | None:
@@ -118,24 +134,29 @@ def read_recall_window(
         head, tail = head * 4, tail * 4
 
 
-def kept_state(session: Session, state: TurnState, instance_id: int) -> dict[str, Any]:
-    """The kept fields this turn starts from, read under the instance's lock: the checkpoint's copy when it is
-    the instance's latest stored story state, else the stored one. So a turn that failed midway leaves nothing
-    behind, a kill between storing a reply and writing the checkpoint loses nothing, and two runs that read the
-    same checkpoint never both build on it (the second sees the first's stored state)."""
-    stored_id = latest_story_state_id(session, instance_id)
-    if stored_id is not None and stored_id == state.get("story_state_id"):
+def kept_state(
+    session: Session, state: TurnState, instance_id: int, path: Sequence[int], anchor: int | None
+) -> dict[str, Any]:
+    """The kept fields this turn starts from, read under the instance's lock: the story state of the branch it
+    continues (`path`: the line ids from the root to this turn's user line; the state of the last stored reply on
+    it, so after a rewind, swipe or edit the turn counter, plot, relationship, core memory and world-book timers
+    are those of the branch point) — the checkpoint's copy when it is that state, else the stored one. So a
+    turn that failed midway leaves nothing behind, a kill between storing a reply and writing the checkpoint
+    loses nothing, and two runs that read the same checkpoint never both build on it (the second sees the first's
+    stored state)."""
+    row = branch_story_state(session, instance_id, path)
+    if row is not None and row.id == state.get("story_state_id"):
         return story_fields(state)
-    if stored_id is not None:
-        row = latest_story_state(session, instance_id)
-        assert row is not None  # read under the lock: no turn stores a state meanwhile
+    if row is not None:
         return dict(row.state)
-    if "story_state_id" in state:
-        return {}  # no turn of this instance was ever stored: whatever the checkpoint holds is a failed turn's
-    # a checkpoint from before stored story states: it is the truth; store it so later turns can come back to it
+    if "story_state_id" in state or latest_story_state_id(session, instance_id) is not None:
+        # no reply of this branch was stored (a failed turn's checkpoint, or a branch taken before the first
+        # reply): the story starts from its beginning
+        return {}
+    # a checkpoint from before stored story states: it is the truth; store it at the leaf it belongs to
     kept = story_fields(state)
     if kept.get("turn"):
-        save_story_state(session, instance_id, kept["turn"], kept)
+        save_story_state(session, instance_id, kept["turn"], kept, anchor)
     return kept
 
 
@@ -163,22 +184,31 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     instance_id = state.get("instance_id")
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
         raise InvalidInput(f"instance_id must be an integer, got {instance_id!r}")
-    lines = check_turn_input(state.get("message"), state.get("lines_before"), ctx.max_message_chars, ctx.max_host_lines)
+    reply_to, branch_from = check_branch_input(state)
+    lines = (
+        []
+        if reply_to is not None
+        else check_turn_input(
+            state.get("message"), state.get("lines_before"), ctx.max_message_chars, ctx.max_host_lines
+        )
+    )
     user_name = check_user_name(state.get("user_name"), ctx.max_user_name_chars)
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
-    if user_name:
+    if user_name and lines:
         lines[-1]["display_name"] = user_name
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
-            kept = kept_state(session, state, instance_id)
-            written = append_lines(session, instance_id, lines)
+            written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
+            sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
             path = get_path_ids(session, instance_id)
+            kept = kept_state(session, state, instance_id, path, anchor)
+            recap = recap_items(recap_turns(session, sitting.previous), name) if sitting.previous else []
             (head_end, tail_start), history = read_recall_window(
                 session, path, window_turns(ctx), save.role_id, name
             )
@@ -199,6 +229,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "character": character,
         "history": history,
         "user_line_id": written[-1].id,
+        "session_id": sitting.session.id,
+        "session_recap": recap,
         "retrieved": [],
         "memory_blocks": [],
         "injected": {},
@@ -217,6 +249,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "history": {"path_lines": len(path), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
         },
     }
+    if reply_to is not None:  # a regenerate answers the stored user line again, under its stored name
+        update["message"], update["user_name"] = written[-1].content, user_name or written[-1].display_name
     if not kept.get("plot_state"):
         update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])
     if not kept.get("core_memory"):

@@ -73,6 +73,12 @@ class TurnInput(TypedDict, total=False):
     time_gap: Annotated[GapName | None, UntrackedValue(str)]
     """The real-time gap since the previous turn, when the host knows it; otherwise it is computed from the
     previous turn's time (seed 003)."""
+    reply_to: Annotated[int | None, UntrackedValue(int)]
+    """Regenerate: answer this existing user line of the instance again, as a new reply beside the ones it has
+    (seed 000: siblings); the leaf moves to it and `message` is not needed (the line's text is the message)."""
+    branch_from: Annotated[int | None, UntrackedValue(int)]
+    """Edit / branch: put this turn's lines under this line of the instance instead of the current leaf (0: as
+    a new first line), so an edited user line becomes a sibling of the one it replaces."""
 
 
 @with_config(DESCRIBED)
@@ -111,6 +117,12 @@ class TurnOutput(TypedDict, total=False):
     stored. None when the turn succeeded."""
     gap: GapName
     """The real-time gap since the previous turn: the host's `time_gap`, or computed (seed 003)."""
+    session_id: int | None
+    """The instance's session (sitting) this turn belongs to (seed 002 可暂停/继续): a new one starts after a pause
+    of `session_pause_min` minutes or when the user starts one."""
+    session_recap: list[str]
+    """A new session's first turn: what happened in the last session (its last turns), put into the prompt's
+    retrieved region; empty otherwise."""
     prompt: list[PromptMessage]
     """The full prompt sent to the model this turn, message by message with its region, so anyone can check
     what a turn saw; empty when the turn failed before generation."""

@@ -189,6 +189,12 @@ class Settings(BaseSettings):
     turn_lease: Number = Field(
         600, ge=1, description="Seconds a turn's lock on its instance lasts: a crashed turn's lock lapses after it."
     )
+    session_pause: Number = Field(
+        30,
+        gt=0,
+        description="Minutes without a turn after which the next turn starts a new session of the instance, whose"
+        " first turn gets a recap of the last one (seed 002 可暂停/继续, 跨会话延续).",
+    )
     head_tokens: WholeNumber = Field(
         4000,
         ge=1,

@@ -32,6 +32,8 @@ class TurnRecord(SQLModel, table=True):
     user_line_id: int | None = None
     reply_line_id: int | None = None
     status: str = "ok"  # ok | error
+    # the sitting it belongs to (seed 002 可暂停/继续); None for turns stored before sessions were recorded
+    session_id: int | None = Field(default=None, foreign_key="play_session.id", index=True)
     error: str | None = None
     model: str = ""
     created_at: datetime = Field(default_factory=utcnow)

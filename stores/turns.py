@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from personalab.nodes.rules.errors import InstanceBusy
 from personalab.stores.background import turn_ended, turn_started
 from personalab.stores.db import session_scope
 from personalab.stores.saves import get_save
+from personalab.stores.sessions import current_session
 from personalab.stores.tables import utcnow
 from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord
 from sqlalchemy import delete
@@ -52,6 +54,11 @@ def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:
 
 
 def record_turn(session: Session, record: TurnRecord) -> TurnRecord:
+    """Store a turn's record, naming its session: the instance's current one, which the turn chose or started
+    under the instance's lock (`history_fetch`)."""
+    if record.session_id is None:
+        play = current_session(session, record.save_id)
+        record.session_id = play.id if play is not None else None
     session.add(record)
     session.flush()
     return record
@@ -67,6 +74,24 @@ def latest_story_state(session: Session, save_id: int) -> StoryState | None:
     """The story state of the instance's last stored turn (None before its first)."""
     stmt = select(StoryState).where(col(StoryState.save_id) == save_id)
     return session.exec(stmt.order_by(col(StoryState.id).desc()).limit(1)).first()
+
+
+def branch_story_state(session: Session, save_id: int, path: Sequence[int]) -> StoryState | None:
+    """The story state of the branch whose line ids are `path` (root first): the state left by the last stored turn
+    whose reply is on it (seed 002 + 000: moving the leaf back to a line, or to a sibling, brings the story back
+    to where it stood there). None when no turn on the branch was stored. States are read newest first: the
+    branch's own are usually the newest, and a state's descendants on a branch were stored after it."""
+    on_path = set(path)
+    stmt = select(StoryState.id, StoryState.reply_line_id).where(col(StoryState.save_id) == save_id)
+    stmt = stmt.order_by(col(StoryState.id).desc())
+    for limit in (8, None):
+        rows = session.exec(stmt.limit(limit) if limit else stmt).all()
+        for state_id, reply_line_id in rows:
+            if reply_line_id in on_path:
+                return session.get(StoryState, state_id)
+        if limit and len(rows) < limit:
+            break
+    return None
 
 
 def latest_story_state_id(session: Session, save_id: int) -> int | None:

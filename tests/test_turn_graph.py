@@ -515,7 +515,17 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
     assert set(channels) == keys(TurnState)
     assert isinstance(channels["debug"], BinaryOperatorAggregate) and channels["debug"].operator is merge_debug
     untracked = {name for name, channel in channels.items() if isinstance(channel, UntrackedValue)}
-    assert untracked == {"history", "messages", "message", "user_name", "lines_before", "selected_choice", "time_gap"}
+    assert untracked == {
+        "history",
+        "messages",
+        "message",
+        "user_name",
+        "lines_before",
+        "selected_choice",
+        "time_gap",
+        "reply_to",
+        "branch_from",
+    }
     checkpointed = {name for name, channel in channels.items() if isinstance(channel, LastValue)} | {"debug"}
     assert checkpointed == {
         # the input (only the instance: the rest is this turn's)
@@ -525,7 +535,7 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         "injected", "director_events", "turn", "model", "error", "gap", "prompt", "review", "debug",
         # the nodes' own
         "core_memory_versions", "worldbook_fired", "state_events", "lock_token", "character", "user_line_id",
-        "query", "reply_raw", "story_state_id",
+        "query", "reply_raw", "story_state_id", "session_id", "session_recap",
     }  # fmt: skip
 
 

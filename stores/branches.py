@@ -1,0 +1,78 @@
+"""Moving along the dialogue tree (seed 000: lines form a tree through `parent_line_id`; a regenerate or a swipe
+adds a sibling): the lines of an instance, their children and siblings, and moving the instance's leaf
+(`save.last_message_id`). Lines are never moved or deleted: every branch stays where it was and can be made
+current again. Each function works inside the caller's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
+from personalab.stores.saves import append_lines, get_save
+from personalab.stores.tables import Line, Save, utcnow
+from sqlmodel import Session, col, select
+
+
+def line_of(session: Session, save_id: int, line_id: int) -> Line:
+    """Line `line_id` of instance `save_id`: `NotFound` when there is no such line, `InvalidInput` when it belongs
+    to another instance (both name the line)."""
+    get_save(session, save_id)
+    line = session.get(Line, line_id) if INTEGER_MIN <= line_id <= INTEGER_MAX else None
+    if line is None:
+        raise NotFound(f"line {line_id} does not exist")
+    if line.save_id != save_id:
+        raise InvalidInput(f"line {line_id} is not a line of instance {save_id}")
+    return line
+
+
+def children_of(session: Session, save_id: int, parent_line_id: int | None) -> list[Line]:
+    """The lines under `parent_line_id` (None: the roots), oldest first."""
+    parent = (
+        col(Line.parent_line_id).is_(None) if parent_line_id is None else col(Line.parent_line_id) == parent_line_id
+    )
+    stmt = select(Line).where(col(Line.save_id) == save_id, parent).order_by(col(Line.id))
+    return list(session.exec(stmt).all())
+
+
+def latest_leaf_under(session: Session, save_id: int, line_id: int) -> int:
+    """The leaf reached from `line_id` by following the newest child each step: where a branch made current
+    again (a swipe) continues."""
+    current = line_id
+    for _ in range(1_000_000):  # bounded: a tree of an instance has fewer lines; a loop is not followed forever
+        stmt = select(Line.id).where(col(Line.save_id) == save_id, col(Line.parent_line_id) == current)
+        newest = session.exec(stmt.order_by(col(Line.id).desc()).limit(1)).first()
+        if newest is None:
+            return current
+        current = newest
+    raise InvalidInput(f"the lines under line {line_id} of instance {save_id} loop")
+
+
+def move_leaf(session: Session, save: Save, line_id: int | None) -> None:
+    """Make `line_id` (None: before the first line) the instance's current leaf."""
+    save.last_message_id = line_id
+    save.updated_at = utcnow()
+    session.add(save)
+    session.flush()
+
+
+def place_turn_lines(
+    session: Session, save: Save, lines: list[dict[str, Any]], reply_to: int | None, branch_from: int | None
+) -> tuple[list[Line], int | None]:
+    """Put a turn's host and user lines into the tree (under the instance's turn lock) and return them with the
+    leaf the turn found (`anchor`). `reply_to` (regenerate): no new line; the leaf moves to that stored user
+    line, which the new reply answers again beside its other replies. `branch_from` (edit): the lines go under
+    that line (0: as a new first line) instead of the current leaf, so they are siblings of what was there."""
+    assert save.id is not None
+    anchor = save.last_message_id
+    if reply_to is not None:
+        line = line_of(session, save.id, reply_to)
+        if line.attribute != "user":
+            raise InvalidInput(f"line {reply_to} is not a user line: only a user line can be answered again")
+        move_leaf(session, save, reply_to)
+        return [line], anchor
+    if branch_from is not None:
+        if branch_from:
+            line_of(session, save.id, branch_from)
+        move_leaf(session, save, branch_from or None)
+    return append_lines(session, save.id, lines), anchor

@@ -1,0 +1,198 @@
+"""The dialogue API (issue 13, seed 002 对话功能 + seed 000's tree): sessions with a recap, history paging, and
+regenerate / swipe / edit / rewind with the story state following the branch. Real SQLite and PostgreSQL, the
+real checkpointer, the offline scripted model (turn 1 puts outline point 1 in progress, turn 2 completes it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from personalab.graph.api import dialogue
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.rules import prompts
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
+from personalab.stores.db import session_scope
+from personalab.stores.tables import Save
+from personalab.stores.turn_tables import TurnRecord
+from sqlmodel import col, select
+
+
+def point_one(state: dict[str, Any]) -> str:
+    return str(state["plot_state"]["story_outline"][0]["status"])
+
+
+def leaf_of(url: str, instance: int) -> int | None:
+    with session_scope(url) as s:
+        save = s.get(Save, instance)
+        assert save is not None
+        return save.last_message_id
+
+
+def play(url: str, instance: int, *messages: str, **ctx: Any) -> list[dict[str, Any]]:
+    with turn_graph(Context(database_url=url, **ctx)) as (graph, context):
+        return [run_turn(graph, context, instance, message) for message in messages]
+
+
+# --- history ---------------------------------------------------------------------------------------------------
+
+
+def test_history_pages_the_current_branch_with_ids_speakers_fields_and_siblings(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    play(db_url, instance, "你好", "今天做什么", "出发吧")
+    whole = dialogue.history(instance, limit=1000, database_url=db_url)
+    assert whole["total"] == len(whole["lines"]) and whole["leaf"] == whole["lines"][-1]["id"]
+    assert [line["parent_id"] for line in whole["lines"][1:]] == [line["id"] for line in whole["lines"][:-1]]
+    users = [line for line in whole["lines"] if line["attribute"] == "user"]
+    assert [line["content"] for line in users] == ["你好", "今天做什么", "出发吧"]
+    assert users[0]["speaker"] == "用户"
+    reply = next(line for line in whole["lines"] if line["attribute"] == "assistant")
+    assert reply["speaker"] == "雷娜" and "original_emotion" in reply["fields"]
+    assert all(line["sibling_count"] == 1 and line["on_branch"] for line in whole["lines"])
+
+    page = dialogue.history(instance, offset=2, limit=3, database_url=db_url)
+    assert [line["id"] for line in page["lines"]] == [line["id"] for line in whole["lines"][2:5]]
+    assert page["total"] == whole["total"] and page["offset"] == 2
+    tail = dialogue.history(instance, offset=-2, limit=10, database_url=db_url)
+    assert [line["id"] for line in tail["lines"]] == [line["id"] for line in whole["lines"][-2:]]
+    assert dialogue.history(instance, offset=500, database_url=db_url)["lines"] == []
+
+    fresh = create_sample_instance(db_url)
+    assert dialogue.history(fresh, database_url=db_url) == {
+        "instance_id": fresh, "leaf": None, "total": 0, "offset": 0, "limit": 50, "lines": []
+    }  # fmt: skip
+    with pytest.raises(InstanceNotFound, match="instance 99999"):
+        dialogue.history(99999, database_url=db_url)
+    with pytest.raises(InvalidInput, match="limit"):
+        dialogue.history(instance, limit=0, database_url=db_url)
+
+
+# --- regenerate, swipe, rewind, edit: the story state follows the branch ----------------------------------------
+
+
+def test_regenerate_swipe_and_rewind_move_the_story_state_with_the_branch(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    first, second = play(db_url, instance, "你好", "今天做什么")
+    assert point_one(first) == "in_progress" and point_one(second) == "completed"
+    second_user = second["user_line_id"]
+    old_reply_first = dialogue.history(instance, offset=-1, database_url=db_url)["lines"][0]
+    old_leaf = leaf_of(db_url, instance)
+
+    regen = dialogue.regenerate(instance, context=Context(database_url=db_url))
+    assert regen["error"] is None and regen["turn"] == 2  # starts again from turn 1's story state
+    assert regen["user_line_id"] == second_user  # the same user line, answered again
+    new_lines = dialogue.history(instance, limit=1000, database_url=db_url)["lines"]
+    users = [line["content"] for line in new_lines if line["attribute"] == "user"]
+    assert users == ["你好", "今天做什么"]  # no copy of the user's line
+    first_reply_line = next(line for line in new_lines if line["parent_id"] == second_user)
+    alternatives = dialogue.siblings(instance, first_reply_line["id"], database_url=db_url)["siblings"]
+    assert len(alternatives) == 2 and first_reply_line["sibling_count"] == 2
+    assert [item["on_branch"] for item in alternatives] == [False, True]
+    with session_scope(db_url) as s:
+        answered = s.exec(select(TurnRecord.turn).where(col(TurnRecord.save_id) == instance)).all()
+    assert sorted(answered) == [1, 2, 2]
+
+    # swipe back to the first reply: its branch (up to its old leaf) and its story state are current again
+    back = dialogue.swipe(instance, alternatives[0]["id"], database_url=db_url)
+    assert back["leaf"] == old_leaf and back["turn"] == 2
+    assert dialogue.history(instance, offset=-1, database_url=db_url)["lines"][0]["id"] == old_reply_first["id"]
+
+    # rewind to the end of turn 1: the next turn is turn 2 again, from turn 1's plot (point 1 in progress)
+    turn_one_leaf = next(line["id"] for line in reversed(new_lines) if line["parent_id"] and line["id"] < second_user)
+    rewound = dialogue.rewind(instance, turn_one_leaf, database_url=db_url)
+    assert rewound["leaf"] == turn_one_leaf and rewound["turn"] == 1
+    assert point_one(rewound["story_state"]) == "in_progress"
+    (again,) = play(db_url, instance, "换个话题")
+    assert again["turn"] == 2 and point_one(again) == "completed"
+    assert again["core_memory"] == first["core_memory"]
+
+    # rewind to before the first reply: the story starts from its beginning
+    root = dialogue.history(instance, database_url=db_url)["lines"][0]["id"]
+    assert dialogue.rewind(instance, root, database_url=db_url)["turn"] == 0
+    (restart,) = play(db_url, instance, "从头来")
+    assert restart["turn"] == 1
+
+
+def test_edit_makes_a_sibling_user_line_and_answers_it_from_the_branch_point(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    first, second, third = play(db_url, instance, "你好", "去北边", "然后呢")
+    edited = dialogue.edit(instance, second["user_line_id"], "去南边", context=Context(database_url=db_url))
+    assert edited["error"] is None and edited["turn"] == 2
+    users = [
+        line
+        for line in dialogue.history(instance, limit=1000, database_url=db_url)["lines"]
+        if line["attribute"] == "user"
+    ]
+    assert [line["content"] for line in users] == ["你好", "去南边"]
+    beside = dialogue.siblings(instance, users[1]["id"], database_url=db_url)["siblings"]
+    assert [item["content"] for item in beside] == ["去北边", "去南边"]
+    # the old user line and its turns are a branch a swipe brings back, with their story state
+    back = dialogue.swipe(instance, second["user_line_id"], database_url=db_url)
+    assert back["turn"] == 3 and back["leaf"] == third["debug"]["reply_line_ids"][-1]
+
+
+def test_bad_moves_name_the_id_and_change_nothing(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    other = create_sample_instance(db_url)
+    first, second = play(db_url, instance, "你好", "去北边")
+    (elsewhere,) = play(db_url, other, "别处")
+    regen = dialogue.regenerate(instance, context=Context(database_url=db_url))
+    leaf = leaf_of(db_url, instance)
+    replaced = regen["debug"]["reply_line_ids"][0]
+    with pytest.raises(InvalidInput, match=f"line {elsewhere['user_line_id']} is not a line of instance {instance}"):
+        dialogue.swipe(instance, elsewhere["user_line_id"], database_url=db_url)
+    with pytest.raises(NotFound, match="line 987654 does not exist"):
+        dialogue.swipe(instance, 987654, database_url=db_url)
+    abandoned = dialogue.siblings(instance, replaced, database_url=db_url)["siblings"][0]["id"]
+    assert abandoned == second["debug"]["reply_line_ids"][0]
+    # a line inside the abandoned reply (its parent is not on the current branch) is no sibling of the branch
+    inner = second["debug"]["reply_line_ids"][-1]
+    assert inner != abandoned
+    with pytest.raises(InvalidInput, match=f"line {inner} is not a sibling of a line on the current branch"):
+        dialogue.swipe(instance, inner, database_url=db_url)
+    assert leaf_of(db_url, instance) == leaf
+    deep = first["debug"]["reply_line_ids"][0]  # on the branch: rewinding there is fine, swiping off it is not
+    with pytest.raises(InvalidInput, match=f"line {abandoned} is not on the current branch"):
+        dialogue.rewind(instance, abandoned, database_url=db_url)
+    with pytest.raises(InstanceNotFound, match="instance 424242"):
+        dialogue.rewind(424242, deep, database_url=db_url)
+    with pytest.raises(InvalidInput, match="not a user line"):
+        dialogue.edit(instance, deep, "改", context=Context(database_url=db_url))
+    with pytest.raises(InvalidInput, match="message is empty"):
+        dialogue.edit(instance, second["user_line_id"], "  ", context=Context(database_url=db_url))
+    assert leaf_of(db_url, instance) == leaf
+    assert dialogue.line_count(instance, database_url=db_url) == len(
+        {line["id"] for line in dialogue.history(instance, limit=1000, database_url=db_url)["lines"]}
+    ) + len(second["debug"]["reply_line_ids"])
+
+
+# --- sessions ---------------------------------------------------------------------------------------------------
+
+
+def test_a_pause_or_new_session_starts_a_session_whose_first_turn_gets_a_recap(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    one, two = play(db_url, instance, "我们去找水源", "水源在北边")
+    assert one["session_id"] == two["session_id"] is not None
+    assert one["session_recap"] == [] and two["session_recap"] == []
+
+    started = dialogue.new_session(instance, database_url=db_url)
+    assert started["id"] != one["session_id"] and started["turns"] == 0
+    assert dialogue.new_session(instance, database_url=db_url)["id"] == started["id"]  # no empty sittings
+    (three,) = play(db_url, instance, "我回来了")
+    assert three["session_id"] == started["id"]
+    assert len(three["session_recap"]) == 2 and "我们去找水源" in three["session_recap"][0]
+    assert "雷娜：" in three["session_recap"][1]
+    recap = [m for m in three["prompt"] if m["region"] == "retrieved" and prompts.SESSION_RECAP_TITLE in m["content"]]
+    assert recap and "水源在北边" in recap[0]["content"]
+
+    (four,) = play(db_url, instance, "继续")  # within the pause: the same session, no recap
+    assert four["session_id"] == started["id"] and four["session_recap"] == []
+    (five,) = play(db_url, instance, "又回来了", session_pause_min=1e-6)  # after a pause: a new one
+    assert five["session_id"] not in (one["session_id"], started["id"])
+    assert any("继续" in item for item in five["session_recap"])
+
+    listed = dialogue.sessions(instance, database_url=db_url)
+    assert [item["turns"] for item in listed] == [2, 2, 1]
+    assert listed[0]["ended_at"] is not None and listed[-1]["ended_at"] is None
+    with pytest.raises(InstanceNotFound):
+        dialogue.sessions(31337, database_url=db_url)
