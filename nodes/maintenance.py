@@ -6,24 +6,36 @@ logged; every accepted rewrite is kept as a version so a bad one can be rolled b
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import (
     CoreMemoryHistory,
     accept_core_memory,
     last_turn_messages,
     maintenance_messages,
 )
-from personalab.nodes.rules.memory_layers import LayerConfig, plan_maintenance
+from personalab.nodes.rules.memory_layers import (
+    SUMMARY_MAX_CHARS,
+    LayerConfig,
+    MaintenancePlan,
+    extractive_summary,
+    fading_from_event_log,
+    plan_maintenance,
+    summary_memory,
+)
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background
 from personalab.stores.memory import MaintenanceReport, MemoryStore
 from personalab.stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
+
+Summariser = Callable[[list[str]], str]  # the memories fading out of the event log → their summary
 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -49,20 +61,69 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
 def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
     """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
     not on the next reply's path."""
-    maintain_layers(store, instance_id, turn)
+    maintain_layers(store, instance_id, turn, summarise=model_summariser())
     store.index(instance_id)
 
 
+def model_summariser() -> Summariser:
+    """The event-log summary by the maintenance model (PERSONALAB_MODEL_CORE_MEMORY; the scripted model gives a
+    labelled extractive summary), prompt in `nodes.rules.prompts`."""
+
+    def summarise(memories: list[str]) -> str:
+        model = get_chat_model("core_memory")
+        answer = str(model.invoke(prompts.event_summary_messages(memories, SUMMARY_MAX_CHARS)).content).strip()
+        if not answer:
+            raise ValueError("the model's summary is empty")
+        return answer[: SUMMARY_MAX_CHARS * 2]
+
+    return summarise
+
+
 def maintain_layers(
-    store: MemoryStore, instance_id: int, turn: int | None = None, config: LayerConfig | None = None
+    store: MemoryStore,
+    instance_id: int,
+    turn: int | None = None,
+    config: LayerConfig | None = None,
+    summarise: Summariser | None = None,
 ) -> MaintenanceReport:
     """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
     (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
-    never changes a pinned or user-edited memory. `turn` defaults to the latest memory turn of the instance."""
+    never changes a pinned or user-edited memory. `turn` defaults to the latest memory turn of the instance.
+
+    With `summarise`, memories about to fade out of the event log are first summarised (seed 001 中期记忆
+    "Event Log Summary"): the summary is stored as a new archive memory (`memory_layers.summary_memory`) before
+    the step deletes them; no model call is made inside a transaction. A failing summariser is logged and the
+    labelled extractive summary is stored instead."""
+    summaries: dict[int, dict[int, tuple[str, int]]] = {}
     with store.maintenance(instance_id, turn) as batch:
-        for character_id, memories in batch.memories.items():
-            batch.apply(character_id, plan_maintenance(memories, batch.turn, config))
+        plans = {
+            character: plan_maintenance(memories, batch.turn, config) for character, memories in batch.memories.items()
+        }
+        fading = {character: fading_from_event_log(plan) for character, plan in plans.items()}
+        if summarise is not None and any(fading.values()):
+            summaries = {character: batch.contents(ids) for character, ids in fading.items() if ids}
+        else:
+            _apply(batch, plans)
+    if not summaries:
+        return batch.report()
+    for character, faded in summaries.items():
+        ordered = sorted(faded.items(), key=lambda item: (item[1][1], item[0]))
+        texts = [content for _, (content, _turn) in ordered]
+        try:
+            summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
+        except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
+            log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
+            summary = extractive_summary(texts)
+        item = summary_memory(summary, [t for _, (_c, t) in ordered], [i for i, _ in ordered], config)
+        store.add_memories(instance_id, [item], character_id=character)
+    with store.maintenance(instance_id, turn) as batch:  # the step itself, now that the summaries are stored
+        _apply(batch, {character: plan_maintenance(m, batch.turn, config) for character, m in batch.memories.items()})
     return batch.report()
+
+
+def _apply(batch: Any, plans: dict[int, MaintenancePlan]) -> None:
+    for character_id, plan in plans.items():
+        batch.apply(character_id, plan)
 
 
 def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
+from personalab.nodes.rules.memory_layers import extractive_summary
 
 _EMOTIONS = ("平静", "好奇", "开心", "担心", "认真", "惊讶", "犹豫", "坚定")
 
@@ -192,6 +193,13 @@ def _scripted_core_memory(user_text: str) -> str:
     return "```json\n" + json.dumps(core, ensure_ascii=False, indent=2) + "\n```"
 
 
+def _scripted_event_summary(request: str) -> str:
+    """The event-log summary: the labelled extractive summary of the numbered memories in the request."""
+    listed = request.split(prompts.EVENT_SUMMARY_MEMORIES, 1)[-1]
+    memories = [re.sub(r"^\d+\.\s*", "", line).strip() for line in listed.splitlines() if line.strip()]
+    return extractive_summary(memories)
+
+
 class ScriptedChatModel(BaseChatModel):
     """Offline, deterministic stand-in for the chat model (module doc): every graph path runs without a key."""
 
@@ -221,6 +229,8 @@ class ScriptedChatModel(BaseChatModel):
         turn_match = _TURN_RE.search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
         return _scripted_reply(system, last_user, max(turn, 1))
+        if purpose == prompts.PURPOSE_EVENT_SUMMARY:
+            return _scripted_event_summary(last_user)
 
     def _metadata(self) -> dict[str, Any]:
         return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}

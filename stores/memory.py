@@ -308,6 +308,17 @@ class MaintenanceBatch:
         moved = {t.id for t in transitions if t.to_layer is not None}
         self.chroma_work.append((character_id, updated, deleted, moved))
 
+    def contents(self, memory_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """(content, turn) of these memories of the instance, read in this step's transaction (for the
+        event-log summary written before they fade)."""
+        if not memory_ids:
+            return {}
+        stmt = select(MemoryEntry.id, MemoryEntry.content, MemoryEntry.turn).where(
+            col(MemoryEntry.id).in_(list(memory_ids)), MemoryEntry.instance_id == self.instance_id
+        )
+        rows = self.session.exec(stmt).all()
+        return {memory_id: (content, turn) for memory_id, content, turn in rows if memory_id is not None}
+
     def report(self) -> MaintenanceReport:
         return MaintenanceReport(
             self.instance_id, self.turn, tuple(self.transitions), tuple(self.deleted), dict(self.counts)

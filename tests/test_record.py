@@ -7,8 +7,9 @@ from typing import Any
 
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
-from personalab.nodes.maintenance import maintain_layers
-from personalab.nodes.rules.memory_layers import RECORD_LAYER
+from personalab.nodes.maintenance import maintain_layers, model_summariser
+from personalab.nodes.rules.memory_layers import EXTRACTIVE_LABEL, RECORD_LAYER
+from personalab.nodes.rules.prompts import detect_purpose, event_summary_messages
 from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 from personalab.stores.background import flush_event_writes
@@ -85,3 +86,49 @@ def test_a_fact_told_at_turn_2_is_in_the_prompt_after_60_turns(sqlite_url: str) 
     record_lines = store.list_memories(instance, type="record")
     assert len(record_lines) >= 2 * 63  # every turn: the user's line and the reply
     assert all(m.line_id for m in record_lines)
+
+
+def _fading_event_log(store: MemoryStore, instance: int) -> list[int]:
+    texts = ["莱姆：我把怀表埋在了老橡树下", "雷娜：明天黄昏在桥头见面", "莱姆：车队第三辆车的轮胎坏了"]
+    entries = store.add_memories(
+        instance, [{"content": t, "layer": "event_log", "importance": 0.5, "turn": n} for n, t in enumerate(texts)]
+    )
+    return [e.id for e in entries]
+
+
+def test_memories_fading_out_of_the_event_log_leave_a_summary(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    store = MemoryStore(db_url=db_url)
+    ids = _fading_event_log(store, instance)
+    report = maintain_layers(store, instance, 5000, summarise=model_summariser())  # the scripted model
+    assert set(ids) <= set(report.deleted)
+    (summary,) = store.list_memories(instance)
+    assert summary.layer == "archive" and summary.type == "episodic" and "summary" in summary.tags
+    assert summary.content.startswith("【事件摘要】第0–2轮：") and EXTRACTIVE_LABEL in summary.content
+    assert "怀表埋在了老橡树下" in summary.content and "桥头见面" in summary.content
+    assert all(f"#{i}" in summary.notes for i in ids)
+    found = retrieve(store, instance, "怀表埋在哪里？", turn=5000, config=RetrievalConfig(mark_mentioned=False))
+    assert found.items[0].id == summary.id  # the summary is itself a memory, retrievable
+
+
+def test_a_failing_summariser_keeps_the_extractive_summary_and_none_means_no_summary(sqlite_url: str) -> None:
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    _fading_event_log(store, instance)
+
+    def broken(_memories: list[str]) -> str:
+        raise RuntimeError("model down")
+
+    maintain_layers(store, instance, 5000, summarise=broken)
+    (summary,) = store.list_memories(instance)
+    assert EXTRACTIVE_LABEL in summary.content and "老橡树" in summary.content
+    other = create_sample_instance(sqlite_url)
+    _fading_event_log(store, other)
+    maintain_layers(store, other, 5000)
+    assert store.list_memories(other) == []
+
+
+def test_the_summary_prompt_lists_the_memories_for_a_real_model() -> None:
+    messages = event_summary_messages(["莱姆：我妹妹今年十二岁", "雷娜：记住了"], 300)
+    assert detect_purpose(messages[0]["content"]) == "event_summary" and "300" in messages[0]["content"]
+    assert messages[1]["content"].endswith("1. 莱姆：我妹妹今年十二岁\n2. 雷娜：记住了")

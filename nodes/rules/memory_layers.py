@@ -327,3 +327,61 @@ def layer_counts(memories: Iterable[LayerMemory]) -> dict[str, int]:
     for memory in memories:
         counts[memory.layer.value] += 1
     return counts
+
+
+# --------------------------------------------------------------------------------------------------
+# Event-log summary (seed 001 中期记忆 "Event Log Summary"; issue 11)
+#
+# Before a maintenance step lets memories fade out of the event log (deleted: their importance is below the
+# archive's floor), it writes one summary of them, itself a memory: type ``episodic`` (seed 004 情景记忆) in
+# the archive, tagged ``summary``, at the latest turn of what it summarises, importance = the archive's floor
+# (it stays). The model writes it (`prompts.event_summary_messages`); the offline scripted model gives the
+# labelled extractive summary below. The dialogue record keeps every line anyway; the summary keeps the gist
+# among the curated memories the character has in mind.
+
+SUMMARY_TAG = "summary"
+SUMMARY_MAX_CHARS = 300
+SUMMARY_TITLE = "【事件摘要】"
+EXTRACTIVE_LABEL = "（摘录，离线脚本模型）"
+EXTRACT_CHARS = 40  # of each memory, in the extractive summary
+
+
+def fading_from_event_log(plan: MaintenancePlan) -> list[int]:
+    """The ids of the memories that `plan` deletes as they leave the event log (seed 001: 低重要性记忆会逐渐
+    衰减并被删除), in order: what a summary must cover."""
+    return [t.id for t in plan.transitions if t.from_layer is Layer.EVENT_LOG and t.to_layer is None]
+
+
+def extractive_summary(memories: Iterable[str], max_chars: int = SUMMARY_MAX_CHARS) -> str:
+    """A labelled extractive summary: the first `EXTRACT_CHARS` characters of each memory's first line, joined,
+    within `max_chars` (what the scripted model answers; a real model's summary is abstractive)."""
+    pieces: list[str] = []
+    for text in memories:
+        first = " ".join(text.split("\n")[-1].split())  # the memory's own line, not its context
+        if first:
+            pieces.append(first if len(first) <= EXTRACT_CHARS else first[: EXTRACT_CHARS - 1] + "…")
+    body = "；".join(pieces)
+    room = max_chars - len(EXTRACTIVE_LABEL)
+    if len(body) > room:
+        body = body[: room - 1] + "…"
+    return f"{EXTRACTIVE_LABEL}{body}"
+
+
+def summary_memory(
+    summary: str, turns: Iterable[int], ids: Iterable[int], config: LayerConfig | None = None
+) -> dict[str, object]:
+    """The summary as a new memory item (for `stores.memory.MemoryStore.add_memories`), see above."""
+    config = config or LayerConfig()
+    turn_list = sorted(turns)
+    span = f"第{turn_list[0]}–{turn_list[-1]}轮" if turn_list and turn_list[0] != turn_list[-1] else ""
+    if turn_list and not span:
+        span = f"第{turn_list[0]}轮"
+    return {
+        "content": f"{SUMMARY_TITLE}{span}：{summary.strip()}",
+        "type": MemoryType.EPISODIC.value,
+        "layer": Layer.ARCHIVE.value,
+        "importance": config.archive.min_importance,
+        "tags": [SUMMARY_TAG],
+        "turn": turn_list[-1] if turn_list else None,
+        "notes": "summary of memories " + ", ".join(f"#{i}" for i in ids),
+    }

@@ -15,7 +15,8 @@ PURPOSE_REPLY = "reply"
 PURPOSE_QUERY_REWRITE = "query_rewrite"
 PURPOSE_CORE_MEMORY = "core_memory"
 PURPOSE_REVIEW = "review"
-PURPOSES = (PURPOSE_REPLY, PURPOSE_QUERY_REWRITE, PURPOSE_CORE_MEMORY, PURPOSE_REVIEW)
+PURPOSE_EVENT_SUMMARY = "event_summary"  # answered by the maintenance (core-memory) model
+PURPOSES = (PURPOSE_REPLY, PURPOSE_QUERY_REWRITE, PURPOSE_CORE_MEMORY, PURPOSE_REVIEW, PURPOSE_EVENT_SUMMARY)
 
 _MARKER_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
 
@@ -158,3 +159,26 @@ CORE_MEMORY_USER = (
 
 CORE_MEMORY_NO_EVENTS = "（无）"
 CORE_MEMORY_NO_DIALOGUE = "（无）"
+
+
+# --- event-log summary (seed 001 中期记忆 "Event Log Summary"; issue 11) ------------------------------------
+
+EVENT_SUMMARY_SYSTEM = """{marker}
+你是角色的记忆整理者。下面这些记忆即将从角色的中期记忆（事件日志）中淡出。请把它们写成一段摘要，让角色以后还能想起发生过什么。
+要求：
+- 保留人物、名字、数字、时间、地点、物品、承诺和关系变化；不要编造记忆里没有的内容。
+- 按时间顺序，用第三人称，不超过 {max_chars} 个字。
+- 只输出摘要本身，不要标题、编号或解释。"""
+EVENT_SUMMARY_MEMORIES = "【淡出的记忆】"
+
+
+def event_summary_messages(memories: list[str], max_chars: int) -> list[dict[str, str]]:
+    """The request that summarises memories fading out of the event log: one numbered line each, oldest first."""
+    listed = "\n".join(f"{number}. {' '.join(text.split())}" for number, text in enumerate(memories, start=1))
+    return [
+        {
+            "role": "system",
+            "content": EVENT_SUMMARY_SYSTEM.format(marker=purpose_marker(PURPOSE_EVENT_SUMMARY), max_chars=max_chars),
+        },
+        {"role": "user", "content": f"{EVENT_SUMMARY_MEMORIES}\n{listed}"},
+    ]
