@@ -47,6 +47,12 @@ class Context:
     retrieved_tokens: Annotated[int, describe("retrieved_tokens")] = _setting("retrieved_tokens")
     tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
     recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
+    chars_per_token: Annotated[float, describe("chars_per_token")] = _setting("chars_per_token")
+    # the reply model's window and reply cap: the regions are fitted inside the window (seed 002 Prompt区域分配)
+    context_tokens: Annotated[int, describe("context_tokens")] = _setting("context_tokens")
+    max_reply_tokens: Annotated[int, describe("max_reply_tokens")] = _setting("max_reply_tokens")
+    # seed 002 响应时间要求: 总响应时间应控制在30秒以内
+    turn_deadline_s: Annotated[float, describe("turn_deadline")] = _setting("turn_deadline")
     # seed 003: the post-turn review runs on rules (no LLM call) unless told to ask the model
     review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
 

@@ -7,6 +7,7 @@ the user's line, stores no half reply and reports the error."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -19,8 +20,11 @@ from personalab.nodes.rules.character import (
     definition_parts,
     substitute,
 )
+from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
+from personalab.nodes.rules.core_memory import should_maintain
+from personalab.nodes.rules.deadline import reply_deadline
 from personalab.nodes.rules.director import director_blocks
-from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt, split_latest_user
+from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
 
@@ -34,7 +38,13 @@ def budgets_of(ctx: Context) -> RegionBudgets:
         retrieved=ctx.retrieved_tokens,
         tail=ctx.tail_tokens,
         max_turns=ctx.recall_turns,
+        chars_per_token=ctx.chars_per_token,
     )
+
+
+def window_of(ctx: Context) -> ContextWindow:
+    """The reply model's context window and the reply's cap (PERSONALAB_CONTEXT_TOKENS, _MAX_REPLY_TOKENS)."""
+    return ContextWindow(context_tokens=ctx.context_tokens, reply_tokens=ctx.max_reply_tokens)
 
 
 def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
@@ -60,7 +70,8 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
 
     examples = field("example_dialogue")
     post_history = field("post_history_instructions")
-    return assemble_prompt(
+    return assemble_within_window(
+        window_of(ctx),
         system_instruction=prompts.role_play_instruction(name),
         character_parts=definition_parts({key: field(key) for key in ("system_prompt", "persona", "description")}),
         example_dialogue=EXAMPLE_DIALOGUE_LABEL + "\n" + examples if examples.strip() else "",
@@ -86,29 +97,75 @@ def prompt_messages(prompt: Any) -> list[PromptMessage]:
     ]
 
 
+def calls_after_reply(state: TurnState, ctx: Context) -> int:
+    """Model calls the turn makes once its reply is stored: the core-memory maintenance on its turns, the review
+    in llm mode (seed 002 定期维护, seed 003); the deadline holds back a share for each."""
+    return int(should_maintain(state["turn"], ctx.maintenance_every)) + int(ctx.review_mode == "llm")
+
+
 def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
+    """Graph node: the prompt fitted inside the model's window, the reply streamed within the turn's deadline.
+
+    Fails the turn (`error`, nothing stored) when the prompt cannot fit the window, on a model error or timeout,
+    on a stream that ends without its end, and when the deadline passes while the reply streams (the stream is
+    closed there: a cut reply is never stored). A reply that reaches max_tokens (finish_reason `length`) is the
+    model's own text cut at the cap and is stored, like one over PERSONALAB_MAX_REPLY_CHARS (`debug.reply_cut`)."""
     ctx = context_of(runtime)
     prompt = build_prompt(state, ctx)
     sent = prompt_messages(prompt)
-    model = get_chat_model("reply")
+    window = prompt.debug.get("window", {})
+    if not window.get("fits", True):
+        return {
+            "error": "the prompt does not fit the model's context window; " + "; ".join(window.get("notes", [])[:1]),
+            "model": "none (not called)",
+            "prompt": sent,
+            "debug": {"prompt": prompt.debug},
+        }
+    deadline_at = state.get("deadline_at") or time.time() + ctx.turn_deadline_s
+    until = reply_deadline(deadline_at, ctx.turn_deadline_s, calls_after_reply(state, ctx))
+    model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens)
     label = model_label(model)
     parts: list[str] = []
     finish: str | None = None
+    late = False
+    stream = model.stream(prompt.messages)
     try:
         # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
-        for chunk in model.stream(prompt.messages):
+        for chunk in stream:
             parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
             finish = chunk.response_metadata.get("finish_reason") or finish
+            if finish is None and time.time() > until:
+                late = True  # the deadline passed mid-reply: stop reading, the connection is closed below
+                break
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
         log.error("generation failed on instance %s: %s", state["instance_id"], exc)
         return {
             "error": f"model error ({type(exc).__name__}): {exc}",
             "model": label,
             "prompt": sent,
-            "debug": {"prompt": prompt.debug},
+            "debug": {"prompt": prompt.debug, "deadline": _deadline_debug(deadline_at, until)},
         }
-    debug: dict[str, Any] = {"prompt": prompt.debug, "finish_reason": finish}
+    finally:
+        # closing the generator closes the HTTP response: a server stops generating once the client is gone
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    debug: dict[str, Any] = {
+        "prompt": prompt.debug,
+        "finish_reason": finish,
+        "deadline": _deadline_debug(deadline_at, until),
+    }
     text = "".join(parts)
+    if late:
+        log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
+        debug["deadline"]["cut_after_chars"] = len(text)
+        return {
+            "error": f"turn deadline ({ctx.turn_deadline_s:g} s) reached while the reply streamed "
+            f"({len(text)} characters received); no reply stored",
+            "model": label,
+            "prompt": sent,
+            "debug": debug,
+        }
     if not text.strip():
         return {"error": "model returned an empty reply", "model": label, "prompt": sent, "debug": debug}
     if finish is None:
@@ -120,7 +177,15 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "prompt": sent,
             "debug": debug,
         }
+    if finish == "length":
+        debug["reply_cut"] = {"reason": f"the model reached max_tokens ({ctx.max_reply_tokens})", "chars": len(text)}
     if len(text) > ctx.max_reply_chars:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
         text = text[: ctx.max_reply_chars]
     return {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}
+
+
+def _deadline_debug(deadline_at: float, until: float) -> dict[str, Any]:
+    """Seconds left of the turn and of the reply's share when the reply ended (debug.deadline)."""
+    now = time.time()
+    return {"turn_left_s": round(deadline_at - now, 3), "reply_left_s": round(until - now, 3)}

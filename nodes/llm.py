@@ -31,8 +31,11 @@ The scripted model tells requests apart by the purpose marker each system prompt
 
 from __future__ import annotations
 
+import time
+
 from langchain_core.language_models import BaseChatModel
 from personalab.nodes.rules import prompts
+from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, call_seconds
 from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.scripted_llm import ScriptedChatModel
 from personalab.stores.settings import settings
@@ -40,26 +43,43 @@ from personalab.stores.settings import settings
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-def get_chat_model(purpose: str = prompts.PURPOSE_REPLY) -> BaseChatModel:
-    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the settings (module doc)."""
+def get_chat_model(
+    purpose: str = prompts.PURPOSE_REPLY, *, until: float | None = None, max_tokens: int | None = None
+) -> BaseChatModel:
+    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the settings (module doc).
+
+    `until`: the time (`time.time()`) the request must end by — the turn's deadline (nodes/rules/deadline.py);
+    the request's timeout is what is left, at most PERSONALAB_LLM_TIMEOUT, and a request made with (almost)
+    nothing left fails at once as a timeout, which every caller already survives (the rewrite uses the raw input,
+    the review its rules, the maintenance keeps the core memory). For a stream the timeout bounds each wait for
+    the next chunk; the reply's reader also stops at the deadline. `max_tokens`: the most tokens the model may
+    write (the reply's PERSONALAB_MAX_REPLY_TOKENS)."""
     prompts.purpose_marker(purpose)  # validates the purpose
     current = settings()
+    timeout = current.llm_timeout
+    if until is not None:
+        timeout = call_seconds(until, time.time(), timeout) or MIN_CALL_SECONDS
     if current.llm == "scripted":
-        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted")
+        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted", max_tokens=max_tokens)
     key = current.openai_api_key
     if key is None:
         if current.llm == "openai":
             raise ConfigError("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
-        return ScriptedChatModel(reason="no OPENAI_API_KEY")
+        return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens)
     from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
 
+    # ChatOpenAI sends the cap as `max_completion_tokens` (OpenAI's current name); llama.cpp's server,
+    # llama-cpp-python, Ollama and older vLLM read only `max_tokens`, so a compatible endpoint gets both
+    extra_body = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
     return ChatOpenAI(
         model=getattr(current, f"model_{purpose}") or current.model,  # PERSONALAB_MODEL_<PURPOSE>, else the model
         api_key=key,
         base_url=current.openai_base_url,
         temperature=current.temperature,
-        timeout=current.llm_timeout,
+        timeout=timeout,
         max_retries=current.llm_max_retries,
+        max_completion_tokens=max_tokens,
+        extra_body=extra_body,
     )
 
 

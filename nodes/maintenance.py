@@ -131,7 +131,7 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     turn = state["turn"]
     dialogue = [*state.get("messages", []), {"role": "assistant", "content": state.get("reply", "")}]
     request = maintenance_messages(old, last_turn_messages(dialogue), state.get("state_events", []), turn=turn)
-    model = get_chat_model("core_memory")
+    model = get_chat_model("core_memory", until=state.get("deadline_at"))  # what is left of the turn's 30 s
     try:
         answer = str(model.invoke(request).content)
     except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored

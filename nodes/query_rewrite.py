@@ -1,33 +1,54 @@
-"""Graph node query_rewrite (seed 002 需求3 检索触发机制): the model turns the input + recent messages into one query."""
+"""Graph node query_rewrite (seed 002 需求3 检索触发机制): the model turns the input + recent messages into one query.
+
+The turn's deadline (seed 002 响应时间要求, nodes/rules/deadline.py) starts here, at the turn's first model call;
+the rewrite gets its share of it. The answer is checked, not trusted (`check_rewrite`): an empty answer, one that
+repeats the request, or one far longer than the input falls back to the raw input, and `debug.query_rewrite`
+says why."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
+from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
-from personalab.nodes.rules.rewrite import HISTORY_MAX, HISTORY_MIN, needs_rewrite, parse_rewrite, rewrite_messages
+from personalab.nodes.rules.rewrite import HISTORY_MAX, HISTORY_MIN, check_rewrite, needs_rewrite, rewrite_messages
 from personalab.nodes.state import TurnState, TurnUpdate
+
+ANSWER_PREVIEW = 200
 
 
 def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 需求3): the model rewrites the input + the last messages into one standalone query.
-    A model failure falls back to the raw input: retrieval quality drops, the turn goes on."""
+    A model failure or an unusable answer falls back to the raw input: retrieval quality drops, the turn goes on."""
     ctx = context_of(runtime)
+    started = time.time()
+    deadline_at = started + ctx.turn_deadline_s
     message = state["message"]
     recent, _latest = split_latest_user(state.get("messages", []))
     if not needs_rewrite(recent):
         return {
             "query": message,
+            "deadline_at": deadline_at,
             "debug": {"query_rewrite": {"status": "no dialogue before the input", "query": message}},
         }
     request = rewrite_messages(message, recent, max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages)))
+    until = started + rewrite_seconds(ctx.turn_deadline_s)  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
     try:
-        answer = get_chat_model("query_rewrite").invoke(request).content
+        answer = str(get_chat_model("query_rewrite", until=until).invoke(request).content)
     except Exception as exc:  # noqa: BLE001 - the raw input is a usable query
         logging.getLogger(__name__).warning("query rewrite failed, using the raw input: %s", exc)
-        return {"query": message, "debug": {"query_rewrite": {"status": f"model error: {exc}", "query": message}}}
-    query = parse_rewrite(str(answer), message)
-    return {"query": query, "debug": {"query_rewrite": {"status": "ok", "query": query}}}
+        return {
+            "query": message,
+            "deadline_at": deadline_at,
+            "debug": {"query_rewrite": {"status": f"model error: {exc}", "query": message}},
+        }
+    query, problem = check_rewrite(answer, message)
+    debug = {"status": "ok", "query": query}
+    if problem:
+        logging.getLogger(__name__).warning("query rewrite unusable (%s), using the raw input", problem)
+        debug = {"status": f"fallback to the input: {problem}", "query": query, "answer": answer[:ANSWER_PREVIEW]}
+    return {"query": query, "deadline_at": deadline_at, "debug": {"query_rewrite": debug}}

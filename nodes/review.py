@@ -46,7 +46,7 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         pipeline = get_review_pipeline(
             TURN_EVENT_BUS,
             mode=ctx.review_mode,
-            llm=get_chat_model("review") if ctx.review_mode == "llm" else None,
+            llm=get_chat_model("review", until=state.get("deadline_at")) if ctx.review_mode == "llm" else None,
         )
         output = pipeline.run(
             ReviewInput(

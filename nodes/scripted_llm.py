@@ -205,6 +205,9 @@ class ScriptedChatModel(BaseChatModel):
 
     reason: str = "no OPENAI_API_KEY"
     chunk_size: int = 5
+    # like a real server's max_tokens: the answer is cut after this many characters (one token each, the most a
+    # character can cost) and ends with finish_reason "length"
+    max_tokens: int | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -235,6 +238,12 @@ class ScriptedChatModel(BaseChatModel):
     def _metadata(self) -> dict[str, Any]:
         return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}
 
+    def _capped(self, text: str) -> tuple[str, str]:
+        """(the answer within max_tokens, its finish_reason)."""
+        if self.max_tokens is not None and len(text) > self.max_tokens:
+            return text[: self.max_tokens], "length"
+        return text, "stop"
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -242,7 +251,8 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        message = AIMessage(content=self.answer(messages), response_metadata=self._metadata())
+        text, finish = self._capped(self.answer(messages))
+        message = AIMessage(content=text, response_metadata={**self._metadata(), "finish_reason": finish})
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _stream(
@@ -252,11 +262,11 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        text = self.answer(messages)
+        text, finish = self._capped(self.answer(messages))
         pieces = [text[i : i + self.chunk_size] for i in range(0, len(text), self.chunk_size)]
         for number, piece in enumerate(pieces):
             last = number == len(pieces) - 1
-            metadata = {**self._metadata(), "finish_reason": "stop"} if last else {}
+            metadata = {**self._metadata(), "finish_reason": finish} if last else {}
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece, response_metadata=metadata))
             if run_manager:
                 run_manager.on_llm_new_token(piece, chunk=chunk)

@@ -162,6 +162,9 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """The id of this turn's user line."""
     query: str
     """The retrieval query: the input rewritten with the recent dialogue (seed 002 需求3)."""
+    deadline_at: Annotated[float, UntrackedValue(float)]
+    """When the turn must be over (`time.time()`; seed 002: 30 s), set when its first model call starts
+    (nodes/rules/deadline.py); never checkpointed."""
     reply_raw: str
     """The model's reply as written, markers included."""
 

@@ -131,6 +131,25 @@ class Settings(BaseSettings):
     llm_max_retries: WholeNumber = Field(
         0, ge=0, description="Retries of a failed model request; each can add a whole timeout to a turn."
     )
+    context_tokens: WholeNumber = Field(
+        128000,
+        ge=256,
+        description="The reply model's context window in tokens (llama.cpp --ctx-size / n_ctx, Ollama num_ctx): "
+        "the prompt regions are scaled down so that the prompt, PERSONALAB_MAX_REPLY_TOKENS and a 10 % safety "
+        "margin fit in it (seed 002 Prompt区域分配).",
+    )
+    max_reply_tokens: WholeNumber = Field(
+        1024,
+        ge=16,
+        description="Most tokens the model may write for a reply (sent as max_tokens); reserved in the context "
+        "window. A reply that reaches it is stored as written (finish_reason length, in debug).",
+    )
+    turn_deadline: Number = Field(
+        30.0,
+        gt=0,
+        description="Seconds a whole turn may take (seed 002 总响应时间应控制在30秒以内): the query rewrite and "
+        "retrieval get their share, the reply streams within what is left and is cut (no reply stored) past it.",
+    )
     openai_api_key: SecretStr | None = Field(
         None,
         validation_alias="OPENAI_API_KEY",
@@ -210,6 +229,14 @@ class Settings(BaseSettings):
         4000,
         ge=1,
         description="Token budget of the tail: the user's message (seed 002 Prompt区域分配); it is sent whole.",
+    )
+    chars_per_token: Number = Field(
+        1.5,
+        gt=0,
+        le=10,
+        description="Characters per token of the approximate counter the prompt budgets and the context window "
+        "are counted with: 1.5 suits Chinese on common tokenizers; lower it (e.g. 0.8) for a model whose "
+        "tokenizer splits Chinese into more pieces.",
     )
     recall_turns: WholeNumber = Field(
         20,

@@ -1,8 +1,14 @@
 """A small OpenAI-compatible chat server for tests: `POST /v1/chat/completions`, plain and streamed (SSE).
 
-Scriptable per test: queue `StubReply`s (content, streamed chunk size, a delay before answering, an HTTP status,
-a malformed body); with the queue empty it answers `DEFAULT_REPLY`. It records every request body it got.
-A delayed answer waits on an event that `stop()` sets, so stopping never waits for a sleeping handler.
+Scriptable per test: queue `StubReply`s (content, streamed chunk size, a delay before answering, a delay between
+streamed chunks, an HTTP status, a malformed body); with the queue empty it answers `DEFAULT_REPLY`. It records
+every request body it got. A delayed answer waits on an event that `stop()` sets, so stopping never waits for a
+sleeping handler.
+
+Like a real server it honours the request's `max_tokens` / `max_completion_tokens` (one character = one token:
+a longer answer is cut there with finish_reason `length`), and with `context_window` set it refuses, as llama.cpp's
+server does, a request whose prompt (langchain-core's approximate counter at `chars_per_token`) plus its max tokens
+exceed the window (HTTP 400, "Requested tokens (N) exceed context window of W").
 
 Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module): it starts the server on a free port of
 127.0.0.1, points OPENAI_BASE_URL / OPENAI_API_KEY at it, clears the PERSONALAB_* LLM settings, and stops it.
@@ -41,12 +47,15 @@ class StubReply:
     status: int = 200
     malformed: bool = False
     cut: bool = False  # the stream stops after the content: no finish_reason, no [DONE] (a dropped connection)
+    chunk_delay: float = 0.0  # seconds before each streamed chunk of content (a slow model)
 
 
 class OpenAIStub:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answered = 0  # responses written completely
+        self.context_window: int | None = None  # tokens; None: any prompt is accepted
+        self.chars_per_token = 1.5
         self._queue: deque[StubReply] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -69,8 +78,14 @@ class OpenAIStub:
                     reply = stub._queue.popleft() if stub._queue else StubReply()
                 if reply.delay and stub._stopping.wait(reply.delay):
                     return
+                cap = request.get("max_tokens") or request.get("max_completion_tokens")
+                requested = _prompt_tokens(request, stub.chars_per_token) + int(cap or 0)
                 try:
-                    if reply.status != 200:
+                    if stub.context_window is not None and requested > stub.context_window:
+                        message = f"Requested tokens ({requested}) exceed context window of {stub.context_window}"
+                        error = {"error": {"message": message, "type": "invalid_request_error"}}
+                        self._send(400, "application/json", json.dumps(error).encode())
+                    elif reply.status != 200:
                         error = {"error": {"message": f"stub error {reply.status}", "type": "server_error"}}
                         self._send(reply.status, "application/json", json.dumps(error).encode())
                     elif reply.malformed and request.get("stream"):
@@ -102,6 +117,9 @@ class OpenAIStub:
                 for event in _chunks(request, reply):
                     if reply.cut and event["choices"] and event["choices"][0]["finish_reason"]:
                         return
+                    if reply.chunk_delay and event["choices"] and event["choices"][0]["delta"].get("content"):
+                        if stub._stopping.wait(reply.chunk_delay):
+                            return
                     self.wfile.write(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
@@ -130,14 +148,30 @@ class OpenAIStub:
         self._server.server_close()
 
 
+def _prompt_tokens(request: dict[str, Any], chars_per_token: float) -> int:
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    messages = [
+        {"role": m.get("role", "user"), "content": str(m.get("content", ""))} for m in request.get("messages") or []
+    ]
+    return count_tokens_approximately(messages, chars_per_token=chars_per_token) if messages else 0
+
+
+def _capped(request: dict[str, Any], content: str) -> tuple[str, str]:
+    """The answer within the request's max tokens (one character each) and its finish_reason."""
+    cap = request.get("max_tokens") or request.get("max_completion_tokens")
+    return (content[: int(cap)], "length") if cap and len(content) > int(cap) else (content, "stop")
+
+
 def _completion(request: dict[str, Any], content: str) -> dict[str, Any]:
+    content, finish = _capped(request, content)
     return {
         "id": "chatcmpl-stub",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model", "stub-model"),
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"},
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish},
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": len(content), "total_tokens": 10 + len(content)},
     }
@@ -147,11 +181,11 @@ def _chunks(request: dict[str, Any], reply: StubReply) -> Iterator[dict[str, Any
     base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time())}
     base["model"] = request.get("model", "stub-model")
     yield base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    text = reply.content
+    text, finish = _capped(request, reply.content)
     for start in range(0, len(text), reply.chunk):
         piece = text[start : start + reply.chunk]
         yield base | {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-    yield base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    yield base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
     if (request.get("stream_options") or {}).get("include_usage"):
         usage = {"prompt_tokens": 10, "completion_tokens": len(text), "total_tokens": 10 + len(text)}
         yield base | {"choices": [], "usage": usage}

@@ -6,10 +6,13 @@ not conversation); a character line is shown as its content and action — emoti
 (tts is often another language, noise for retrieval) — and every line is cut to 200 characters.
 A trailing user message equal to the input is not repeated (the memory builder's output ends with it).
 
-The answer (`parse_rewrite`): the first non-empty line, without list bullets, a leading label such as
-`查询：` / `独立查询:` / `Query:` and surrounding quotes. Falls back to the raw input when nothing usable is
-left: empty, only punctuation, a refusal/none answer (无, None, N/A…), or longer than 200 characters (a model
-that explains instead of answering).
+The answer (`check_rewrite`, `parse_rewrite`): the first non-empty line, without list bullets, a leading label
+such as `查询：` / `独立查询:` / `Query:` and surrounding quotes. A line that repeats the request — a sentence of
+the instruction (a small model often answers "请输出改写后的独立检索查询（一行）："), or a dialogue line with its
+speaker label (`用户：…`), or a section label (`【最近对话】`) — is skipped. Falls back to the raw input, with the reason, when nothing usable is
+left: empty, only punctuation, a refusal/none answer (无, None, N/A…), only echoes of the request, or far longer
+than the input (more than 4 × its length and more than 60 characters, or over 200: a model that explains or
+rambles instead of answering). Model output is checked, not trusted (issue 17).
 """
 
 from __future__ import annotations
@@ -31,6 +34,43 @@ _LABEL_RE = re.compile(r"^[\w ]{0,12}?(?:查询|query|改写|重写|答案|输�
 _BULLET_RE = re.compile(r"^(?:[-*•·]|\d+[.、)）])\s*")
 _QUOTES = "\"'“”‘’「」『』《》`"
 _NONE_ANSWERS = {"无", "没有", "none", "null", "n/a", "na", "空"}
+LONG_RATIO = 4
+LONG_FLOOR = 60
+ECHO_MIN = 6  # a shorter line may well be a real query that shares words with the instruction
+_SPEAKER_RE = re.compile(rf"^(?:{prompts.SPEAKER_USER}|{prompts.SPEAKER_CHARACTER})\s*[:：]")
+_PLACEHOLDER_RE = re.compile(r"\{[a-z_]+\}")
+
+
+def _plain(text: str) -> str:
+    """Letters and digits only, lower-cased: how an echo is compared."""
+    return "".join(char for char in text.lower() if char.isalnum())
+
+
+def _instruction_text() -> str:
+    """The fixed text of the rewrite request (instruction and user template without their placeholders)."""
+    # the example's answer is a fine query when the input is the example's
+    system = "\n".join(
+        line for line in _PLACEHOLDER_RE.sub("\n", prompts.QUERY_REWRITE_SYSTEM).splitlines() if "→" not in line
+    )
+    user = _PLACEHOLDER_RE.sub("\n", prompts.QUERY_REWRITE_USER)
+    return _plain(system + "\n" + user + prompts.purpose_marker(prompts.PURPOSE_QUERY_REWRITE))
+
+
+_INSTRUCTION = _instruction_text()
+# each line of the instruction whole (`要求：` is short, but a copied line all the same)
+_INSTRUCTION_LINES = {
+    _plain(line)
+    for text in (prompts.QUERY_REWRITE_SYSTEM, prompts.QUERY_REWRITE_USER)
+    for line in _PLACEHOLDER_RE.sub("\n", text).splitlines()
+    if _plain(line)
+}
+
+
+def _is_echo(line: str) -> bool:
+    plain = _plain(line)
+    label = line.startswith("【") and line.rstrip("：:").endswith("】")  # a section label (【最近对话】)
+    copied = plain in _INSTRUCTION_LINES or (len(plain) >= ECHO_MIN and plain in _INSTRUCTION)
+    return label or copied or bool(_SPEAKER_RE.match(line))
 
 
 def needs_rewrite(recent_messages: Sequence[Mapping[str, str]]) -> bool:
@@ -71,21 +111,32 @@ def rewrite_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def parse_rewrite(answer: str | None, fallback: str) -> str:
-    """One standalone query line from the model's answer, or `fallback` (the raw input) — rules in the module doc."""
-    for line in (answer or "").splitlines():
-        line = line.strip()
+def check_rewrite(answer: str | None, fallback: str) -> tuple[str, str | None]:
+    """(query, None) from the model's answer, or (`fallback` — the raw input —, why) — rules in the module doc."""
+    echoed = False
+    limit = min(QUERY_LIMIT, max(LONG_FLOOR, LONG_RATIO * len(fallback.strip())))
+    for raw in (answer or "").splitlines():
+        line = raw.strip()
         if not line:
+            continue
+        if _is_echo(line):
+            echoed = True
             continue
         line = _BULLET_RE.sub("", line, count=1)
         line = _LABEL_RE.sub("", line, count=1).strip().strip(_QUOTES).strip()
-        usable = (
-            line
-            and any(char.isalnum() for char in line)
-            and line.lower().strip("。.!！") not in _NONE_ANSWERS
-            and len(line) <= QUERY_LIMIT
-        )
-        return line if usable else fallback.strip()
-    return fallback.strip()
+        if _is_echo(line):
+            echoed = True
+            continue
+        if not line or not any(char.isalnum() for char in line):
+            return fallback.strip(), "no query in the answer"
+        if line.lower().strip("。.!！") in _NONE_ANSWERS:
+            return fallback.strip(), "the model answered none"
+        if len(line) > limit:
+            return fallback.strip(), f"answer far longer than the input ({len(line)} characters, limit {limit})"
+        return line, None
+    return fallback.strip(), "the answer only repeats the request" if echoed else "empty answer"
 
 
+def parse_rewrite(answer: str | None, fallback: str) -> str:
+    """One standalone query line from the model's answer, or `fallback` (the raw input) — rules in the module doc."""
+    return check_rewrite(answer, fallback)[0]

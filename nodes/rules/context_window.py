@@ -1,0 +1,148 @@
+"""The prompt inside the reply model's context window (seed 002 Prompt区域分配; issue 17: real models).
+
+The region budgets (`RegionBudgets`, seed 002: head 4K, middle 28K, retrieved 8K, tail 4K) assume a long-context
+model; local models often run with 2K–8K windows. `assemble_within_window` makes every prompt fit:
+
+    prompt tokens + reply cap (max_tokens) + safety margin ≤ context window
+
+counted with the same approximate counter as the budgets (`count_tokens_approximately`, `chars_per_token`).
+The margin (10 % of the window, at least 16 tokens) absorbs the counter's error and the server's chat template.
+
+1. `fit_budgets`: when the four budgets add up to more than the room (window − reply cap − margin), each is
+   scaled down by the same factor, so the regions keep their order and proportions; they are never scaled up.
+2. The prompt is assembled under those budgets (`assemble_prompt`: oldest dialogue and lowest-ranked retrieved
+   items go first, every drop named in the region's debug).
+3. Head and tail are never cut (the outline and the user's words), so when they are over their scaled budgets
+   the middle and the retrieved region give up the difference, in their proportions, and the prompt is assembled
+   again under those budgets.
+4. When the world setting alone is over what the middle may take, it is cut at the end to fit (named in
+   `debug.window.cut`).
+5. When the head and the tail alone do not fit, nothing is sent: `debug.window.fits` is False with a note, and
+   the turn fails cleanly before calling the model (raise PERSONALAB_CONTEXT_TOKENS, lower
+   PERSONALAB_MAX_REPLY_TOKENS or PERSONALAB_MAX_MESSAGE_CHARS).
+
+`debug.window` of the assembled prompt: context_tokens, reply_tokens, margin, room, the budgets used,
+prompt_tokens, fits, and `cut` (what was cut only to fit the window). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.prompt_assembly import REGIONS, AssembledPrompt, RegionBudgets, assemble_prompt
+
+MARGIN_RATIO = 0.10
+MIN_MARGIN = 16
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """The reply model's window and the reply's cap, in tokens of the approximate counter."""
+
+    context_tokens: int
+    reply_tokens: int
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidInput(f"ContextWindow.{item.name} must be a positive integer, got {value!r}")
+
+    @property
+    def margin(self) -> int:
+        return max(MIN_MARGIN, math.ceil(self.context_tokens * MARGIN_RATIO))
+
+    @property
+    def room(self) -> int:
+        """Tokens the prompt may take: the window less the reply's cap and the margin (can be ≤ 0)."""
+        return self.context_tokens - self.reply_tokens - self.margin
+
+
+def _total(budgets: RegionBudgets) -> int:
+    return budgets.head + budgets.middle + budgets.retrieved + budgets.tail
+
+
+def fit_budgets(budgets: RegionBudgets, window: ContextWindow) -> RegionBudgets:
+    """`budgets` scaled down by one factor so that they add up to at most the window's room (never scaled up)."""
+    total, room = _total(budgets), window.room
+    if total <= room:
+        return budgets
+    factor = max(room, 0) / total
+    return replace(
+        budgets,
+        **{name: max(1, math.floor(getattr(budgets, name) * factor)) for name in REGIONS},
+    )
+
+
+def _share(room: int, budgets: RegionBudgets) -> tuple[int, int]:
+    """`room` split between middle and retrieved in their proportions, each capped at its budget (≥ 1)."""
+    room = max(room, 0)
+    both = budgets.middle + budgets.retrieved
+    middle = min(budgets.middle, math.floor(room * budgets.middle / both))
+    retrieved = min(budgets.retrieved, room - middle)
+    return max(1, middle), max(1, retrieved)
+
+
+def _cut_to(text: str, tokens: int, chars_per_token: float) -> str:
+    """The start of `text` in at most `tokens` tokens of the counter, with an ellipsis when cut."""
+    keep = max(0, math.floor((tokens - 4) * chars_per_token) - 1)  # 3 per message + the label's rounding
+    return text if len(text) <= keep else text[:keep].rstrip() + "…"
+
+
+def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPrompt:
+    """`assemble_prompt(**kwargs)` fitted inside `window` (rules in the module doc)."""
+    budgets: RegionBudgets = kwargs.pop("budgets", None) or RegionBudgets()
+    fitted = fit_budgets(budgets, window)
+    room = window.room
+    cut: list[dict[str, Any]] = []
+    notes: list[str] = []
+    prompt = assemble_prompt(budgets=fitted, **kwargs)
+    debug = prompt.debug
+    if debug["total_tokens"] > room:
+        # head and tail are sent whole: what they take beyond their budgets comes out of middle and retrieved
+        pinned = debug["head"]["tokens"] + debug["tail"]["tokens"]
+        middle, retrieved = _share(room - pinned, fitted)
+        fitted = replace(fitted, middle=middle, retrieved=retrieved)
+        prompt = assemble_prompt(budgets=fitted, **kwargs)
+        debug = prompt.debug
+    setting = str(kwargs.get("world_setting") or "")
+    if debug["total_tokens"] > room and debug["middle"]["over_budget"] and setting.strip():
+        shorter = _cut_to(setting.strip(), fitted.middle, fitted.chars_per_token)
+        cut.append(
+            {
+                "item": "world setting",
+                "chars": len(setting.strip()),
+                "kept": len(shorter),
+                "reason": f"alone over the middle's {fitted.middle} tokens left in the model's window",
+            }
+        )
+        prompt = assemble_prompt(budgets=fitted, **{**kwargs, "world_setting": shorter})
+        debug = prompt.debug
+    fits = debug["total_tokens"] <= room
+    if not fits:
+        notes.append(
+            f"head ({debug['head']['tokens']}) and tail ({debug['tail']['tokens']}) alone take more than the "
+            f"{room} tokens the window leaves for the prompt ({window.context_tokens} − reply {window.reply_tokens}"
+            f" − margin {window.margin}): raise PERSONALAB_CONTEXT_TOKENS or lower PERSONALAB_MAX_REPLY_TOKENS / "
+            "PERSONALAB_MAX_MESSAGE_CHARS"
+        )
+    if fitted != budgets:
+        notes.append(
+            f"budgets fitted to a {window.context_tokens}-token window: "
+            + ", ".join(f"{name} {getattr(budgets, name)}→{getattr(fitted, name)}" for name in REGIONS)
+        )
+    debug["window"] = {
+        "context_tokens": window.context_tokens,
+        "reply_tokens": window.reply_tokens,
+        "margin": window.margin,
+        "room": room,
+        "budgets": {name: getattr(fitted, name) for name in REGIONS},
+        "prompt_tokens": debug["total_tokens"],
+        "fits": fits,
+        "cut": cut,
+        "notes": notes,
+    }
+    return prompt
