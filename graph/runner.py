@@ -25,6 +25,8 @@ from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.saves import create_background, create_role, create_save
 from personalab.stores.turns import latest_story_state, update_story_state
+from personalab.stores.vectors import chroma_path
+from personalab.stores.warmup import warm_up_async
 
 
 def load_sample(name: str) -> dict[str, Any]:
@@ -90,6 +92,9 @@ class ReplyTokens(BaseCallbackHandler):
 def turn_graph(context: Context | None = None) -> Iterator[tuple[TurnGraph, Context]]:
     """The turn graph compiled with the configured checkpointer, and the context to run it with."""
     ctx = context or Context()
+    # cold start: the searches' models, dictionaries and store load beside the checkpointer's set-up and the
+    # turn's first nodes, not under the retrieval's time cap
+    warm_up_async(chroma_path())
     with open_checkpointer(ctx.database_url) as saver:
         yield compile_turn_graph(saver), ctx
 

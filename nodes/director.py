@@ -10,6 +10,8 @@ from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.events import take_prefetched_story
+from personalab.stores.vectors import chroma_path
+from personalab.stores.warmup import warm_up
 
 
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -24,8 +26,10 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}
     else:
+        warm_ms = warm_up(chroma_path())  # cold start: loads before the cap, which is for the search
         found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
         debug["source"] = "searched in the turn"
+        debug["warm_up_ms"] = warm_ms
     debug["waited_for_writes_ms"] = waited_ms
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
     # other play-throughs are reference only: one that is not about this outline point (say, another user's

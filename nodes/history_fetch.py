@@ -26,7 +26,6 @@ from personalab.nodes.rules.types import Character
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.branches import place_turn_lines
 from personalab.stores.db import session_scope
-from personalab.stores.embeddings import warm_up_embeddings
 from personalab.stores.history import get_lines, get_path_ids
 from personalab.stores.saves import get_save, outline_of, validate_line
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
@@ -39,6 +38,8 @@ from personalab.stores.turns import (
     release_turn_lock,
     save_story_state,
 )
+from personalab.stores.vectors import chroma_path
+from personalab.stores.warmup import warm_up_async
 from sqlmodel import Session
 
 
@@ -195,7 +196,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     user_name = check_user_name(state.get("user_name"), ctx.max_user_name_chars)
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
-    warm_up_embeddings()  # overlaps the model load with this node and the query rewrite
+    warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
     if user_name and lines:
         lines[-1]["display_name"] = user_name
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)

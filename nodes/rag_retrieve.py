@@ -31,6 +31,7 @@ from personalab.stores.background import run_in_background, search_with_cap, wai
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
+from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
 
 RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
@@ -125,8 +126,11 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # read your writes: the earlier turns' memories, mention marks and index rebuilds of this instance, written
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])
+    # cold start: models, dictionaries and the store's client load before the cap, which is for the search
+    warm_ms = warm_up(chroma_path())
     found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
     debug["waited_for_writes_ms"] = waited_ms
+    debug["warm_up_ms"] = warm_ms
     if not found:
         return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
     injection = found["injection"]

@@ -1,0 +1,72 @@
+"""Cold start (issue 11): what a turn's searches load once per process — the embedding model, jieba's dictionary
+and its IDF table, the Chroma client of the store — loaded before the retrieval's time cap starts.
+
+The cap (seed 002 需求3: RAG检索设置超时保护 1.5 秒) protects a turn from a slow search, not from start-up: a new
+process (a one-shot `personalab turn`, the first turn of a server) spends seconds loading these, and under the
+cap that made every such turn go without memory. `warm_up_async` starts the loads in a background thread when
+the graph is about to run (`graph.runner.turn_graph`) and at the start of every turn (`history_fetch`, a no-op
+once done), so they overlap the checkpointer's set-up, the history read and the query rewrite; `warm_up` waits
+for them, outside the cap, in the retrieval and the director. One lock: concurrent callers wait for the same
+loads instead of doing them twice (two threads creating Chroma's client for one path at once make it fail).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_loaded: set[str] = set()  # what is loaded: "models", and "chroma:<path>" per store
+_started: set[str] = set()
+
+
+def _load(chroma: str | None) -> None:
+    if "models" not in _loaded:
+        from personalab.nodes.rules.keywords import extract_keywords, tokenize
+        from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
+
+        tokenize("预热：加载分词词典")  # jieba's dictionary
+        extract_keywords("预热：加载关键词的逆文档频率表")  # jieba's IDF table (memory keywords)
+        embeddings = get_embeddings()
+        if isinstance(embeddings, OfflineUSEEmbeddings):  # a remote model has nothing to load (and costs a call)
+            embeddings.embed_query("预热")  # the offline model loads its weights on its first text
+        _loaded.add("models")
+    if chroma is not None and f"chroma:{chroma}" not in _loaded:
+        from personalab.stores.vectors import chroma_client
+
+        chroma_client(chroma)
+        _loaded.add(f"chroma:{chroma}")
+
+
+def warm_up(chroma: str | None = None) -> float:
+    """Load the models and dictionaries, and the Chroma client of the store at `chroma` (a path; None: none),
+    waiting for a warm-up already under way. Returns the milliseconds spent (0 when all was loaded)."""
+    if "models" in _loaded and (chroma is None or f"chroma:{chroma}" in _loaded):
+        return 0.0
+    started = time.perf_counter()
+    with _lock:
+        _load(chroma)
+    return round((time.perf_counter() - started) * 1000, 1)
+
+
+def warm_up_async(chroma: str | None = None) -> None:
+    """Start `warm_up(chroma)` in a background thread (once per store); failures are logged, and the
+    turn's own `warm_up` call meets them again."""
+    key = f"chroma:{chroma}"
+    if "models" in _loaded and (chroma is None or key in _loaded):
+        return
+    with _lock:
+        if key in _started:
+            return
+        _started.add(key)
+
+    def run() -> None:
+        try:
+            warm_up(chroma)
+        except Exception as exc:  # noqa: BLE001 - a warm-up must never fail anything; the turn will see it
+            log.warning("warm-up failed: %s", exc)
+
+    threading.Thread(target=run, name="warm-up", daemon=True).start()
