@@ -1,4 +1,5 @@
-"""`personalab instance create --sample`, `personalab turn`, `personalab chat`: play an instance."""
+"""`personalab turn`, `personalab chat`, `personalab core`: play an instance (`personalab instance …` is
+graph/cli/library.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,13 @@ from typing import Any
 
 from personalab.graph.cli.args import COUNT, ID, json_argument
 from personalab.graph.cli.output import echo, json_text, safe
-from personalab.graph.runner import create_sample_instance, rollback_core_memory, run_turn, turn_config, turn_graph
+from personalab.graph.runner import rollback_core_memory, run_turn, turn_config, turn_graph
 from personalab.graph.streaming import MarkerFilter
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.background import flush_event_writes
 from personalab.stores.db import session_scope
 from personalab.stores.saves import get_save
-
-
-def _cmd_instance_create(args: argparse.Namespace) -> int:
-    if not args.sample:
-        raise InvalidInput("instance create: only --sample is supported from the CLI (the Python API creates others)")
-    print(create_sample_instance(Context().database_url))
-    return 0
 
 
 def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
@@ -144,12 +138,6 @@ def _cmd_core(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    instance = sub.add_parser("instance", help="conversation instances")
-    actions = instance.add_subparsers(dest="action", required=True, parser_class=type(instance))
-    create = actions.add_parser("create", help="create an instance and print its id")
-    create.add_argument("--sample", action="store_true", help="the shipped sample character and background")
-    create.set_defaults(handler=_cmd_instance_create)
-
     turn = sub.add_parser("turn", help="run one turn and stream the reply")
     turn.add_argument("--instance", type=ID, required=True)
     turn.add_argument("message")
