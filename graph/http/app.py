@@ -1,13 +1,16 @@
 """The HTTP app mounted in the LangGraph server (langgraph.json ``http.app``), seed 002 功能需求.
 
 Each part of the served API is an ``APIRouter`` in its own module, included here; the routes are thin layers over
-``personalab.graph.api``. FastAPI serves the OpenAPI description at ``/openapi.json``.
+``personalab.graph.api``. FastAPI serves the OpenAPI description at ``/openapi.json``. PersonaLab's errors become
+4xx answers naming the field or id (graph/http/errors.py).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
+from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.library import router as library_router
 
 app = FastAPI(title="PersonaLab")
+install_error_handlers(app)
 app.include_router(library_router)
