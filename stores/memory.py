@@ -450,8 +450,12 @@ class MemoryStore:
         *,
         character_id: int | None = None,
         embeddings: Sequence[Sequence[float]] | np.ndarray | None = None,
+        restore: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[MemoryEntry]:
         """Store many memories of one character in one transaction (all or nothing).
+
+        `restore`: per item, stored columns to keep as they were (a memory file's activity, mention count,
+        timestamps…, already checked by `stores.memory_files`) instead of a new memory's defaults.
 
         `embeddings`: the vectors of the memories' stored texts, one per item, when the caller has them
         already (a bulk import or benchmark that embedded its texts once); they must come from the store's
@@ -480,22 +484,16 @@ class MemoryStore:
                     )
             default_turn = None
             entries = []
-            for fields in prepared:
+            for position, fields in enumerate(prepared):
                 if fields["turn"] is None:
                     if default_turn is None:
                         default_turn = self._latest_turn(session, instance_id, character)
                     fields["turn"] = default_turn
                 turn = fields["turn"]
-                entries.append(
-                    MemoryEntry(
-                        instance_id=instance_id,
-                        character_id=character,
-                        activity=1.0,
-                        activity_turn=turn,
-                        layer_since_turn=turn,
-                        **fields,
-                    )
-                )
+                columns = {"activity": 1.0, "activity_turn": turn, "layer_since_turn": turn, **fields}
+                if restore is not None:
+                    columns.update(restore[position])
+                entries.append(MemoryEntry(instance_id=instance_id, character_id=character, **columns))
             session.add_all(entries)
             session.flush()
             bump_revision(session, instance_id)

@@ -5,12 +5,16 @@
     memory edit    --instance ID MEMORY_ID [TEXT] [--type T] [--importance F] [--tags a,b] [--layer L] [--notes N]
     memory pin     --instance ID MEMORY_ID        memory unpin  --instance ID MEMORY_ID
     memory delete  --instance ID MEMORY_ID
-    memory search  --instance ID [--json] [-k N] [--turn N] [--context TEXT] [--no-mark] QUERY
+    memory search  --instance ID [--json] [-k N] [--turn N] [--context TEXT] [--no-mark] (QUERY | --queries FILE)
     memory maintain --instance ID [--turn N]
+    memory export  --instance ID [FILE]           memory import --instance ID FILE
 
 `add` prints the new id. `edit` marks the memory as edited by the user: the layer flow never touches it
 again. `search` prints the ranked memories with their score breakdowns (`--json`: a list of objects with
 id, content, score, breakdown, ...) and, like every retrieval, marks them as mentioned (`--no-mark`: not).
+`--context` is recent dialogue for the scene analysis and tags; `--queries FILE` searches every line of the file
+in one process and prints one JSON object per line (`{"query", "items"}`). `export` / `import` write and read a
+memory file (JSON Lines, every field: `stores.memory_files`; import is all or nothing).
 Bad input prints one line and exits 2; nothing stored changes.
 """
 
@@ -23,9 +27,12 @@ from typing import Any
 from personalab.graph.cli.args import INTEGER, whole
 from personalab.graph.cli.output import echo, json_text
 from personalab.nodes.maintenance import maintain_layers
-from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES, RECORD_LAYER
 from personalab.nodes.rules.retrieval import RetrievalConfig, RetrievalResult, retrieve
+from personalab.stores.files import read_file
 from personalab.stores.memory import MemoryStore, memory_to_dict
+from personalab.stores.memory_files import export_lines, export_memories, import_memories
 from personalab.stores.memory_tables import MemoryEntry
 
 PREVIEW_CHARS = 60
@@ -126,17 +133,47 @@ def _print_result(result: RetrievalResult) -> None:
         echo(f"     dropped #{dropped['id']}: {dropped['reason']}")
 
 
+MAX_QUERIES_BYTES = 1024 * 1024
+
+
+def _queries(path: str) -> list[str]:
+    raw = read_file(path, MAX_QUERIES_BYTES, what="queries file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path}: not UTF-8 text") from None
+    queries = [line.strip() for line in text.splitlines() if line.strip()]
+    if not queries:
+        raise InvalidInput(f"{path}: no query in the file")
+    return queries
+
+
 def memory_search(args: argparse.Namespace) -> int:
+    if (args.query is None) == (args.queries is None):
+        raise InvalidInput("give either a QUERY or --queries FILE")
     config = RetrievalConfig(k=args.k, mark_mentioned=not args.no_mark)
-    result = retrieve(
-        MemoryStore(),
-        args.instance,
-        args.query,
-        context=args.context or "",
-        turn=args.turn,
-        character_id=args.character,
-        config=config,
-    )
+    store = MemoryStore()
+
+    def search(query: str) -> RetrievalResult:
+        return retrieve(
+            store,
+            args.instance,
+            query,
+            context=args.context or "",
+            turn=args.turn,
+            character_id=args.character,
+            config=config,
+        )
+
+    if args.queries is not None:
+        queries = _queries(args.queries)
+        for query in queries:  # one process: the model, the index and the store load once
+            found = search(query)
+            sys.stdout.write(
+                json_text({"query": query, "items": [item.to_dict() for item in found.items]}, indent=None) + "\n"
+            )
+        return 0
+    result = search(args.query)
     if args.json:
         items: list[dict[str, Any]] = [item.to_dict() for item in result.items]
         sys.stdout.write(json_text(items) + "\n")
@@ -152,6 +189,21 @@ def memory_maintain(args: argparse.Namespace) -> int:
     for character, counts in report.counts.items():
         layers = ", ".join(f"{layer} {count}" for layer, count in counts.items())
         echo(f"turn {report.turn}, character {character}: {layers}")
+    return 0
+
+
+def memory_export(args: argparse.Namespace) -> int:
+    if args.file in (None, "-"):
+        sys.stdout.write(export_lines(MemoryStore(), args.instance))
+        return 0
+    count = export_memories(MemoryStore(), args.instance, args.file)
+    print(f"exported {count} memories to {args.file}", file=sys.stderr)
+    return 0
+
+
+def memory_import(args: argparse.Namespace) -> int:
+    count = import_memories(MemoryStore(), args.instance, args.file)
+    print(f"imported {count} memories into instance {args.instance}")
     return 0
 
 
@@ -173,7 +225,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--notes", default=None)
 
     listing = command("list", "list the memories")
-    listing.add_argument("--layer", choices=[layer.value for layer in LAYERS])
+    listing.add_argument("--layer", choices=[*(layer.value for layer in LAYERS), RECORD_LAYER])
     listing.add_argument("--type", choices=[t.value for t in MEMORY_TYPES])
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=memory_list)
@@ -205,8 +257,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     search.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")
     search.add_argument("--context", default=None, help="recent dialogue, for scene analysis and tags")
     search.add_argument("--no-mark", action="store_true", help="do not mark the results as mentioned")
-    search.add_argument("query")
+    search.add_argument("--queries", default=None, help="a file of queries, one a line: one JSON result a line")
+    search.add_argument("query", nargs="?", default=None)
     search.set_defaults(handler=memory_search)
+
+    export = command("export", "write the instance's memories as JSON Lines (every field)")
+    export.add_argument("file", nargs="?", default=None, help="default: standard output")
+    export.set_defaults(handler=memory_export)
+
+    load = command("import", "add the memories of a JSON Lines memory file (all or nothing)")
+    load.add_argument("file")
+    load.set_defaults(handler=memory_import)
 
     maintain = command("maintain", "run one maintenance step of the layer flow")
     maintain.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")
