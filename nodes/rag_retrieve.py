@@ -27,7 +27,7 @@ from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, 
 from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
-from personalab.stores.background import run_in_background, search_with_cap, wait_for_writes
+from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
@@ -99,10 +99,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         extra_paths={"worldbook": worldbook_path(store, fired.triggered)},
         config=RetrievalConfig(mark_mentioned=False),
     )
-    # seed 001 MarkMemoryAsMentioned, written after the turn like its other memory writes (the next turn's
-    # retrieval reads it; this one has already scored)
-    recalled = [item.id for item in memories.items if item.kind == "memory"]
-    run_in_background(store.mark_mentioned, instance_id, recalled, memories.turn, after_turn_of=instance_id)
+    # seed 001 MarkMemoryAsMentioned: not here — a memory is mentioned when the reply used it (write_back)
     injection = build_injection(
         knowledge=select_knowledge(
             knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id

@@ -13,6 +13,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy
+from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
@@ -76,11 +77,37 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         turn=state["turn"],
     )
     record_turn_lines(state, ctx.database_url, reply_lines)
+    mentioned = mark_used_memories(state, ctx.database_url)
     prefetched = prefetch_next_turn(state, ctx.stall_turns)  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
-        "debug": {"reply_line_ids": [line.id for line in written], "director_prefetch": prefetched},
+        "debug": {
+            "reply_line_ids": [line.id for line in written],
+            "director_prefetch": prefetched,
+            "mentioned_memory_ids": mentioned,
+        },
     }
+
+
+TEMPLATE_WORDS = ("回应",)  # words of the turn memory's own template (`turn_event_text`), in every turn's memory
+
+
+def mark_used_memories(state: TurnState, database_url: str | None) -> list[int]:
+    """Seed 001 MarkMemoryAsMentioned, once the reply is known: the retrieved memories the reply used
+    (`rules.injection.used_memory_ids`) get one more mention, off the reply's path on the instance's writer
+    (the next turn's retrieval reads it). Memories that were retrieved and not used stay as they were."""
+    used = used_memory_ids(
+        state.get("retrieved") or [],
+        state.get("reply") or "",
+        message=state.get("message") or "",
+        ignore=[state["character"]["name"], state.get("user_name") or "用户", *TEMPLATE_WORDS],
+    )
+    if used:
+        store = MemoryStore(db_url=database_url, chroma_path=chroma_path())
+        run_in_background(
+            store.mark_mentioned, state["instance_id"], used, state["turn"], after_turn_of=state["instance_id"]
+        )
+    return used
 
 
 def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: list[dict[str, Any]]) -> None:

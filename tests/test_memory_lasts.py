@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.rules.injection import memory_used
+from personalab.stores.background import flush_event_writes
 from personalab.stores.memory import MemoryStore
 
 FACT = "我妹妹叫林小禾，今年十二岁，住在银杏镇。"
@@ -68,6 +71,44 @@ def test_one_shot_cli_turns_in_sequence_read_each_others_memories(tmp_path: Path
     assert any("林小禾" in item["content"] for item in out["retrieved_events"])
     retrieved_region = [m for m in out["prompt"] if m.get("region") == "retrieved"]
     assert any("林小禾" in m["content"] for m in retrieved_region), out["prompt"]
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. Mentioned means used
+
+
+def test_a_memory_is_mentioned_when_the_reply_used_it_not_when_it_was_retrieved(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    """Seed 001 MarkMemoryAsMentioned: of two retrieved memories, the one whose key terms the reply says gets
+    a mention (and its mention penalty next time); the other, only retrieved, keeps its full score."""
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    used = store.add_memory(instance, "莱姆把金色怀表藏在了旧仓库的地板下", importance=0.9, turn=0)
+    unused = store.add_memory(instance, "莱姆的金色怀表是父亲留下的遗物", importance=0.9, turn=0)
+    openai_stub.queue("【认真】怀表？在旧仓库，地板下面。")
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, "金色怀表在哪里？")
+    retrieved = {item["id"] for item in state["retrieved"]}
+    assert {used.id, unused.id} <= retrieved
+    assert state["debug"]["mentioned_memory_ids"] == [used.id]
+    flush_event_writes()
+    marked, left = store.get_memory(instance, used.id), store.get_memory(instance, unused.id)
+    assert marked.mention_count == 1 and marked.last_mentioned_turn == state["turn"]
+    assert left.mention_count == 0
+
+
+@pytest.mark.parametrize(
+    ("memory", "message", "reply", "used"),
+    [
+        ("林小禾今年十二岁，住在银杏镇", "我妹妹住在哪？", "她住在银杏镇。", True),
+        ("林小禾今年十二岁，住在银杏镇", "你记得林小禾吗？", "林小禾？我不记得了。", False),  # only the question's words
+        ("雷娜在加油站救过莱姆一命", "还记得我们怎么认识的吗？", "当然，加油站那次我救了你。", True),
+        ("雷娜在加油站救过莱姆一命", "今天天气怎么样？", "风沙很大，莱姆。", False),  # a name is not a use
+    ],
+)
+def test_memory_used_rule(memory: str, message: str, reply: str, used: bool) -> None:
+    assert bool(memory_used(memory, reply, message=message, ignore=["雷娜", "莱姆"])) is used
 
 
 if __name__ == "__main__":  # pragma: no cover

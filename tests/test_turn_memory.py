@@ -135,14 +135,13 @@ def test_the_keyword_index_is_rebuilt_between_turns_not_on_the_next_one(
     assert len(MemoryStore(db_url=sqlite_url).index(instance)) >= 1
 
 
-def test_a_memory_recalled_in_a_turn_is_marked_as_mentioned_after_it(sqlite_url: str) -> None:
-    """Seed 001 MarkMemoryAsMentioned: what the turn recalled counts as mentioned once the turn is over, so the
-    next turns' mention penalty sees it."""
+def test_a_memory_only_recalled_in_a_turn_is_not_marked_as_mentioned(sqlite_url: str) -> None:
+    """Seed 001 MarkMemoryAsMentioned counts what the reply used (tests/test_memory_lasts.py), not what the
+    retrieval found: the scripted reply repeats the question and says nothing of the memory."""
     instance = create_sample_instance(sqlite_url)
     store = MemoryStore(db_url=sqlite_url)
     watch = store.add_memory(instance, "莱姆把金色怀表藏在了旧仓库的地板下", importance=0.9, turn=0)
     state = one_turn(sqlite_url, instance, "金色怀表藏在哪里了？")
     assert any(item["id"] == watch.id for item in state["retrieved"])
     flush_event_writes()
-    marked = store.get_memory(instance, watch.id)
-    assert marked.mention_count == 1 and marked.last_mentioned_turn == state["turn"]
+    assert store.get_memory(instance, watch.id).mention_count == 0

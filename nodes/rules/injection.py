@@ -29,6 +29,7 @@ from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
 from personalab.nodes.rules.worldbook import (
     POSITIONS,
@@ -291,3 +292,39 @@ def build_injection(
     )
     fired = [i.key.split(":", 1)[1] for i in plan.included if i.key.startswith("worldbook:")]
     return Injection(plan, fired)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mentioned means used (seed 001 MarkMemoryAsMentioned)
+
+USED_KEYWORDS = 8  # a memory's key terms: its top TF-IDF keywords (`keywords.extract_keywords`)
+
+
+def memory_used(content: str, reply: str, *, message: str = "", ignore: Iterable[str] = ()) -> list[str]:
+    """The key terms of a memory that show it was used in `reply` (empty: not used). Seed 001 marks a memory
+    as mentioned when the dialogue mentioned it, and a mentioned memory weighs less later (its mention
+    penalty); a memory that was only retrieved, or only matched what the user said, was not mentioned.
+
+    Rule: the memory's key terms are its top `USED_KEYWORDS` jieba TF-IDF keywords, without the names in
+    `ignore` (the character's and the user's: every turn's memory has them); it was used when the reply
+    contains one of them that the user's `message` does not (case-insensitive substring: Chinese has no
+    spaces). So a reply that says where the sister lives, after a question about her name, used the memory
+    that told it; a reply that only repeats the question's words did not."""
+    said, asked = reply.lower(), message.lower()
+    skip = {name.strip().lower() for name in ignore if name and name.strip()}
+    terms = [term.lower() for term in extract_keywords(content, USED_KEYWORDS)]
+    return [term for term in terms if term not in skip and term in said and term not in asked]
+
+
+def used_memory_ids(
+    items: Iterable[Mapping[str, Any]], reply: str, *, message: str = "", ignore: Iterable[str] = ()
+) -> list[int]:
+    """Ids of the retrieved memories (`kind` "memory", as in the turn's `retrieved`) the reply used
+    (`memory_used`), in their order."""
+    names = list(ignore)
+    return [
+        int(item["id"])
+        for item in items
+        if item.get("kind") == "memory"
+        and memory_used(str(item.get("content") or ""), reply, message=message, ignore=names)
+    ]
