@@ -19,7 +19,7 @@ from sqlmodel import Field, SQLModel
 class CardRow(SQLModel, table=True):
     __tablename__ = "character_card"
 
-    role_id: int = Field(primary_key=True, foreign_key="role.id")
+    role_id: int = Field(primary_key=True, foreign_key="role.id", ondelete="CASCADE")  # goes with its character
     spec: str
     source: str = "JSON"
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -418,50 +418,44 @@ class CardImport:
     book: Any = None  # the world book's ImportReport, when the card has a character_book
 
 
-CreateCharacter = Any  # Callable[[Session, dict[str, Any]], int]: the characters API's create, when there is one
+def avatar_png(card: Card) -> bytes | None:
+    """The card's image alone (PNG without its card chunks): what the character keeps as its avatar."""
+    if card.avatar is None:
+        return None
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(card.avatar))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
-def _create_role(session: Any, fields: dict[str, Any]) -> int:
-    """A character row from the card's fields: the columns this version of the role table has."""
-    from personalab.stores.saves import create_role
-    from personalab.stores.tables import Role
+def check_card(card: Card, where: str = "the card") -> None:
+    """Everything that can be wrong with a card before anything is stored: a name, and a character_book whose
+    entries all validate (`InvalidInput` naming the entry and field)."""
+    from personalab.stores.worldbook_files import ImportFormatError, parse_worldbook
 
-    columns = set(Role.model_fields)
-    role = create_role(session, fields["name"], description=fields["description"], persona=fields["persona"])
-    extra = {
-        "greetings": fields["greetings"] or None,
-        "example_dialogue": fields["example_dialogue"] or None,
-        "system_prompt": fields["system_prompt"] or None,
-        "post_history_instructions": fields["post_history_instructions"] or None,
-        "avatar_image": fields["avatar"],
-        "avatar_mime": "image/png" if fields["avatar"] is not None else None,
-    }
-    for name, value in extra.items():
-        if name in columns:
-            setattr(role, name, value)
-    session.add(role)
-    session.flush()
-    assert role.id is not None
-    return role.id
+    if not card.name.strip():
+        raise InvalidInput(f"{where}: no name (field 'data.name')")
+    if card.data.character_book is not None:
+        try:
+            parse_worldbook({"data": {"character_book": card.data.character_book}})
+        except ImportFormatError as exc:
+            raise InvalidInput(f"{where}: character_book: {exc}") from None
 
 
-def import_card(session: Any, card: Card, create: CreateCharacter | None = None) -> CardImport:
-    """Store `card` as a new character (`create(session, character_fields(card))`, default: a role row), its
-    `character_book` as a world book scoped to that character, and the card itself for export; all in the
-    caller's transaction (`session_scope`), so a bad book stores nothing."""
+def attach_card(session: Any, role_id: int, card: Card, *, keep_avatar: bool = False) -> CardImport:
+    """Character `role_id`'s card: its `character_book` as a world book scoped to the character, and the card
+    itself for export (`keep_avatar`: its image too, for a role table without an avatar column)."""
     from personalab.stores.card_tables import CardRow
     from personalab.stores.worldbook import Scope
     from personalab.stores.worldbook_files import ImportFormatError, import_worldbook
 
-    if not card.name.strip():
-        raise InvalidInput("the card has no name (field 'data.name')")
-    role_id = (create or _create_role)(session, character_fields(card))
     book_report = None
     if card.data.character_book is not None:
         try:
-            book_report = import_worldbook(
-                session, {"data": {"character_book": card.data.character_book}}, Scope(role_id=role_id)
-            )
+            book = {"data": {"character_book": card.data.character_book}}
+            book_report = import_worldbook(session, book, Scope(role_id=role_id))
         except ImportFormatError as exc:
             raise InvalidInput(f"the card's character_book: {exc}") from None
     session.add(
@@ -471,11 +465,40 @@ def import_card(session: Any, card: Card, create: CreateCharacter | None = None)
             source=card.source,
             data=card.data_dict(),
             top_level=card.top_level,
-            avatar=card.avatar,
+            avatar=avatar_png(card) if keep_avatar else None,
         )
     )
     session.flush()
     return CardImport(role_id, import_report(card), book_report)
+
+
+def import_card(session: Any, card: Card, where: str = "the card") -> CardImport:
+    """Store `card` as a new character row (the columns this role table has), its book and the card, in the
+    caller's transaction (`session_scope`): a bad book stores nothing. The characters API's path is
+    `personalab.graph.api.cards.import_card_file`."""
+    from personalab.stores.saves import create_role
+    from personalab.stores.tables import Role
+
+    check_card(card, where)
+    fields = character_fields(card)
+    role = create_role(session, fields["name"], description=fields["description"], persona=fields["persona"])
+    columns = set(Role.model_fields)
+    avatar = avatar_png(card)
+    extra = {
+        "greetings": fields["greetings"],
+        "example_dialogue": fields["example_dialogue"],
+        "system_prompt": fields["system_prompt"],
+        "post_history_instructions": fields["post_history_instructions"],
+        "avatar_image": avatar,
+        "avatar_mime": "image/png" if avatar is not None else None,
+    }
+    for name, value in extra.items():
+        if name in columns:
+            setattr(role, name, value)
+    session.add(role)
+    session.flush()
+    assert role.id is not None
+    return attach_card(session, role.id, card, keep_avatar="avatar_image" not in columns)
 
 
 def card_of_character(session: Any, role_id: int) -> Card:

@@ -82,7 +82,7 @@ class WorldbookEntrySourceRow(SQLModel, table=True):
 
     __tablename__ = "worldbook_entry_source"
 
-    entry_id: int = Field(primary_key=True, foreign_key="worldbook_entry.id")
+    entry_id: int = Field(primary_key=True, foreign_key="worldbook_entry.id", ondelete="CASCADE")  # goes with its entry
     format: str  # "world info" (a SillyTavern world-info file) or "character book" (a card's lorebook)
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import cli, one_line
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.cards import (
     MAX_CARD_BYTES,
@@ -218,7 +219,8 @@ def test_a_card_becomes_a_character_with_its_book_and_exports_back_whole(db_url:
         assert book[1].source is not None and book[1].source["extensions"]["depth"] == 2
         again = card_of_character(s, done.role_id)
     same(again, card)
-    assert again.avatar == card.avatar
+    assert again.avatar is not None and card.avatar is not None
+    assert Image.open(io.BytesIO(again.avatar)).tobytes() == Image.open(io.BytesIO(card.avatar)).tobytes()
 
 
 def test_a_bad_character_book_stores_nothing(sqlite_url: str) -> None:
@@ -226,8 +228,52 @@ def test_a_bad_character_book_stores_nothing(sqlite_url: str) -> None:
     bad = lantern()
     bad["data"]["character_book"]["entries"][1]["keys"] = "雾"  # a string, not a list
     card = parse_card_bytes(json.dumps(bad, ensure_ascii=False).encode(), "bad.json")
-    with pytest.raises(InvalidInput, match="character_book: entry 2 .*keys"):
+    with pytest.raises(InvalidInput, match="bad.json: character_book: entry 2 .*keys"):
         with session_scope(db_url) as s:
-            import_card(s, card)
+            import_card(s, card, "bad.json")
     with session_scope(db_url) as s:
+        assert s.exec(select(Role)).all() == []
+
+
+# --- the command line ---------------------------------------------------------------------------------
+
+
+def test_card_import_and_export_through_the_cli(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "lantern.png"
+    source.write_bytes(png({"chara": b64(lantern()), "ccv3": b64(v3_of(lantern()))}))
+    code, out, err = cli(capsys, "card", "import", str(source), "--json")
+    assert code == 0, err
+    done = json.loads(out)
+    assert (done["name"], done["spec"], done["source"]) == ("灯守", "chara_card_v3", "PNG chunk ccv3")
+    assert done["book"]["imported"] == 3 and "scenario" in done["no_effect"]
+    character = done["character_id"]
+    code, out, _ = cli(capsys, "worldbook", "list", "--character", str(character), "--json")
+    assert [e["title"] for e in json.loads(out)] == ["灯塔", "雾与船", "常驻"]
+    for fmt in ("v2", "v3", "png"):
+        target = tmp_path / f"out.{fmt}"
+        code, out, err = cli(capsys, "card", "export", str(character), str(target), "--format", fmt)
+        assert code == 0, err
+        same(read_card(target), read_card(source))
+
+
+def test_card_import_of_bad_files_is_one_line_and_stores_nothing(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+) -> None:
+    bad_book = lantern()
+    bad_book["data"]["character_book"]["entries"][0]["content"] = 7
+    cases = {
+        "plain.png": png({}),
+        "book.json": json.dumps(bad_book, ensure_ascii=False),
+        "lorebook.json": '{"entries": {}}',
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        code, _, err = cli(capsys, "card", "import", str(path))
+        assert code == 2 and name in one_line(err), err
+    code, _, err = cli(capsys, "card", "export", "999", str(tmp_path / "x.png"))
+    assert code == 2 and "character 999 does not exist" in one_line(err)
+    with session_scope() as s:
         assert s.exec(select(Role)).all() == []

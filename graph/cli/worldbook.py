@@ -22,6 +22,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
 from personalab.stores.worldbook_files import (
     export_knowledge,
+    export_sillytavern,
     export_worldbook,
     import_knowledge,
     import_worldbook,
@@ -42,7 +43,7 @@ def _preview(text: str) -> str:
 
 
 def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
-    count = len(data["entries"])
+    count = len(data["entries"])  # a list (ours) or an object keyed by uid (SillyTavern's)
     if target is None or target == "-":
         sys.stdout.write(json_text(data) + "\n")
         return 0
@@ -184,7 +185,10 @@ def worldbook_import(args: argparse.Namespace) -> int:
 
 def worldbook_export(args: argparse.Namespace) -> int:
     with session_scope() as session:
-        data = export_worldbook(session, _scope(args))
+        if args.format == "sillytavern":
+            data = export_sillytavern(session, _scope(args))
+        else:
+            data = export_worldbook(session, _scope(args))
     return _emit_export(data, args.file, "world-book entries")
 
 
@@ -262,10 +266,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_scope(p)
     p.set_defaults(handler=worldbook_add)
     _add_list(wsub, worldbook_list, "world-book entries")
-    _add_import_export(
+    exp = _add_import_export(
         wsub,
         worldbook_import,
         worldbook_export,
         "world-book entries",
         "PersonaLab export, SillyTavern world info / lorebook, character-card lorebook",
+    )
+    exp.add_argument(
+        "--format",
+        choices=("personalab", "sillytavern"),
+        default="personalab",
+        help="personalab (default) or a SillyTavern world-info file (imports back the same entries)",
     )

@@ -1,0 +1,111 @@
+"""SillyTavern character cards through the characters API (issue 15): a card file becomes a character, a character
+becomes a card file.
+
+- `import_card_file(path)`: the card (V1 / V2 / V3 JSON or a PNG card, `stores.cards`) is checked whole first (its
+  name, every entry of its `character_book`), then created with `graph.api.library.create_character` (name,
+  description, persona ← personality, greetings ← first_mes + alternate_greetings, example dialogue, system
+  prompt, post-history instructions, the PNG's image as avatar); its `character_book` becomes a world book scoped
+  to that character and the card is kept for export. Should that last step fail, the character is deleted
+  again: a bad file leaves nothing behind.
+- `export_card_file(character_id, path, fmt)`: V2 JSON, V3 JSON or PNG (avatar + `chara` and `ccv3` chunks), from
+  the card the character came from (every field kept) with the character's current fields and world book.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from personalab.graph.api.library import CharacterInput, create_character, delete_character, get_character
+from personalab.stores.cards import (
+    attach_card,
+    avatar_png,
+    card_of_character,
+    character_fields,
+    check_card,
+    read_card,
+    write_card,
+)
+from personalab.stores.db import session_scope
+from pydantic import BaseModel
+
+FORMATS = ("v2", "v3", "png")
+
+
+class CardImported(BaseModel):
+    """What `import_card_file` did: the character's id and name, the card's spec and where it was read from,
+    the fields that took effect, those that did not (kept for export, with why), and the world book's import."""
+
+    character_id: int
+    name: str
+    spec: str
+    source: str
+    used: list[str]
+    no_effect: dict[str, str]
+    book: dict[str, Any] | None = None
+
+    def summary(self) -> str:
+        parts = [f"character {self.character_id} {self.name!r} from a {self.spec} card ({self.source})"]
+        if self.book is not None:
+            parts.append(f"world book: {self.book['summary']}")
+        if self.no_effect:
+            parts.append("no effect here (kept for export): " + ", ".join(self.no_effect))
+        return "; ".join(parts)
+
+
+def import_card_file(path: str | os.PathLike[str], *, database_url: str | None = None) -> CardImported:
+    """A new character from the card file `path` (see the module doc)."""
+    card = read_card(path)
+    check_card(card, os.fspath(path))
+    fields = character_fields(card)
+    character = create_character(
+        CharacterInput(
+            name=fields["name"],
+            description=fields["description"],
+            persona=fields["persona"],
+            greetings=fields["greetings"],
+            example_dialogue=fields["example_dialogue"],
+            system_prompt=fields["system_prompt"],
+            post_history_instructions=fields["post_history_instructions"],
+            avatar=avatar_png(card),
+        ),
+        database_url=database_url,
+    )
+    try:
+        with session_scope(database_url) as session:
+            done = attach_card(session, character.id, card)
+    except BaseException:
+        delete_character(character.id, cascade=True, database_url=database_url)
+        raise
+    book = None
+    if done.book is not None:
+        book = {
+            "format": done.book.format,
+            "imported": done.book.imported,
+            "duplicates": done.book.duplicates,
+            "skipped": done.book.skipped,
+            "positions": done.book.positions,
+            "no_effect": done.book.ignored_fields,
+            "summary": done.book.summary(),
+        }
+    return CardImported(
+        character_id=character.id,
+        name=character.name,
+        spec=card.spec,
+        source=card.source,
+        used=done.report.used,
+        no_effect=done.report.no_effect,
+        book=book,
+    )
+
+
+def export_card_file(
+    character_id: int, path: str | os.PathLike[str], fmt: str = "png", *, database_url: str | None = None
+) -> str:
+    """Write character `character_id` as a card file (`fmt` v2, v3 or png; a plain file is replaced) and return
+    the character's name."""
+    get_character(character_id, database_url=database_url)  # NotFound naming the id
+    with session_scope(database_url) as session:
+        card = card_of_character(session, character_id)
+    write_card(card, path, fmt, overwrite=True)
+    return card.name
