@@ -11,7 +11,7 @@ memory (e.g. to leave out lines still inside the recent-dialogue window).
 Each entry's content is ``speaker：text``; the line said just before it (this turn's or the previous turn's
 last line) is its `context`, stored and embedded in front of it and weighed half in keyword search, as for
 LoCoMo's dialogue memories (`nodes.rules.dialogue_memory`). Its importance is the fact estimate of the line
-(`nodes.rules.importance`), so a line that tells a fact ranks above small talk.
+(`nodes.rules.importance`, at least `MIN_RECORD_IMPORTANCE`), so a line that tells a fact ranks above small talk.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from personalab.nodes.rules.memory_layers import RECORD_LAYER, MemoryType
 NARRATOR = "旁白"
 USER = "用户"
 CONTEXT_CHARS = 200  # the previous line as context: enough to say what a short answer answers
+MIN_RECORD_IMPORTANCE = 0.2  # small talk: below a fact, not nothing (what was said may still be asked about)
 
 
 def speaker_of(
@@ -81,7 +82,7 @@ def record_items(
                 "context": before[-CONTEXT_CHARS:],
                 "type": MemoryType.RECORD.value,
                 "layer": RECORD_LAYER,
-                "importance": estimate_importance(text).importance,
+                "importance": max(MIN_RECORD_IMPORTANCE, estimate_importance(text).importance),
                 "turn": turn,
                 "line_id": line.get("id"),
             }
