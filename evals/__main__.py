@@ -8,7 +8,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from personalab.evals import bench_builder, bench_cold, bench_history, bench_retrieval, bench_turn, convert, locomo, runs, suite
+from personalab.evals import (
+    bench_builder,
+    bench_cold,
+    bench_history,
+    bench_retrieval,
+    bench_turn,
+    convert,
+    locomo,
+    runs,
+    suite,
+)
 from personalab.graph.cli import run_command, sub_parsers
 
 

@@ -228,3 +228,66 @@ def test_eval_and_bench_go_to_the_evaluations_and_the_rest_to_the_product(capsys
     with pytest.raises(SystemExit):
         main(["turn", "--help"])
     assert "--lines-before" in capsys.readouterr().out
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_convert_memorybank_days_become_sessions_and_labelled_questions_probes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(
+        capsys, "eval", "convert", "memorybank", str(FIXTURES / "memorybank_tiny"), "--out", str(tmp_path / "mb")
+    )
+    assert code == 0, err
+    assert "2 scenario(s)" in out
+    from personalab.evals.scenario import expand_turns, load_scenario
+
+    scenario = load_scenario(tmp_path / "mb" / "memorybank_王峰.yaml")
+    steps = expand_turns(scenario)
+    assert [s.message for s in steps[:2]] == [
+        "你好，我叫王峰，今天是我们第一次聊天。",
+        "我平时最喜欢听爵士乐，尤其是下雨天。",
+    ]
+    sessions = [(s.message[:4], s.gap) for s in steps if s.session]
+    assert sessions == [("今天加班", "days"), ("好久没聊", "long_absence"), ("我喜欢听", "days")]
+    probes = [s for s in steps if s.kind == "probe"]
+    assert len(probes) == 1 and probes[0].expect is not None and probes[0].expect.retrieved == ("爵士乐",)
+    assert steps[-1].kind == "user" and steps[-1].message == "我第一次和你聊天是哪天？"  # unlabelled: a driver
+    assert load_scenario(tmp_path / "mb" / "memorybank_陈一.yaml").turns[-1].user == "我的狗叫什么名字？"  # type: ignore[union-attr]
+
+
+def test_convert_locomo_and_play_the_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "eval",
+        "convert",
+        "locomo",
+        str(FIXTURES / "locomo_tiny.json"),
+        "--out",
+        str(tmp_path / "lc"),
+        "--limit",
+        "1",
+    )
+    assert code == 0, err
+    from personalab.evals.scenario import expand_turns, load_scenario
+
+    files = sorted((tmp_path / "lc").glob("*.yaml"))
+    assert len(files) == 1
+    scenario = load_scenario(files[0])
+    assert scenario.user_name == "Aiko" and scenario.character["name"] == "Bram" and scenario.language == "en"
+    steps = expand_turns(scenario)
+    user_turns = [s for s in steps if s.kind == "user"]
+    assert all(line["display_name"] == "Bram" for s in user_turns for line in s.lines_before)
+    assert any(s.session for s in user_turns)  # session 2 starts a new session
+    probes = [s for s in steps if s.kind == "probe"]
+    assert probes and probes[0].message == "What is the name of Aiko's kitten?"
+    code, _, err = run_cli(capsys, "eval", "run", str(files[0]), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["scenarios"][0]["retrieved"]["all"]["checks"] >= len(probes)
+
+
+def test_convert_refuses_a_folder_without_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "eval", "convert", "memorybank", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "memory_bank_cn.json: no such file" in err
