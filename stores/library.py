@@ -73,6 +73,29 @@ def delete_instance_rows(session: Session, save_id: int) -> dict[str, int]:
     return deleted
 
 
+def delete_library_rows(session: Session, target: str, target_id: int) -> dict[str, int]:
+    """Before deleting the character (`target` "role") or background ("background") `target_id`: delete the rows
+    of every table that belongs to it (a column with a foreign key to it: its outline points, its own knowledge and
+    world-book entries, its card), found from the schema; lines that name the character as a speaker keep their
+    text and display name and lose the link. Instances (`save`) are not touched: the caller deletes them first."""
+    deleted: dict[str, int] = {}
+    for table in reversed(SQLModel.metadata.sorted_tables):
+        if table.name in (target, "save"):
+            continue
+        for column in table.columns:
+            if not any(fk.column.table.name == target for fk in column.foreign_keys):
+                continue
+            if table.name == "line":
+                session.execute(table.update().where(column == target_id).values({column.name: None}))
+                continue
+            result = session.execute(delete(table).where(column == target_id))
+            count = int(getattr(result, "rowcount", 0) or 0)
+            if count:
+                deleted[table.name] = deleted.get(table.name, 0) + count
+    session.flush()
+    return deleted
+
+
 def instance_vector_collections(save_id: int, chroma_path: str | None = None) -> list[str]:
     """The names of the instance's own memory collections in Chroma."""
     from personalab.stores.vectors import chroma_client

@@ -379,3 +379,72 @@ def test_a_database_made_before_the_new_columns_gains_them(sqlite_url: str) -> N
     assert (old.name, old.persona, old.traits, old.greetings) == ("旧角色", "老设定", "", [])
     edited = api.edit_character(1, {"traits": "沉稳"}, database_url=sqlite_url)
     assert edited.traits == "沉稳"
+
+
+def test_a_characters_own_entries_go_with_it_and_lines_of_other_instances_keep_their_text(url: str) -> None:
+    from personalab.stores.saves import append_lines
+    from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
+    from sqlmodel import select
+
+    character, background, instance = setup(url)
+    guest = api.create_character({"name": "守卫"}, database_url=url)
+    with session_scope(url) as session:
+        add_worldbook_entry(session, "守卫的口头禅", scope=Scope(role_id=guest.id), keywords=["守卫"])
+        add_knowledge(session, "人物", "守卫守着北门", scope=Scope(role_id=guest.id))
+        append_lines(
+            session,
+            instance.id,
+            [{"attribute": "assistant", "content": "站住！", "role_id": guest.id, "display_name": "守卫"}],
+        )
+    deleted = api.delete_character(guest.id, database_url=url)
+    assert deleted.rows_deleted == {"worldbook_entry": 1, "knowledge_entry": 1}
+    with session_scope(url) as session:
+        for model in (WorldbookEntryRow, KnowledgeEntryRow):
+            assert session.exec(select(model).where(model.role_id == guest.id)).all() == []
+        last = get_chat_history(session, instance.id)[-1]
+    assert (last.content, last.display_name, last.role_id) == ("站住！", "守卫", None)
+
+
+def test_an_instance_is_not_deleted_while_a_turn_runs_on_it(url: str) -> None:
+    from personalab.nodes.rules.errors import InstanceBusy
+    from personalab.stores.turns import acquire_turn_lock, release_turn_lock
+
+    _character, _background, instance = setup(url)
+    token = acquire_turn_lock(instance.id, 60, url)
+    try:
+        with pytest.raises(InstanceBusy, match=f"instance {instance.id} is busy"):
+            api.delete_instance(instance.id, database_url=url)
+    finally:
+        release_turn_lock(instance.id, token, url)
+    assert api.get_instance(instance.id, database_url=url).id == instance.id
+    api.delete_instance(instance.id, database_url=url)
+
+
+def test_the_prompt_places_the_character_fields_by_region_and_names_what_it_drops() -> None:
+    from personalab.nodes.rules.character import definition_parts, substitute
+    from personalab.nodes.rules.plot import new_plot_state
+    from personalab.nodes.rules.prompt_assembly import RegionBudgets, assemble_prompt
+
+    assert substitute("{{char}}见到{{ User }}", "雷娜", None) == "雷娜见到用户"
+    parts = definition_parts({"system_prompt": "只说中文", "persona": "冷静", "description": "描述" * 3000})
+    assert [name for name, _ in parts] == ["system_prompt", "persona", "description"]
+    prompt = assemble_prompt(
+        system_instruction="扮演雷娜",
+        character_parts=parts,
+        example_dialogue="示例" * 50,
+        post_history="回复要短",
+        core_memory={},
+        plot_state=new_plot_state(["开始"]),
+        relationship=None,
+        world_setting="废土",
+        recent_messages=[{"role": "user", "content": "在吗"}, {"role": "assistant", "content": "在"}],
+        retrieved_blocks=[],
+        user_input="走吧",
+        budgets=RegionBudgets(head=1000, middle=60),
+    )
+    head = prompt.messages[0]["content"]
+    assert "只说中文" in head and "冷静" in head and "描述描述" not in head
+    assert [d["item"] for d in prompt.debug["head"]["dropped"]] == ["character description"]
+    assert [d["item"] for d in prompt.debug["middle"]["dropped"]] == ["example dialogue"]
+    assert [m["content"] for m in prompt.messages[-2:]] == ["回复要短", "走吧"]
+    assert prompt.regions[-2:] == ["tail", "tail"]

@@ -367,18 +367,9 @@ def delete_character(character_id: int, *, cascade: bool = False, database_url: 
     for instance_id in users:
         delete_instance(instance_id, database_url=database_url)
     with session_scope(database_url) as session:
-        from personalab.stores.tables import Line
-        from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow
-
-        for line in session.exec(select(Line).where(col(Line.role_id) == character_id)).all():
-            line.role_id = None
-            session.add(line)
-        for model in (KnowledgeEntryRow, WorldbookEntryRow):
-            for row in session.exec(select(model).where(col(model.role_id) == character_id)).all():
-                session.delete(row)  # the character's own entries go with it
-        session.flush()
+        rows = store.delete_library_rows(session, "role", character_id)
         session.delete(_role(session, character_id))
-    return Deleted(kind="character", id=character_id, instances_deleted=users)
+    return Deleted(kind="character", id=character_id, instances_deleted=users, rows_deleted=rows)
 
 
 # ---- backgrounds -----------------------------------------------------------------------------------------------
@@ -497,11 +488,9 @@ def delete_background(background_id: int, *, cascade: bool = False, database_url
     for instance_id in users:
         delete_instance(instance_id, database_url=database_url)
     with session_scope(database_url) as session:
-        for point in outline_of(session, background_id):
-            session.delete(point)
-        session.flush()
+        rows = store.delete_library_rows(session, "background", background_id)
         session.delete(_background_row(session, background_id))
-    return Deleted(kind="background", id=background_id, instances_deleted=users)
+    return Deleted(kind="background", id=background_id, instances_deleted=users, rows_deleted=rows)
 
 
 # ---- instances -------------------------------------------------------------------------------------------------
