@@ -224,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
     if args.rag_timeout is not None and args.rag_timeout <= 0:
         raise InvalidInput(f"--rag-timeout must be above 0, got {args.rag_timeout}")
     scenarios = load_scenarios(args.paths)
+    if args.judge or args.model == "openai":
+        from personalab.stores.settings import settings
+
+        if settings().openai_api_key is None:
+            option = "--judge" if args.judge else "--model openai"
+            raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {out}: not a folder")

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.evals.entry import main
+from personalab.evals.judge import parse_verdict
+from personalab.evals.prompts import JUDGE_SYSTEM
 
 SMALL = """
 name: small
@@ -291,3 +294,59 @@ def test_convert_locomo_and_play_the_result(tmp_path: Path, capsys: pytest.Captu
 def test_convert_refuses_a_folder_without_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "eval", "convert", "memorybank", str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and "memory_bank_cn.json: no such file" in err
+
+
+def test_openai_model_and_judge_use_the_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_stub: OpenAIStub
+) -> None:
+    # every answer carries a reply for the character and a verdict for the judge (the stub answers in order)
+    answer = '【平静】记得，你最喜欢红烧肉。{"persona_consistency": 0.9, "memory_used": 1, "reason": "用上了记忆"}'
+    openai_stub.queue(*[StubReply(content=answer) for _ in range(40)])
+    path = write(
+        tmp_path / "judged.yaml",
+        """
+name: judged
+character: {sample: wasteland}
+background: {sample: wasteland}
+turns:
+  - user: 我最喜欢的食物是红烧肉。
+  - probe: 我最喜欢吃什么？
+    expect: {reply: [红烧肉, 糖醋鱼]}
+""",
+    )
+    code, _, err = run_cli(
+        capsys, "eval", "run", str(path), "--out", str(tmp_path / "out"), "--model", "openai", "--judge"
+    )
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    scenario = report["scenarios"][0]
+    assert scenario["reply"] == {"passed": 1, "checks": 2, "rate": 0.5}
+    assert scenario["judge"] == {"probes": 1, "answered": 1, "persona_consistency": 0.9, "memory_used": 1.0}
+    assert report["meta"]["model_label"].startswith("openai-compatible")
+    judged = [r for r in openai_stub.requests if any(m.get("content") == JUDGE_SYSTEM for m in r["messages"])]
+    assert len(judged) == 1 and "我最喜欢吃什么？" in judged[0]["messages"][-1]["content"]
+
+
+def test_judge_without_an_endpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(
+        tmp_path / "s.yaml",
+        "name: s\ncharacter: {sample: wasteland}\nbackground: {sample: wasteland}\nturns: [{user: hi}]\n",
+    )
+    code, _, err = run_cli(capsys, "eval", "run", str(path), "--out", str(tmp_path / "out"), "--judge")
+    assert code == 2 and err.count("\n") == 1 and "OPENAI_API_KEY" in err
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            '{"persona_consistency": 0.5, "memory_used": 2, "reason": "x"}',
+            {"ok": True, "persona_consistency": 0.5, "memory_used": 1.0, "reason": "x"},
+        ),
+        ("好的", {"ok": False}),
+        ('{"persona_consistency": "高", "memory_used": 1}', {"ok": False}),
+    ],
+)
+def test_judge_verdicts_are_numbers_or_unanswered(answer: str, expected: dict[str, Any]) -> None:
+    verdict = parse_verdict(answer)
+    assert {k: verdict[k] for k in expected} == expected
