@@ -16,11 +16,21 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
-from personalab.nodes.rules.injection import SECTION_HEADERS, InjectionItem, InjectionPlan, build_injection
+from personalab.nodes.rules.injection import (
+    SECTION_HEADERS,
+    InjectionItem,
+    InjectionPlan,
+    build_injection,
+    known_items,
+    memory_line,
+    repeats_recent_dialogue,
+    time_ago,
+)
 from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.knowledge import select_knowledge
 from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
@@ -43,6 +53,20 @@ def recent_context(history: Sequence[Mapping[str, Any]], role_id: int | None) ->
     text = "\n".join(f"{line.get('display_name') or line['attribute']}: {line['content']}" for line in recent)
     own = [line["content"] for line in recent if line["attribute"] == "assistant" and line.get("role_id") == role_id]
     return text, own
+
+
+def own_lines_in(history: Sequence[Mapping[str, Any]], role_id: int | None) -> list[str]:
+    """What the character itself said in the dialogue read this turn (its recent window), oldest first."""
+    return [line["content"] for line in history if line["attribute"] == "assistant" and line.get("role_id") == role_id]
+
+
+def memory_age(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datetime], now: datetime) -> str:
+    """How long ago a retrieved memory happened, in turns and real time ("3 轮前，2 天前")."""
+    turns = turn - item["turn"] if isinstance(item.get("turn"), int) else None
+    created = stored_at.get(int(item["id"])) if item.get("kind") == "memory" else None
+    if created is not None and created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)  # stored naive = UTC
+    return time_ago(turns, (now - created).total_seconds() if created is not None else None)
 
 
 def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
@@ -95,24 +119,40 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         context=dialogue,
         recent_own_lines=own_lines,
         turn=turn,
-        k=ctx.rag_results,
+        # twice the results: the turns still in the recent dialogue are left out below, the rest fill the slots
+        k=2 * ctx.rag_results,
         extra_paths={"worldbook": worldbook_path(store, fired.triggered)},
         config=RetrievalConfig(mark_mentioned=False),
     )
     # seed 001 MarkMemoryAsMentioned: not here — a memory is mentioned when the reply used it (write_back)
+    found = memories.to_dict()
+    # don't repeat (seed 001 避免重复): a turn the prompt's recent dialogue has is not a memory again
+    in_dialogue = [
+        item["id"] for item in found["items"] if repeats_recent_dialogue(item, turn=turn, window_turns=ctx.recall_turns)
+    ]
+    items = [item for item in found["items"] if item["id"] not in in_dialogue or item["kind"] != "memory"]
+    found["items"] = items[: ctx.rag_results]
+    found["in_recent_dialogue"] = in_dialogue
+    stored_at = store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
+    now = datetime.now(UTC)
     injection = build_injection(
         knowledge=select_knowledge(
             knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id
         ),
         triggered=fired.triggered,
+        known=known_items(own_lines_in(history, character.get("role_id"))),
         character_memories=[
-            InjectionItem(key=f"memory:{item.id}", text=f"- {item.content}", score=item.score)
-            for item in memories.items
+            InjectionItem(
+                key=f"memory:{item['id']}",
+                text=memory_line(item["content"], memory_age(item, turn, stored_at, now)),
+                score=item["score"],
+            )
+            for item in found["items"]
         ],
         budget=ctx.retrieved_tokens,
     )
     return {
-        "memories": memories.to_dict(),
+        "memories": found,
         "worldbook_skipped": [asdict(skipped) for skipped in fired.skipped],
         "injection": injection,
     }
@@ -148,6 +188,7 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "weights": memories["weights"],
                 "count": len(memories["items"]),
                 "dropped": memories["dropped"],
+                "in_recent_dialogue": memories["in_recent_dialogue"],
                 "timings_ms": memories.get("timings_ms"),
                 "injection": plan.debug(),
                 "worldbook_skipped": found["worldbook_skipped"],

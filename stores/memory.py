@@ -665,6 +665,16 @@ class MemoryStore:
             stmt = select(func.count()).select_from(MemoryEntry).where(MemoryEntry.instance_id == instance_id)
             return int(session.exec(stmt).one())
 
+    def created_times(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, datetime]:
+        """When the memories `memory_ids` of the instance were stored (UTC), for "2 天前" in the prompt."""
+        if not memory_ids:
+            return {}
+        with session_scope(self._url()) as session:
+            stmt = select(MemoryEntry.id, MemoryEntry.created_at).where(
+                col(MemoryEntry.id).in_(list(memory_ids)), MemoryEntry.instance_id == instance_id
+            )
+            return {int(memory_id): created for memory_id, created in session.exec(stmt).all()}
+
     # ---- retrieval support (used by nodes.rules.retrieval) ------------------------------------------------
 
     def resolve_character(self, instance_id: int, character_id: int | None = None) -> int:

@@ -15,7 +15,7 @@ import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
-from personalab.nodes.rules.injection import memory_used
+from personalab.nodes.rules.injection import known_items, memory_used, time_ago
 from personalab.stores.background import flush_event_writes
 from personalab.stores.memory import MemoryStore
 
@@ -102,13 +102,102 @@ def test_a_memory_is_mentioned_when_the_reply_used_it_not_when_it_was_retrieved(
     ("memory", "message", "reply", "used"),
     [
         ("林小禾今年十二岁，住在银杏镇", "我妹妹住在哪？", "她住在银杏镇。", True),
-        ("林小禾今年十二岁，住在银杏镇", "你记得林小禾吗？", "林小禾？我不记得了。", False),  # only the question's words
+        (
+            "林小禾今年十二岁，住在银杏镇",
+            "你记得林小禾吗？",
+            "林小禾？我不记得了。",
+            False,
+        ),  # only the question's words
         ("雷娜在加油站救过莱姆一命", "还记得我们怎么认识的吗？", "当然，加油站那次我救了你。", True),
         ("雷娜在加油站救过莱姆一命", "今天天气怎么样？", "风沙很大，莱姆。", False),  # a name is not a use
     ],
 )
 def test_memory_used_rule(memory: str, message: str, reply: str, used: bool) -> None:
     assert bool(memory_used(memory, reply, message=message, ignore=["雷娜", "莱姆"])) is used
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Don't repeat
+
+
+def retrieved_region_text(state: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in state["prompt"] if m.get("region") == "retrieved")
+
+
+def test_turns_in_the_recent_dialogue_are_not_memories_again_and_what_was_said_is_listed(sqlite_url: str) -> None:
+    """Seed 001 避免重复: the turn the prompt's recent dialogue still has is not injected as a memory; an older
+    one (outside the window) is; the character's last lines are listed under 已知信息(请勿重复)."""
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url, recall_turns=2)) as (graph, ctx):
+        run_turn(graph, ctx, instance, FACT)  # turn 1: outside the window at turn 4
+        run_turn(graph, ctx, instance, "林小禾最喜欢银杏叶。")  # turn 3: inside it
+        run_turn(graph, ctx, instance, FILLER[1])
+        asked = run_turn(graph, ctx, instance, QUESTION)
+    debug = asked["debug"]["retrieval"]
+    items = asked["retrieved"]
+    assert not [i for i in items if isinstance(i.get("turn"), int) and i["turn"] > 2 and i.get("type") == "record"]
+    assert not [i for i in items if str(i["content"]).startswith(("第3轮", "第4轮"))]
+    assert debug["in_recent_dialogue"], debug  # turn 3's memory and lines were found, and left out
+    assert any(str(i["content"]).startswith("第1轮") for i in items)  # the older turn is a memory
+    region = retrieved_region_text(asked)
+    assert "=== 已知信息(请勿重复) ===" in region
+    known = region.split("=== 已知信息(请勿重复) ===", 1)[1]
+    last_reply = run_reply_of(sqlite_url, instance, turn=3)
+    assert last_reply[:20] in known
+    assert any(row["section"] == "known" for row in debug["injection"])  # under the retrieved region's budget
+
+
+def run_reply_of(url: str, instance: int, turn: int) -> str:
+    """The character's reply of `turn` (the n-th assistant line of the dialogue)."""
+    from personalab.stores.db import session_scope
+    from personalab.stores.history import get_chat_history
+
+    with session_scope(url) as session:
+        replies = [line.content for line in get_chat_history(session, instance) if line.attribute == "assistant"]
+    return replies[turn - 1]
+
+
+def test_known_items_are_the_last_lines_cut_short() -> None:
+    lines = ["第一句。", "第二句。", "  第三句\n换行  ", "长" * 200]
+    items = known_items(lines)
+    assert [item.text for item in items][:2] == ["- 第二句。", "- 第三句 换行"]
+    assert items[-1].text.endswith("…") and len(items[-1].text) < 100
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Time
+
+
+def test_time_ago() -> None:
+    assert time_ago(3, 2 * 86400 + 5) == "3 轮前，2 天前"
+    assert time_ago(0, 10) == "本轮"
+    assert time_ago(1, 90 * 60) == "1 轮前，1 小时前"
+    assert time_ago(None, 400 * 86400) == "1 年前"
+    assert time_ago(None, None) == ""
+
+
+def test_injected_memories_say_when_they_happened(sqlite_url: str) -> None:
+    """Seed 001 FormatMemoriesForInjection adds the time: each injected memory says how many turns and how much
+    real time ago it happened."""
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    old = store.add_memory(instance, "莱姆把金色怀表藏在了旧仓库的地板下", importance=0.9, turn=0)
+    from datetime import UTC, datetime, timedelta
+
+    from personalab.stores.db import session_scope
+    from personalab.stores.memory_tables import MemoryEntry
+
+    with session_scope(sqlite_url) as session:  # stored two days ago
+        entry = session.get(MemoryEntry, old.id)
+        assert entry is not None
+        entry.created_at = datetime.now(UTC) - timedelta(days=2, minutes=1)
+        session.add(entry)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        for message in FILLER[:2]:
+            run_turn(graph, ctx, instance, message)
+        state = run_turn(graph, ctx, instance, "金色怀表藏在哪里了？")
+    assert state["turn"] == 3
+    assert "莱姆把金色怀表藏在了旧仓库的地板下（3 轮前，2 天前）" in retrieved_region_text(state)
 
 
 if __name__ == "__main__":  # pragma: no cover

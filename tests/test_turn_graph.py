@@ -198,7 +198,8 @@ def test_a_search_for_another_query_or_turn_is_not_taken(data_dir: Path) -> None
 def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) -> None:
     a = create_sample_instance(sqlite_url)
     b = create_sample_instance(sqlite_url)
-    with turn_graph(ctx_for(sqlite_url)) as (graph, ctx):
+    # a one-turn recent dialogue: b's first turn is a memory on its second (not left out as the dialogue)
+    with turn_graph(ctx_for(sqlite_url, recall_turns=1)) as (graph, ctx):
         run_turn(graph, ctx, a, "我把金色怀表藏在了旧仓库。")
         run_turn(graph, ctx, b, "今天天气不错。")
         flush_event_writes()

@@ -31,6 +31,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
+from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER
 from personalab.nodes.rules.worldbook import (
     POSITIONS,
     TriggeredEntry,
@@ -40,10 +41,12 @@ from personalab.nodes.rules.worldbook import (
     render_entry,
 )
 
-SECTIONS = ("guidelines", "world_knowledge", "character_memories")
+# the seed's three sections, with its 已知信息(请勿重复) block (BuildOptimizedSystemPrompt) before the memories
+SECTIONS = ("guidelines", "world_knowledge", "known", "character_memories")
 SECTION_HEADERS: Mapping[str, str] = {
     "guidelines": "=== 指令/规则 ===",
     "world_knowledge": "=== 世界知识 ===",
+    "known": KNOWN_INFO_HEADER,
     "character_memories": "=== 相关记忆 ===",
 }
 
@@ -136,6 +139,7 @@ def plan_injection(
     token_counter: TokenCounter = count_tokens,
     headers: Mapping[str, str] = SECTION_HEADERS,
     skipped: Iterable[SkippedItem] = (),
+    known: Iterable[InjectionItem | str] = (),
 ) -> InjectionPlan:
     """Seed 001 InjectSmartContext: guidelines → world knowledge → character memories in one budget.
 
@@ -146,6 +150,7 @@ def plan_injection(
     sections = {
         "guidelines": _as_items("guidelines", guidelines),
         "world_knowledge": _as_items("world_knowledge", world_knowledge),
+        "known": _as_items("known", known),
         "character_memories": _as_items("character_memories", character_memories),
     }
     lines: dict[str, list[str]] = {p: [] for p in POSITIONS}
@@ -274,6 +279,7 @@ def build_injection(
     knowledge: Iterable[ScoredKnowledge] = (),
     triggered: Iterable[TriggeredEntry] = (),
     character_memories: Iterable[InjectionItem | str] = (),
+    known: Iterable[InjectionItem | str] = (),
     budget: int,
     worldbook_config: WorldbookConfig | None = None,
     token_counter: TokenCounter = count_tokens,
@@ -289,6 +295,7 @@ def build_injection(
         token_counter=token_counter,
         headers=headers,
         skipped=skipped,
+        known=known,
     )
     fired = [i.key.split(":", 1)[1] for i in plan.included if i.key.startswith("worldbook:")]
     return Injection(plan, fired)
@@ -328,3 +335,61 @@ def used_memory_ids(
         if item.get("kind") == "memory"
         and memory_used(str(item.get("content") or ""), reply, message=message, ignore=names)
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Don't repeat (seed 001 避免重复: 已知信息(请勿重复))
+
+KNOWN_LINES = 3  # the character's last lines listed in the 已知信息 block
+KNOWN_CHARS = 80  # each cut to this many characters
+
+
+def repeats_recent_dialogue(item: Mapping[str, Any], *, turn: int, window_turns: int) -> bool:
+    """A retrieved memory that is a turn still inside the recent-dialogue window (the prompt's middle region
+    has the last `window_turns` turns of the dialogue, before the current `turn`): a line of the dialogue
+    record (type ``record``) or the turn's own memory (`rules.director.turn_event_text`, ``第N轮：…``) of one
+    of those turns. It is left out of the memories: the model reads that turn in the dialogue already."""
+    memory_turn = item.get("turn")
+    if item.get("kind") != "memory" or not isinstance(memory_turn, int) or memory_turn <= turn - window_turns:
+        return False
+    if item.get("type") == "record":
+        return True
+    return str(item.get("content") or "").lstrip().startswith(f"第{memory_turn}轮：")
+
+
+def known_items(own_lines: Sequence[str], limit: int = KNOWN_LINES, chars: int = KNOWN_CHARS) -> list[InjectionItem]:
+    """The 已知信息(请勿重复) block's items: the character's last `limit` lines (oldest first), each cut to
+    `chars` characters, so the model sees what it said lately and does not say it again (seed 001)."""
+    lines = [" ".join(line.split()) for line in own_lines if line and line.strip()][-limit:]
+    return [
+        InjectionItem(key=f"known:{index}", text=f"- {line[:chars]}{'…' if len(line) > chars else ''}")
+        for index, line in enumerate(lines, start=1)
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Time (seed 001 FormatMemoriesForInjection: 添加时间信息; 常识 时间前缀)
+
+
+def time_ago(turns: int | None = None, seconds: float | None = None) -> str:
+    """How long ago, in turns and in real time: "3 轮前，2 天前"; "" when neither is known. Turns: "本轮" for
+    0; real time from a minute up (minutes, hours, days, months of 30 days, years of 365), left out under one."""
+    parts: list[str] = []
+    if turns is not None and turns >= 0:
+        parts.append("本轮" if turns == 0 else f"{turns} 轮前")
+    if seconds is not None and seconds >= 60:
+        for unit, size in (("年", 365 * 86400), ("个月", 30 * 86400), ("天", 86400), ("小时", 3600), ("分钟", 60)):
+            if seconds >= size:
+                parts.append(f"{int(seconds // size)} {unit}前")
+                break
+    return "，".join(parts)
+
+
+def memory_line(content: str, ago: str = "") -> str:
+    """A memory as injected: `- content（3 轮前，2 天前）` (seed 001 FormatMemoriesForInjection)."""
+    return f"- {content}（{ago}）" if ago else f"- {content}"
+
+
+def time_prefixed(content: str, ago: str) -> str:
+    """Seed 001's time prefix of a knowledge entry made from an event (creationTick ≥ 0): `2 天前，content`."""
+    return f"{ago}，{content}" if ago else content

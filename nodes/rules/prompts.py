@@ -71,6 +71,8 @@ DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实
 DIRECTOR_REFERENCE_TITLE = "【剧情经验参考】（其他剧情中的类似情节，仅供参考剧情走向，不代表当前剧情的事实）"
 FALLBACK_QUERY = "故事大纲第{index}点：{content}"
 # seed 002 跨会话延续: a new session's first turn is told how the last one ended (retrieved region)
+# seed 001 避免重复 (BuildOptimizedSystemPrompt): what the character said lately, in the retrieved region
+KNOWN_INFO_HEADER = "=== 已知信息(请勿重复) ==="
 SESSION_RECAP_TITLE = "【上次会话回顾】（用户暂停后回来了，这是上次会话最后发生的事）"
 
 
