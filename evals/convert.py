@@ -175,10 +175,10 @@ def memorybank_scenarios(path: str | Path, *, users: int | None = None) -> list[
         asked: dict[str, list[str]] = {}
         for number, line in enumerate(questions_file.read_text(encoding="utf-8").splitlines(), start=1):
             if line.strip():
-                item = json.loads(line)
-                if not isinstance(item, dict):
+                entry = json.loads(line)
+                if not isinstance(entry, dict):
                     raise InvalidInput(f"{questions_file}: line {number} is not a JSON object")
-                asked.update({str(k): [str(q) for q in v] for k, v in item.items()})
+                asked.update({str(k): [str(q) for q in v] for k, v in entry.items()})
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"{history_file.parent}: not JSON ({exc})") from None
     if not isinstance(data, dict):

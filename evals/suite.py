@@ -106,7 +106,8 @@ def _run_step(name: str, argv: Sequence[str], out: Path, timeout_s: float) -> tu
         )
         code, text = done.returncode, done.stdout + ("\n" + done.stderr if done.stderr.strip() else "")
     except subprocess.TimeoutExpired as exc:
-        code, text = -1, f"{exc.stdout or ''}\n(timed out after {timeout_s:.0f} s)"
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        code, text = -1, f"{partial}\n(timed out after {timeout_s:.0f} s)"
     wall = time.perf_counter() - started
     (out / f"{name.replace(' ', '_')}.txt").write_text(text, encoding="utf-8")
     print(f"   exit {code}, {wall:.0f} s", flush=True)
