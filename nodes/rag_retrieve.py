@@ -73,9 +73,10 @@ def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
     """The plan's system-position sections as titled blocks of the prompt's retrieved region, in the seed's order."""
     blocks: list[MemoryBlock] = []
     for section, header in SECTION_HEADERS.items():
-        lines = [line for line in plan.sections.get(section, "").splitlines() if line.strip() and line != header]
-        if lines:
-            blocks.append({"title": header, "items": lines})
+        # one item per entry as written: a multi-line world-book entry stays one item, never split into lines
+        items = [item for item in plan.items.get(section, ()) if item.strip()]
+        if items:
+            blocks.append({"title": header, "items": items})
     return blocks
 
 
@@ -110,7 +111,8 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         now=time.time(),
         last_fired_turns=state.get("worldbook_fired") or {},
     )
-    fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), WorldbookConfig())
+    config = WorldbookConfig(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
+    fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
     memories = retrieve(
         store,
@@ -140,6 +142,9 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
             knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id
         ),
         triggered=fired.triggered,
+        worldbook_config=config,
+        char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
+        user_name=state.get("user_name"),
         known=known_items(own_lines_in(history, character.get("role_id"))),
         character_memories=[
             InjectionItem(

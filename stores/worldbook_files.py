@@ -425,11 +425,12 @@ class SillyTavernEntry(BaseModel):
     position: Whole | None = None
     role: Whole | None = None
 
-    def entry(self) -> dict[str, Any] | str:
-        """Our entry's fields, or why SillyTavern would never inject it (then it is skipped)."""
+    def entry(self, keyless: bool = False) -> dict[str, Any] | str:
+        """Our entry's fields, or why SillyTavern would never inject it (then it is skipped); `keyless`: our own
+        temporal or emotional entry, which fires without a key."""
         if not self.content.strip():
             return "has empty content"
-        if not self.constant and not self.vectorized and not any(k.strip() for k in self.key):
+        if not keyless and not self.constant and not self.vectorized and not any(k.strip() for k in self.key):
             return "has no key and is not constant (SillyTavern never fires it)"
         return {
             "id": "import",
@@ -488,11 +489,16 @@ class CardEntry(BaseModel):
             return self.extensions.position
         return 1 if self.position == "after_char" else 0
 
-    def entry(self) -> dict[str, Any] | str:
-        """Our entry's fields, or why it is skipped."""
+    def entry(self, keyless: bool = False) -> dict[str, Any] | str:
+        """Our entry's fields, or why it is skipped (`keyless`: as for `SillyTavernEntry.entry`)."""
         if not self.content.strip():
             return "has empty content"
-        if not self.constant and not self.extensions.vectorized and not any(k.strip() for k in self.keys):
+        if (
+            not keyless
+            and not self.constant
+            and not self.extensions.vectorized
+            and not any(k.strip() for k in self.keys)
+        ):
             return "has no key and is not constant"
         return {
             "id": "import",
@@ -588,7 +594,7 @@ def _mapped(
     where_to: str,
     positions: dict[str, int],
 ) -> tuple[WorldbookEntry | None, str]:
-    fields = source.entry()
+    fields = source.entry(keyless=own.get("trigger_type") in ("temporal", "emotional"))
     if isinstance(fields, str):
         return None, fields
     entry = _file_error(validate_entry, {**fields, **own, "source": raw, "source_format": fmt}, where)

@@ -16,8 +16,9 @@ Decided here:
   rendered into that position's text under the same section header; the budget is shared by all positions.
 - The world-knowledge section holds the knowledge library's top entries (seed 001, `[tag] content`, right
   under the header as the seed's block has them), then the fired world-book entries under their
-  `【世界书】` heading(s), constant ones first. The world book's own length budget (seed 004
-  maxTotalLength, `WorldbookConfig.max_total_tokens`) caps its share.
+  `【世界书】` heading(s), constant ones first. The world book's own budget (`WorldbookConfig.budget_tokens`:
+  SillyTavern's share of the context, default 25 %, and / or seed 004 maxTotalLength as a cap) caps its share;
+  over it, keyed entries go before constant ones (issue 15).
 - Items with a `group` are shown under a `【group】` line; put ungrouped items of a section first.
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
+from personalab.nodes.rules.character import substitute
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
@@ -36,6 +38,7 @@ from personalab.nodes.rules.worldbook import (
     POSITIONS,
     TriggeredEntry,
     WorldbookConfig,
+    count_script_tokens,
     entry_position,
     group_label,
     render_entry,
@@ -102,6 +105,9 @@ class InjectionPlan:
     sections: Mapping[str, str]
     included: Sequence[IncludedItem]
     skipped: Sequence[SkippedItem]
+    items: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Per section, its system-position items in order, each whole (a `【group】` heading is an item of its
+    own): what the retrieved region lists, one item per entry even when an entry has several lines."""
 
     @property
     def system_text(self) -> str:
@@ -155,6 +161,7 @@ def plan_injection(
     }
     lines: dict[str, list[str]] = {p: [] for p in POSITIONS}
     section_lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
+    section_items: dict[str, list[str]] = {s: [] for s in SECTIONS}
     opened: dict[tuple[str, str], str | None] = {}  # (position, section) -> last group
     included: list[IncludedItem] = []
     dropped: list[SkippedItem] = list(skipped)
@@ -193,6 +200,8 @@ def plan_injection(
             lines[item.position].extend(new_lines)
             if item.position == "system":
                 section_lines[section].extend(line for line in new_lines if line != "")
+                section_items[section].extend(line for line in new_lines[:-1] if line and line != headers[section])
+                section_items[section].append(text)
             opened[slot] = item.group
             seen[text] = item.key
             included.append(IncludedItem(section, item.key, item.position, cost))
@@ -205,6 +214,7 @@ def plan_injection(
         sections={s: "\n".join(section_lines[s]) for s in SECTIONS},
         included=included,
         skipped=dropped,
+        items={s: list(section_items[s]) for s in SECTIONS},
     )
 
 
@@ -217,37 +227,59 @@ def worldbook_items(
     triggered: Iterable[TriggeredEntry],
     config: WorldbookConfig | None = None,
     *,
-    token_counter: TokenCounter = count_tokens,
+    token_counter: TokenCounter = count_script_tokens,
+    char_name: str | None = None,
+    user_name: str | None = None,
 ) -> tuple[list[InjectionItem], list[SkippedItem]]:
-    """Fired world-book entries as items (template, group heading, position), in the given order, capped at
-    the world book's own `max_total_tokens`; the entries over the cap come back as skipped."""
+    """Fired world-book entries as items (template, group heading, position), in the given order, within the
+    world book's budget (`WorldbookConfig.budget_tokens`: a share of the context and / or a cap, counted per
+    script by `count_script_tokens`). Over budget, entries the recent text keyed go before constant ones, and
+    the author's order (priority) decides among each; every entry left out is named with its reason.
+    An entry is one item as written (never split into lines), with `{{char}}` / `{{user}}` replaced when
+    `char_name` is given (issue 15)."""
     config = config or WorldbookConfig()
-    items: list[InjectionItem] = []
+    budget = config.budget_tokens()
+    fired = list(triggered)
+    rendered: list[tuple[TriggeredEntry, str, str, str]] = []
+    for t in fired:
+        text = render_entry(t, config).strip()
+        if char_name is not None:
+            text = substitute(text, char_name, user_name)
+        rendered.append((t, text, group_label(t, config), entry_position(t, config)))
+    # who gets the budget first: keyed (any non-constant trigger) before constants, then priority, then score
+    claim = sorted(
+        range(len(rendered)),
+        key=lambda i: (rendered[i][0].trigger == "constant", -rendered[i][0].entry.priority, -rendered[i][0].score),
+    )
+    kept: set[int] = set()
     skipped: list[SkippedItem] = []
     spent = 0
     groups: set[tuple[str, str]] = set()
-    for t in triggered:
-        key = f"worldbook:{t.entry.id}"
-        text = render_entry(t, config).strip()
-        group = group_label(t, config)
-        position = entry_position(t, config)
+    for index in claim:
+        t, text, group, position = rendered[index]
         cost = token_counter(text + "\n")
         if (position, group) not in groups:
             cost += token_counter(f"【{group}】\n")
-        if spent + cost > config.max_total_tokens:
+        if spent + cost > budget:
+            kind = "constant" if t.trigger == "constant" else "keyed"
             skipped.append(
                 SkippedItem(
                     "world_knowledge",
-                    key,
-                    f"over the world book's budget: needs {cost} tokens, "
-                    f"{config.max_total_tokens - spent} of {config.max_total_tokens} left",
+                    f"worldbook:{t.entry.id}",
+                    f"over the world book's budget ({kind}, priority {t.entry.priority}): needs {cost} tokens, "
+                    f"{budget - spent} of {budget} left",
                     cost,
                 )
             )
             continue
         spent += cost
         groups.add((position, group))
-        items.append(InjectionItem(key, text, t.score, group, position))
+        kept.add(index)
+    items = [
+        InjectionItem(f"worldbook:{t.entry.id}", text, t.score, group, position)
+        for index, (t, text, group, position) in enumerate(rendered)
+        if index in kept
+    ]
     return items, skipped
 
 
@@ -257,10 +289,12 @@ def world_knowledge_items(
     config: WorldbookConfig | None = None,
     *,
     token_counter: TokenCounter = count_tokens,
+    char_name: str | None = None,
+    user_name: str | None = None,
 ) -> tuple[list[InjectionItem], list[SkippedItem]]:
     """The world-knowledge section: the knowledge library's entries, then the fired world-book entries in
     the trigger's order (constants first). Returns (items, skipped) for `plan_injection(..., skipped=...)`."""
-    wb_items, skipped = worldbook_items(triggered, config, token_counter=token_counter)
+    wb_items, skipped = worldbook_items(triggered, config, char_name=char_name, user_name=user_name)
     return [*knowledge_items(knowledge), *wb_items], skipped
 
 
@@ -284,9 +318,14 @@ def build_injection(
     worldbook_config: WorldbookConfig | None = None,
     token_counter: TokenCounter = count_tokens,
     headers: Mapping[str, str] = SECTION_HEADERS,
+    char_name: str | None = None,
+    user_name: str | None = None,
 ) -> Injection:
-    """`world_knowledge_items` + `plan_injection` in one call."""
-    world, skipped = world_knowledge_items(knowledge, triggered, worldbook_config, token_counter=token_counter)
+    """`world_knowledge_items` + `plan_injection` in one call (`char_name` / `user_name` fill the world book's
+    `{{char}}` / `{{user}}`)."""
+    world, skipped = world_knowledge_items(
+        knowledge, triggered, worldbook_config, token_counter=token_counter, char_name=char_name, user_name=user_name
+    )
     plan = plan_injection(
         guidelines,
         world,

@@ -116,7 +116,10 @@ def _item_text(item: Any, where: str) -> str:
         text = item.get("text", item.get("content"))
     else:
         raise InvalidInput(f"{where}: expected a string or a dict with 'text', got {type(item).__name__}")
-    return " ".join(text.split())
+    # an item keeps its lines (a world-book entry reaches the model as its author wrote it, issue 15); spaces
+    # within a line and blank lines are tidied
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 def _blocks(retrieved_blocks: Sequence[Any]) -> list[tuple[str, list[str]]]:

@@ -42,6 +42,7 @@ What the seed leaves open, decided here (SillyTavern's world info is the referen
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,17 @@ EMOTION_FAMILIES: dict[str, tuple[str, ...]] = {
 NEGATIONS = ("不", "没", "别", "未", "非", "not ", "never ", "no ")
 
 _REGEX_KEY = re.compile(r"^/(.+)/([imsx]*)$", re.S)
+# A `/regex/` key runs at most this long on one turn's text (issue 15: bounded in time): a pattern that
+# backtracks for ever is a skipped entry, named, never a stuck turn. `regex` (the `re` superset, a dependency
+# of tiktoken) has the timeout; without it the pattern runs under `re` on at most MAX_REGEX_TEXT characters.
+REGEX_TIMEOUT_S = 0.05
+MAX_REGEX_TEXT = 20_000
+try:
+    import regex as _regex  # type: ignore[import-untyped, unused-ignore]
+except ImportError:  # pragma: no cover - regex comes with tiktoken
+    _regex = None
+DEFAULT_BUDGET_SHARE = 0.25  # SillyTavern's world-info budget: 25 % of the context
+DEFAULT_BUDGET_TOKENS = 2000  # when neither the context nor a cap is known
 
 
 def _checked_keyword(keyword: str) -> str:
@@ -271,6 +283,72 @@ def _default_max_per_kind() -> dict[str, int]:
     return {"episodic": 5, "semantic": 5, "trait": 3, "goal": 3}
 
 
+class RegexTimeout(InvalidInput):
+    """A `/regex/` key that ran past `REGEX_TIMEOUT_S` on the text scanned."""
+
+
+@dataclass(frozen=True)
+class EntryOptions:
+    """What a SillyTavern entry says beyond our fields (issue 15), read from its source by
+    `sillytavern_options`: case sensitivity and whole words (None: ours, case-insensitive, whole words for
+    ASCII keys), the probability in percent it fires with once triggered, and where SillyTavern put it."""
+
+    case_sensitive: bool | None = None
+    match_whole_words: bool | None = None
+    probability: float = 100.0
+    st_position: int = 0
+    depth: int | None = None
+    role: int | None = None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _whole_number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
+    """The entry's SillyTavern options (world info: caseSensitive, matchWholeWords, probability, useProbability,
+    position, depth, role; a card's entry: the same in `extensions` with its names); defaults for ours."""
+    source = entry.source
+    if not source:
+        return EntryOptions()
+    if entry.source_format == "character book":
+        found = source.get("extensions")
+        ext: dict[str, Any] = found if isinstance(found, dict) else {}
+        case = ext.get("case_sensitive", source.get("case_sensitive"))
+        whole, probability, use = ext.get("match_whole_words"), ext.get("probability"), ext.get("useProbability")
+        position = ext.get("position", 1 if source.get("position") == "after_char" else 0)
+        depth, role = ext.get("depth"), ext.get("role")
+    else:
+        case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
+        probability, use = source.get("probability"), source.get("useProbability")
+        position, depth, role = source.get("position"), source.get("depth"), source.get("role")
+    percent = 100.0
+    if use is not False and isinstance(probability, int | float) and not isinstance(probability, bool):
+        percent = min(100.0, max(0.0, float(probability)))
+    return EntryOptions(
+        case_sensitive=_flag(case),
+        match_whole_words=_flag(whole),
+        probability=percent,
+        st_position=_whole_number(position) or 0,
+        depth=_whole_number(depth),
+        role=_whole_number(role),
+    )
+
+
+def count_script_tokens(text: str) -> int:
+    """Tokens of `text` as BPE tokenizers count them, near enough for a budget: a CJK character (or kana,
+    Hangul) about one token, other text about four characters per token. (A flat 1.5 characters per token,
+    right for Chinese, counts English about 3x too many.)"""
+    if not text:
+        return 0
+    unspaced = sum(1 for char in text if has_unspaced_script(char))
+    return unspaced + math.ceil((len(text) - unspaced) / 4)
+
+
 @dataclass(frozen=True)
 class WorldbookConfig:
     """Seed 004 MemoryTriggerConfig. `max_total_tokens` is the seed's maxTotalLength, counted in tokens
@@ -287,7 +365,9 @@ class WorldbookConfig:
     semantic_threshold: float = 0.35
     time_decay_enabled: bool = True
     emotional_boost_enabled: bool = True
-    max_total_tokens: int = 800
+    max_total_tokens: int | None = None  # a cap in tokens (seed 004 maxTotalLength), besides the share
+    budget_share: float = DEFAULT_BUDGET_SHARE  # of `context_tokens` (SillyTavern's budget %)
+    context_tokens: int | None = None  # the reply model's context window, when known
     inject_position: str = "system"
     template: str = "- {content}"
     heading: str = "世界书"
@@ -296,8 +376,10 @@ class WorldbookConfig:
     def __post_init__(self) -> None:
         if self.inject_position not in POSITIONS:
             raise InvalidInput(f"inject_position {self.inject_position!r} is not one of {', '.join(POSITIONS)}")
-        if self.max_total_tokens < 0:
+        if self.max_total_tokens is not None and self.max_total_tokens < 0:
             raise InvalidInput("max_total_tokens is negative")
+        if not 0 < self.budget_share <= 1:
+            raise InvalidInput(f"budget_share {self.budget_share} is not in (0, 1]")
         for kind, limit in self.max_per_kind.items():
             if kind not in KINDS:
                 raise InvalidInput(f"max_per_kind: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
@@ -307,6 +389,16 @@ class WorldbookConfig:
             self.template.format(content="", title="", kind="", trigger="", keywords="")
         except (KeyError, IndexError, ValueError) as exc:
             raise InvalidInput(f"template {self.template!r}: unknown or malformed placeholder ({exc})") from None
+
+    def budget_tokens(self) -> int:
+        """The world book's token budget: `budget_share` of the context window and at most `max_total_tokens`
+        (either alone when the other is unknown; `DEFAULT_BUDGET_TOKENS` when neither is)."""
+        limits = []
+        if self.context_tokens:
+            limits.append(int(self.budget_share * self.context_tokens))
+        if self.max_total_tokens is not None:
+            limits.append(self.max_total_tokens)
+        return min(limits) if limits else DEFAULT_BUDGET_TOKENS
 
 
 @dataclass(frozen=True)
@@ -327,6 +419,7 @@ class WorldbookContext:
     query_vector: Sequence[float] | None = None
     entry_vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
     similarity: Callable[[WorldbookEntry], float | None] | None = None
+    roll: Callable[[], float] | None = None  # a number in [0, 1) for an entry's probability (default random)
 
 
 @dataclass(frozen=True)
@@ -363,43 +456,65 @@ class WorldbookResult:
 
 
 @lru_cache(maxsize=32_768)
-def _keyword_pattern(keyword: str) -> re.Pattern[str] | None:
-    """The compiled matcher of a keyword, None for a blank one. Raises ValueError for a bad regex."""
+def _keyword_pattern(keyword: str, case_sensitive: bool = False, whole_words: bool = True) -> Any:
+    """The compiled matcher of a keyword, None for a blank one; `InvalidInput` for a bad regex.
+
+    `/pattern/flags` is a regular expression with its own flags (`regex` when installed, for the timeout).
+    A plain keyword is case-insensitive unless `case_sensitive`, and a whole word when `whole_words` and it is
+    not in a script written without spaces (CJK, kana, Hangul: always a substring there)."""
     key = keyword.strip()
     if not key:
         return None
-    regex = _REGEX_KEY.match(key)
-    if regex:
+    found = _REGEX_KEY.match(key)
+    if found:
         flags = 0
-        for letter in regex.group(2):
+        for letter in found.group(2):
             flags |= {"i": re.I, "m": re.M, "s": re.S, "x": re.X}[letter]
         try:
-            return re.compile(regex.group(1), flags)
-        except re.error as exc:
+            re.compile(found.group(1), flags)  # the error message users know
+            return _regex.compile(found.group(1), flags) if _regex is not None else re.compile(found.group(1), flags)
+        except (re.error, ValueError) as exc:
+            raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
+        except Exception as exc:  # regex's own error class
             raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
     escaped = re.escape(key)
-    if has_unspaced_script(key):
-        return re.compile(escaped, re.I)
+    flags = 0 if case_sensitive else re.I
+    if has_unspaced_script(key) or not whole_words:
+        return re.compile(escaped, flags)
     # ASCII lookarounds, not \b: in Python \b treats CJK characters as word characters, so
     # r"\bAlice\b" would miss "Alice说".
     left = r"(?<![A-Za-z0-9_])" if re.match(r"[A-Za-z0-9_]", key) else ""
     right = r"(?![A-Za-z0-9_])" if re.search(r"[A-Za-z0-9_]$", key) else ""
-    return re.compile(f"{left}{escaped}{right}", re.I)
+    return re.compile(f"{left}{escaped}{right}", flags)
 
 
 def check_keyword(keyword: str) -> None:
-    """Raise ValueError if `keyword` is a `/regex/` that does not compile."""
+    """Raise InvalidInput if `keyword` is a `/regex/` that does not compile."""
     _keyword_pattern(keyword)
 
 
-def contains_keyword(text: str, keyword: str) -> bool:
-    """Whether `keyword` occurs in `text`: substring for CJK, whole word for ASCII, case-insensitive."""
-    pattern = _keyword_pattern(keyword)
-    return bool(pattern and pattern.search(text))
+def contains_keyword(text: str, keyword: str, options: EntryOptions | None = None) -> bool:
+    """Whether `keyword` occurs in `text`: substring for CJK, whole word for ASCII, case-insensitive, unless the
+    entry's `options` say otherwise. `RegexTimeout` when a `/regex/` key runs past `REGEX_TIMEOUT_S`."""
+    options = options or EntryOptions()
+    pattern = _keyword_pattern(keyword, bool(options.case_sensitive), options.match_whole_words is not False)
+    if pattern is None:
+        return False
+    if _REGEX_KEY.match(keyword.strip()):
+        scanned = text[-MAX_REGEX_TEXT:]
+        if _regex is not None and isinstance(pattern, _regex.Pattern):
+            try:
+                return bool(pattern.search(scanned, timeout=REGEX_TIMEOUT_S))
+            except TimeoutError:
+                raise RegexTimeout(
+                    f"regex key {keyword!r} ran over {REGEX_TIMEOUT_S * 1000:.0f} ms on the recent text"
+                ) from None
+        return bool(pattern.search(scanned))
+    return bool(pattern.search(text))
 
 
-def matched_keywords(text: str, keywords: Iterable[str]) -> tuple[str, ...]:
-    return tuple(k for k in keywords if contains_keyword(text, k))
+def matched_keywords(text: str, keywords: Iterable[str], options: EntryOptions | None = None) -> tuple[str, ...]:
+    return tuple(k for k in keywords if contains_keyword(text, k, options))
 
 
 def _secondary_ok(text: str, entry: WorldbookEntry) -> tuple[bool, tuple[str, ...]]:
@@ -407,7 +522,7 @@ def _secondary_ok(text: str, entry: WorldbookEntry) -> tuple[bool, tuple[str, ..
     keys = [k for k in entry.secondary_keywords if k.strip()]
     if not keys:
         return True, ()
-    hits = matched_keywords(text, keys)
+    hits = matched_keywords(text, keys, sillytavern_options(entry))
     logic = entry.selective_logic
     if logic == "and_any":
         return bool(hits), hits
@@ -423,7 +538,7 @@ def keyword_score(text: str, entry: WorldbookEntry) -> tuple[float, tuple[str, .
     keys = [k for k in entry.keywords if k.strip()]
     if not keys:
         return 0.0, (), None
-    hits = matched_keywords(text, keys)
+    hits = matched_keywords(text, keys, sillytavern_options(entry))
     if not hits:
         return 0.0, (), None
     ok, secondary_hits = _secondary_ok(text, entry)
@@ -604,13 +719,20 @@ def explain_worldbook(
         return WorldbookResult([], [])
     fired: list[TriggeredEntry] = []
     skipped: list[SkippedEntry] = []
+    roll = context.roll or random.random
     for entry in entries:
         if not entry.enabled or not entry.content.strip():
             continue
         if entry.constant:
+            if _lost_roll(entry, roll, skipped):
+                continue
             fired.append(TriggeredEntry(entry, 1.0, "constant", "constant entry", (), {"trigger": 1.0}))
             continue
-        base, reason, hits, why = _base_score(entry, context, config)
+        try:
+            base, reason, hits, why = _base_score(entry, context, config)
+        except RegexTimeout as exc:
+            skipped.append(SkippedEntry(entry.id, str(exc)))
+            continue
         if base <= 0:
             if why:
                 skipped.append(SkippedEntry(entry.id, why))
@@ -627,13 +749,17 @@ def explain_worldbook(
                 SkippedEntry(entry.id, f"{reason}; score {score:.3f} < threshold {config.relevance_threshold}", score)
             )
             continue
+        if _lost_roll(entry, roll, skipped, score):
+            continue
         fired.append(TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown))
 
     fired.sort(key=lambda t: (t.trigger != "constant", -t.entry.priority, -t.score))
     kept: list[TriggeredEntry] = []
     per_kind: dict[str, int] = {}
     for item in fired:
-        if item.trigger != "constant":
+        # SillyTavern's entries have no memory kind of their own (an import makes them all one kind): their
+        # budget, not a per-kind maximum, decides how many go in
+        if item.trigger != "constant" and item.entry.source is None:
             limit = config.max_per_kind.get(item.entry.kind)
             count = per_kind.get(item.entry.kind, 0)
             if limit is not None and count >= limit:
@@ -644,6 +770,21 @@ def explain_worldbook(
             per_kind[item.entry.kind] = count + 1
         kept.append(item)
     return WorldbookResult(kept, skipped)
+
+
+def _lost_roll(
+    entry: WorldbookEntry, roll: Callable[[], float], skipped: list[SkippedEntry], score: float | None = None
+) -> bool:
+    """SillyTavern's probability: a triggered entry goes in with `probability` percent; one that loses its roll
+    is named with the roll."""
+    chance = sillytavern_options(entry).probability
+    if chance >= 100:
+        return False
+    rolled = roll() * 100
+    if rolled < chance:
+        return False
+    skipped.append(SkippedEntry(entry.id, f"probability {chance:g}%: rolled {rolled:.0f}", score))
+    return True
 
 
 def trigger_worldbook(
