@@ -350,3 +350,37 @@ def test_judge_without_an_endpoint_is_one_line(tmp_path: Path, capsys: pytest.Ca
 def test_judge_verdicts_are_numbers_or_unanswered(answer: str, expected: dict[str, Any]) -> None:
     verdict = parse_verdict(answer)
     assert {k: verdict[k] for k in expected} == expected
+
+
+def test_shipped_scenarios_are_valid_and_cover_the_issue() -> None:
+    from jsonschema import Draft202012Validator
+    from personalab.evals.scenario import expand_turns, load_scenarios, schema
+
+    Draft202012Validator.check_schema(schema())
+    scenarios = {s.name: s for s in load_scenarios(["shipped"])}
+    assert len(scenarios) >= 6 and all(s.language == "zh" for s in scenarios.values())
+    long = expand_turns(scenarios["long_horizon_facts"])
+    assert len(long) >= 300
+    assert any(s.session for s in expand_turns(scenarios["sessions_day_gaps"]))
+    assert any(s.lines_before for s in expand_turns(scenarios["multi_character_scene"]))
+    assert scenarios["instance_isolation_secrets"].instances >= 2 and scenarios["instance_isolation_secrets"].secrets
+    assert scenarios["worldbook_scene"].worldbook
+
+
+def test_eval_all_reads_the_goal_lines() -> None:
+    from personalab.evals.suite import goal_rows
+
+    output = (
+        "goal: p95 at most 100 ms excluding the model's time (generate): 41.2 ms — met\n"
+        "  ratio build/floor: 1.40x  (goal: within 3x)\n"
+        "  speed-up: 35.0x  (goal: at least 50x on SQLite)\n"
+        "goal: R@10 at least 0.70: 0.612 — NOT met\n"
+    )
+    rows = goal_rows("bench", output)
+    assert [(r["measured"], r["met"]) for r in rows] == [
+        ("41.2 ms", True),
+        ("0.612", False),
+        ("1.40x", True),
+        ("35.0x", False),
+    ]
+    assert rows[0]["figure"] == "bench: p95 at most 100 ms excluding the model's time (generate)"
