@@ -11,6 +11,7 @@ Writes go through a single background worker so the reply never waits for the em
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -43,14 +44,13 @@ def write_event_async(
         "character_id": NO_ID if character_id is None else character_id,
         "background_id": NO_ID if background_id is None else background_id,
         "turn": turn,
+        "written_at": time.time(),  # when it was queued: a search made between turns finds what came after it
     }
     collection = story_collection(character_id, background_id)
     # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
     return run_in_background(
         _write, collection, text, metadata, f"i{instance_id}-t{turn}", chroma_path(), after_turn_of=instance_id
     )
-
-
 
 
 def search_events(
@@ -118,9 +118,11 @@ class StorySearch:
 
 
 # The director's search for an instance's next turn, done between turns (see `prefetch_story`):
-# (store, instance, turn) → (the search, its result); a turn takes its own entry out.
+# (store, instance, turn) → (the search, its result, when it started, the story's event count then); a turn
+# takes its own entry out and adds what was written to the story since (`take_prefetched_story`).
 PREFETCH_KEEP = 1024  # entries of instances that never came back are dropped oldest first
-_prefetched: LRU[tuple[str, int, int], tuple[StorySearch, Any]] = LRU(PREFETCH_KEEP)
+CLOCK_SKEW_S = 5.0  # events queued up to this long before the search started are looked at again (other hosts)
+_prefetched: LRU[tuple[str, int, int], tuple[StorySearch, Any, float, int]] = LRU(PREFETCH_KEEP)
 
 
 def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
@@ -130,7 +132,9 @@ def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
     path = chroma_path()
 
     def run() -> None:
-        _prefetched.put((path, search.instance_id, for_turn), (search, search.run(path)))
+        started = time.time()
+        count = _story_count(search, path)
+        _prefetched.put((path, search.instance_id, for_turn), (search, search.run(path), started, count))
 
     return run_in_background(run, after_turn_of=search.instance_id)
 
@@ -138,12 +142,45 @@ def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
 def take_prefetched_story(
     search: StorySearch, for_turn: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """The prefetched result of exactly this search for this turn, once; None when there is none (another
-    process ran the previous turn, the search asked differs, or it is still queued)."""
-    entry = _prefetched.pop((chroma_path(), search.instance_id, for_turn))
+    """The prefetched result of exactly this search for this turn, once, with the events written to the story
+    since the search ran (other play-throughs go on meanwhile, in this process or others): when the story's
+    event count moved, the events queued after the search started (`written_at`) are searched and merged into
+    the two layers by relevance — the same layers a search now would give. None when there is nothing kept
+    (another process ran the previous turn, the search asked differs, or it is still queued)."""
+    path = chroma_path()
+    entry = _prefetched.pop((path, search.instance_id, for_turn))
     if entry is None or entry[0] != search:
         return None
-    return entry[1]
+    _, (current, others), started, count = entry
+    if _story_count(search, path) == count:
+        return current, others
+    store = get_collection(story_collection(search.character_id, search.background_id), path)
+    vector = store.embeddings.embed_query(search.query)  # type: ignore[union-attr]
+    pool = 60
+    since = {"written_at": {"$gte": started - CLOCK_SKEW_S}}
+    newer = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool, filter=since))
+    if len(newer) >= pool:  # more came than one look holds: search the whole story again
+        return search.run(path)
+    mine = [event for event in newer if event["instance_id"] == search.instance_id]
+    theirs = [event for event in newer if event["instance_id"] != search.instance_id]
+    return _merged(current, mine, search.current_k), _merged(others, theirs, search.others_k)
+
+
+def _story_count(search: StorySearch, path: str) -> int:
+    store = get_collection(story_collection(search.character_id, search.background_id), path)
+    return int(store._collection.count())
+
+
+def _merged(kept: list[dict[str, Any]], newer: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The `k` most relevant of two event lists, each event once (by instance and turn)."""
+    seen: set[tuple[Any, Any]] = set()
+    merged: list[dict[str, Any]] = []
+    for event in sorted([*kept, *newer], key=lambda event: -float(event["score"])):
+        key = (event.get("instance_id"), event.get("turn"))
+        if key not in seen:
+            seen.add(key)
+            merged.append(event)
+    return merged[:k]
 
 
 def _search_vector(store: Any, vector: list[float], k: int, instance_id: Any) -> list[dict[str, Any]]:

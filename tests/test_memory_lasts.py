@@ -200,5 +200,55 @@ def test_injected_memories_say_when_they_happened(sqlite_url: str) -> None:
     assert "莱姆把金色怀表藏在了旧仓库的地板下（3 轮前，2 天前）" in retrieved_region_text(state)
 
 
+# --------------------------------------------------------------------------------------------------
+# 6. The director's search between turns sees the events written after it
+
+
+def test_the_directors_search_between_turns_sees_events_written_after_it(data_dir: Path) -> None:
+    """The search for the next turn runs right after this turn's event; other play-throughs (and this one)
+    write events after it. The next turn takes the kept result with those events merged in, as a search then
+    would find them."""
+    from personalab.stores.events import (
+        StorySearch,
+        prefetch_story,
+        search_story,
+        take_prefetched_story,
+        write_event_async,
+    )
+
+    story = {"character_id": 1, "background_id": 1}
+    for turn, text in enumerate(["雷娜修好了卡车", "沙暴封住了北边的路", "老七交出了账本"], start=1):
+        write_event_async(text, instance_id=1, turn=turn, **story)
+        write_event_async(f"另一段故事：{text}", instance_id=2, turn=turn, **story)
+    flush_event_writes()
+    search = StorySearch("潜入敌人据点", instance_id=1, current_k=15, others_k=5, **story)
+    prefetch_story(search, for_turn=4).result(timeout=60)
+    # written after the search ran: another play-through's and this one's, both about the query
+    write_event_async("另一段故事：莱姆潜入了敌人据点", instance_id=3, turn=9, **story)
+    write_event_async("雷娜和莱姆商量潜入敌人据点", instance_id=1, turn=4, **story)
+    flush_event_writes()
+    found = take_prefetched_story(search, for_turn=4)
+    assert found is not None
+    current, others = found
+    assert "雷娜和莱姆商量潜入敌人据点" in [event["text"] for event in current]
+    assert "另一段故事：莱姆潜入了敌人据点" in [event["text"] for event in others]
+    fresh_current, fresh_others = search_story(search.query, instance_id=1, current_k=15, others_k=5, **story)
+    assert [e["text"] for e in current] == [e["text"] for e in fresh_current]
+    assert [e["text"] for e in others] == [e["text"] for e in fresh_others]
+
+
+def test_a_kept_directors_search_is_used_as_is_when_nothing_was_written_since(data_dir: Path) -> None:
+    from personalab.stores.events import StorySearch, prefetch_story, take_prefetched_story, write_event_async
+
+    story = {"character_id": 1, "background_id": 1}
+    write_event_async("雷娜修好了卡车", instance_id=1, turn=1, **story)
+    flush_event_writes()
+    search = StorySearch("卡车", instance_id=1, current_k=15, others_k=5, **story)
+    prefetch_story(search, for_turn=2).result(timeout=60)
+    found = take_prefetched_story(search, for_turn=2)
+    assert found is not None and [e["text"] for e in found[0]] == ["雷娜修好了卡车"]
+    assert take_prefetched_story(search, for_turn=2) is None  # once
+
+
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(pytest.main([__file__, "-x", "-q"]))
