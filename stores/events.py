@@ -157,7 +157,7 @@ def take_prefetched_story(
     store = get_collection(story_collection(search.character_id, search.background_id), path)
     vector = store.embeddings.embed_query(search.query)  # type: ignore[union-attr]
     pool = 60
-    since = {"written_at": {"$gte": started - CLOCK_SKEW_S}}
+    since: dict[str, Any] = {"written_at": {"$gte": started - CLOCK_SKEW_S}}
     newer = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool, filter=since))
     if len(newer) >= pool:  # more came than one look holds: search the whole story again
         return search.run(path)
