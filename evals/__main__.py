@@ -43,6 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     turn.add_argument("--events", type=int, default=10_000, help="archived events in Chroma (all instances)")
     turn.add_argument("--event-pool", type=int, default=500, help="distinct texts embedded for the events; 0 = all")
     turn.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
+    turn.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="no pause between turns: each turn waits for the writes the one before queued (read your writes)",
+    )
     turn.set_defaults(handler=bench_turn.run)
     cold = kinds.add_parser("cold", help="a one-shot `personalab turn` in a new process vs importing its modules")
     cold.add_argument("--repeats", type=int, default=3, help="rounds (import, then turn), alternating")

@@ -16,7 +16,8 @@ gets the vector of one of them plus a little noise (distinct vectors, an index o
 Measured: `--turns` turns through `graph.runner.run_turn` with the offline scripted model, in one process,
 the first one a warm-up left out of the figures. What each turn queues for after it (the event and memory
 writes, index rebuilds, the director's next search) is flushed between turns, outside the timings (a person
-takes longer than that to answer). Per node, p50 / p95 (nearest rank)
+takes longer than that to answer); with `--back-to-back` it is not, and the next turn's retrieval waits for it
+(read your writes: the row `wait for own writes`, part of rag_retrieve's time). Per node, p50 / p95 (nearest rank)
 over the turns the node ran in, of
 - own: the node's run, from LangChain's callbacks (start → end of the node's run);
 - step: `run_turn`'s `debug.timings_ms`, the time between two stream updates — the node plus the framework's
@@ -332,6 +333,8 @@ def timed_turn(graph: Any, ctx: Context, instance_id: int, message: str) -> tupl
         "without_model_node": total - timer.nodes.get(MODEL_NODE, 0.0),
         "without_model_calls": total - timer.model_ms,
         "gc": gc_pauses.total_ms,
+        # read your writes: rag_retrieve's wait for the writes the turns before queued (inside its own time)
+        "wait": float((state["debug"].get("retrieval") or {}).get("waited_for_writes_ms") or 0.0),
     }
     return state, sample
 
@@ -352,6 +355,7 @@ def summarize(
     rows.append((f"total - {MODEL_NODE}", [s["without_model_node"] for s in samples], None))
     rows.append(("total - model calls", [s["without_model_calls"] for s in samples], None))
     rows.append(("GC pauses (in total)", [s["gc"] for s in samples], None))
+    rows.append(("wait for own writes", [s.get("wait", 0.0) for s in samples], None))
     return rows
 
 
@@ -429,7 +433,8 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
                 state, sample = timed_turn(graph, ctx, instance_id, message)
                 if state.get("error"):
                     raise RuntimeError(f"turn {index + 1} failed: {state['error']}")
-                flush_event_writes()
+                if not args.back_to_back:
+                    flush_event_writes()
                 if index > 0:  # the first turn warms caches up
                     samples.append(sample)
             size, channels, stored = checkpoint_size(graph, instance_id)
