@@ -46,6 +46,19 @@ def test_back_to_back_turns_retrieve_the_previous_turns_memories(sqlite_url: str
 PERSONALAB = str(Path(sys.executable).with_name("personalab"))
 
 
+def test_back_to_back_turns_as_the_server_runs_them_retrieve_the_previous_turns_memories(sqlite_url: str) -> None:
+    """The served graph's way (graph.invoke, no run_turn around it): the same read-your-writes."""
+    from personalab.graph.runner import turn_config
+
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
+        for message in (FILLER[0], FACT):
+            graph.invoke({"instance_id": instance, "message": message}, turn_config(instance), context=ctx)
+        graph.invoke({"instance_id": instance, "message": QUESTION}, turn_config(instance), context=ctx)
+        asked = graph.get_state(turn_config(instance)).values
+    assert any("林小禾" in item["content"] and "第2轮" in item["content"] for item in asked["retrieved"])
+
+
 def _cli(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A fresh `personalab` process (cold: nothing loaded), offline, with a one-turn recent-dialogue window."""
     env = {**os.environ, "PERSONALAB_DATA_DIR": str(data), "PERSONALAB_LLM": "scripted", "PERSONALAB_RECALL_TURNS": "1"}
