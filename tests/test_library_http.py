@@ -211,3 +211,5 @@ def test_the_routes_in_process(data_dir: Path) -> None:
     assert client.delete(f"/backgrounds/{background['id']}").status_code == 409
     assert client.put(f"/characters/{character['id']}/avatar", content=b"zz").status_code == 422
     assert client.get(f"/characters/{character['id']}/avatar").status_code == 404
+    huge = client.put(f"/characters/{character['id']}/avatar", content=b"\0" * (6 * 1024 * 1024))
+    assert huge.status_code == 422 and "over the limit" in huge.json()["detail"]

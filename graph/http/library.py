@@ -22,8 +22,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import library as api
 from personalab.nodes.context import Context
+from personalab.nodes.rules.errors import InvalidInput
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
+from starlette.concurrency import run_in_threadpool
 
 router = APIRouter()
 
@@ -99,11 +101,15 @@ def get_avatar(character_id: int) -> Response:
 
 @router.put("/characters/{character_id}/avatar", tags=["characters"])
 async def put_avatar(character_id: int, request: Request) -> api.Character:
-    """Upload the avatar as the request's raw body (any image type Pillow reads)."""
-    data = await request.body()
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(api.edit_character, character_id, {"avatar": data}, database_url=_url())
+    """Upload the avatar as the request's raw body (any image type Pillow reads), at most `MAX_AVATAR_BYTES`."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():  # read no more than the limit: a huge body is refused, not buffered
+        size += len(chunk)
+        if size > api.MAX_AVATAR_BYTES:
+            raise InvalidInput(f"avatar: over the limit of {api.MAX_AVATAR_BYTES} bytes")
+        chunks.append(chunk)
+    return await run_in_threadpool(api.edit_character, character_id, {"avatar": b"".join(chunks)}, database_url=_url())
 
 
 @router.delete("/characters/{character_id}/avatar", tags=["characters"])

@@ -1,11 +1,13 @@
 """Prompt regions under token budgets (seed 002 技术约束: LLM注意力机制的U型特点 / Prompt区域分配策略).
 
 Order of the messages, one region after the other:
-- head (0–4K): one system message — system instruction, current turn, core memory JSON, plot state JSON with
-  every outline point and its status (全部主线大纲, JSON 提升权重), relationship JSON when given;
-- middle (4K–32K): the world setting (a system message), then the recent dialogue (recall memory);
+- head (0–4K): one system message — system instruction, the character's own system prompt, persona and
+  description, current turn, core memory JSON, plot state JSON with every outline point and its status
+  (全部主线大纲, JSON 提升权重), relationship JSON when given;
+- middle (4K–32K): the world setting (a system message), the character's example dialogue (a system message),
+  then the recent dialogue (recall memory);
 - retrieved (32K+): one system message of clearly titled blocks (RAG events, the director's two layers);
-- tail: the latest user input, a user message.
+- tail: the character's post-history instructions (a system message), then the latest user input, a user message.
 
 A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话) starts at a `user` message and runs up to
 the next one: the character's reply and any system line in between belong to it. Messages before the first
@@ -14,12 +16,14 @@ user message (the instance's opening system lines, a greeting) are the preamble,
 Budgets (`RegionBudgets`) are counted with langchain-core's `count_tokens_approximately`. Its default of 4
 characters per token is for English; Chinese runs about 1–1.5 characters per token on common tokenizers, so the
 default here is 1.5 (conservative for English text). When a region is over its budget:
-- middle: whole units go, oldest first — the preamble (oldest), then the oldest turns; the world setting stays;
+- middle: the example dialogue goes first, then whole units, oldest first — the preamble (oldest), then the
+  oldest turns; the world setting stays;
 - retrieved: single items go, lowest-ranked first — items are assumed sorted best first inside each block, the
   item with the highest rank position among all blocks goes first, on a tie the later block's (blocks are
   given in importance order); a block left empty loses its title too;
-- head and tail are never cut: the outline must not vanish silently, nor the user's words. Over budget, they
-  are sent whole and the region's debug says `over_budget` with a note.
+- head and tail are never cut (but for the character's description, which leaves an over-budget head first):
+  the outline must not vanish silently, nor the user's words. Over budget, they are sent whole and the region's
+  debug says `over_budget` with a note.
 Every drop is listed in the region's debug with the reason.
 
 `recent_messages` must not contain the latest input: `split_latest_user` takes it off the memory builder's
