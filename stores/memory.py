@@ -642,8 +642,11 @@ class MemoryStore:
         layer: str | None = None,
         type: str | None = None,
         limit: int | None = None,
+        include_record: bool = False,
     ) -> list[MemoryEntry]:
-        """An instance's memories in id order; all characters unless `character_id` is given."""
+        """An instance's memories in id order; all characters unless `character_id` is given. The dialogue
+        record's entries (type and layer ``record``) only when asked for: by that layer or type, or with
+        `include_record` (an export); otherwise the curated memories."""
         layer_value = _layer_name(layer) if layer is not None else None
         type_value = parse_type(type).value if type is not None else None
         with session_scope(self._url()) as session:
@@ -655,6 +658,8 @@ class MemoryStore:
                 stmt = stmt.where(MemoryEntry.layer == layer_value)
             if type_value is not None:
                 stmt = stmt.where(MemoryEntry.type == type_value)
+            if not include_record and RECORD_LAYER not in (layer_value, type_value):
+                stmt = stmt.where(MemoryEntry.type != MemoryType.RECORD.value)
             stmt = stmt.order_by(col(MemoryEntry.id))
             if limit is not None:
                 stmt = stmt.limit(limit)
@@ -830,7 +835,7 @@ class MemoryStore:
     def reindex(self, instance_id: int) -> int:
         """Rebuild the instance's Chroma collections from the database (repair after a crash between the
         two); returns the number of memories indexed."""
-        entries = self.list_memories(instance_id)
+        entries = self.list_memories(instance_id, include_record=True)
         from personalab.stores.embeddings import get_embeddings
 
         vectors = get_embeddings().embed_documents([e.content for e in entries]) if entries else []

@@ -62,7 +62,7 @@ def export_lines(store: MemoryStore, instance_id: int) -> str:
     """The instance's memories as JSON Lines (`EXPORT_FIELDS` of each, id order). `InstanceNotFound` for an
     unknown instance."""
     rows = []
-    for entry in store.list_memories(instance_id):
+    for entry in store.list_memories(instance_id, include_record=True):
         data = memory_to_dict(entry)
         rows.append(json.dumps({name: data.get(name) for name in EXPORT_FIELDS}, ensure_ascii=False))
     return "".join(f"{row}\n" for row in rows)

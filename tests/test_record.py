@@ -46,6 +46,8 @@ def test_fading_never_deletes_the_record(db_url: str) -> None:
     assert (kept.layer, kept.type, kept.line_id, kept.activity) == (RECORD_LAYER, "record", 5, 1.0)
     assert all(sum(counts.values()) == 0 for counts in report.counts.values())  # not in any layer's count
     assert [m.id for m in store.list_memories(instance, layer="record")] == [record.id]
+    assert store.list_memories(instance) == []  # listing shows the curated memories; the record when asked
+    assert [m.id for m in store.list_memories(instance, include_record=True)] == [record.id]
     found = retrieve(store, instance, "你妹妹几岁了？", turn=3000, config=RetrievalConfig(mark_mentioned=False))
     (item,) = [i for i in found.items if i.id == record.id]
     assert item.layer == RECORD_LAYER and item.data["type"] == "record" and item.data["line_id"] == 5
