@@ -397,6 +397,9 @@ def _no_words(value: Any) -> Any:
 
 
 def _no_text(value: Any) -> Any:
+    # some generators write the title as a list of strings (["全局·世界底层核心规则"]): its words, joined
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return " ".join(value)
     return value or ""
 
 
@@ -477,7 +480,8 @@ class CardEntry(BaseModel):
     secondary_keys: Words = ()
     comment: Title = ""  # the title: `comment`, else `name`
     name: Title = ""
-    position: Literal["before_char", "after_char", ""] | None = None
+    # V2's words; some editors write SillyTavern's position number here instead
+    position: Literal["before_char", "after_char", ""] | Whole | None = None
     extensions: Annotated[CardEntryExtensions, BeforeValidator(lambda v: {} if v is None else v)] = Field(
         default_factory=lambda: CardEntryExtensions.model_validate({})
     )
@@ -487,6 +491,8 @@ class CardEntry(BaseModel):
         else the card's word."""
         if self.extensions.position is not None:
             return self.extensions.position
+        if isinstance(self.position, int):
+            return self.position
         return 1 if self.position == "after_char" else 0
 
     def entry(self, keyless: bool = False) -> dict[str, Any] | str:
@@ -555,6 +561,8 @@ def _from_sillytavern(
     """A SillyTavern world-info entry (newWorldInfoEntryDefinition field names), kept whole as its source."""
     own, raw = _own_fields(raw, where)
     for name in set(raw) - ST_MAPPED - ST_SILENT - ST_READ:
+        if name == "depth" and raw.get("position") != ST_POSITION_AT_DEPTH:
+            continue  # a depth only means something at depth
         defaults = ST_UNMAPPED_DEFAULTS.get(name)
         value = raw[name]
         if defaults is None or not any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in defaults):
@@ -581,6 +589,8 @@ def _from_card(
             ):
                 ignored.add(f"extensions.{name}")
     source = validated(CardEntry, raw, where, ImportFormatError)
+    if source.st_position() == ST_POSITION_AT_DEPTH and source.extensions.depth not in (None, 0):
+        ignored.add("extensions.depth")  # at depth N goes to the tail, which has one place
     where_to = placement(source.st_position(), source.extensions.role, source.extensions.depth)[1]
     return _mapped(source, raw, "character book", own, where, where_to, positions)
 
@@ -741,7 +751,7 @@ def _card_as_world_info(raw: dict[str, Any]) -> dict[str, Any]:
         "constant": bool(raw.get("constant")),
         "selective": bool(raw.get("selective", True)),
         "order": raw.get("insertion_order", 100),
-        "position": ext.pop("position", 1 if raw.get("position") == "after_char" else 0),
+        "position": ext.pop("position", _card_position(raw.get("position"))),
         "disable": raw.get("enabled") is False,
         "addMemo": bool(raw.get("comment")),
     }
@@ -752,6 +762,13 @@ def _card_as_world_info(raw: dict[str, Any]) -> dict[str, Any]:
             out[st_name] = ext.pop(card_name)
     out["extensions"] = ext
     return out
+
+
+def _card_position(word: Any) -> int:
+    """A card entry's `position` as SillyTavern's number (some editors write the number itself)."""
+    if isinstance(word, int) and not isinstance(word, bool):
+        return word
+    return 1 if word == "after_char" else 0
 
 
 def sillytavern_entry(entry: WorldbookEntry, uid: int) -> dict[str, Any]:

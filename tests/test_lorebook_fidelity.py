@@ -219,3 +219,24 @@ def test_token_counts_for_english_and_chinese() -> None:
     english = "The lighthouse keeper rings the bell whenever the fog rolls in from the sea. " * 10
     assert 150 <= count_script_tokens(english) <= 220  # about 4 characters a token (770 characters)
     assert count_script_tokens("灯塔建于百年前，塔顶的灯从未熄灭。") == 17  # about a token a character
+
+
+def test_real_world_quirks_import_and_export_back_unchanged(sqlite_url: str) -> None:
+    """Seen in public Chinese lorebooks: a title written as a list of strings, a card entry whose `position` is
+    SillyTavern's number; a depth only reported where it matters (at depth)."""
+    quirky = {
+        "entries": {
+            "0": st_entry(0, ["魔素体系"], "魔素是世间唯一本源能量。", comment=["全局·世界底层核心规则"], depth=2)
+        }
+    }
+    card_book = {
+        "entries": [{"id": 1, "keys": ["修为"], "content": "境界分十层。", "position": 1, "insertion_order": 100}]
+    }
+    with session_scope(sqlite_url) as s:
+        report = import_worldbook(s, copy.deepcopy(quirky))
+        assert report.ignored_fields == []  # depth 2 before the character: nothing lost, nothing to say
+        assert list_worldbook(s)[0].title == "全局·世界底层核心规则"
+        assert export_sillytavern(s) == quirky
+        role = create_role(s, "林尘").id
+        import_worldbook(s, {"data": {"character_book": card_book}}, Scope(role_id=role))
+        assert export_sillytavern(s, Scope(role_id=role))["entries"]["1"]["position"] == 1

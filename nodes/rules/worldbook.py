@@ -320,7 +320,8 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         ext: dict[str, Any] = found if isinstance(found, dict) else {}
         case = ext.get("case_sensitive", source.get("case_sensitive"))
         whole, probability, use = ext.get("match_whole_words"), ext.get("probability"), ext.get("useProbability")
-        position = ext.get("position", 1 if source.get("position") == "after_char" else 0)
+        word = source.get("position")
+        position = ext.get("position", word if isinstance(word, int) else 1 if word == "after_char" else 0)
         depth, role = ext.get("depth"), ext.get("role")
     else:
         case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
