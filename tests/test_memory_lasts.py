@@ -104,7 +104,7 @@ def test_a_memory_is_mentioned_when_the_reply_used_it_not_when_it_was_retrieved(
         state = run_turn(graph, ctx, instance, "金色怀表在哪里？")
     retrieved = {item["id"] for item in state["retrieved"]}
     assert {used.id, unused.id} <= retrieved
-    assert state["debug"]["mentioned_memory_ids"] == [used.id]
+    assert state["debug"]["mention_check"] >= 2  # checked after the reply, off its path
     flush_event_writes()
     marked, left = store.get_memory(instance, used.id), store.get_memory(instance, unused.id)
     assert marked.mention_count == 1 and marked.last_mentioned_turn == state["turn"]
