@@ -60,9 +60,11 @@ def by_distance(checks: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         inside = [c for c in checks if bucket(c.get("distance")) == label]
         if inside:
             hits = sum(1 for c in inside if c["ok"])
-            table[label] = {"hits": hits, "checks": len(inside), "rate": _rate(hits, len(inside))}
+            seen = sum(1 for c in inside if c.get("in_prompt"))
+            table[label] = {"hits": hits, "checks": len(inside), "rate": _rate(hits, len(inside)), "in_prompt": seen}
     hits = sum(1 for c in checks if c["ok"])
-    table["all"] = {"hits": hits, "checks": len(checks), "rate": _rate(hits, len(checks))}
+    seen = sum(1 for c in checks if c.get("in_prompt"))
+    table["all"] = {"hits": hits, "checks": len(checks), "rate": _rate(hits, len(checks)), "in_prompt": seen}
     return table
 
 
@@ -275,8 +277,10 @@ def markdown(
     labels = [b[0] for b in BUCKETS] + [NO_SOURCE, "all"]
     lines += ["", "## Probe hit rate by distance between fact and probe (turns)", ""]
     lines.append(
-        "`retrieved` checks: the phrase is in a message of the prompt's retrieved region (long-term memory, "
-        "world knowledge, director blocks), not the recent-dialogue window. Cells: rate (hits/checks)."
+        "`retrieved` checks: the phrase is in a message of the prompt's retrieved region (long-term memory, world "
+        "knowledge, director blocks), not the recent-dialogue window. Cells: rate (hits/checks; how many had the "
+        "phrase anywhere in the prompt). A fact still inside the recent-dialogue window (the last `recall_turns` "
+        "turns) is in the middle region, and the retrieved region does not repeat it (seed 001 避免重复)."
     )
     lines += ["", "| scenario | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
     summaries = [scenario_summary(r) for r in results]
@@ -285,7 +289,9 @@ def markdown(
         for label in labels:
             cell = summary["retrieved"].get(label)
             cells.append(
-                f"{cell['rate']:.0%} ({cell['hits']}/{cell['checks']})" if cell and cell["rate"] is not None else "–"
+                f"{cell['rate']:.0%} ({cell['hits']}/{cell['checks']}; {cell.get('in_prompt', 0)})"
+                if cell and cell["rate"] is not None
+                else "–"
             )
         lines.append(f"| {summary['name']} | " + " | ".join(cells) + " |")
     lines += [
