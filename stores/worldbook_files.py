@@ -83,7 +83,7 @@ ST_MAPPED = {
     "disable",
 }
 # Kept with the entry (its source) and read by the trigger (`nodes.rules.worldbook.sillytavern_options`).
-ST_READ = {"caseSensitive", "matchWholeWords", "probability", "useProbability"}
+ST_READ = {"caseSensitive", "matchWholeWords", "probability", "useProbability", "scanDepth"}
 # Present in every SillyTavern entry and meaningless here; not worth a note.
 ST_SILENT = {"displayIndex", "addMemo", "extensions", "characterFilter", "automationId", "hash", "world"}
 # Fields with no counterpart here, with their SillyTavern defaults (newWorldInfoEntryDefinition; older files
@@ -102,7 +102,6 @@ ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "group": ("",),
     "groupOverride": (False,),
     "groupWeight": (100,),
-    "scanDepth": (None,),
     "useGroupScoring": (None, False),
     "sticky": (None, 0),
     "cooldown": (None, 0),
@@ -137,6 +136,7 @@ CARD_EXT_MAPPED = {
     "match_whole_words",
     "vectorized",
     "display_index",
+    "scan_depth",
 }
 CARD_EXT_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "exclude_recursion": (False, None),
@@ -145,7 +145,6 @@ CARD_EXT_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "group": ("", None),
     "group_override": (False, None),
     "group_weight": (100, None),
-    "scan_depth": (None,),
     "use_group_scoring": (False, None),
     "automation_id": ("", None),
     "sticky": (None, 0),

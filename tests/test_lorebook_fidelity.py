@@ -18,6 +18,7 @@ from personalab.nodes.rules.worldbook import (
     WorldbookConfig,
     WorldbookContext,
     WorldbookEntry,
+    context_from_lines,
     count_script_tokens,
     explain_worldbook,
 )
@@ -193,6 +194,17 @@ def test_probability_rolls_and_names_the_roll() -> None:
     assert result.triggered == [] and result.skipped[0].reason == "probability 30%: rolled 90"
     off = from_st(st_entry(2, ["fog"], "x", probability=30, useProbability=False))
     assert fired([off], "fog", roll=lambda: 0.99) == ["2"]
+
+
+def test_an_entry_scans_its_own_depth_of_lines() -> None:
+    lines = [{"content": "灯塔亮了", "display_name": "灯守"}, {"content": "风很大"}]
+    context = context_from_lines(lines, user_message="我们走吧")
+    near = from_st(st_entry(1, ["灯塔"], "x", scanDepth=1))  # the user's line only
+    far = from_st(st_entry(2, ["灯塔"], "x", scanDepth=3))
+    default = from_st(st_entry(3, ["灯塔"], "x"))  # the context's depth (4 lines)
+    nothing = from_st(st_entry(4, ["我们"], "x", scanDepth=0))
+    found = [t.entry.id for t in explain_worldbook([near, far, default, nothing], context).triggered]
+    assert found == ["2", "3"]
 
 
 def test_imported_entries_are_not_capped_per_kind() -> None:

@@ -125,6 +125,7 @@ try:
     import regex as _regex  # type: ignore[import-untyped, unused-ignore]
 except ImportError:  # pragma: no cover - regex comes with tiktoken
     _regex = None
+MAX_SCAN_DEPTH = 100  # lines a context keeps for entries with their own scan depth
 DEFAULT_BUDGET_SHARE = 0.25  # SillyTavern's world-info budget: 25 % of the context
 DEFAULT_BUDGET_TOKENS = 2000  # when neither the context nor a cap is known
 
@@ -299,6 +300,7 @@ class EntryOptions:
     st_position: int = 0
     depth: int | None = None
     role: int | None = None
+    scan_depth: int | None = None  # lines of the recent dialogue this entry's keys are matched in
 
 
 def _flag(value: Any) -> bool | None:
@@ -322,11 +324,12 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         whole, probability, use = ext.get("match_whole_words"), ext.get("probability"), ext.get("useProbability")
         word = source.get("position")
         position = ext.get("position", word if isinstance(word, int) else 1 if word == "after_char" else 0)
-        depth, role = ext.get("depth"), ext.get("role")
+        depth, role, scan = ext.get("depth"), ext.get("role"), ext.get("scan_depth")
     else:
         case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
         probability, use = source.get("probability"), source.get("useProbability")
         position, depth, role = source.get("position"), source.get("depth"), source.get("role")
+        scan = source.get("scanDepth")
     percent = 100.0
     if use is not False and isinstance(probability, int | float) and not isinstance(probability, bool):
         percent = min(100.0, max(0.0, float(probability)))
@@ -337,6 +340,7 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         st_position=_whole_number(position) or 0,
         depth=_whole_number(depth),
         role=_whole_number(role),
+        scan_depth=min(scan, MAX_SCAN_DEPTH) if (scan := _whole_number(scan)) is not None and scan >= 0 else None,
     )
 
 
@@ -421,6 +425,7 @@ class WorldbookContext:
     entry_vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
     similarity: Callable[[WorldbookEntry], float | None] | None = None
     roll: Callable[[], float] | None = None  # a number in [0, 1) for an entry's probability (default random)
+    lines: Sequence[str] = ()  # the recent lines, newest last (user message included), for a per-entry scan depth
 
 
 @dataclass(frozen=True)
@@ -673,20 +678,30 @@ def time_decay(entry: WorldbookEntry, now: float | None) -> float:
 # --- the trigger ----------------------------------------------------------------------------------
 
 
+def scanned_text(entry: WorldbookEntry, context: WorldbookContext) -> str:
+    """What an entry's keys are matched in: the context's text, or the last `scanDepth` lines when the entry
+    has its own scan depth (SillyTavern; 0 scans nothing) and the context has its lines."""
+    depth = sillytavern_options(entry).scan_depth
+    if depth is None or not context.lines:
+        return context.text
+    return "\n".join(context.lines[-depth:]) if depth > 0 else ""
+
+
 def _base_score(
     entry: WorldbookEntry, context: WorldbookContext, config: WorldbookConfig
 ) -> tuple[float, str, tuple[str, ...], str | None]:
     """(trigger score, reason, matched, why-not-if-notable) for a non-constant entry."""
     kind = entry.trigger_type
+    text = scanned_text(entry, context)
     if kind == "keyword":
         if not config.keyword_matching:
             return 0.0, "", (), None
-        score, hits, why = keyword_score(context.text, entry)
+        score, hits, why = keyword_score(text, entry)
         return score, f"keyword: {', '.join(hits)} ({len(hits)}/{len(entry.keywords)})", hits, why
     if kind == "semantic":
         if not config.semantic_similarity:
             return 0.0, "", (), None
-        kw, hits, why = keyword_score(context.text, entry) if config.keyword_matching else (0.0, (), None)
+        kw, hits, why = keyword_score(text, entry) if config.keyword_matching else (0.0, (), None)
         sim = _similarity(entry, context)
         sem = sim if sim is not None and sim >= config.semantic_threshold else 0.0
         if sem <= 0 and kw <= 0:
@@ -817,20 +832,25 @@ def context_from_lines(
     """A context from the last `depth` lines (dicts or `Line` rows, oldest first) plus the new user message.
     Each line is scanned as `display_name: content` when it has a display name (SillyTavern's "include
     names", so entries keyed on a character's name fire when that character speaks)."""
+    every = [
+        f"{_field(line, 'display_name')}: {_field(line, 'content') or ''}"
+        if _field(line, "display_name")
+        else _field(line, "content") or ""
+        for line in list(lines)[-MAX_SCAN_DEPTH:]
+    ]
     recent = list(lines)[-depth:] if depth > 0 else []
-    texts: list[str] = []
+    texts = every[-depth:] if depth > 0 else []
     emotions: list[str] = []
     for line in recent:
-        content = _field(line, "content") or ""
-        name = _field(line, "display_name")
-        texts.append(f"{name}: {content}" if name else content)
         emotion = _field(line, "original_emotion")
         if emotion:
             emotions.append(str(emotion))
     if user_message:
         texts.append(user_message)
+        every.append(user_message)
     return WorldbookContext(
         text="\n".join(texts),
+        lines=tuple(every),
         emotions=tuple(emotions),
         current_turn=current_turn,
         gap_seconds=gap_seconds,
