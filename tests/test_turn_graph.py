@@ -205,7 +205,7 @@ def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) ->
         flush_event_writes()
         state = run_turn(graph, ctx, b, "金色怀表藏在哪里？")
     assert state["retrieved"], "b's own memories are found"
-    own = {m.id for m in MemoryStore(db_url=sqlite_url).list_memories(b)}
+    own = {m.id for m in MemoryStore(db_url=sqlite_url).list_memories(b, include_record=True)}
     assert {item["id"] for item in state["retrieved"]} <= own
     assert all("怀表藏在了旧仓库" not in item["content"] for item in state["retrieved"])
     prompt_text = json.dumps(state["debug"]["prompt"], ensure_ascii=False)
