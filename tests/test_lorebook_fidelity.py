@@ -252,3 +252,24 @@ def test_real_world_quirks_import_and_export_back_unchanged(sqlite_url: str) -> 
         role = create_role(s, "林尘").id
         import_worldbook(s, {"data": {"character_book": card_book}}, Scope(role_id=role))
         assert export_sillytavern(s, Scope(role_id=role))["entries"]["1"]["position"] == 1
+
+
+# --- through a turn ------------------------------------------------------------------------------------
+
+
+def test_a_multi_line_entry_reaches_the_model_whole_through_a_turn(sqlite_url: str) -> None:
+    """The served path: the instance's world book, the trigger, the injection and the prompt, with the offline
+    scripted model. The entry is one numbered item with its two lines, `{{char}}` / `{{user}}` replaced."""
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes.context import Context
+
+    instance = create_sample_instance(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        add_worldbook_entry(
+            s, "{{char}}记得那座灯塔。\n{{user}}曾在塔下等了一夜。", keywords=["灯塔"], scope=Scope(save_id=instance)
+        )
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, "你还记得灯塔吗？", user_name="阿蓝")
+    sent = "\n".join(message["content"] for message in state["prompt"])
+    assert "雷娜记得那座灯塔。\n阿蓝曾在塔下等了一夜。" in sent
+    assert "{{char}}" not in sent and "{{user}}" not in sent
