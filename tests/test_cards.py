@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 from cli_helpers import cli, one_line
+from personalab.graph.api.cards import import_card_file
+from personalab.graph.api.library import delete_character
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.card_tables import CardRow
 from personalab.stores.cards import (
     MAX_CARD_BYTES,
     Card,
@@ -31,6 +34,7 @@ from personalab.stores.cards import (
 from personalab.stores.db import session_scope
 from personalab.stores.tables import Role
 from personalab.stores.worldbook import Scope, list_worldbook
+from personalab.stores.worldbook_tables import WorldbookEntrySourceRow
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from sqlmodel import select
@@ -277,3 +281,11 @@ def test_card_import_of_bad_files_is_one_line_and_stores_nothing(
     assert code == 2 and "character 999 does not exist" in one_line(err)
     with session_scope() as s:
         assert s.exec(select(Role)).all() == []
+
+
+def test_deleting_an_imported_character_takes_its_card_and_book(db_url: str) -> None:
+    done = import_card_file(Path(__file__).parent / "fixtures" / "card_v2_lantern.json", database_url=db_url)
+    delete_character(done.character_id, database_url=db_url)
+    with session_scope(db_url) as s:
+        assert s.exec(select(CardRow)).all() == []
+        assert s.exec(select(WorldbookEntrySourceRow)).all() == []
