@@ -83,7 +83,16 @@ ST_MAPPED = {
     "disable",
 }
 # Kept with the entry (its source) and read by the trigger (`nodes.rules.worldbook.sillytavern_options`).
-ST_READ = {"caseSensitive", "matchWholeWords", "probability", "useProbability", "scanDepth"}
+ST_READ = {
+    "caseSensitive",
+    "matchWholeWords",
+    "probability",
+    "useProbability",
+    "scanDepth",
+    "group",
+    "groupOverride",
+    "groupWeight",
+}
 # Present in every SillyTavern entry and meaningless here; not worth a note.
 ST_SILENT = {"displayIndex", "addMemo", "extensions", "characterFilter", "automationId", "hash", "world"}
 # Fields with no counterpart here, with their SillyTavern defaults (newWorldInfoEntryDefinition; older files
@@ -99,9 +108,6 @@ ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "matchScenario": (False,),
     "matchCreatorNotes": (False,),
     "depth": (4,),
-    "group": ("",),
-    "groupOverride": (False,),
-    "groupWeight": (100,),
     "useGroupScoring": (None, False),
     "sticky": (None, 0),
     "cooldown": (None, 0),
@@ -137,14 +143,14 @@ CARD_EXT_MAPPED = {
     "vectorized",
     "display_index",
     "scan_depth",
+    "group",
+    "group_override",
+    "group_weight",
 }
 CARD_EXT_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "exclude_recursion": (False, None),
     "prevent_recursion": (False, None),
     "delay_until_recursion": (False, 0, None),
-    "group": ("", None),
-    "group_override": (False, None),
-    "group_weight": (100, None),
     "use_group_scoring": (False, None),
     "automation_id": ("", None),
     "sticky": (None, 0),

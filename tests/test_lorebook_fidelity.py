@@ -103,7 +103,7 @@ def test_world_info_export_gives_back_the_imported_file(sqlite_url: str) -> None
         assert report.imported == 5
         assert report.positions["at depth 2 as user → tail (user position)"] == 1
         # kept with the entry, named as without effect here (depth 2: the tail has one place)
-        assert set(report.ignored_fields) == {"depth", "group", "groupWeight", "sticky"}
+        assert set(report.ignored_fields) == {"depth", "sticky"}
         exported = export_sillytavern(s)
     assert exported == original
 
@@ -205,6 +205,19 @@ def test_an_entry_scans_its_own_depth_of_lines() -> None:
     nothing = from_st(st_entry(4, ["我们"], "x", scanDepth=0))
     found = [t.entry.id for t in explain_worldbook([near, far, default, nothing], context).triggered]
     assert found == ["2", "3"]
+
+
+def test_one_entry_of_an_inclusion_group_goes_in() -> None:
+    a = from_st(st_entry(1, ["fog"], "a", group="weather", groupWeight=10))
+    b = from_st(st_entry(2, ["fog"], "b", group="weather, sea", groupWeight=30))
+    c = from_st(st_entry(3, ["fog"], "c", group="sea"))
+    assert fired([a, b], "fog", roll=lambda: 0.1) == ["1"]  # 0.1 x 40 = 4 < 10: the first
+    result = explain_worldbook([a, b], WorldbookContext(text="fog", roll=lambda: 0.5))
+    assert [t.entry.id for t in result.triggered] == ["2"]
+    assert result.skipped[0].reason == "inclusion group 'weather': entry 2 went in (drawn by weight 30 of 40)"
+    first = from_st(st_entry(4, ["fog"], "d", group="weather", groupOverride=True, order=5))
+    assert fired([a, b, first], "fog", roll=lambda: 0.0) == ["4"]  # prioritised beats the draw
+    assert sorted(fired([b, c], "fog", roll=lambda: 0.0)) == ["2"]  # b and c share 'sea'
 
 
 def test_imported_entries_are_not_capped_per_kind() -> None:

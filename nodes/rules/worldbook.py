@@ -301,6 +301,9 @@ class EntryOptions:
     depth: int | None = None
     role: int | None = None
     scan_depth: int | None = None  # lines of the recent dialogue this entry's keys are matched in
+    groups: tuple[str, ...] = ()  # inclusion groups (comma-separated in the file): one entry of a group goes in
+    group_override: bool = False  # "prioritise": the highest order of the group wins instead of a weighted draw
+    group_weight: float = 100.0
 
 
 def _flag(value: Any) -> bool | None:
@@ -325,11 +328,13 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         word = source.get("position")
         position = ext.get("position", word if isinstance(word, int) else 1 if word == "after_char" else 0)
         depth, role, scan = ext.get("depth"), ext.get("role"), ext.get("scan_depth")
+        group, override, weight = ext.get("group"), ext.get("group_override"), ext.get("group_weight")
     else:
         case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
         probability, use = source.get("probability"), source.get("useProbability")
         position, depth, role = source.get("position"), source.get("depth"), source.get("role")
         scan = source.get("scanDepth")
+        group, override, weight = source.get("group"), source.get("groupOverride"), source.get("groupWeight")
     percent = 100.0
     if use is not False and isinstance(probability, int | float) and not isinstance(probability, bool):
         percent = min(100.0, max(0.0, float(probability)))
@@ -341,6 +346,11 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         depth=_whole_number(depth),
         role=_whole_number(role),
         scan_depth=min(scan, MAX_SCAN_DEPTH) if (scan := _whole_number(scan)) is not None and scan >= 0 else None,
+        groups=tuple(g.strip() for g in group.split(",") if g.strip()) if isinstance(group, str) else (),
+        group_override=override is True,
+        group_weight=float(weight)
+        if isinstance(weight, int | float) and not isinstance(weight, bool) and weight > 0
+        else 100.0,
     )
 
 
@@ -769,6 +779,7 @@ def explain_worldbook(
             continue
         fired.append(TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown))
 
+    fired = inclusion_groups(fired, roll, skipped)
     fired.sort(key=lambda t: (t.trigger != "constant", -t.entry.priority, -t.score))
     kept: list[TriggeredEntry] = []
     per_kind: dict[str, int] = {}
@@ -786,6 +797,43 @@ def explain_worldbook(
             per_kind[item.entry.kind] = count + 1
         kept.append(item)
     return WorldbookResult(kept, skipped)
+
+
+def inclusion_groups(
+    fired: list[TriggeredEntry], roll: Callable[[], float], skipped: list[SkippedEntry]
+) -> list[TriggeredEntry]:
+    """SillyTavern's inclusion groups: of the fired entries sharing a group, one goes in: the highest order of
+    those marked "prioritise" (groupOverride), else one drawn with the entries' group weights. The others are
+    named with the group and the winner."""
+    by_group: dict[str, list[TriggeredEntry]] = {}
+    for item in fired:
+        for group in sillytavern_options(item.entry).groups:
+            by_group.setdefault(group, []).append(item)
+    out = {id(item) for item in fired}
+    for group, members in by_group.items():
+        members = [m for m in members if id(m) in out]
+        if len(members) < 2:
+            continue
+        options = {id(m): sillytavern_options(m.entry) for m in members}
+        first = [m for m in members if options[id(m)].group_override]
+        if first:
+            winner = max(first, key=lambda m: (m.entry.priority, m.score))
+            how = "prioritised, highest order"
+        else:
+            total = sum(options[id(m)].group_weight for m in members)
+            point, winner = roll() * total, members[-1]
+            for member in members:
+                point -= options[id(member)].group_weight
+                if point < 0:
+                    winner = member
+                    break
+            how = f"drawn by weight {options[id(winner)].group_weight:g} of {total:g}"
+        for member in members:
+            if member is not winner:
+                out.discard(id(member))
+                reason = f"inclusion group {group!r}: entry {winner.entry.id} went in ({how})"
+                skipped.append(SkippedEntry(member.entry.id, reason, member.score))
+    return [item for item in fired if id(item) in out]
 
 
 def _lost_roll(
