@@ -23,8 +23,9 @@ from personalab.nodes.state import TurnInput, TurnState
 from personalab.stores.background import turn_running
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
+from personalab.stores.history import get_path_ids
 from personalab.stores.saves import create_background, create_role, create_save
-from personalab.stores.turns import latest_story_state, update_story_state
+from personalab.stores.turns import branch_story_state, release_held_lock, update_story_state
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -125,11 +126,17 @@ def run_turn(
     # retried from the stored dialogue, so the supersteps in between need not be persisted
     # the whole run counts as the turn, so queued background work also waits for the last checkpoint write
     with _one_run_at_a_time(ctx, instance_id), turn_running(instance_id):
-        for chunk in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="exit"):
-            now = time.perf_counter()
-            for node in chunk:
-                timings[node] = round((now - last) * 1000, 2)
-            last = now
+        try:
+            for chunk in graph.stream(payload, config, context=ctx, stream_mode="updates", durability="exit"):
+                now = time.perf_counter()
+                for node in chunk:
+                    timings[node] = round((now - last) * 1000, 2)
+                last = now
+        except BaseException:
+            # Ctrl-C (or any error) that lands outside a node, e.g. while LangGraph waits for a node running in
+            # a worker thread: the nodes' own release never ran, so free the instance here, not after the lease
+            release_held_lock(instance_id, ctx.database_url)
+            raise
         state = dict(graph.get_state(turn_config(instance_id)).values)
     _freeze_long_lived_objects()
     debug = dict(state.get("debug") or {})
@@ -173,7 +180,8 @@ def rollback_core_memory(
     history = history.rollback(to_version, turn=values.get("turn", 0))
     change: TurnState = {"core_memory": dict(history.current or {}), "core_memory_versions": history.to_state()}
     with session_scope(database_url) as session:
-        stored = latest_story_state(session, instance_id)
+        # the story state of the current branch: after a rewind or swipe the instance's latest is another branch's
+        stored = branch_story_state(session, instance_id, get_path_ids(session, instance_id))
         if stored is not None and stored.id is not None and stored.id == values.get("story_state_id"):
             update_story_state(session, stored.id, {**stored.state, **change})
     graph.update_state(config, change, as_node="maintenance")

@@ -19,6 +19,10 @@ from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+# the locks this process holds, so a run interrupted outside its nodes (Ctrl-C while LangGraph waits between them
+# or runs one in a worker thread) can free its instance at once instead of leaving it to the lease
+_held: dict[tuple[str, int], str] = {}
+
 
 def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
     """Take the instance's turn lock (its own transaction) or raise `InstanceBusy`;
@@ -32,8 +36,18 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
             session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
     except IntegrityError as exc:
         raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
+    _held[(url or "", save_id)] = token
     turn_started(save_id)
     return token
+
+
+def release_held_lock(save_id: int, url: str | None = None) -> bool:
+    """Release instance `save_id`'s turn lock if this process holds it (an interrupted run); True if it did."""
+    token = _held.get((url or "", save_id))
+    if token is None:
+        return False
+    release_turn_lock(save_id, token, url)
+    return True
 
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
@@ -46,6 +60,8 @@ def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
     session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
+    for key in [key for key, held in _held.items() if held == token]:
+        del _held[key]
 
 
 def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:

@@ -225,6 +225,34 @@ def _graph(graph: TurnGraph | None, context: Context | None) -> Iterator[tuple[T
             yield made
 
 
+def regenerate_target(instance_id: int, line_id: int | None = None, *, database_url: str | None = None) -> int:
+    """The user line a regenerate answers again: `line_id` (checked: a user line of the instance) or the last
+    user line of the current branch."""
+    _check_id(instance_id, "instance")
+    with session_scope(database_url) as session:
+        get_save(session, instance_id)
+        if line_id is None:
+            return _last_user_line(session, instance_id)
+        _check_id(line_id, "line")
+        if line_of(session, instance_id, line_id).attribute != "user":
+            raise InvalidInput(f"line {line_id} is not a user line: only a user line can be answered again")
+        return line_id
+
+
+def edit_target(instance_id: int, line_id: int, *, database_url: str | None = None) -> int:
+    """Where an edit of user line `line_id` goes: its parent (0: it is the first line). The line must be a user
+    line of the instance's current branch."""
+    _check_id(instance_id, "instance")
+    _check_id(line_id, "line")
+    with session_scope(database_url) as session:
+        line = line_of(session, instance_id, line_id)
+        if line.attribute != "user":
+            raise InvalidInput(f"line {line_id} is not a user line: only the user's lines can be edited")
+        if line_id not in set(get_path_ids(session, instance_id)):
+            raise InvalidInput(f"line {line_id} is not on the current branch of instance {instance_id}")
+        return line.parent_line_id or 0
+
+
 def regenerate(
     instance_id: int,
     *,
@@ -236,18 +264,10 @@ def regenerate(
     """A new reply to the last user line of the current branch (or to user line `line_id`), stored beside the
     replies it already has (a sibling); the turn starts from the story state stored before that user line, and
     its result is `run_turn`'s."""
-    _check_id(instance_id, "instance")
     ctx = context or Context()
-    with session_scope(ctx.database_url) as session:
-        get_save(session, instance_id)
-        if line_id is None:
-            line_id = _last_user_line(session, instance_id)
-        else:
-            _check_id(line_id, "line")
-            if line_of(session, instance_id, line_id).attribute != "user":
-                raise InvalidInput(f"line {line_id} is not a user line: only a user line can be answered again")
+    target = regenerate_target(instance_id, line_id, database_url=ctx.database_url)
     with _graph(graph, ctx) as (turn, ctx):
-        return run_turn(turn, ctx, instance_id, "", on_token=on_token, reply_to=line_id)
+        return run_turn(turn, ctx, instance_id, "", on_token=on_token, reply_to=target)
 
 
 def edit(
@@ -262,17 +282,9 @@ def edit(
 ) -> dict[str, Any]:
     """Edit user line `line_id` of the current branch: `text` becomes a new user line beside it (a sibling, under
     the same parent) and is answered; the old line and what followed it stay as a branch. The turn starts from
-    the story state stored before the edited line."""
-    _check_id(instance_id, "instance")
-    _check_id(line_id, "line")
+    the story state stored before the edited line. `extra`: `run_turn`'s other inputs (user_name, …)."""
     ctx = context or Context()
-    with session_scope(ctx.database_url) as session:
-        line = line_of(session, instance_id, line_id)
-        if line.attribute != "user":
-            raise InvalidInput(f"line {line_id} is not a user line: only the user's lines can be edited")
-        if line_id not in set(get_path_ids(session, instance_id)):
-            raise InvalidInput(f"line {line_id} is not on the current branch of instance {instance_id}")
-        parent = line.parent_line_id or 0
+    parent = edit_target(instance_id, line_id, database_url=ctx.database_url)
     with _graph(graph, ctx) as (turn, ctx):
         return run_turn(turn, ctx, instance_id, text, on_token=on_token, branch_from=parent, **extra)
 

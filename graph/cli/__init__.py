@@ -15,13 +15,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from personalab.graph.cli import cards, demo, library, memory, suggestions, turn, worldbook
+from personalab.graph.cli import cards, demo, dialogue, library, memory, suggestions, turn, worldbook
 from personalab.graph.cli.args import check_text_arguments
 from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 from personalab.stores.db import store_unavailable
 
-COMMAND_MODULES = (demo, turn, cards, library, worldbook, suggestions, memory)
+COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory)
 
 
 class UsageError(InvalidInput):
@@ -79,7 +79,11 @@ def _one_line(parser: argparse.ArgumentParser, exc: PersonaLabError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(build_parser(), argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        print(parser.format_help(), end="")  # `personalab` alone: the list of commands, not an error
+        return 0
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":

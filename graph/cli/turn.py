@@ -102,24 +102,6 @@ def _cmd_turn(args: argparse.Namespace) -> int:
     return code
 
 
-def _cmd_chat(args: argparse.Namespace) -> int:
-    with turn_graph() as (graph, ctx):
-        print(f"instance {args.instance} — an empty line or /quit ends the chat")
-        while True:
-            try:
-                message = input("你> ")
-            except EOFError:
-                break
-            if not message.strip() or message.strip() == "/quit":
-                break
-            try:
-                play_turn(graph, ctx, args.instance, message, as_json=False, user_name=args.user_name)
-            except ValueError as exc:
-                echo(f"personalab: error: {exc}", file=sys.stderr)
-    flush_event_writes()
-    return 0
-
-
 def _cmd_core(args: argparse.Namespace) -> int:
     with turn_graph() as (graph, _ctx):
         with session_scope() as session:
@@ -157,8 +139,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     core.add_argument("--instance", type=ID, required=True)
     core.add_argument("--to", type=COUNT, help="with rollback: the version to restore (default: the one before)")
     core.set_defaults(handler=_cmd_core)
-
-    chat = sub.add_parser("chat", help="interactive chat with an instance")
-    chat.add_argument("--instance", type=ID, required=True)
-    chat.add_argument("--user-name")
-    chat.set_defaults(handler=_cmd_chat)
