@@ -368,8 +368,12 @@ def plots(results: Sequence[dict[str, Any]], total: dict[str, Any], out: Path) -
     rates = [(total["retrieved"].get(label) or {}).get("rate") for label in labels]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(labels, [r or 0 for r in rates], color=["#4c72b0" if r is not None else "#cccccc" for r in rates])
+    for index, label in enumerate(labels):
+        cell = total["retrieved"].get(label)
+        if cell:  # how many checks each bar stands on
+            ax.text(index, (cell["rate"] or 0) + 0.02, f"{cell['hits']}/{cell['checks']}", ha="center", fontsize=8)
     ax.axhline(GOAL_HIT_RATE, color="#c44e52", linestyle="--", linewidth=1, label=f"goal {GOAL_HIT_RATE:.0%}")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.12)
     ax.set_xlabel("turns between fact and probe")
     ax.set_ylabel("probe hit rate (retrieved)")
     ax.legend(loc="lower left")
