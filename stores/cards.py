@@ -215,7 +215,10 @@ def import_report(card: Card) -> CardReport:
             used.append(name)
         elif name == "extensions":
             for ext in value:
-                no_effect[f"extensions.{ext}"] = _extension_note(ext, value[ext])
+                if ext == PERSONALAB_EXTENSION:
+                    used.append(f"extensions.{ext}")  # our own fields: traits, backstory, motives
+                else:
+                    no_effect[f"extensions.{ext}"] = _extension_note(ext, value[ext])
         else:
             no_effect[name] = UNUSED_REASONS.get(name, "not a card field PersonaLab knows; kept for export")
     for name in card.top_level:
@@ -389,6 +392,9 @@ def write_card(card: Card, path: str | os.PathLike[str], fmt: str, *, overwrite:
 
 # --- a card as a character ------------------------------------------------------------------------
 
+# The character's fields a card has no place for: written to (and read from) `data.extensions.personalab`.
+PERSONALAB_EXTENSION = "personalab"
+OWN_FIELDS = ("traits", "backstory", "motives")
 # Card field → the character's field (issue 13's names); `greetings` is first_mes + alternate_greetings.
 CHARACTER_FIELDS = {
     "name": "name",
@@ -408,6 +414,10 @@ def character_fields(card: Card) -> dict[str, Any]:
     greetings = [data.first_mes, *data.alternate_greetings]
     fields["greetings"] = greetings if any(g.strip() for g in greetings) else []
     fields["avatar"] = card.avatar
+    own = data.extensions.get(PERSONALAB_EXTENSION)
+    for name in OWN_FIELDS:  # ours, from a card PersonaLab exported
+        value = own.get(name) if isinstance(own, dict) else None
+        fields[name] = value if isinstance(value, str) else ""
     return fields
 
 
@@ -489,6 +499,7 @@ def import_card(session: Any, card: Card, where: str = "the card") -> CardImport
         "example_dialogue": fields["example_dialogue"],
         "system_prompt": fields["system_prompt"],
         "post_history_instructions": fields["post_history_instructions"],
+        **{name: fields[name] for name in OWN_FIELDS},
         "avatar_image": avatar,
         "avatar_mime": "image/png" if avatar is not None else None,
     }
@@ -528,6 +539,15 @@ def card_of_character(session: Any, role_id: int) -> Card:
     if greetings is not None:
         data["first_mes"] = greetings[0] if greetings else ""
         data["alternate_greetings"] = list(greetings[1:])
+    own = {name: getattr(role, name, None) for name in OWN_FIELDS}
+    extensions = dict(data.get("extensions") or {})
+    kept = {**(extensions.get(PERSONALAB_EXTENSION) or {}), **{k: v for k, v in own.items() if v is not None}}
+    kept = {k: v for k, v in kept.items() if v}
+    if kept:
+        extensions[PERSONALAB_EXTENSION] = kept
+    else:
+        extensions.pop(PERSONALAB_EXTENSION, None)
+    data["extensions"] = extensions
     stored_book = data.get("character_book")
     old_book: dict[str, Any] = stored_book if isinstance(stored_book, dict) else {}
     book = export_character_book(session, Scope(role_id=role_id), str(old_book.get("name") or ""))

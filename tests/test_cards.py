@@ -289,3 +289,33 @@ def test_deleting_an_imported_character_takes_its_card_and_book(db_url: str) -> 
     with session_scope(db_url) as s:
         assert s.exec(select(CardRow)).all() == []
         assert s.exec(select(WorldbookEntrySourceRow)).all() == []
+
+
+def test_a_character_made_here_goes_through_a_card_and_back(db_url: str, tmp_path: Path) -> None:
+    """Every field of the characters API survives export and import; the ones a card has no place for (traits,
+    backstory, motives) travel in `data.extensions.personalab`."""
+    from personalab.graph.api.cards import export_card_file
+    from personalab.graph.api.library import create_character, get_character
+
+    fields = {
+        "name": "灯守",
+        "description": "守灯人。",
+        "persona": "沉默。",
+        "traits": "可靠、固执",
+        "backstory": "在雾港守了三十年灯。",
+        "motives": "让每条船回家",
+        "greetings": ["你醒了。", "喝茶吗？"],
+        "example_dialogue": "{{user}}: 这是哪里？\n{{char}}: 雾港。",
+        "system_prompt": "只用中文。",
+        "post_history_instructions": "保持角色。",
+        "avatar": png({}),
+    }
+    made = create_character(fields, database_url=db_url)
+    for fmt in ("png", "v3", "v2"):
+        target = tmp_path / f"card.{fmt}"
+        export_card_file(made.id, target, fmt, database_url=db_url)
+        again = get_character(import_card_file(target, database_url=db_url).character_id, database_url=db_url)
+        for name, value in fields.items():
+            if name != "avatar":
+                assert getattr(again, name) == value, (fmt, name)
+        assert (again.avatar_bytes > 0) == (fmt == "png")
