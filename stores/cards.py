@@ -225,10 +225,22 @@ def import_report(card: Card) -> CardReport:
         if name not in V1_FIELDS:
             no_effect[f"(top level) {name}"] = "kept for export"
     book = data.get("character_book") or {}
+    if isinstance(book, dict):  # the book's own settings: kept with the card, not applied to the world book
+        for name, value in book.items():
+            if name not in ("name", "entries") and value not in (None, "", [], {}, False):
+                no_effect[f"character_book.{name}"] = BOOK_NOTES.get(name, "kept for export")
     entries = book.get("entries") if isinstance(book, dict) else None
     return CardReport(
         card.name, card.spec, card.source, used, no_effect, len(entries) if isinstance(entries, list) else 0
     )
+
+
+BOOK_NOTES = {
+    "scan_depth": "the book's scan depth: entries scan the turn's recent lines (or their own scan depth)",
+    "token_budget": "the book's budget: the world book's budget is a share of the context",
+    "recursive_scanning": "no recursive scanning here",
+    "description": "kept for export",
+}
 
 
 def _extension_note(name: str, value: Any) -> str:

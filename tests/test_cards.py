@@ -125,6 +125,8 @@ def test_the_import_report_names_every_field_without_effect() -> None:
         "group_only_greetings",
         "assets",
         "(top level) create_date",
+        "character_book.scan_depth",
+        "character_book.token_budget",
     ):
         assert name in report.no_effect, name
     assert "雾港" in report.no_effect["extensions.world"]
