@@ -23,6 +23,7 @@ from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import Character
+from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.branches import place_turn_lines
 from personalab.stores.db import session_scope
@@ -243,6 +244,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "error": None,
         # one of seed 003's gaps: check_gap returns only those, gap_from_seconds only its thresholds' gaps
         "gap": cast(GapName, given_gap or gap_from_seconds(seconds_since(previous))),
+        # the elapsed time itself, for the world book's time windows (seed 004 时间邻近性)
+        "gap_seconds": elapsed_seconds(seconds_since(previous), given_gap),
+        "path_lines": len(path),
         "review": None,
         "debug": {
             "reset": True,

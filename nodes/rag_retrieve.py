@@ -39,6 +39,7 @@ from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, co
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
+from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
@@ -104,10 +105,12 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     with session_scope(ctx.database_url) as session:
         worldbook = worldbook_for_instance(session, instance_id)
         knowledge = knowledge_for_instance(session, instance_id)
+        branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
     worldbook_context = context_from_lines(
         history[:-1],
         user_message=state["message"],
         current_turn=turn,
+        gap_seconds=state.get("gap_seconds"),  # seed 004 时间邻近性: the time since the previous turn
         now=time.time(),
         last_fired_turns=state.get("worldbook_fired") or {},
     )
@@ -133,8 +136,13 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         item["id"] for item in found["items"] if repeats_recent_dialogue(item, turn=turn, window_turns=ctx.recall_turns)
     ]
     items = [item for item in found["items"] if item["id"] not in in_dialogue or item["kind"] != "memory"]
+    # seed 000's tree: what was said or remembered on a branch the user left (a regenerated reply, an edited line,
+    # a rewind) is not this branch's past; it comes back with its branch
+    off_branch = [item["id"] for item in items if item.get("line_id") is not None and item["line_id"] not in branch]
+    items = [item for item in items if item["id"] not in off_branch]
     found["items"] = items[: ctx.rag_results]
     found["in_recent_dialogue"] = in_dialogue
+    found["off_branch"] = off_branch
     stored_at = store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
     now = datetime.now(UTC)
     injection = build_injection(

@@ -162,6 +162,12 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """The id of this turn's user line."""
     query: str
     """The retrieval query: the input rewritten with the recent dialogue (seed 002 需求3)."""
+    gap_seconds: Annotated[float | None, UntrackedValue(float)]
+    """Wall-clock seconds since the instance's previous turn (None before its first), or the lower bound of the
+    host's `time_gap`: the world book's time windows read it (seed 004 时间邻近性); never checkpointed."""
+    path_lines: Annotated[int, UntrackedValue(int)]
+    """Lines on the dialogue path up to this turn's user line (the chat's length: a world-book entry's delay);
+    never checkpointed."""
     deadline_at: Annotated[float, UntrackedValue(float)]
     """When the turn must be over (`time.time()`; seed 002: 30 s), set when its first model call starts
     (nodes/rules/deadline.py); never checkpointed."""

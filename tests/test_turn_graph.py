@@ -527,6 +527,8 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         "reply_to",
         "branch_from",
         "deadline_at",
+        "gap_seconds",
+        "path_lines",
     }
     checkpointed = {name for name, channel in channels.items() if isinstance(channel, LastValue)} | {"debug"}
     assert checkpointed == {

@@ -54,6 +54,7 @@ import numpy as np
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import has_unspaced_script
 from personalab.nodes.rules.retrieval import cosine
+from personalab.nodes.rules.review.effects import GAP_THRESHOLDS
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
 from pydantic import AfterValidator, BeforeValidator, Field, Strict, StringConstraints, model_validator
 
@@ -675,6 +676,26 @@ def temporal_fires(window: TemporalWindow, entry_id: str, context: WorldbookCont
     if not parts:
         return False, "no time window set"
     return True, "; ".join(parts)
+
+
+def gap_range(gap: str) -> tuple[float, float]:
+    """The seconds a named gap of seed 003 (none / minutes / hours / days / long_absence) covers, [low, high)."""
+    low = 0.0
+    for upper, name in GAP_THRESHOLDS:
+        if name == gap:
+            return low, upper
+        low = upper
+    return low, math.inf  # the longest gap: beyond the last bound
+
+
+def elapsed_seconds(measured: float | None, host_gap: str | None) -> float | None:
+    """The elapsed time a turn's time windows see (seed 004 时间邻近性): the wall-clock time since the previous
+    turn (None before the first); when the host named a gap (`time_gap`), the host is right: the measured time when
+    it lies in that gap, else the gap's lower bound (a host that says "days" means at least a day)."""
+    if host_gap is None:
+        return measured
+    low, high = gap_range(host_gap)
+    return measured if measured is not None and low <= measured < high else low
 
 
 def time_decay(entry: WorldbookEntry, now: float | None) -> float:
