@@ -12,7 +12,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
-from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.llm import MarkerFreeStream, get_chat_model, model_label
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.character import (
     EXAMPLE_DIALOGUE_LABEL,
@@ -125,10 +125,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     until = reply_deadline(deadline_at, ctx.turn_deadline_s, calls_after_reply(state, ctx))
     model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens)
     label = model_label(model)
+    shown = MarkerFreeStream(inner=model)  # what the stream's readers get: the reply without its markers
     parts: list[str] = []
     finish: str | None = None
     late = False
-    stream = model.stream(prompt.messages)
+    stream = shown.stream(prompt.messages)
     try:
         # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
         for chunk in stream:
@@ -155,7 +156,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "finish_reason": finish,
         "deadline": _deadline_debug(deadline_at, until),
     }
-    text = "".join(parts)
+    text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if late:
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)

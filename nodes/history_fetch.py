@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.character import persona_text, seeded_core_memory
@@ -26,6 +27,7 @@ from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.branches import place_turn_lines
+from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids
 from personalab.stores.saves import get_save, outline_of, validate_line
@@ -82,6 +84,21 @@ def check_branch_input(state: TurnState) -> tuple[int | None, int | None]:
     if given["reply_to"] is not None and (given["branch_from"] is not None or state.get("lines_before")):
         raise InvalidInput("reply_to (regenerate) takes no branch_from or lines_before")
     return given["reply_to"], given["branch_from"]
+
+
+def check_thread(instance_id: int) -> None:
+    """A turn runs on its instance's thread (uuid5 of the instance, `thread_id_for`): the thread's checkpoints are
+    that instance's story, so a run that names another instance on it is refused (`InvalidInput`) before anything
+    is written."""
+    try:
+        thread_id = (get_config().get("configurable") or {}).get("thread_id")
+    except RuntimeError:  # called outside a graph run (a test of the node itself)
+        return
+    if thread_id is not None and str(thread_id) != thread_id_for(instance_id):
+        raise InvalidInput(
+            f"thread {thread_id} is not the thread of instance {instance_id}: run its turns on thread "
+            f"{thread_id_for(instance_id)}"
+        )
 
 
 def check_user_name(user_name: Any, max_chars: int) -> str | None:
@@ -186,6 +203,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     instance_id = state.get("instance_id")
     if not isinstance(instance_id, int) or isinstance(instance_id, bool):
         raise InvalidInput(f"instance_id must be an integer, got {instance_id!r}")
+    check_thread(instance_id)
     reply_to, branch_from = check_branch_input(state)
     lines = (
         []
@@ -211,11 +229,11 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             path = get_path_ids(session, instance_id)
             kept = kept_state(session, state, instance_id, path, anchor)
             recap = recap_items(recap_turns(session, sitting.previous), name) if sitting.previous else []
-            (head_end, tail_start), history = read_recall_window(
-                session, path, window_turns(ctx), save.role_id, name
-            )
+            (head_end, tail_start), history = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
             background = session.get(Background, save.background_id) if save.background_id else None
-            outline = [point.content for point in outline_of(session, background.id)] if background and background.id else []
+            outline = (
+                [point.content for point in outline_of(session, background.id)] if background and background.id else []
+            )
             previous = last_turn_time(session, instance_id)
     except BaseException:
         release_turn_lock(instance_id, token, ctx.database_url)
@@ -251,7 +269,11 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "debug": {
             "reset": True,
             "instance_id": instance_id,
-            "history": {"path_lines": len(path), "lines_read": len(history), "older_lines_not_read": tail_start - head_end},
+            "history": {
+                "path_lines": len(path),
+                "lines_read": len(history),
+                "older_lines_not_read": tail_start - head_end,
+            },
         },
     }
     if reply_to is not None:  # a regenerate answers the stored user line again, under its stored name

@@ -32,13 +32,21 @@ The scripted model tells requests apart by the purpose marker each system prompt
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
+from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langgraph.constants import TAG_NOSTREAM
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, call_seconds
 from personalab.nodes.rules.errors import ConfigError
+from personalab.nodes.rules.markers import MarkerFilter
 from personalab.nodes.scripted_llm import ScriptedChatModel
 from personalab.stores.settings import settings
+from pydantic import Field
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -55,17 +63,20 @@ def get_chat_model(
     the next chunk; the reply's reader also stops at the deadline. `max_tokens`: the most tokens the model may
     write (the reply's PERSONALAB_MAX_REPLY_TOKENS)."""
     prompts.purpose_marker(purpose)  # validates the purpose
+    # only the reply reaches a reader of the served graph's `messages` stream: LangGraph leaves out a model call
+    # tagged "nostream" (the rewrite's query, the maintenance's and the review's JSON are no dialogue)
+    tags = None if purpose == prompts.PURPOSE_REPLY else [TAG_NOSTREAM]
     current = settings()
     timeout = current.llm_timeout
     if until is not None:
         timeout = call_seconds(until, time.time(), timeout) or MIN_CALL_SECONDS
     if current.llm == "scripted":
-        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted", max_tokens=max_tokens)
+        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted", max_tokens=max_tokens, tags=tags)
     key = current.openai_api_key
     if key is None:
         if current.llm == "openai":
             raise ConfigError("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
-        return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens)
+        return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens, tags=tags)
     from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
 
     # ChatOpenAI sends the cap as `max_completion_tokens` (OpenAI's current name); llama.cpp's server,
@@ -80,7 +91,66 @@ def get_chat_model(
         max_retries=current.llm_max_retries,
         max_completion_tokens=max_tokens,
         extra_body=extra_body,
+        tags=tags,
     )
+
+
+class MarkerFreeStream(BaseChatModel):
+    """The reply model as a reader of its stream sees it (seed 002 需求1: the director's `[PROGRESS:i:status]`
+    markers are for the engine): every chunk's text without markers, a possible marker held back until it closes
+    (`MarkerFilter`). The wrapped model runs without callbacks, so LangGraph's `messages` and `events` stream modes
+    and `run_turn(on_token=…)` see only this run's clean chunks; the model's own text, markers included, is kept in
+    `raw` for the progress parser. One instance per reply."""
+
+    inner: BaseChatModel
+    raw: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "marker-free-stream"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        answer = self.inner.invoke(messages, config={"callbacks": []}, stop=stop, **kwargs)
+        text = answer.content if isinstance(answer.content, str) else str(answer.content)
+        self.raw.append(text)
+        markers = MarkerFilter()
+        message = AIMessage(content=markers.feed(text) + markers.flush(), response_metadata=answer.response_metadata)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        markers = MarkerFilter()
+        # callbacks=[]: the model's raw tokens reach no handler (stream modes, tracing of this run's readers)
+        inner = self.inner.stream(messages, config={"callbacks": []}, stop=stop, **kwargs)
+        try:
+            for chunk in inner:
+                text = chunk.content if isinstance(chunk.content, str) else str(chunk.content)
+                self.raw.append(text)
+                metadata = dict(chunk.response_metadata or {})
+                shown = markers.feed(text) + (markers.flush() if metadata.get("finish_reason") else "")
+                yield ChatGenerationChunk(
+                    message=AIMessageChunk(
+                        content=shown, response_metadata=metadata, usage_metadata=chunk.usage_metadata
+                    )
+                )
+            rest = markers.flush()
+            if rest:
+                yield ChatGenerationChunk(message=AIMessageChunk(content=rest))
+        finally:
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()  # a reader that stops early (the deadline) closes the model's connection too
 
 
 def model_label(model: BaseChatModel) -> str:

@@ -111,6 +111,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         user_message=state["message"],
         current_turn=turn,
         gap_seconds=state.get("gap_seconds"),  # seed 004 时间邻近性: the time since the previous turn
+        chat_lines=state.get("path_lines"),  # an entry's delay: the chat's length
         now=time.time(),
         last_fired_turns=state.get("worldbook_fired") or {},
     )
@@ -167,6 +168,8 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     return {
         "memories": found,
         "worldbook_skipped": [asdict(skipped) for skipped in fired.skipped],
+        # in by stickiness, not by their own trigger: their firing turn stays (else they would stick for ever)
+        "worldbook_sticky": {item.entry.id for item in fired.triggered if item.trigger == "sticky"},
         "injection": injection,
     }
 
@@ -187,7 +190,8 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     plan: InjectionPlan = injection.plan
     memories = found["memories"]
     fired = dict(state.get("worldbook_fired") or {})
-    fired.update({entry_id: state["turn"] for entry_id in injection.fired_worldbook_ids})
+    sticky = found["worldbook_sticky"]
+    fired.update({entry_id: state["turn"] for entry_id in injection.fired_worldbook_ids if entry_id not in sticky})
     return {
         "retrieved": memories["items"],
         "memory_blocks": injection_blocks(plan),
@@ -202,6 +206,7 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "count": len(memories["items"]),
                 "dropped": memories["dropped"],
                 "in_recent_dialogue": memories["in_recent_dialogue"],
+                "off_branch": memories["off_branch"],
                 "timings_ms": memories.get("timings_ms"),
                 "injection": plan.debug(),
                 "worldbook_skipped": found["worldbook_skipped"],

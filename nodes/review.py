@@ -71,7 +71,9 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
             user_name=user_name,
         )
         event = turn_event_text(turn, user_name, state["message"], character["name"], state["reply"])
-        memories = turn_memories(output, plan, event, turn, state["message"])
+        # each memory carries the line it came from (the reply's last), so a branch left behind keeps its own
+        leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
+        memories = [{"line_id": leaf, **item} for item in turn_memories(output, plan, event, turn, state["message"])]
         # off the reply's path (seed 002: 事件写入异步执行); the store is resolved now, where the turn runs
         store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
         run_in_background(remember, store, state["instance_id"], memories, after_turn_of=state["instance_id"])

@@ -196,3 +196,26 @@ def test_a_pause_or_new_session_starts_a_session_whose_first_turn_gets_a_recap(d
     assert listed[0]["ended_at"] is not None and listed[-1]["ended_at"] is None
     with pytest.raises(InstanceNotFound):
         dialogue.sessions(31337, database_url=db_url)
+
+
+# --- what an abandoned branch wrote is not retrieved on the current one ------------------------------------------
+
+
+def test_memories_of_an_abandoned_branch_are_not_retrieved_and_come_back_with_it(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    secret = "我把蓝色钥匙藏在井底了"
+    # recall_turns=1: turn 1 is out of the recent dialogue by turn 3, so only the branch decides what is retrieved
+    ctx = Context(database_url=db_url, recall_turns=1)
+    with turn_graph(ctx) as (graph, context):
+        told, _ = (run_turn(graph, context, instance, text) for text in (secret, "今天天气不错"))
+        dialogue.edit(instance, told["user_line_id"], "你好", graph=graph, context=context)
+        run_turn(graph, context, instance, "随便聊聊")
+        asked = run_turn(graph, context, instance, "蓝色钥匙在哪里？")
+        assert asked["turn"] == 3
+        assert not [item for item in asked["retrieved"] if "井底" in str(item.get("content"))]
+        assert asked["debug"]["retrieval"]["off_branch"]  # left out, and the debug output names them
+
+        dialogue.swipe(instance, told["user_line_id"], database_url=db_url)  # branch A again
+        again = run_turn(graph, context, instance, "蓝色钥匙在哪里？")
+        assert again["turn"] == 3
+        assert [item for item in again["retrieved"] if "井底" in str(item.get("content"))]

@@ -8,9 +8,11 @@ Each part of the served API is an ``APIRouter`` in its own module, included here
 from __future__ import annotations
 
 from fastapi import FastAPI
+from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.library import router as library_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
 app.include_router(library_router)
+app.include_router(dialogue.router)

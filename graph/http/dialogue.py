@@ -1,0 +1,126 @@
+"""An instance's dialogue over HTTP (seed 002 对话功能 / 会话实例; seed 000's tree): thin over
+personalab.graph.api.dialogue. Reading and moving the tree are plain routes (run in FastAPI's thread pool); a
+regenerate or an edit is a turn, so it stays a graph run on the instance's thread (uuid5 of the instance), started
+through the server's own runs API, like any turn a client starts.
+
+| method and path | what it does |
+| --- | --- |
+| `GET /instances/{id}/history` (`?offset=&limit=`) | the current branch from the root, paged (negative offset: from the end) |
+| `GET /instances/{id}/lines/{line_id}/siblings` | the lines beside a line, marked `on_branch` |
+| `GET /instances/{id}/story-state` | the leaf and the story state of the current branch (what the next turn starts from) |
+| `POST /instances/{id}/rewind` `{"line_id"}` | move the leaf back to a line of the branch |
+| `POST /instances/{id}/swipe` `{"line_id"}` | make a sibling of a branch line current (with the branch under it) |
+| `POST /instances/{id}/regenerate` `{"line_id"?}` | a new reply beside the last one (a graph run; answers its output) |
+| `POST /instances/{id}/edit` `{"line_id", "text"}` | a new user line beside `line_id`, answered (a graph run) |
+| `GET /instances/{id}/sessions`, `POST /instances/{id}/sessions` | the sessions (sittings); start a new one |
+
+A client may also start those runs itself: input `{"instance_id", "reply_to": line}` (regenerate) or
+`{"instance_id", "message", "branch_from": parent}` (edit) on thread uuid5 of the instance; a run on another
+instance's thread is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, status
+from personalab.graph.api import dialogue as api
+from personalab.nodes.context import Context
+from personalab.nodes.rules import errors
+from personalab.nodes.rules.errors import PersonaLabError
+from personalab.stores.checkpoints import thread_id_for
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+router = APIRouter()
+TAGS: list[str | Any] = ["dialogue"]
+
+
+def _url() -> str | None:
+    return Context().database_url
+
+
+class LineBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    line_id: int = Field(ge=0, description="A line of the instance.")
+
+
+class RegenerateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    line_id: int | None = Field(default=None, ge=0, description="The user line to answer again (default: the last).")
+
+
+class EditBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    line_id: int = Field(ge=0, description="The user line of the current branch to replace.")
+    text: str = Field(description="The new text of the line.")
+    user_name: str | None = None
+
+
+@router.get("/instances/{instance_id}/history", tags=TAGS)
+def get_history(instance_id: int, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
+    return api.history(instance_id, offset=offset, limit=limit, database_url=_url())
+
+
+@router.get("/instances/{instance_id}/lines/{line_id}/siblings", tags=TAGS)
+def get_siblings(instance_id: int, line_id: int) -> dict[str, Any]:
+    return api.siblings(instance_id, line_id, database_url=_url())
+
+
+@router.get("/instances/{instance_id}/story-state", tags=TAGS)
+def get_story_state(instance_id: int) -> dict[str, Any]:
+    return api.story_state(instance_id, database_url=_url())
+
+
+@router.post("/instances/{instance_id}/rewind", tags=TAGS)
+def post_rewind(instance_id: int, body: LineBody) -> dict[str, Any]:
+    return api.rewind(instance_id, body.line_id, database_url=_url())
+
+
+@router.post("/instances/{instance_id}/swipe", tags=TAGS)
+def post_swipe(instance_id: int, body: LineBody) -> dict[str, Any]:
+    return api.swipe(instance_id, body.line_id, database_url=_url())
+
+
+@router.get("/instances/{instance_id}/sessions", tags=TAGS)
+def get_sessions(instance_id: int) -> list[dict[str, Any]]:
+    return api.sessions(instance_id, database_url=_url())
+
+
+@router.post("/instances/{instance_id}/sessions", status_code=status.HTTP_201_CREATED, tags=TAGS)
+def post_session(instance_id: int) -> dict[str, Any]:
+    return api.new_session(instance_id, database_url=_url())
+
+
+async def _run_on_thread(instance_id: int, run_input: dict[str, Any]) -> dict[str, Any]:
+    """A turn as a graph run on the instance's thread, through the server's own runs API (in-process); the run's
+    output, or its error as PersonaLab's."""
+    from langgraph_sdk import get_client  # only inside the server: the in-process transport needs it
+
+    client = get_client(url=None)
+    thread_id = thread_id_for(instance_id)
+    await client.threads.create(thread_id=thread_id, if_exists="do_nothing")
+    result = await client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id, **run_input})
+    if isinstance(result, dict) and "__error__" in result:
+        error = result["__error__"] or {}
+        kind = getattr(errors, str(error.get("error")), None)  # the run's error, by its class name
+        kind = kind if isinstance(kind, type) and issubclass(kind, PersonaLabError) else PersonaLabError
+        raise kind(str(error.get("message") or error.get("error") or "the run failed"))
+    if not isinstance(result, dict):
+        raise PersonaLabError(f"the run on instance {instance_id} returned no state")
+    return result
+
+
+@router.post("/instances/{instance_id}/regenerate", tags=TAGS)
+async def post_regenerate(instance_id: int, body: RegenerateBody) -> dict[str, Any]:
+    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, database_url=_url())
+    return await _run_on_thread(instance_id, {"reply_to": target})
+
+
+@router.post("/instances/{instance_id}/edit", tags=TAGS)
+async def post_edit(instance_id: int, body: EditBody) -> dict[str, Any]:
+    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, database_url=_url())
+    run_input: dict[str, Any] = {"message": body.text, "branch_from": parent}
+    if body.user_name is not None:
+        run_input["user_name"] = body.user_name
+    return await _run_on_thread(instance_id, run_input)
