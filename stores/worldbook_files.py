@@ -11,8 +11,9 @@ one) and the field. Files read:
   "disable", ...}}}`; the entries may also be a list);
 - character-card lorebooks (`character_book`: `keys`, `secondary_keys`, `content`, `enabled`,
   `insertion_order`, `constant`, `name` / `comment`, `id`), alone or inside a V2 / V3 card (`data`).
-SillyTavern fields with no counterpart here (probability, depth, sticky, groups, ...) are ignored and
-named in the import report. Entries with empty content, and non-constant entries without any key (which
+SillyTavern fields with no counterpart here (a depth the tail cannot honour, the match-the-character's-fields
+options, automation, ...) are kept for export and named in the import report; the trigger reads the rest
+(probability, case, whole words, scan depth, groups, sticky / cooldown / delay, recursion). Entries with empty content, and non-constant entries without any key (which
 SillyTavern never fires either), are skipped and reported, not errors. Each entry is read by a pydantic
 model: ours by `WorldbookEntry` / `KnowledgeEntry` themselves, SillyTavern's and a card's by
 `SillyTavernEntry` / `CardEntry` (so an error names the file's own field), then mapped to ours.
@@ -92,15 +93,18 @@ ST_READ = {
     "group",
     "groupOverride",
     "groupWeight",
+    "sticky",
+    "cooldown",
+    "delay",
+    "excludeRecursion",
+    "preventRecursion",
+    "delayUntilRecursion",
 }
 # Present in every SillyTavern entry and meaningless here; not worth a note.
 ST_SILENT = {"displayIndex", "addMemo", "extensions", "characterFilter", "automationId", "hash", "world"}
 # Fields with no counterpart here, with their SillyTavern defaults (newWorldInfoEntryDefinition; older files
 # write 0 for the timed effects): only a field set to something else is reported as ignored.
 ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "excludeRecursion": (False,),
-    "preventRecursion": (False,),
-    "delayUntilRecursion": (0, False),
     "matchPersonaDescription": (False,),
     "matchCharacterDescription": (False,),
     "matchCharacterPersonality": (False,),
@@ -109,9 +113,6 @@ ST_UNMAPPED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "matchCreatorNotes": (False,),
     "depth": (4,),
     "useGroupScoring": (None, False),
-    "sticky": (None, 0),
-    "cooldown": (None, 0),
-    "delay": (None, 0),
     "triggers": ([],),
 }
 CARD_MAPPED = {
@@ -146,16 +147,16 @@ CARD_EXT_MAPPED = {
     "group",
     "group_override",
     "group_weight",
+    "sticky",
+    "cooldown",
+    "delay",
+    "exclude_recursion",
+    "prevent_recursion",
+    "delay_until_recursion",
 }
 CARD_EXT_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "exclude_recursion": (False, None),
-    "prevent_recursion": (False, None),
-    "delay_until_recursion": (False, 0, None),
     "use_group_scoring": (False, None),
     "automation_id": ("", None),
-    "sticky": (None, 0),
-    "cooldown": (None, 0),
-    "delay": (None, 0),
     "outlet_name": ("", None),
     "match_persona_description": (False, None),
     "match_character_description": (False, None),

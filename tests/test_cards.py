@@ -216,7 +216,7 @@ def test_a_card_becomes_a_character_with_its_book_and_exports_back_whole(db_url:
     with session_scope(db_url) as s:
         done = import_card(s, card)
     assert done.book is not None and done.book.imported == 3
-    assert "extensions.sticky" in done.book.ignored_fields  # kept, but said to have no effect here
+    assert "extensions.sticky" not in done.book.ignored_fields  # sticky has its effect (in turns)
     with session_scope(db_url) as s:
         role = s.get(Role, done.role_id)
         assert role is not None and (role.name, role.persona) == ("灯守", "沉默，可靠")

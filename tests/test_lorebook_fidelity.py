@@ -103,7 +103,7 @@ def test_world_info_export_gives_back_the_imported_file(sqlite_url: str) -> None
         assert report.imported == 5
         assert report.positions["at depth 2 as user → tail (user position)"] == 1
         # kept with the entry, named as without effect here (depth 2: the tail has one place)
-        assert set(report.ignored_fields) == {"depth", "sticky"}
+        assert set(report.ignored_fields) == {"depth"}  # sticky has its effect (in turns)
         exported = export_sillytavern(s)
     assert exported == original
 

@@ -45,7 +45,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
@@ -129,6 +129,8 @@ except ImportError:  # pragma: no cover - regex comes with tiktoken
 MAX_SCAN_DEPTH = 100  # lines a context keeps for entries with their own scan depth
 DEFAULT_BUDGET_SHARE = 0.25  # SillyTavern's world-info budget: 25 % of the context
 DEFAULT_BUDGET_TOKENS = 2000  # when neither the context nor a cap is known
+DEFAULT_RECURSION_STEPS = 3  # recursion passes a turn makes at most (each entry fires once, so loops end anyway)
+MAX_RECURSION_STEPS = 20
 
 
 def _checked_keyword(keyword: str) -> str:
@@ -305,6 +307,23 @@ class EntryOptions:
     groups: tuple[str, ...] = ()  # inclusion groups (comma-separated in the file): one entry of a group goes in
     group_override: bool = False  # "prioritise": the highest order of the group wins instead of a weighted draw
     group_weight: float = 100.0
+    # timed effects, in turns (SillyTavern counts messages; a turn here is one exchange)
+    sticky: int = 0  # stays active this many turns after it fired
+    cooldown: int = 0  # cannot fire for this many turns after it was active (after its sticky turns)
+    delay: int = 0  # cannot fire before the chat has this many lines
+    exclude_recursion: bool = False  # not activated by other entries' content
+    prevent_recursion: bool = False  # its content activates no other entry
+    delay_until_recursion: bool = False  # activated only by other entries' content
+
+
+def _timer(value: Any) -> int:
+    number = _whole_number(value)
+    return number if number is not None and number > 0 else 0
+
+
+def _truthy(value: Any) -> bool:
+    """A recursion flag: SillyTavern writes booleans, newer files a recursion level (a positive number)."""
+    return value is True or (_whole_number(value) or 0) > 0
 
 
 def _flag(value: Any) -> bool | None:
@@ -330,12 +349,16 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         position = ext.get("position", word if isinstance(word, int) else 1 if word == "after_char" else 0)
         depth, role, scan = ext.get("depth"), ext.get("role"), ext.get("scan_depth")
         group, override, weight = ext.get("group"), ext.get("group_override"), ext.get("group_weight")
+        timers = (ext.get("sticky"), ext.get("cooldown"), ext.get("delay"))
+        recursion = (ext.get("exclude_recursion"), ext.get("prevent_recursion"), ext.get("delay_until_recursion"))
     else:
         case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
         probability, use = source.get("probability"), source.get("useProbability")
         position, depth, role = source.get("position"), source.get("depth"), source.get("role")
         scan = source.get("scanDepth")
         group, override, weight = source.get("group"), source.get("groupOverride"), source.get("groupWeight")
+        timers = (source.get("sticky"), source.get("cooldown"), source.get("delay"))
+        recursion = (source.get("excludeRecursion"), source.get("preventRecursion"), source.get("delayUntilRecursion"))
     percent = 100.0
     if use is not False and isinstance(probability, int | float) and not isinstance(probability, bool):
         percent = min(100.0, max(0.0, float(probability)))
@@ -352,6 +375,12 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
         group_weight=float(weight)
         if isinstance(weight, int | float) and not isinstance(weight, bool) and weight > 0
         else 100.0,
+        sticky=_timer(timers[0]),
+        cooldown=_timer(timers[1]),
+        delay=_timer(timers[2]),
+        exclude_recursion=_truthy(recursion[0]),
+        prevent_recursion=_truthy(recursion[1]),
+        delay_until_recursion=_truthy(recursion[2]),
     )
 
 
@@ -388,12 +417,16 @@ class WorldbookConfig:
     template: str = "- {content}"
     heading: str = "世界书"
     separate_by_type: bool = False
+    recursive: bool = True  # SillyTavern's recursive scanning: fired entries' content activates other entries
+    max_recursion_steps: int = DEFAULT_RECURSION_STEPS
 
     def __post_init__(self) -> None:
         if self.inject_position not in POSITIONS:
             raise InvalidInput(f"inject_position {self.inject_position!r} is not one of {', '.join(POSITIONS)}")
         if self.max_total_tokens is not None and self.max_total_tokens < 0:
             raise InvalidInput("max_total_tokens is negative")
+        if not 0 <= self.max_recursion_steps <= MAX_RECURSION_STEPS:
+            raise InvalidInput(f"max_recursion_steps {self.max_recursion_steps} is not in 0..{MAX_RECURSION_STEPS}")
         if not 0 < self.budget_share <= 1:
             raise InvalidInput(f"budget_share {self.budget_share} is not in (0, 1]")
         for kind, limit in self.max_per_kind.items():
@@ -437,6 +470,7 @@ class WorldbookContext:
     similarity: Callable[[WorldbookEntry], float | None] | None = None
     roll: Callable[[], float] | None = None  # a number in [0, 1) for an entry's probability (default random)
     lines: Sequence[str] = ()  # the recent lines, newest last (user message included), for a per-entry scan depth
+    chat_lines: int | None = None  # lines on the dialogue path so far (an entry's delay); None: unknown
 
 
 @dataclass(frozen=True)
@@ -755,50 +789,146 @@ def _base_score(
     raise InvalidInput(f"entry {entry.id}: unknown trigger_type {kind!r}")
 
 
+def timed_effect(entry: WorldbookEntry, context: WorldbookContext) -> tuple[str, str] | None:
+    """SillyTavern's timed effects in turns: ("sticky", why) when the entry fired within its sticky turns (it stays
+    in without its keys), ("blocked", why) while its delay or cooldown holds it back, None otherwise. The turn it
+    last fired by its own trigger is `last_fired_turns` (kept with the story state, so it follows the branch)."""
+    options = sillytavern_options(entry)
+    if options.delay and context.chat_lines is not None and context.chat_lines < options.delay:
+        return "blocked", f"delay: the chat has {context.chat_lines} of the {options.delay} lines it waits for"
+    last = context.last_fired_turns.get(entry.id)
+    if last is None or not (options.sticky or options.cooldown):
+        return None
+    since = context.current_turn - last
+    if 0 < since <= options.sticky:
+        return "sticky", f"sticky: fired at turn {last}, active {options.sticky} turns after"
+    if options.sticky < since <= options.sticky + options.cooldown:
+        ends = last + options.sticky + options.cooldown
+        return "blocked", f"cooldown: {options.cooldown} turns after it was active (until turn {ends})"
+    return None
+
+
+def _score_entry(
+    entry: WorldbookEntry,
+    context: WorldbookContext,
+    config: WorldbookConfig,
+    roll: Callable[[], float],
+    skipped: list[SkippedEntry],
+) -> TriggeredEntry | None:
+    """A non-constant entry's firing this turn (its trigger, threshold and probability), or None (a notable miss
+    named in `skipped`)."""
+    try:
+        base, reason, hits, why = _base_score(entry, context, config)
+    except RegexTimeout as exc:
+        skipped.append(SkippedEntry(entry.id, str(exc)))
+        return None
+    if base <= 0:
+        if why:
+            skipped.append(SkippedEntry(entry.id, why))
+        return None
+    decay = time_decay(entry, context.now) if config.time_decay_enabled else 1.0
+    boost = 1.0
+    if config.emotional_boost_enabled and entry.emotions and entry.trigger_type != "emotional":
+        match, _ = emotion_match(entry.emotions, context)
+        boost = 1.0 + entry.emotional_weight * match
+    score = base * entry.relevance_weight * decay * boost
+    breakdown = {"trigger": base, "relevance_weight": entry.relevance_weight, "decay": decay, "boost": boost}
+    if score < config.relevance_threshold:
+        skipped.append(
+            SkippedEntry(entry.id, f"{reason}; score {score:.3f} < threshold {config.relevance_threshold}", score)
+        )
+        return None
+    if _lost_roll(entry, roll, skipped, score):
+        return None
+    return TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown)
+
+
+def recursion(
+    candidates: Sequence[WorldbookEntry],
+    fired: list[TriggeredEntry],
+    context: WorldbookContext,
+    config: WorldbookConfig,
+    roll: Callable[[], float],
+    skipped: list[SkippedEntry],
+) -> list[TriggeredEntry]:
+    """SillyTavern's recursive scanning: the content of the entries that fired (not those that prevent recursion)
+    is scanned, with the recent text, for the keys of the entries that did not (not those excluded from recursion),
+    step by step, at most `config.max_recursion_steps` steps. Each entry fires once, so a loop (A names B, B names
+    A) ends; entries a further step would still have activated are named with the limit."""
+    done = {item.entry.id for item in fired}
+    found: list[TriggeredEntry] = []
+    buffer = [item.entry.content for item in fired if not sillytavern_options(item.entry).prevent_recursion]
+    step = 0
+    while buffer:
+        waiting = [
+            e for e in candidates if e.id not in done and e.trigger_type in ("keyword", "semantic") and e.keywords
+        ]
+        if not waiting:
+            break
+        scanned = "\n".join(buffer)
+        deeper = replace(context, text=f"{context.text}\n{scanned}", lines=(*context.lines, scanned))
+        if step >= config.max_recursion_steps:
+            reached = [e.id for e in waiting if keyword_score(scanned_text(e, deeper), e)[0] > 0]
+            for entry_id in reached:
+                skipped.append(
+                    SkippedEntry(entry_id, f"recursion stopped at its limit of {config.max_recursion_steps} steps")
+                )
+            break
+        step += 1
+        new: list[TriggeredEntry] = []
+        for entry in waiting:
+            item = _score_entry(entry, deeper, config, roll, skipped)
+            if item is not None:
+                reason = f"recursion step {step}: {item.reason}"
+                new.append(TriggeredEntry(entry, item.score, item.trigger, reason, item.matched, item.breakdown))
+        done.update(item.entry.id for item in new)
+        found.extend(new)
+        buffer = [item.entry.content for item in new if not sillytavern_options(item.entry).prevent_recursion]
+    return found
+
+
 def explain_worldbook(
     entries: Iterable[WorldbookEntry], context: WorldbookContext, config: WorldbookConfig | None = None
 ) -> WorldbookResult:
     """The fired entries, ordered for injection, plus the notable ones that did not make it and why
-    (below the threshold, over the per-kind maximum, secondary keywords failed, no embedding).
-    Entries that simply do not match are not listed."""
+    (below the threshold, over the per-kind maximum, secondary keywords failed, no embedding, held back by a delay
+    or cooldown, recursion at its limit). Entries that simply do not match are not listed. An entry in its sticky
+    turns is in with trigger "sticky"; entries named in the content of those that fired come in by recursion."""
     config = config or WorldbookConfig()
     if not config.enabled:
         return WorldbookResult([], [])
     fired: list[TriggeredEntry] = []
     skipped: list[SkippedEntry] = []
     roll = context.roll or random.random
+    by_recursion: list[WorldbookEntry] = []
     for entry in entries:
         if not entry.enabled or not entry.content.strip():
+            continue
+        timed = timed_effect(entry, context)
+        if timed is not None:
+            effect, why = timed
+            if effect == "sticky":
+                fired.append(TriggeredEntry(entry, 1.0, "sticky", why, (), {"trigger": 1.0}))
+            else:
+                skipped.append(SkippedEntry(entry.id, why))
             continue
         if entry.constant:
             if _lost_roll(entry, roll, skipped):
                 continue
             fired.append(TriggeredEntry(entry, 1.0, "constant", "constant entry", (), {"trigger": 1.0}))
             continue
-        try:
-            base, reason, hits, why = _base_score(entry, context, config)
-        except RegexTimeout as exc:
-            skipped.append(SkippedEntry(entry.id, str(exc)))
-            continue
-        if base <= 0:
-            if why:
-                skipped.append(SkippedEntry(entry.id, why))
-            continue
-        decay = time_decay(entry, context.now) if config.time_decay_enabled else 1.0
-        boost = 1.0
-        if config.emotional_boost_enabled and entry.emotions and entry.trigger_type != "emotional":
-            match, _ = emotion_match(entry.emotions, context)
-            boost = 1.0 + entry.emotional_weight * match
-        score = base * entry.relevance_weight * decay * boost
-        breakdown = {"trigger": base, "relevance_weight": entry.relevance_weight, "decay": decay, "boost": boost}
-        if score < config.relevance_threshold:
-            skipped.append(
-                SkippedEntry(entry.id, f"{reason}; score {score:.3f} < threshold {config.relevance_threshold}", score)
-            )
-            continue
-        if _lost_roll(entry, roll, skipped, score):
-            continue
-        fired.append(TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown))
+        options = sillytavern_options(entry)
+        if not options.exclude_recursion:
+            by_recursion.append(entry)
+        if options.delay_until_recursion:
+            continue  # only the content of other entries can activate it
+        item = _score_entry(entry, context, config, roll, skipped)
+        if item is not None:
+            fired.append(item)
+    if config.recursive and fired:
+        missed = {item.entry_id for item in skipped}  # a lost roll or failed secondary keys is not tried again
+        candidates = [entry for entry in by_recursion if entry.id not in missed]
+        fired.extend(recursion(candidates, fired, context, config, roll, skipped))
 
     fired = inclusion_groups(fired, roll, skipped)
     fired.sort(key=lambda t: (t.trigger != "constant", -t.entry.priority, -t.score))
@@ -897,6 +1027,7 @@ def context_from_lines(
     gap_seconds: float | None = None,
     now: float | None = None,
     last_fired_turns: Mapping[str, int] | None = None,
+    chat_lines: int | None = None,
 ) -> WorldbookContext:
     """A context from the last `depth` lines (dicts or `Line` rows, oldest first) plus the new user message.
     Each line is scanned as `display_name: content` when it has a display name (SillyTavern's "include
@@ -925,6 +1056,7 @@ def context_from_lines(
         gap_seconds=gap_seconds,
         now=now,
         last_fired_turns=dict(last_fired_turns or {}),
+        chat_lines=chat_lines,
     )
 
 
