@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from personalab.graph.api import dialogue
-from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
@@ -102,6 +102,9 @@ def test_regenerate_swipe_and_rewind_move_the_story_state_with_the_branch(db_url
     rewound = dialogue.rewind(instance, turn_one_leaf, database_url=db_url)
     assert rewound["leaf"] == turn_one_leaf and rewound["turn"] == 1
     assert point_one(rewound["story_state"]) == "in_progress"
+    with turn_graph(Context(database_url=db_url)) as (graph, _ctx):  # what `core show` and Studio read
+        shown = graph.get_state(turn_config(instance)).values
+    assert shown["turn"] == 1 and point_one(shown) == "in_progress" and shown["core_memory"] == first["core_memory"]
     (again,) = play(db_url, instance, "换个话题")
     assert again["turn"] == 2 and point_one(again) == "completed"
     assert again["core_memory"] == first["core_memory"]

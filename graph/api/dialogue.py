@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from personalab.graph.graph import TurnGraph
-from personalab.graph.runner import run_turn, turn_graph
+from personalab.graph.runner import run_turn, turn_config, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.state import STORY_FIELDS
 from personalab.stores.branches import children_of, latest_leaf_under, line_of, move_leaf
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids
@@ -158,7 +159,33 @@ def _branch(session: Session, instance_id: int) -> dict[str, Any]:
         "lines": len(path),
         "turn": state.get("turn", 0),
         "story_state": state,
+        "story_state_id": row.id if row is not None else None,
     }
+
+
+def _sync_checkpoint(branch: dict[str, Any], database_url: str | None) -> None:
+    """Bring the instance's checkpoint (what `personalab core show`, LangGraph Studio and the served thread's
+    state show) to the story state of the branch the leaf moved to. A turn would start from the stored state
+    anyway (history_fetch compares the two); this keeps what a reader sees between turns right too."""
+    config = turn_config(branch["instance_id"])
+    with turn_graph(Context(database_url=database_url)) as (graph, _ctx):
+        if not graph.get_state(config).values:
+            return  # no turn ran through the graph yet: nothing to bring up to date
+        story = branch["story_state"]
+        change = {name: story[name] for name in STORY_FIELDS if name in story}
+        graph.update_state(
+            config, {**change, "turn": branch["turn"], "story_state_id": branch["story_state_id"]}, as_node="end_turn"
+        )
+
+
+def _move(instance_id: int, leaf: int, database_url: str | None) -> dict[str, Any]:
+    """Move the leaf under the instance's turn lock, then its checkpoint."""
+    with _holding(instance_id, database_url):
+        with session_scope(database_url) as session:
+            move_leaf(session, get_save(session, instance_id), leaf)
+            branch = _branch(session, instance_id)
+        _sync_checkpoint(branch, database_url)
+    return branch
 
 
 def story_state(instance_id: int, *, database_url: str | None = None) -> dict[str, Any]:
@@ -179,9 +206,7 @@ def rewind(instance_id: int, line_id: int, *, database_url: str | None = None) -
         line_of(session, instance_id, line_id)
         if line_id not in set(get_path_ids(session, instance_id)):
             raise InvalidInput(f"line {line_id} is not on the current branch of instance {instance_id}")
-    with _holding(instance_id, database_url), session_scope(database_url) as session:
-        move_leaf(session, get_save(session, instance_id), line_id)
-        return _branch(session, instance_id)
+    return _move(instance_id, line_id, database_url)
 
 
 def swipe(instance_id: int, line_id: int, *, database_url: str | None = None) -> dict[str, Any]:
@@ -198,11 +223,9 @@ def swipe(instance_id: int, line_id: int, *, database_url: str | None = None) ->
             raise InvalidInput(
                 f"line {line_id} is not a sibling of a line on the current branch of instance {instance_id}"
             )
-    with _holding(instance_id, database_url), session_scope(database_url) as session:
         # a line of the current branch: it stays as it is; another: the end of the branch under it
         leaf = path[-1] if line_id in set(path) else latest_leaf_under(session, instance_id, line_id)
-        move_leaf(session, get_save(session, instance_id), leaf)
-        return _branch(session, instance_id)
+    return _move(instance_id, leaf, database_url)
 
 
 def _last_user_line(session: Session, instance_id: int) -> int:
