@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
@@ -358,8 +359,13 @@ def memory_used(content: str, reply: str, *, message: str = "", ignore: Iterable
     that told it; a reply that only repeats the question's words did not."""
     said, asked = reply.lower(), message.lower()
     skip = {name.strip().lower() for name in ignore if name and name.strip()}
-    terms = [term.lower() for term in extract_keywords(content, USED_KEYWORDS)]
-    return [term for term in terms if term not in skip and term in said and term not in asked]
+    return [term for term in key_terms(content) if term not in skip and term in said and term not in asked]
+
+
+@lru_cache(maxsize=4096)
+def key_terms(content: str) -> tuple[str, ...]:
+    """A memory's key terms (lower case), kept per text: the same memories come back turn after turn."""
+    return tuple(term.lower() for term in extract_keywords(content, USED_KEYWORDS))
 
 
 def used_memory_ids(
