@@ -48,7 +48,6 @@ def test_demo_session_shows_director_fallback_and_maintenance(
 @pytest.mark.parametrize(
     ("command", "argv"),
     [
-        (main, []),
         (main, ["bogus"]),
         (main, ["bench", "builder"]),  # benchmarks are not part of the product's command
         (evals_main, ["bench"]),
