@@ -35,7 +35,7 @@ from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.knowledge import select_knowledge
 from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
 from personalab.nodes.rules.types import MemoryBlock
-from personalab.nodes.rules.worldbook import TriggeredEntry, WorldbookConfig, context_from_lines, explain_worldbook
+from personalab.nodes.rules.worldbook import TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
@@ -44,6 +44,7 @@ from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
+from personalab.stores.worldbook_settings import worldbook_settings_for_instance
 
 RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
 
@@ -105,17 +106,19 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     with session_scope(ctx.database_url) as session:
         worldbook = worldbook_for_instance(session, instance_id)
         knowledge = knowledge_for_instance(session, instance_id)
+        settings = worldbook_settings_for_instance(session, instance_id)  # the instance's over its book's (issue 15)
         branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
     worldbook_context = context_from_lines(
         history[:-1],
         user_message=state["message"],
+        depth=settings.lines_scanned(),
         current_turn=turn,
         gap_seconds=state.get("gap_seconds"),  # seed 004 时间邻近性: the time since the previous turn
         chat_lines=state.get("path_lines"),  # an entry's delay: the chat's length
         now=time.time(),
         last_fired_turns=state.get("worldbook_fired") or {},
     )
-    config = WorldbookConfig(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
+    config = settings.config(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
     memories = retrieve(

@@ -87,5 +87,25 @@ class WorldbookEntrySourceRow(SQLModel, table=True):
     data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 
+class WorldbookSettingsRow(SQLModel, table=True):
+    """A world book's settings as data (issue 15, `nodes.rules.worldbook.WorldbookSettings`): one row for everything
+    (both ids empty), per character (its book) or per instance; an empty column is "not set here". The row goes with
+    its character or instance."""
+
+    __tablename__ = "worldbook_settings"
+
+    id: int | None = Field(default=None, primary_key=True)
+    role_id: int | None = Field(default=None, foreign_key="role.id", ondelete="CASCADE", index=True)
+    save_id: int | None = Field(default=None, foreign_key="save.id", ondelete="CASCADE", index=True)
+    budget_share: float | None = None
+    max_tokens: int | None = None
+    scan_depth: int | None = None
+    recursive: bool | None = None
+    max_recursion_steps: int | None = None
+    case_sensitive: bool | None = None
+    match_whole_words: bool | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
 # the card table is registered with these tables (stores.db imports this module)
 from personalab.stores import card_tables  # noqa: E402, F401

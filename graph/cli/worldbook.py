@@ -15,9 +15,9 @@ import argparse
 import sys
 from typing import Any
 
-from personalab.graph.cli.args import ID, INTEGER
+from personalab.graph.cli.args import COUNT, ID, INTEGER
 from personalab.graph.cli.output import echo, json_text
-from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, TRIGGER_TYPES
+from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, SETTING_FIELDS, TRIGGER_TYPES
 from personalab.stores.db import session_scope
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
 from personalab.stores.worldbook_files import (
@@ -28,6 +28,11 @@ from personalab.stores.worldbook_files import (
     import_worldbook,
     read_json_file,
     write_json_file,
+)
+from personalab.stores.worldbook_settings import (
+    effective_worldbook_settings,
+    get_worldbook_settings,
+    set_worldbook_settings,
 )
 
 PREVIEW_CHARS = 60
@@ -192,6 +197,28 @@ def worldbook_export(args: argparse.Namespace) -> int:
     return _emit_export(data, args.file, "world-book entries")
 
 
+def worldbook_settings(args: argparse.Namespace) -> int:
+    """Show or set the world book's settings of one scope (issue 15): global, a character's book, an instance."""
+    scope = _scope(args)
+    changes = {name: getattr(args, name) for name in SETTING_FIELDS if getattr(args, name) is not None}
+    for name in args.unset or ():
+        changes[name] = None
+    with session_scope() as session:
+        if changes or args.clear:
+            own = set_worldbook_settings(session, scope, changes, clear=args.clear)
+        else:
+            own = get_worldbook_settings(session, scope)
+        effective = effective_worldbook_settings(session, scope)
+    if args.json:
+        print(json_text({"scope": scope.label, "set": own.as_dict(), "effective": effective.as_dict()}))
+        return 0
+    echo(f"world-book settings of {scope.label} (set here → in effect):")
+    for name in SETTING_FIELDS:
+        value, used = getattr(own, name), getattr(effective, name)
+        echo(f"  {name}: {'-' if value is None else value} → {'none' if used is None else used}")
+    return 0
+
+
 # --- parsers --------------------------------------------------------------------------------------
 
 
@@ -279,3 +306,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="personalab",
         help="personalab (default) or a SillyTavern world-info file (imports back the same entries)",
     )
+    p = wsub.add_parser(
+        "settings",
+        help="show or set the world book's settings (global, --character ID: its book, --instance ID: overrides)",
+    )
+    _add_scope(p)
+    p.add_argument("--budget-share", dest="budget_share", type=float, metavar="F", help="share of the context, (0, 1]")
+    p.add_argument("--max-tokens", dest="max_tokens", type=COUNT, metavar="N", help="token cap of the world book")
+    p.add_argument("--scan-depth", dest="scan_depth", type=COUNT, metavar="N", help="recent lines scanned for keys")
+    p.add_argument("--recursive", action=argparse.BooleanOptionalAction, help="fired entries' content activates others")
+    p.add_argument("--recursion-steps", dest="max_recursion_steps", type=COUNT, metavar="N", help="recursion limit")
+    p.add_argument(
+        "--case-sensitive", dest="case_sensitive", action=argparse.BooleanOptionalAction, help="keys' case matters"
+    )
+    p.add_argument(
+        "--whole-words", dest="match_whole_words", action=argparse.BooleanOptionalAction, help="ASCII keys as words"
+    )
+    p.add_argument("--unset", action="append", choices=SETTING_FIELDS, metavar="NAME", help="unset one (repeatable)")
+    p.add_argument("--clear", action="store_true", help="unset all of this scope's settings first")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=worldbook_settings)

@@ -419,6 +419,8 @@ class WorldbookConfig:
     separate_by_type: bool = False
     recursive: bool = True  # SillyTavern's recursive scanning: fired entries' content activates other entries
     max_recursion_steps: int = DEFAULT_RECURSION_STEPS
+    case_sensitive: bool = False  # an entry's keys, unless the entry says (SillyTavern's global "case-sensitive")
+    match_whole_words: bool = True  # ASCII keys as whole words, unless the entry says (never for CJK)
 
     def __post_init__(self) -> None:
         if self.inject_position not in POSITIONS:
@@ -448,6 +450,85 @@ class WorldbookConfig:
         if self.max_total_tokens is not None:
             limits.append(self.max_total_tokens)
         return min(limits) if limits else DEFAULT_BUDGET_TOKENS
+
+
+DEFAULT_SCAN_DEPTH = 4  # lines of the recent dialogue (plus the user's message) an entry's keys are matched in
+SETTING_FIELDS = (
+    "budget_share",
+    "max_tokens",
+    "scan_depth",
+    "recursive",
+    "max_recursion_steps",
+    "case_sensitive",
+    "match_whole_words",
+)
+
+
+@dataclass(frozen=True)
+class WorldbookSettings:
+    """A world book's settings as data (issue 15), for everything (global), a character's book or an instance; None
+    = not set here (the wider scope's, else the default). `budget_share` of the context window and `max_tokens` cap
+    the world book's tokens; `scan_depth` lines are scanned for keys; `recursive` / `max_recursion_steps` are
+    SillyTavern's recursive scanning; `case_sensitive` / `match_whole_words` apply to entries that do not say."""
+
+    budget_share: float | None = None
+    max_tokens: int | None = None
+    scan_depth: int | None = None
+    recursive: bool | None = None
+    max_recursion_steps: int | None = None
+    case_sensitive: bool | None = None
+    match_whole_words: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("recursive", "case_sensitive", "match_whole_words"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise InvalidInput(f"{name} must be true or false, got {value!r}")
+        share = self.budget_share
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1):
+            raise InvalidInput(f"budget_share must be a number in (0, 1], got {share!r}")
+        limits = {"max_tokens": 2_147_483_647, "scan_depth": MAX_SCAN_DEPTH, "max_recursion_steps": MAX_RECURSION_STEPS}
+        for name, high in limits.items():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high):
+                raise InvalidInput(f"{name} must be a whole number from 0 to {high}, got {value!r}")
+
+    def over(self, base: WorldbookSettings) -> WorldbookSettings:
+        """These settings where set, `base`'s elsewhere (an instance's over its character's over the global)."""
+        return WorldbookSettings(
+            **{
+                name: getattr(base, name) if getattr(self, name) is None else getattr(self, name)
+                for name in SETTING_FIELDS
+            }
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SETTING_FIELDS}
+
+    def config(self, **fields: Any) -> WorldbookConfig:
+        """The trigger's config with these settings (and `fields`, e.g. the context window) over the defaults."""
+        given: dict[str, Any] = {
+            "budget_share": self.budget_share,
+            "max_total_tokens": self.max_tokens,
+            "recursive": self.recursive,
+            "max_recursion_steps": self.max_recursion_steps,
+            "case_sensitive": self.case_sensitive,
+            "match_whole_words": self.match_whole_words,
+        }
+        return WorldbookConfig(**{k: v for k, v in given.items() if v is not None}, **fields)
+
+    def lines_scanned(self) -> int:
+        return DEFAULT_SCAN_DEPTH if self.scan_depth is None else self.scan_depth
+
+
+DEFAULT_SETTINGS = WorldbookSettings(
+    budget_share=DEFAULT_BUDGET_SHARE,
+    scan_depth=DEFAULT_SCAN_DEPTH,
+    recursive=True,
+    max_recursion_steps=DEFAULT_RECURSION_STEPS,
+    case_sensitive=False,
+    match_whole_words=True,
+)  # what an unset setting means (no token cap: the share alone)
 
 
 @dataclass(frozen=True)
@@ -568,12 +649,26 @@ def matched_keywords(text: str, keywords: Iterable[str], options: EntryOptions |
     return tuple(k for k in keywords if contains_keyword(text, k, options))
 
 
-def _secondary_ok(text: str, entry: WorldbookEntry) -> tuple[bool, tuple[str, ...]]:
+def entry_options(entry: WorldbookEntry, config: WorldbookConfig | None = None) -> EntryOptions:
+    """The entry's options, its case sensitivity and whole words from the world book's settings when it has none."""
+    options = sillytavern_options(entry)
+    if config is None:
+        return options
+    return replace(
+        options,
+        case_sensitive=config.case_sensitive if options.case_sensitive is None else options.case_sensitive,
+        match_whole_words=config.match_whole_words if options.match_whole_words is None else options.match_whole_words,
+    )
+
+
+def _secondary_ok(
+    text: str, entry: WorldbookEntry, config: WorldbookConfig | None = None
+) -> tuple[bool, tuple[str, ...]]:
     """SillyTavern's selectiveLogic over the secondary keywords (checked only after a primary hit)."""
     keys = [k for k in entry.secondary_keywords if k.strip()]
     if not keys:
         return True, ()
-    hits = matched_keywords(text, keys, sillytavern_options(entry))
+    hits = matched_keywords(text, keys, entry_options(entry, config))
     logic = entry.selective_logic
     if logic == "and_any":
         return bool(hits), hits
@@ -584,15 +679,17 @@ def _secondary_ok(text: str, entry: WorldbookEntry) -> tuple[bool, tuple[str, ..
     return len(hits) == len(keys), hits  # and_all
 
 
-def keyword_score(text: str, entry: WorldbookEntry) -> tuple[float, tuple[str, ...], str | None]:
+def keyword_score(
+    text: str, entry: WorldbookEntry, config: WorldbookConfig | None = None
+) -> tuple[float, tuple[str, ...], str | None]:
     """(score, primary hits, why-not) of the keyword rule; score 0 when it does not fire."""
     keys = [k for k in entry.keywords if k.strip()]
     if not keys:
         return 0.0, (), None
-    hits = matched_keywords(text, keys, sillytavern_options(entry))
+    hits = matched_keywords(text, keys, entry_options(entry, config))
     if not hits:
         return 0.0, (), None
-    ok, secondary_hits = _secondary_ok(text, entry)
+    ok, secondary_hits = _secondary_ok(text, entry, config)
     if not ok:
         why = f"keyword {', '.join(hits)} hit but secondary keywords fail {entry.selective_logic}"
         return 0.0, hits, why
@@ -761,12 +858,12 @@ def _base_score(
     if kind == "keyword":
         if not config.keyword_matching:
             return 0.0, "", (), None
-        score, hits, why = keyword_score(text, entry)
+        score, hits, why = keyword_score(text, entry, config)
         return score, f"keyword: {', '.join(hits)} ({len(hits)}/{len(entry.keywords)})", hits, why
     if kind == "semantic":
         if not config.semantic_similarity:
             return 0.0, "", (), None
-        kw, hits, why = keyword_score(text, entry) if config.keyword_matching else (0.0, (), None)
+        kw, hits, why = keyword_score(text, entry, config) if config.keyword_matching else (0.0, (), None)
         sim = _similarity(entry, context)
         sem = sim if sim is not None and sim >= config.semantic_threshold else 0.0
         if sem <= 0 and kw <= 0:
@@ -868,7 +965,7 @@ def recursion(
         scanned = "\n".join(buffer)
         deeper = replace(context, text=f"{context.text}\n{scanned}", lines=(*context.lines, scanned))
         if step >= config.max_recursion_steps:
-            reached = [e.id for e in waiting if keyword_score(scanned_text(e, deeper), e)[0] > 0]
+            reached = [e.id for e in waiting if keyword_score(scanned_text(e, deeper), e, config)[0] > 0]
             for entry_id in reached:
                 skipped.append(
                     SkippedEntry(entry_id, f"recursion stopped at its limit of {config.max_recursion_steps} steps")
@@ -1022,7 +1119,7 @@ def context_from_lines(
     lines: Sequence[Any],
     *,
     user_message: str = "",
-    depth: int = 4,
+    depth: int = DEFAULT_SCAN_DEPTH,
     current_turn: int = 0,
     gap_seconds: float | None = None,
     now: float | None = None,

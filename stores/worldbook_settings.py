@@ -1,0 +1,79 @@
+"""World-book settings as data (issue 15): stored per scope (everything, a character's book, an instance) in table
+`worldbook_settings`, read by a turn as the instance's over its character's over the global ones over the defaults
+(`nodes.rules.worldbook.WorldbookSettings`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.worldbook import DEFAULT_SETTINGS, SETTING_FIELDS, WorldbookSettings
+from personalab.stores.saves import get_save
+from personalab.stores.tables import utcnow
+from personalab.stores.worldbook import GLOBAL, Scope, check_scope
+from personalab.stores.worldbook_tables import WorldbookSettingsRow
+from sqlmodel import Session, col, select
+
+
+def _row(session: Session, scope: Scope) -> WorldbookSettingsRow | None:
+    stmt = select(WorldbookSettingsRow)
+    for column, value in ((WorldbookSettingsRow.role_id, scope.role_id), (WorldbookSettingsRow.save_id, scope.save_id)):
+        stmt = stmt.where(col(column).is_(None) if value is None else col(column) == value)
+    return session.exec(stmt.order_by(col(WorldbookSettingsRow.id))).first()
+
+
+def _settings(row: WorldbookSettingsRow | None) -> WorldbookSettings:
+    if row is None:
+        return WorldbookSettings()
+    return WorldbookSettings(**{name: getattr(row, name) for name in SETTING_FIELDS})
+
+
+def get_worldbook_settings(session: Session, scope: Scope = GLOBAL) -> WorldbookSettings:
+    """The settings set on exactly `scope` (None where not set); `NotFound` for an unknown character or instance."""
+    check_scope(session, scope)
+    return _settings(_row(session, scope))
+
+
+def set_worldbook_settings(
+    session: Session, scope: Scope, changes: Mapping[str, Any], *, clear: bool = False
+) -> WorldbookSettings:
+    """Set the `changes` (field → value; None unsets a field) on `scope`, after `clear` unsets them all; returns the
+    scope's settings. An unknown field or a bad value is `InvalidInput` naming it, and nothing changes."""
+    check_scope(session, scope)
+    unknown = sorted(set(changes) - set(SETTING_FIELDS))
+    if unknown:
+        raise InvalidInput(f"unknown world-book setting {unknown[0]!r} (one of {', '.join(SETTING_FIELDS)})")
+    row = _row(session, scope)
+    current = {} if clear else _settings(row).as_dict()
+    settings = WorldbookSettings(**{**current, **changes})  # validated before anything is written
+    if row is None:
+        row = WorldbookSettingsRow(role_id=scope.role_id, save_id=scope.save_id)
+    for name, value in settings.as_dict().items():
+        setattr(row, name, value)
+    row.updated_at = utcnow()
+    session.add(row)
+    session.flush()
+    return settings
+
+
+def worldbook_settings_for_instance(session: Session, save_id: int) -> WorldbookSettings:
+    """What a turn of instance `save_id` uses: its own settings over its character's over the global ones (unset
+    fields: the defaults)."""
+    save = get_save(session, save_id)
+    own = _settings(_row(session, Scope(save_id=save_id)))
+    character = _settings(_row(session, Scope(role_id=save.role_id))) if save.role_id else WorldbookSettings()
+    return own.over(character.over(_settings(_row(session, GLOBAL))))
+
+
+def effective_worldbook_settings(session: Session, scope: Scope = GLOBAL) -> WorldbookSettings:
+    """The settings in effect for `scope` (an instance's over its character's over the global ones over the
+    defaults), every field set."""
+    check_scope(session, scope)
+    if scope.save_id is not None:
+        found = worldbook_settings_for_instance(session, scope.save_id)
+    elif scope.role_id is not None:
+        found = _settings(_row(session, scope)).over(_settings(_row(session, GLOBAL)))
+    else:
+        found = _settings(_row(session, GLOBAL))
+    return found.over(DEFAULT_SETTINGS)
