@@ -43,7 +43,12 @@ from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryStore
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
-from personalab.stores.worldbook import knowledge_for_instance, with_semantic_vectors, worldbook_for_instance
+from personalab.stores.worldbook import (
+    knowledge_for_instance,
+    knowledge_similarities,
+    with_semantic_vectors,
+    worldbook_for_instance,
+)
 from personalab.stores.worldbook_settings import worldbook_settings_for_instance
 
 RECENT_LINES = 6  # lines of dialogue that feed the scene analysis, the world book and the dedupe
@@ -151,7 +156,11 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     now = datetime.now(UTC)
     injection = build_injection(
         knowledge=select_knowledge(
-            knowledge, f"{dialogue}\n{query}", role_id=character.get("role_id"), save_id=instance_id
+            knowledge,
+            f"{dialogue}\n{query}",
+            role_id=character.get("role_id"),
+            save_id=instance_id,
+            similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
         ),
         triggered=fired.triggered,
         worldbook_config=config,

@@ -11,9 +11,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
+from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.worldbook import WorldbookContext, WorldbookEntry, validate_entry
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
@@ -128,6 +130,14 @@ def update_knowledge(session: Session, entry_id: int, *, by_user: bool = True, *
     row.updated_at = utcnow()
     session.add(row)
     session.flush()
+    return KnowledgeEntry.model_validate(row)
+
+
+def get_knowledge(session: Session, entry_id: int) -> KnowledgeEntry:
+    """One knowledge entry; `NotFound` when there is none."""
+    row = session.get(KnowledgeEntryRow, entry_id)
+    if row is None:
+        raise NotFound(f"knowledge entry {entry_id} does not exist")
     return KnowledgeEntry.model_validate(row)
 
 
@@ -270,6 +280,34 @@ def semantic_vectors(
             _VECTOR_CACHE[(model, t)] = list(vector)
     vectors = {e.id: _VECTOR_CACHE[(model, t)] for e, t in zip(semantic, texts, strict=True)}
     return list(embeddings.embed_query(text)), vectors
+
+
+def knowledge_similarities(
+    entries: Iterable[KnowledgeEntry], text: str, embeddings: Embeddings | None = None
+) -> dict[str, float]:
+    """The knowledge library's vector search (seed 001 CommonKnowledgeLibrary 向量检索): entry id → cosine similarity
+    of `text` and the enabled entry's tag and content, with the default embeddings; entry vectors are cached per
+    process by their text. {} without entries or text (no model is loaded for nothing)."""
+    enabled = [e for e in entries if e.enabled and e.content.strip()]
+    if not enabled or not text.strip():
+        return {}
+    if embeddings is None:
+        from personalab.stores.embeddings import get_embeddings
+
+        embeddings = get_embeddings()
+    model = type(embeddings).__name__
+    texts = [f"{e.tag}\n{e.content}" for e in enabled]
+    missing = list(dict.fromkeys(t for t in texts if (model, t) not in _VECTOR_CACHE))
+    if missing:
+        if len(_VECTOR_CACHE) + len(missing) > _VECTOR_CACHE_MAX:
+            _VECTOR_CACHE.clear()
+        for t, vector in zip(missing, embeddings.embed_documents(missing), strict=True):
+            _VECTOR_CACHE[(model, t)] = list(vector)
+    query = np.asarray(embeddings.embed_query(text), dtype=float)
+    return {
+        e.id: cosine(query, np.asarray(_VECTOR_CACHE[(model, t)], dtype=float))
+        for e, t in zip(enabled, texts, strict=True)
+    }
 
 
 def with_semantic_vectors(

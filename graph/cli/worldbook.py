@@ -15,8 +15,10 @@ import argparse
 import sys
 from typing import Any
 
+from personalab.graph.api import knowledge as knowledge_api
 from personalab.graph.cli.args import COUNT, ID, INTEGER
 from personalab.graph.cli.output import echo, json_text
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, SETTING_FIELDS, TRIGGER_TYPES
 from personalab.stores.db import session_scope
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
@@ -116,6 +118,47 @@ def knowledge_export(args: argparse.Namespace) -> int:
     with session_scope() as session:
         data = export_knowledge(session, _scope(args), with_keywords=args.with_keywords)
     return _emit_export(data, args.file, "knowledge entries")
+
+
+def _show_knowledge(view: dict[str, Any], done: str, as_json: bool) -> int:
+    if as_json:
+        print(json_text(view))
+        return 0
+    state = "" if view["enabled"] else ", disabled"
+    echo(f"{done} knowledge entry {view['id']} ({view['scope']}{state}): [{view['tag']}] {_preview(view['content'])}")
+    return 0
+
+
+def knowledge_edit(args: argparse.Namespace) -> int:
+    changes: dict[str, Any] = {}
+    if args.content is not None:
+        changes["content"] = args.content
+    if args.tag is not None:
+        changes["tag"] = args.tag
+    if args.importance is not None:
+        changes["importance"] = args.importance
+    if args.keyword is not None or args.no_keywords:
+        changes["keywords"] = [] if args.no_keywords else args.keyword
+    return _show_knowledge(knowledge_api.edit_knowledge(args.id, **changes), "edited", args.json)
+
+
+def knowledge_delete(args: argparse.Namespace) -> int:
+    knowledge_api.delete_knowledge_entry(args.id)
+    echo(f"deleted knowledge entry {args.id}")
+    return 0
+
+
+def knowledge_enable(args: argparse.Namespace) -> int:
+    enabled = args.knowledge_command == "enable"
+    view = knowledge_api.set_knowledge_enabled(args.id, enabled)
+    return _show_knowledge(view, "enabled" if enabled else "disabled", args.json)
+
+
+def knowledge_tag(args: argparse.Namespace) -> int:
+    if not (args.add or args.remove):
+        raise InvalidInput("knowledge tag: give --add TAG and/or --remove TAG")
+    view = knowledge_api.tag_knowledge(args.id, add=args.add or (), remove=args.remove or ())
+    return _show_knowledge(view, "tagged", args.json)
 
 
 # --- world book -----------------------------------------------------------------------------------
@@ -264,6 +307,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_list(ksub, knowledge_list, "knowledge entries")
     exp = _add_import_export(ksub, knowledge_import, knowledge_export, "knowledge entries", "a PersonaLab export")
     exp.add_argument("--with-keywords", action="store_true", help="include the hand-set keywords")
+    p = ksub.add_parser("edit", help="change a knowledge entry (marks it edited by the user)")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.add_argument("--content", help="new text")
+    p.add_argument("--tag", help="new tags (comma-separated)")
+    p.add_argument("--importance", type=float, help="0..1")
+    p.add_argument("--keyword", action="append", metavar="WORD", help="replace the keywords (repeatable)")
+    p.add_argument("--no-keywords", action="store_true", help="remove every keyword")
+    p.add_argument("--json", action="store_true", help="print the entry as JSON")
+    p.set_defaults(handler=knowledge_edit)
+    p = ksub.add_parser("delete", help="delete a knowledge entry")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.set_defaults(handler=knowledge_delete)
+    for name, what in (("enable", "inject it again when relevant"), ("disable", "keep it, never inject it")):
+        p = ksub.add_parser(name, help=f"{name} a knowledge entry ({what})")
+        p.add_argument("id", type=ID, help="the entry's id")
+        p.add_argument("--json", action="store_true", help="print the entry as JSON")
+        p.set_defaults(handler=knowledge_enable)
+    p = ksub.add_parser("tag", help="add or remove tags of a knowledge entry")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.add_argument("--add", action="append", metavar="TAG", help="add a tag (repeatable)")
+    p.add_argument("--remove", action="append", metavar="TAG", help="remove a tag (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the entry as JSON")
+    p.set_defaults(handler=knowledge_tag)
 
     book = sub.add_parser("worldbook", help="the world book (triggered lore entries)")
     wsub = book.add_subparsers(dest="worldbook_command", required=True, parser_class=type(book))

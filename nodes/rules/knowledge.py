@@ -7,6 +7,9 @@ Rules of the seed, as implemented:
 - relevance (CalculateKnowledgeRelevance): +0.5 for every keyword found in the context, + importance x 0.5.
   Keywords containing CJK match as substrings, ASCII keywords as whole words, case-insensitively
   (`nodes.rules.worldbook.contains_keyword`); the seed's `Contains` would fire "cat" inside "concatenate".
+- vector search (seed 001 CommonKnowledgeLibrary 向量检索): with the cosine similarity of the context and an
+  entry (the store embeds them), + similarity x `SIMILARITY_WEIGHT` when it is at least `SIMILARITY_FLOOR`, so an
+  entry that says what the dialogue is about ranks high without sharing a keyword with it.
 - the top `max_knowledge` (seed default 5) by score, ties in the given order (the seed's stable
   OrderByDescending).
 - injected as the seed's InjectKnowledge block: a `=== 世界知识 ===` line, then `[tag] content` per entry;
@@ -31,6 +34,10 @@ KEYWORD_HIT_SCORE = 0.5
 IMPORTANCE_FACTOR = 0.5
 DEFAULT_MAX_KNOWLEDGE = 5
 MAX_TAG_CHARS = 200
+SIMILARITY_WEIGHT = 1.0  # as much as two keyword hits at similarity 1
+# below it no relation is assumed: the default embeddings (USE) give unrelated Chinese sentences under 0.13 and a
+# question and the entry it is about 0.19-0.41 (tests/test_knowledge_manage.py)
+SIMILARITY_FLOOR = 0.15
 
 
 Tag = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=MAX_TAG_CHARS)]
@@ -78,14 +85,18 @@ def applies_to(entry: KnowledgeEntry, role_id: int | None, save_id: int | None) 
     return True
 
 
-def knowledge_relevance(entry: KnowledgeEntry, context: str) -> ScoredKnowledge:
-    """Seed CalculateKnowledgeRelevance: 0.5 per keyword in the context + importance x 0.5."""
+def knowledge_relevance(entry: KnowledgeEntry, context: str, similarity: float | None = None) -> ScoredKnowledge:
+    """Seed CalculateKnowledgeRelevance: 0.5 per keyword in the context + importance x 0.5, + the vector search's
+    similarity x `SIMILARITY_WEIGHT` when it is known and at least `SIMILARITY_FLOOR`."""
     hits = tuple(k for k in entry.keywords if k.strip() and contains_keyword(context, k))
     keyword_part = KEYWORD_HIT_SCORE * len(hits)
     importance_part = entry.importance * IMPORTANCE_FACTOR
-    return ScoredKnowledge(
-        entry, keyword_part + importance_part, hits, {"keywords": keyword_part, "importance": importance_part}
-    )
+    breakdown = {"keywords": keyword_part, "importance": importance_part}
+    similar_part = 0.0
+    if similarity is not None:
+        similar_part = SIMILARITY_WEIGHT * similarity if similarity >= SIMILARITY_FLOOR else 0.0
+        breakdown["similarity"] = similar_part
+    return ScoredKnowledge(entry, keyword_part + importance_part + similar_part, hits, breakdown)
 
 
 def select_knowledge(
@@ -95,15 +106,17 @@ def select_knowledge(
     role_id: int | None = None,
     save_id: int | None = None,
     max_knowledge: int = DEFAULT_MAX_KNOWLEDGE,
+    similarity: Mapping[str, float] | None = None,
 ) -> list[ScoredKnowledge]:
     """Seed RetrieveKnowledge: enabled entries that apply to (role_id, save_id), by relevance, top N.
 
     Pass the entries the store returns for an instance (they already apply) with that instance's ids, or
-    any list of entries with the ids to filter by."""
+    any list of entries with the ids to filter by. `similarity`: entry id → cosine similarity of the context and
+    the entry (the vector search), when known."""
     if max_knowledge < 0:
         raise InvalidInput("max_knowledge is negative")
     scored = [
-        knowledge_relevance(entry, context)
+        knowledge_relevance(entry, context, (similarity or {}).get(entry.id))
         for entry in entries
         if entry.enabled and entry.content.strip() and applies_to(entry, role_id, save_id)
     ]

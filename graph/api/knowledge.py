@@ -1,0 +1,176 @@
+"""The knowledge library and the world book's settings through the Python API (issue 15; seed 001 常识知识库 知识管理功能:
+add, edit, delete, enable / disable, tags, importance).
+
+An entry's `tag` is its tags, comma-separated (shown as `[tag]` when injected): `tag_knowledge` adds and removes
+single tags. Scope: `character_id` (a character's entries), `instance_id` (an instance's), neither (global).
+Errors are the project's: `NotFound` for an unknown entry, character or instance, `InvalidInput` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.knowledge import KnowledgeEntry
+from personalab.stores.db import session_scope
+from personalab.stores.worldbook import (
+    KNOWLEDGE_EDITABLE,
+    Scope,
+    add_knowledge,
+    delete_knowledge,
+    get_knowledge,
+    list_knowledge,
+    update_knowledge,
+)
+from personalab.stores.worldbook_settings import (
+    effective_worldbook_settings,
+    get_worldbook_settings,
+    set_worldbook_settings,
+)
+
+TAG_SEPARATOR = ","
+
+
+def scope_of(character_id: int | None = None, instance_id: int | None = None) -> Scope:
+    return Scope(role_id=character_id, save_id=instance_id)
+
+
+def knowledge_view(entry: KnowledgeEntry) -> dict[str, Any]:
+    """An entry as JSON data: id, tag, tags, content, importance, keywords, enabled, user_edited, scope."""
+    data = entry.model_dump(mode="json")
+    data["id"] = int(entry.id)
+    data["tags"] = split_tags(entry.tag)
+    data["scope"] = entry.scope
+    return data
+
+
+def split_tags(tag: str) -> list[str]:
+    return [part.strip() for part in tag.split(TAG_SEPARATOR) if part.strip()]
+
+
+def _entry_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"knowledge entry id must be a whole number, got {value!r}")
+    return value
+
+
+def add_knowledge_entry(
+    tag: str,
+    content: str,
+    *,
+    importance: float = 0.5,
+    keywords: Sequence[str] = (),
+    enabled: bool = True,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    database_url: str | None = None,
+) -> dict[str, Any]:
+    """A new entry (seed 001 添加知识)."""
+    with session_scope(database_url) as session:
+        entry = add_knowledge(
+            session,
+            tag,
+            content,
+            importance=importance,
+            keywords=keywords,
+            enabled=enabled,
+            scope=scope_of(character_id, instance_id),
+        )
+        return knowledge_view(entry)
+
+
+def list_knowledge_entries(
+    *,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    visible: bool = False,
+    tag: str | None = None,
+    database_url: str | None = None,
+) -> list[dict[str, Any]]:
+    """The entries of one scope (or, `visible`, all it sees), oldest first; `tag`: only those with that tag."""
+    with session_scope(database_url) as session:
+        entries = list_knowledge(session, scope_of(character_id, instance_id), visible=visible)
+    views = [knowledge_view(entry) for entry in entries]
+    return [view for view in views if tag is None or tag.strip() in view["tags"]]
+
+
+def get_knowledge_entry(entry_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+    """One entry; `NotFound` when there is none."""
+    with session_scope(database_url) as session:
+        return knowledge_view(get_knowledge(session, _entry_id(entry_id)))
+
+
+def edit_knowledge(entry_id: int, *, database_url: str | None = None, **changes: Any) -> dict[str, Any]:
+    """Change the entry's fields (tag, content, importance, keywords, enabled; seed 001 编辑知识): it is marked
+    edited by the user, so automatic updates leave it alone. Nothing changes on bad input."""
+    unknown = sorted(set(changes) - set(KNOWLEDGE_EDITABLE))
+    if unknown:
+        raise InvalidInput(
+            f"cannot change {unknown[0]!r} of a knowledge entry (one of {', '.join(KNOWLEDGE_EDITABLE)})"
+        )
+    if not changes:
+        raise InvalidInput(f"nothing to change (fields: {', '.join(KNOWLEDGE_EDITABLE)})")
+    with session_scope(database_url) as session:
+        return knowledge_view(update_knowledge(session, _entry_id(entry_id), **changes))
+
+
+def set_knowledge_enabled(entry_id: int, enabled: bool, *, database_url: str | None = None) -> dict[str, Any]:
+    """Enable or disable an entry (seed 001 启用/禁用): a disabled entry is kept and never injected."""
+    if not isinstance(enabled, bool):
+        raise InvalidInput(f"enabled must be true or false, got {enabled!r}")
+    return edit_knowledge(entry_id, enabled=enabled, database_url=database_url)
+
+
+def tag_knowledge(
+    entry_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = (), database_url: str | None = None
+) -> dict[str, Any]:
+    """Add and remove tags of an entry (seed 001 标签管理); an entry keeps at least one tag."""
+    adding = [tag.strip() for tag in add if tag.strip()]
+    for tag in adding:
+        if TAG_SEPARATOR in tag:
+            raise InvalidInput(f"tag {tag!r} contains {TAG_SEPARATOR!r} (one tag at a time)")
+    dropping = {tag.strip() for tag in remove}
+    with session_scope(database_url) as session:
+        current = split_tags(get_knowledge(session, _entry_id(entry_id)).tag)
+    tags = [tag for tag in dict.fromkeys([*current, *adding]) if tag not in dropping]
+    if not tags:
+        raise InvalidInput(f"knowledge entry {entry_id} would have no tag left (field 'tag')")
+    return edit_knowledge(entry_id, tag=TAG_SEPARATOR.join(tags), database_url=database_url)
+
+
+def delete_knowledge_entry(entry_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+    """Delete an entry (seed 001 删除知识); `NotFound` when there is none."""
+    with session_scope(database_url) as session:
+        delete_knowledge(session, _entry_id(entry_id))
+    return {"deleted": "knowledge entry", "id": entry_id}
+
+
+# --- world-book settings ------------------------------------------------------------------------------------
+
+
+def worldbook_settings(
+    *, character_id: int | None = None, instance_id: int | None = None, database_url: str | None = None
+) -> dict[str, Any]:
+    """The world book's settings of one scope: those set there and those in effect (issue 15)."""
+    scope = scope_of(character_id, instance_id)
+    with session_scope(database_url) as session:
+        own = get_worldbook_settings(session, scope)
+        effective = effective_worldbook_settings(session, scope)
+    return {"scope": scope.label, "set": own.as_dict(), "effective": effective.as_dict()}
+
+
+def update_worldbook_settings(
+    changes: dict[str, Any],
+    *,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    clear: bool = False,
+    database_url: str | None = None,
+) -> dict[str, Any]:
+    """Set (a value) or unset (None) settings of one scope, after `clear` unsets them all; returns them as
+    `worldbook_settings` does. A bad value is `InvalidInput` naming it, and nothing changes."""
+    scope = scope_of(character_id, instance_id)
+    with session_scope(database_url) as session:
+        set_worldbook_settings(session, scope, changes, clear=clear)
+    return worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=database_url)
