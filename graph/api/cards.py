@@ -13,16 +13,24 @@ becomes a card file.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from personalab.graph.api.library import CharacterInput, create_character, delete_character, get_character
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.cards import (
+    MAX_CARD_BYTES,
+    Card,
     attach_card,
     avatar_png,
     card_of_character,
     character_fields,
     check_card,
+    export_png,
+    export_v2,
+    export_v3,
+    parse_card_bytes,
     read_card,
     write_card,
 )
@@ -55,8 +63,19 @@ class CardImported(BaseModel):
 
 def import_card_file(path: str | os.PathLike[str], *, database_url: str | None = None) -> CardImported:
     """A new character from the card file `path` (see the module doc)."""
-    card = read_card(path)
-    check_card(card, os.fspath(path))
+    return _import(read_card(path), os.fspath(path), database_url)
+
+
+def import_card_bytes(data: bytes, name: str = "the card", *, database_url: str | None = None) -> CardImported:
+    """A new character from a card file's bytes (a PNG card or JSON text; an upload), at most `MAX_CARD_BYTES`;
+    `name` is what errors call it."""
+    if len(data) > MAX_CARD_BYTES:
+        raise InvalidInput(f"{name}: over the card import limit of {MAX_CARD_BYTES} bytes")
+    return _import(parse_card_bytes(data, name), name, database_url)
+
+
+def _import(card: Card, where: str, database_url: str | None) -> CardImported:
+    check_card(card, where)
     fields = character_fields(card)
     character = create_character(
         CharacterInput(
@@ -112,3 +131,19 @@ def export_card_file(
         card = card_of_character(session, character_id)
     write_card(card, path, fmt, overwrite=True)
     return card.name
+
+
+MEDIA_TYPES = {"png": "image/png", "v2": "application/json", "v3": "application/json"}
+
+
+def export_card_bytes(character_id: int, fmt: str = "png", *, database_url: str | None = None) -> tuple[bytes, str]:
+    """Character `character_id` as a card file's bytes (`fmt` v2, v3 or png) and its media type."""
+    if fmt not in FORMATS:
+        raise InvalidInput(f"card format {fmt!r} is not one of {', '.join(FORMATS)} (field 'format')")
+    get_character(character_id, database_url=database_url)  # NotFound naming the id
+    with session_scope(database_url) as session:
+        card = card_of_character(session, character_id)
+    if fmt == "png":
+        return export_png(card), MEDIA_TYPES[fmt]
+    document = export_v2(card) if fmt == "v2" else export_v3(card)
+    return (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8"), MEDIA_TYPES[fmt]

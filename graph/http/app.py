@@ -11,8 +11,10 @@ from fastapi import FastAPI
 from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.library import router as library_router
+from personalab.graph.http.worldbook import router as worldbook_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
 app.include_router(library_router)
 app.include_router(dialogue.router)
+app.include_router(worldbook_router)

@@ -1,0 +1,208 @@
+"""Cards, the world book and the knowledge library over HTTP (issue 15): thin over personalab.graph.api.cards and
+.knowledge and the world book's stores. Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
+(an instance's), neither (global). Uploads are the request's raw body, read up to the import limit (20 MB) and
+refused past it without buffering the rest. Errors: InvalidInput → 422 naming the field, an unknown id → 404
+(graph/http/errors.py).
+
+| method and path | what it does |
+| --- | --- |
+| `POST /cards/import` (`?name=`) | a card file (PNG, V1/V2/V3 JSON) as the body → a new character and its world book |
+| `GET /characters/{id}/card` (`?format=png\\|v2\\|v3`) | the character as a card file |
+| `POST /worldbook/import` | a world-book file (PersonaLab, SillyTavern world info, a card's lorebook) as the body |
+| `GET /worldbook/export` (`?format=personalab\\|sillytavern`) | the scope's entries as a file |
+| `GET / PUT /worldbook/settings` | the scope's settings (set and in effect); PUT `{field: value or null, "clear": bool}` |
+| `GET /knowledge` (`?visible=&tag=`), `POST /knowledge` | list, add |
+| `GET / PATCH / DELETE /knowledge/{id}` | show, edit (tag, content, importance, keywords, enabled), delete |
+| `POST /knowledge/{id}/tags` | `{"add": [...], "remove": [...]}` |
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Request, Response, status
+from personalab.graph.api import cards as cards_api
+from personalab.graph.api import knowledge as api
+from personalab.nodes.context import Context
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.db import session_scope
+from personalab.stores.files import parse_json
+from personalab.stores.worldbook_files import MAX_IMPORT_BYTES, export_sillytavern, export_worldbook, import_worldbook
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+router = APIRouter()
+
+
+def _url() -> str | None:
+    return Context().database_url
+
+
+async def _body(request: Request, limit: int, what: str) -> bytes:
+    """The request's raw body, at most `limit` bytes: a larger one is refused without being buffered."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InvalidInput(f"{what}: over the import limit of {limit} bytes")
+        chunks.append(chunk)
+    if not size:
+        raise InvalidInput(f"{what}: the request body is empty")
+    return b"".join(chunks)
+
+
+# ---- cards ---------------------------------------------------------------------------------------------------
+
+
+@router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
+async def import_card(request: Request, name: str = "the card") -> cards_api.CardImported:
+    """Upload a card file as the body: the new character, its world book, and every field without effect here."""
+    data = await _body(request, cards_api.MAX_CARD_BYTES, name)
+    return await run_in_threadpool(cards_api.import_card_bytes, data, name, database_url=_url())
+
+
+@router.get(
+    "/characters/{character_id}/card",
+    tags=["cards"],
+    response_class=Response,
+    responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
+)
+def export_card(character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
+    data, media_type = cards_api.export_card_bytes(character_id, format, database_url=_url())
+    return Response(content=data, media_type=media_type)
+
+
+# ---- world book ----------------------------------------------------------------------------------------------
+
+
+@router.post("/worldbook/import", tags=["worldbook"])
+async def import_book(
+    request: Request, character_id: int | None = None, instance_id: int | None = None
+) -> dict[str, Any]:
+    """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
+    raw = await _body(request, MAX_IMPORT_BYTES, "the world-book file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidInput("the world-book file is not UTF-8 JSON text") from None
+
+    def run() -> dict[str, Any]:
+        data = parse_json(text, "the world-book file")
+        scope = api.scope_of(character_id, instance_id)
+        with session_scope(_url()) as session:
+            report = import_worldbook(session, data, scope)
+        return {"scope": scope.label, **asdict(report), "summary": report.summary()}
+
+    return await run_in_threadpool(run)
+
+
+@router.get("/worldbook/export", tags=["worldbook"])
+def export_book(
+    format: str = "personalab",  # noqa: A002 - the query's name
+    character_id: int | None = None,
+    instance_id: int | None = None,
+) -> dict[str, Any]:
+    """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
+    if format not in ("personalab", "sillytavern"):
+        raise InvalidInput(f"format {format!r} is not one of personalab, sillytavern (field 'format')")
+    scope = api.scope_of(character_id, instance_id)
+    with session_scope(_url()) as session:
+        return export_sillytavern(session, scope) if format == "sillytavern" else export_worldbook(session, scope)
+
+
+class SettingsBody(BaseModel):
+    """Settings to set (a value) or unset (null); `clear` unsets all of the scope's first."""
+
+    model_config = ConfigDict(extra="forbid")
+    budget_share: float | None = Field(default=None, description="share of the context window, (0, 1]")
+    max_tokens: int | None = Field(default=None, description="token cap of the world book")
+    scan_depth: int | None = Field(default=None, description="recent lines scanned for keys")
+    recursive: bool | None = None
+    max_recursion_steps: int | None = None
+    case_sensitive: bool | None = None
+    match_whole_words: bool | None = None
+    clear: bool = False
+
+
+@router.get("/worldbook/settings", tags=["worldbook"])
+def get_settings(character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=_url())
+
+
+@router.put("/worldbook/settings", tags=["worldbook"])
+def put_settings(body: SettingsBody, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True, exclude={"clear"})
+    return api.update_worldbook_settings(
+        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, database_url=_url()
+    )
+
+
+# ---- knowledge -----------------------------------------------------------------------------------------------
+
+
+class KnowledgeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tag: str
+    content: str
+    importance: float = 0.5
+    keywords: list[str] = Field(default_factory=list)
+    enabled: bool = True
+
+
+class KnowledgeEditBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tag: str | None = None
+    content: str | None = None
+    importance: float | None = None
+    keywords: list[str] | None = None
+    enabled: bool | None = None
+
+
+class TagsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    add: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+
+
+@router.get("/knowledge", tags=["knowledge"])
+def list_knowledge(
+    character_id: int | None = None, instance_id: int | None = None, visible: bool = False, tag: str | None = None
+) -> list[dict[str, Any]]:
+    return api.list_knowledge_entries(
+        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, database_url=_url()
+    )
+
+
+@router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
+def add_knowledge(
+    body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
+) -> dict[str, Any]:
+    return api.add_knowledge_entry(
+        **body.model_dump(), character_id=character_id, instance_id=instance_id, database_url=_url()
+    )
+
+
+@router.get("/knowledge/{entry_id}", tags=["knowledge"])
+def get_knowledge(entry_id: int) -> dict[str, Any]:
+    return api.get_knowledge_entry(entry_id, database_url=_url())
+
+
+@router.patch("/knowledge/{entry_id}", tags=["knowledge"])
+def edit_knowledge(entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
+    changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
+    for name, value in changes.items():
+        if value is None:
+            raise InvalidInput(f"knowledge entry {entry_id}: field {name!r} cannot be null")
+    return api.edit_knowledge(entry_id, database_url=_url(), **changes)
+
+
+@router.delete("/knowledge/{entry_id}", tags=["knowledge"])
+def delete_knowledge(entry_id: int) -> dict[str, Any]:
+    return api.delete_knowledge_entry(entry_id, database_url=_url())
+
+
+@router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
+def tag_knowledge(entry_id: int, body: TagsBody) -> dict[str, Any]:
+    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, database_url=_url())
