@@ -225,9 +225,12 @@ def import_report(card: Card) -> CardReport:
         if name not in V1_FIELDS:
             no_effect[f"(top level) {name}"] = "kept for export"
     book = data.get("character_book") or {}
-    if isinstance(book, dict):  # the book's own settings: kept with the card, not applied to the world book
+    if isinstance(book, dict):  # the book's own settings: those we have become the character's world-book settings
+        applied = book_settings(book)
         for name, value in book.items():
-            if name not in ("name", "entries") and value not in (None, "", [], {}, False):
+            if name in BOOK_SETTINGS and BOOK_SETTINGS[name] in applied:
+                used.append(f"character_book.{name}")
+            elif name not in ("name", "entries") and value not in (None, "", [], {}, False):
                 no_effect[f"character_book.{name}"] = BOOK_NOTES.get(name, "kept for export")
     entries = book.get("entries") if isinstance(book, dict) else None
     return CardReport(
@@ -236,11 +239,31 @@ def import_report(card: Card) -> CardReport:
 
 
 BOOK_NOTES = {
-    "scan_depth": "the book's scan depth: entries scan the turn's recent lines (or their own scan depth)",
-    "token_budget": "the book's budget: the world book's budget is a share of the context",
-    "recursive_scanning": "no recursive scanning here",
+    "scan_depth": "not a whole number from 0 to 100; kept for export",
+    "token_budget": "not a whole number of tokens; kept for export",
+    "recursive_scanning": "not true or false; kept for export",
     "description": "kept for export",
 }
+# A card book's own settings → the character's world-book settings (`personalab worldbook settings --character ID`)
+BOOK_SETTINGS = {"scan_depth": "scan_depth", "token_budget": "max_tokens", "recursive_scanning": "recursive"}
+
+
+def book_settings(book: dict[str, Any]) -> dict[str, Any]:
+    """The world-book settings a card's `character_book` states (scan depth, token budget, recursive scanning), those
+    of them that are valid settings (`nodes.rules.worldbook.WorldbookSettings`)."""
+    from personalab.nodes.rules.worldbook import WorldbookSettings
+
+    found: dict[str, Any] = {}
+    for name, setting in BOOK_SETTINGS.items():
+        value = book.get(name)
+        if value is None:
+            continue
+        try:
+            WorldbookSettings(**{setting: value})
+        except InvalidInput:
+            continue
+        found[setting] = value
+    return found
 
 
 def _extension_note(name: str, value: Any) -> str:
@@ -480,6 +503,11 @@ def attach_card(session: Any, role_id: int, card: Card, *, keep_avatar: bool = F
             book_report = import_worldbook(session, book, Scope(role_id=role_id))
         except ImportFormatError as exc:
             raise InvalidInput(f"the card's character_book: {exc}") from None
+        settings = book_settings(card.data.character_book) if isinstance(card.data.character_book, dict) else {}
+        if settings:  # the book's scan depth, token budget and recursion, as the character's world-book settings
+            from personalab.stores.worldbook_settings import set_worldbook_settings
+
+            set_worldbook_settings(session, Scope(role_id=role_id), settings)
     session.add(
         CardRow(
             role_id=role_id,

@@ -125,10 +125,12 @@ def test_the_import_report_names_every_field_without_effect() -> None:
         "group_only_greetings",
         "assets",
         "(top level) create_date",
-        "character_book.scan_depth",
-        "character_book.token_budget",
     ):
         assert name in report.no_effect, name
+    # the book's own settings become the character's world-book settings
+    assert {"character_book.scan_depth", "character_book.token_budget", "character_book.recursive_scanning"} <= set(
+        report.used
+    )
     assert "雾港" in report.no_effect["extensions.world"]
 
 

@@ -154,3 +154,21 @@ def test_the_turn_applies_the_books_settings_and_the_instances_override(sqlite_u
         with session_scope(sqlite_url) as s:
             set_worldbook_settings(s, Scope(save_id=instance), {"recursive": True})
         assert "三短一长" in prompt(run_turn(graph, ctx, instance, "说说灯塔。"))
+
+
+def test_a_cards_book_settings_become_its_characters_settings(db_url: str) -> None:
+    """The card's character_book says scan depth 3, a 500-token budget, no recursive scanning: the character's world
+    book has them (and the import report lists them as used)."""
+    from personalab.stores.cards import import_card, parse_card_json
+
+    card = json.loads((Path(__file__).parent / "fixtures" / "card_v2_lantern.json").read_text(encoding="utf-8"))
+    with session_scope(db_url) as s:
+        done = import_card(s, parse_card_json(card, "lantern.json"))
+        own = get_worldbook_settings(s, Scope(role_id=done.role_id))
+    assert (own.scan_depth, own.max_tokens, own.recursive) == (3, 500, False)
+    assert "character_book.token_budget" in done.report.used
+    card["data"]["character_book"]["scan_depth"] = 1000  # not a setting here: kept for export, named
+    with session_scope(db_url) as s:
+        other = import_card(s, parse_card_json(card, "lantern.json"))
+        assert get_worldbook_settings(s, Scope(role_id=other.role_id)).scan_depth is None
+    assert "character_book.scan_depth" in other.report.no_effect
