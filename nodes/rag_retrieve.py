@@ -166,6 +166,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         worldbook_config=config,
         char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
         user_name=state.get("user_name"),
+        turn=turn,  # knowledge made from events: seed 001's time prefix
         known=known_items(own_lines_in(history, character.get("role_id"))),
         character_memories=[
             InjectionItem(

@@ -87,9 +87,19 @@ def add_knowledge(
     enabled: bool = True,
     user_edited: bool = True,
     scope: Scope = GLOBAL,
+    created_turn: int | None = None,
 ) -> KnowledgeEntry:
-    """A new knowledge entry (seed 001 添加知识); `user_edited` defaults to True: someone typed it in."""
-    fields = {"tag": tag, "content": content, "importance": importance, "keywords": keywords, "enabled": enabled}
+    """A new knowledge entry (seed 001 添加知识); `user_edited` defaults to True: someone typed it in.
+    `created_turn`: the turn an entry made from an event was made at (injected with a time prefix); None for
+    permanent knowledge."""
+    fields = {
+        "tag": tag,
+        "content": content,
+        "importance": importance,
+        "keywords": keywords,
+        "enabled": enabled,
+        "created_turn": created_turn,
+    }
     entry = validate_knowledge(
         {"id": "new", **fields, "user_edited": user_edited, "role_id": scope.role_id, "save_id": scope.save_id},
         "knowledge entry",

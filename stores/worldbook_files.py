@@ -228,13 +228,15 @@ def export_knowledge(session: Session, scope: Scope = GLOBAL, *, with_keywords: 
             "enabled": k.enabled,
             "user_edited": k.user_edited,
         }
+        if k.created_turn is not None:  # made from an event (seed creationTick); permanent knowledge has none
+            item["created_turn"] = k.created_turn
         if with_keywords:
             item["keywords"] = list(k.keywords)
         entries.append(item)
     return {"format": KNOWLEDGE_FORMAT, "version": FORMAT_VERSION, "entries": entries}
 
 
-KNOWLEDGE_FIELDS = {"tag", "content", "importance", "keywords", "enabled", "user_edited"}
+KNOWLEDGE_FIELDS = {"tag", "content", "importance", "keywords", "enabled", "user_edited", "created_turn"}
 
 
 def parse_knowledge(data: Any) -> list[KnowledgeEntry]:

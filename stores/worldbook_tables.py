@@ -30,6 +30,9 @@ class KnowledgeEntryRow(SQLModel, table=True):
     user_edited: bool = False
     role_id: int | None = Field(default=None, foreign_key="role.id", index=True)
     save_id: int | None = Field(default=None, foreign_key="save.id", index=True)
+    # seed 001 creationTick: the turn an entry made from an event was made at (time prefix); None: permanent.
+    # Nullable: stores.db.add_missing_columns adds it to an older database
+    created_turn: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -219,9 +219,17 @@ def plan_injection(
     )
 
 
-def knowledge_items(knowledge: Iterable[ScoredKnowledge]) -> list[InjectionItem]:
-    """Knowledge-library entries as world-knowledge items (`[tag] content`, key `knowledge:<id>`)."""
-    return [InjectionItem(f"knowledge:{k.entry.id}", format_knowledge_line(k.entry), k.score) for k in knowledge]
+def knowledge_items(knowledge: Iterable[ScoredKnowledge], turn: int | None = None) -> list[InjectionItem]:
+    """Knowledge-library entries as world-knowledge items (`[tag] content`, key `knowledge:<id>`); an entry made
+    from an event (`created_turn`) gets seed 001's time prefix relative to `turn` (`[tag] 3 轮前，content`)."""
+    items = []
+    for k in knowledge:
+        entry = k.entry
+        if turn is not None and entry.created_turn is not None and turn >= entry.created_turn:
+            ago = time_ago(turns=turn - entry.created_turn)
+            entry = entry.model_copy(update={"content": time_prefixed(entry.content.strip(), ago)})
+        items.append(InjectionItem(f"knowledge:{k.entry.id}", format_knowledge_line(entry), k.score))
+    return items
 
 
 def worldbook_items(
@@ -292,11 +300,13 @@ def world_knowledge_items(
     token_counter: TokenCounter = count_tokens,
     char_name: str | None = None,
     user_name: str | None = None,
+    turn: int | None = None,
 ) -> tuple[list[InjectionItem], list[SkippedItem]]:
-    """The world-knowledge section: the knowledge library's entries, then the fired world-book entries in
-    the trigger's order (constants first). Returns (items, skipped) for `plan_injection(..., skipped=...)`."""
+    """The world-knowledge section: the knowledge library's entries (time-prefixed relative to `turn`), then the
+    fired world-book entries in the trigger's order (constants first). Returns (items, skipped) for
+    `plan_injection(..., skipped=...)`."""
     wb_items, skipped = worldbook_items(triggered, config, char_name=char_name, user_name=user_name)
-    return [*knowledge_items(knowledge), *wb_items], skipped
+    return [*knowledge_items(knowledge, turn), *wb_items], skipped
 
 
 @dataclass(frozen=True)
@@ -321,11 +331,18 @@ def build_injection(
     headers: Mapping[str, str] = SECTION_HEADERS,
     char_name: str | None = None,
     user_name: str | None = None,
+    turn: int | None = None,
 ) -> Injection:
     """`world_knowledge_items` + `plan_injection` in one call (`char_name` / `user_name` fill the world book's
-    `{{char}}` / `{{user}}`)."""
+    `{{char}}` / `{{user}}`; `turn`, the current turn, dates knowledge made from events)."""
     world, skipped = world_knowledge_items(
-        knowledge, triggered, worldbook_config, token_counter=token_counter, char_name=char_name, user_name=user_name
+        knowledge,
+        triggered,
+        worldbook_config,
+        token_counter=token_counter,
+        char_name=char_name,
+        user_name=user_name,
+        turn=turn,
     )
     plan = plan_injection(
         guidelines,

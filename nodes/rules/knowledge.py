@@ -16,6 +16,10 @@ Rules of the seed, as implemented:
   nothing at all when no entry applies.
 - an entry is a pydantic model (`KnowledgeEntry`, `nodes.rules.validation`): tag and content non-empty after
   stripping, importance in [0, 1], the world book's content and keyword limits; rows and files alike.
+- time (seed 001 creationTick): an entry made from an event keeps the turn it was made at (`created_turn` ≥ 0)
+  and is injected with the time prefix (`nodes.rules.injection.time_prefixed`: "3 轮前，content"); permanent
+  knowledge (seed creationTick -1: `created_turn` None) has none. The turn counts on the instance the event
+  happened in; a turn later than the injecting one gives no prefix.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class KnowledgeEntry(Entry):
     user_edited: Flag = False
     role_id: int | None = None
     save_id: int | None = None
+    created_turn: int | None = Field(None, ge=0)  # seed creationTick: made from an event at this turn; None: permanent
 
     @model_validator(mode="after")
     def _one_scope(self) -> Self:
