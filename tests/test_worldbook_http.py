@@ -96,3 +96,35 @@ def test_knowledge_crud(http: Any) -> None:
     assert http.post("/knowledge", json={"tag": "x"}).status_code == 422  # no content: FastAPI names the field
     assert http.delete(f"/knowledge/{entry_id}").status_code == 200
     assert http.get(f"/knowledge/{entry_id}").status_code == 404
+
+
+# --- through langgraph dev ------------------------------------------------------------------------------------
+
+
+def test_the_routes_through_langgraph_dev(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The same routes mounted in a real `langgraph dev` (langgraph.json `http.app`): listed in the OpenAPI
+    description, a card uploaded, its character's settings shown, knowledge added and found by tag."""
+    import httpx
+    from test_library_http import served
+
+    server = served.__wrapped__(tmp_path_factory)  # the fixture's generator: start, then stop at the end
+    url, _data = next(server)
+    try:
+        with httpx.Client(base_url=url, timeout=60.0) as client:
+            paths = client.get("/openapi.json").json()["paths"]
+            for path in ("/cards/import", "/worldbook/settings", "/knowledge/{entry_id}/tags"):
+                assert path in paths, sorted(paths)
+            done = client.post("/cards/import?name=lantern.png", content=card_png())
+            assert done.status_code == 201, done.text
+            character_id = done.json()["character_id"]
+            shown = client.get(f"/worldbook/settings?character_id={character_id}").json()
+            assert shown["set"]["max_tokens"] == 500  # the card book's token budget
+            made = client.post(f"/knowledge?character_id={character_id}", json={"tag": "灯", "content": "灯从未熄灭。"})
+            assert made.status_code == 201
+            assert [e["content"] for e in client.get(f"/knowledge?character_id={character_id}&tag=灯").json()] == [
+                "灯从未熄灭。"
+            ]
+            bad = client.put("/worldbook/settings", json={"budget_share": 7})
+            assert bad.status_code == 422 and "budget_share" in bad.json()["detail"]
+    finally:
+        server.close()
