@@ -9,7 +9,9 @@ from personalab.nodes.context import Context, context_of
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
 from personalab.stores.background import search_with_cap, wait_for_writes
+from personalab.stores.db import session_scope
 from personalab.stores.events import take_prefetched_story
+from personalab.stores.history import get_path_ids
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
 
@@ -17,9 +19,13 @@ from personalab.stores.warmup import warm_up
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 兜底机制): the current outline point is the query; 15 events of this instance and 5
     of other instances of the same character + background, as two separately labelled layers. The search done
-    between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query."""
+    between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query. This
+    instance's layer holds the events of the current branch (seed 000's tree, as the memory retrieval's
+    `off_branch`): what a branch the user left wrote comes back with its branch."""
     ctx = context_of(runtime)
-    search = story_search(state, state["plot_state"])
+    with session_scope(ctx.database_url) as session:
+        branch = get_path_ids(session, state["instance_id"])  # the lines of the branch this turn continues
+    search = story_search(state, state["plot_state"], branch)
     # read your writes: the earlier turns' events (and the search queued behind them) are in before this reads
     waited_ms = wait_for_writes(state["instance_id"])
     found = take_prefetched_story(search, state["turn"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from personalab.nodes.rules.director import (
     CURRENT_EVENTS_LIMIT,
     OTHER_EVENTS_LIMIT,
@@ -14,8 +16,9 @@ from personalab.nodes.state import TurnState
 from personalab.stores.events import StorySearch, prefetch_story
 
 
-def story_search(state: TurnState, plot_state: PlotState) -> StorySearch:
-    """The director's story search for the instance at `plot_state`."""
+def story_search(state: TurnState, plot_state: PlotState, branch: Iterable[int] | None = None) -> StorySearch:
+    """The director's story search for the instance at `plot_state`, its own layer on `branch` (the line ids
+    from the root to the leaf: what an abandoned branch wrote is not this branch's past)."""
     character = state["character"]
     return StorySearch(
         query=fallback_query(plot_state),
@@ -24,15 +27,18 @@ def story_search(state: TurnState, plot_state: PlotState) -> StorySearch:
         instance_id=state["instance_id"],
         current_k=CURRENT_EVENTS_LIMIT,
         others_k=OTHER_EVENTS_LIMIT,
+        branch=None if branch is None else frozenset(branch),
     )
 
 
-def prefetch_next_turn(state: TurnState, stall_turns: int = STALL_THRESHOLD) -> bool:
+def prefetch_next_turn(
+    state: TurnState, stall_turns: int = STALL_THRESHOLD, branch: Iterable[int] | None = None
+) -> bool:
     """At the end of a turn whose reply is stored: when the next turn will fall back (`is_stalled` for it
     with this turn's plot state), queue its story search now, between turns — the query is the outline point,
-    not anything the user will type. Returns whether it was queued."""
+    not anything the user will type; `branch` ends at the stored reply. Returns whether it was queued."""
     plot, turn = state["plot_state"], state["turn"]
     if not is_stalled(turn + 1, plot.get("last_progress_turn", 0), stall_turns):
         return False
-    prefetch_story(story_search(state, plot), turn + 1)
+    prefetch_story(story_search(state, plot, branch), turn + 1)
     return True

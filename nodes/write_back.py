@@ -21,6 +21,7 @@ from personalab.nodes.story_search import prefetch_next_turn
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.events import write_event_async
+from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryStore
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
@@ -63,6 +64,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
+        branch = get_path_ids(session, instance_id)  # root to this reply: the next turn's search is on it
         reply_lines = [
             {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}
             for line in written
@@ -75,10 +77,11 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         character_id=character.get("role_id"),
         background_id=character.get("background_id"),
         turn=state["turn"],
+        line_id=written[-1].id,  # the event follows its reply's branch
     )
     record_turn_lines(state, ctx.database_url, reply_lines)
     checked = mark_used_memories(state, ctx.database_url)
-    prefetched = prefetch_next_turn(state, ctx.stall_turns)  # queued behind the event, so it sees it
+    prefetched = prefetch_next_turn(state, ctx.stall_turns, branch)  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {

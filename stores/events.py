@@ -1,8 +1,15 @@
-"""Archival memory of seed 002: one event per turn in Chroma, with instance / character / background / turn.
+"""Archival memory of seed 002: one event per turn in Chroma, with instance / character / background / turn and
+the reply's last line (`line_id`).
 
 One collection per story — character + background — (`events_<character>_<background>`): every search of the
 director's is within one story (this play-through, or other play-throughs of the same character and
 background), so it never filters through other stories' events.
+
+An event belongs to the branch of the dialogue tree its reply is on (seed 000): its id is
+`i<instance>-l<reply line>`, so a regenerated or rewound turn adds an event beside the earlier branch's instead
+of overwriting it, and the instance's own layer holds the events whose line is on the current branch (`branch`:
+the line ids from the root to the leaf, as the memory retrieval uses). Events written before line ids (id
+`i<instance>-t<turn>`, no `line_id`) are read as on every branch.
 
 Writes go through a single background worker so the reply never waits for the embedding (seed 002:
 事件写入异步执行，不阻塞响应); `flush_event_writes()` waits for them (CLI exit, tests, batch runs).
@@ -12,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from personalab.stores.background import run_in_background
@@ -35,21 +43,48 @@ def _write(collection: str, text: str, metadata: dict[str, Any], event_id: str, 
     get_collection(collection, path).add_texts([text], metadatas=[metadata], ids=[event_id])
 
 
+def event_id(instance_id: int, turn: int, line_id: int | None = None) -> str:
+    """An event's id: by its reply's line (`i3-l42`); events without a line keep the turn's (`i3-t7`)."""
+    return f"i{instance_id}-t{turn}" if line_id is None else f"i{instance_id}-l{line_id}"
+
+
+def on_branch(event: dict[str, Any], branch: Collection[int] | None) -> bool:
+    """Whether `event` belongs to the branch whose line ids are `branch` (None: any branch). An event without a
+    line id (written before events had one) cannot be placed and counts as on the branch."""
+    line = event.get("line_id")
+    return branch is None or not isinstance(line, int) or line in branch
+
+
 def write_event_async(
-    text: str, *, instance_id: int, character_id: int | None, background_id: int | None, turn: int
+    text: str,
+    *,
+    instance_id: int,
+    character_id: int | None,
+    background_id: int | None,
+    turn: int,
+    line_id: int | None = None,
 ) -> Future[None]:
-    """Queue one event; failures are logged, never raised into the turn."""
-    metadata = {
+    """Queue one event (`line_id`: the reply's last line, which places it on its branch); failures are logged,
+    never raised into the turn."""
+    metadata: dict[str, Any] = {
         "instance_id": instance_id,
         "character_id": NO_ID if character_id is None else character_id,
         "background_id": NO_ID if background_id is None else background_id,
         "turn": turn,
         "written_at": time.time(),  # when it was queued: a search made between turns finds what came after it
     }
+    if line_id is not None:
+        metadata["line_id"] = line_id
     collection = story_collection(character_id, background_id)
     # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
     return run_in_background(
-        _write, collection, text, metadata, f"i{instance_id}-t{turn}", chroma_path(), after_turn_of=instance_id
+        _write,
+        collection,
+        text,
+        metadata,
+        event_id(instance_id, turn, line_id),
+        chroma_path(),
+        after_turn_of=instance_id,
     )
 
 
@@ -74,20 +109,21 @@ def search_story(
     others_k: int,
     pool: int = 60,
     path: str | None = None,
+    branch: Collection[int] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The director's two layers in one story: the `current_k` events of `instance_id` and the `others_k` of
-    other play-throughs most similar to `query`. One unfiltered look at the story's nearest `pool` events
-    usually fills both (a filtered Chroma query costs several times more); a layer it leaves short is
-    searched again with the instance filter, so the result is the same as two filtered searches. `path`: the
-    Chroma store (default: the configured one)."""
+    """The director's two layers in one story: the `current_k` events of `instance_id` on its current `branch`
+    (line ids root to leaf; None: every branch) and the `others_k` of other play-throughs most similar to
+    `query`. One unfiltered look at the story's nearest `pool` events usually fills both (a filtered Chroma
+    query costs several times more); a layer it leaves short is searched again with the instance filter, so the
+    result is the same as two filtered searches. `path`: the Chroma store (default: the configured one)."""
     store = get_collection(story_collection(character_id, background_id), path)
     vector = store.embeddings.embed_query(query)  # type: ignore[union-attr]
     hits = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool))
-    current = [hit for hit in hits if hit["instance_id"] == instance_id][:current_k]
+    current = [hit for hit in hits if hit["instance_id"] == instance_id and on_branch(hit, branch)][:current_k]
     others = [hit for hit in hits if hit["instance_id"] != instance_id][:others_k]
     exhausted = len(hits) < pool  # the whole story was looked at: a short layer is all there is
     if len(current) < current_k and not exhausted:
-        current = _search_vector(store, vector, current_k, instance_id)
+        current = _search_branch(store, vector, current_k, instance_id, branch)
     if len(others) < others_k and not exhausted:
         others = _search_vector(store, vector, others_k, {"$ne": instance_id})
     return current, others
@@ -104,6 +140,10 @@ class StorySearch:
     instance_id: int
     current_k: int
     others_k: int
+    # the line ids of the branch the search is for (None: every branch). Not part of what a search *is*: the
+    # search kept between turns (for the branch ending at the last reply) is taken by the next turn, whose
+    # branch has the user's line too, when its branch holds the kept one's (`take_prefetched_story`)
+    branch: frozenset[int] | None = field(default=None, compare=False)
 
     def run(self, path: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return search_story(
@@ -114,6 +154,7 @@ class StorySearch:
             current_k=self.current_k,
             others_k=self.others_k,
             path=path,
+            branch=self.branch,
         )
 
 
@@ -146,10 +187,11 @@ def take_prefetched_story(
     since the search ran (other play-throughs go on meanwhile, in this process or others): when the story's
     event count moved, the events queued after the search started (`written_at`) are searched and merged into
     the two layers by relevance — the same layers a search now would give. None when there is nothing kept
-    (another process ran the previous turn, the search asked differs, or it is still queued)."""
+    (another process ran the previous turn, the search asked differs, or it is still queued) or when it was
+    kept for a branch the user has left since (a rewind, a swipe, an edit)."""
     path = chroma_path()
     entry = _prefetched.pop((path, search.instance_id, for_turn))
-    if entry is None or entry[0] != search:
+    if entry is None or entry[0] != search or not _branch_within(entry[0].branch, search.branch):
         return None
     _, (current, others), started, count = entry
     if _story_count(search, path) == count:
@@ -161,9 +203,16 @@ def take_prefetched_story(
     newer = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool, filter=since))
     if len(newer) >= pool:  # more came than one look holds: search the whole story again
         return search.run(path)
-    mine = [event for event in newer if event["instance_id"] == search.instance_id]
+    mine = [event for event in newer if event["instance_id"] == search.instance_id and on_branch(event, search.branch)]
     theirs = [event for event in newer if event["instance_id"] != search.instance_id]
     return _merged(current, mine, search.current_k), _merged(others, theirs, search.others_k)
+
+
+def _branch_within(kept: frozenset[int] | None, now: frozenset[int] | None) -> bool:
+    """Whether a search kept for branch `kept` holds for branch `now`: every event on `kept` is on `now`."""
+    if now is None:
+        return True
+    return kept is not None and kept <= now
 
 
 def _story_count(search: StorySearch, path: str) -> int:
@@ -172,11 +221,11 @@ def _story_count(search: StorySearch, path: str) -> int:
 
 
 def _merged(kept: list[dict[str, Any]], newer: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-    """The `k` most relevant of two event lists, each event once (by instance and turn)."""
-    seen: set[tuple[Any, Any]] = set()
+    """The `k` most relevant of two event lists, each event once (by instance, line and turn)."""
+    seen: set[tuple[Any, Any, Any]] = set()
     merged: list[dict[str, Any]] = []
     for event in sorted([*kept, *newer], key=lambda event: -float(event["score"])):
-        key = (event.get("instance_id"), event.get("turn"))
+        key = (event.get("instance_id"), event.get("line_id"), event.get("turn"))
         if key not in seen:
             seen.add(key)
             merged.append(event)
@@ -187,6 +236,21 @@ def _search_vector(store: Any, vector: list[float], k: int, instance_id: Any) ->
     return _as_events(
         store.similarity_search_by_vector_with_relevance_scores(vector, k=k, filter=where(instance_id=instance_id))
     )
+
+
+def _search_branch(
+    store: Any, vector: list[float], k: int, instance_id: int, branch: Collection[int] | None
+) -> list[dict[str, Any]]:
+    """The `k` events of `instance_id` on `branch` nearest `vector`: the instance's nearest, looked at in
+    growing numbers until `k` are on the branch or the instance has no more (a branch left behind usually
+    holds a few events, so one or two looks; events written before line ids count as on it)."""
+    look = k
+    while True:
+        found = _search_vector(store, vector, look, instance_id)
+        kept = [event for event in found if on_branch(event, branch)]
+        if len(kept) >= k or len(found) < look:
+            return kept[:k]
+        look *= 2
 
 
 def _as_events(results: list[tuple[Any, float]]) -> list[dict[str, Any]]:

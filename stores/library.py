@@ -19,7 +19,7 @@ from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
-from personalab.stores.events import NO_ID, story_collection
+from personalab.stores.events import NO_ID, event_id, story_collection
 from personalab.stores.memory_index import VECTORS, clear_index_cache
 from personalab.stores.tables import Background, Role, Save
 from sqlalchemy import DateTime, LargeBinary, Table, TypeDecorator, delete, select
@@ -154,9 +154,16 @@ def instance_events(save_id: int, role_id: int | None, background_id: int | None
 
 
 def write_events(
-    save_id: int, role_id: int | None, background_id: int | None, events: Iterable[Mapping[str, Any]]
+    save_id: int,
+    role_id: int | None,
+    background_id: int | None,
+    events: Iterable[Mapping[str, Any]],
+    lines: Mapping[int, int] | None = None,
 ) -> int:
-    """Write `events` (as `instance_events` gives them) for instance `save_id` in its story's collection."""
+    """Write `events` (as `instance_events` gives them) for instance `save_id` in its story's collection. `lines`
+    maps the file's line ids to this instance's: an event keeps its reply's line, so it stays on its branch
+    (a line not in the map is dropped, and the event is read as on every branch, like an event from before
+    line ids)."""
     from personalab.stores.vectors import get_collection
 
     items = list(events)
@@ -165,6 +172,7 @@ def write_events(
     texts: list[str] = []
     metadatas: list[dict[str, Any]] = []
     ids: list[str] = []
+    taken: set[str] = set()
     for event in items:
         metadata = dict(event.get("metadata") or {})
         metadata.update(
@@ -172,9 +180,17 @@ def write_events(
             character_id=NO_ID if role_id is None else role_id,
             background_id=NO_ID if background_id is None else background_id,
         )
+        line = metadata.pop("line_id", None)
+        if isinstance(line, int) and not isinstance(line, bool) and lines is not None and line in lines:
+            metadata["line_id"] = lines[line]
+        turn = metadata.get("turn", len(ids))
+        new_id = event_id(save_id, turn if isinstance(turn, int) else len(ids), metadata.get("line_id"))
+        if new_id in taken:  # two branches' events of one turn whose lines did not come along
+            new_id = f"{new_id}-{len(ids)}"
+        taken.add(new_id)
         texts.append(str(event["text"]))
         metadatas.append(metadata)
-        ids.append(f"i{save_id}-t{metadata.get('turn', len(ids))}")
+        ids.append(new_id)
     get_collection(story_collection(role_id, background_id)).add_texts(texts, metadatas=metadatas, ids=ids)
     return len(items)
 

@@ -4,6 +4,7 @@ real checkpointer, the offline scripted model (turn 1 puts outline point 1 in pr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -222,3 +223,35 @@ def test_memories_of_an_abandoned_branch_are_not_retrieved_and_come_back_with_it
         again = run_turn(graph, context, instance, "蓝色钥匙在哪里？")
         assert again["turn"] == 3
         assert [item for item in again["retrieved"] if "井底" in str(item.get("content"))]
+
+
+def test_the_directors_events_of_an_abandoned_branch_are_not_searched_and_come_back_with_it(
+    db_url: str, data_dir: Path
+) -> None:
+    """The director's own-instance layer (in the turn and between turns) holds the events of the current branch
+    only: a rewound turn's event is not this branch's past, and a swipe back brings it back."""
+    instance = create_sample_instance(db_url)
+    ctx = Context(database_url=db_url, stall_turns=1)  # the director searches on every turn without progress
+
+    def own_events(state: dict[str, Any]) -> str:
+        assert "director" in state["debug"], "the director ran this turn"
+        return " ".join(str(event["text"]) for event in state["director_events"]["current"])
+
+    with turn_graph(ctx) as (graph, context):
+        first, _second, _third = (
+            run_turn(graph, context, instance, text) for text in ("出发吧", "去钟楼看看", "我把红色信封藏在钟楼里")
+        )
+        dialogue.rewind(instance, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+        other_two = run_turn(graph, context, instance, "改去河边")  # searched in the turn
+        assert other_two["turn"] == 2
+        assert "出发吧" in own_events(other_two)
+        assert "钟楼" not in own_events(other_two) and "红色信封" not in own_events(other_two)
+        other_three = run_turn(graph, context, instance, "河边有什么")
+        assert other_three["turn"] == 3 and other_three["debug"]["director"]["source"] == "searched between turns"
+        assert "改去河边" in own_events(other_three) and "红色信封" not in own_events(other_three)
+
+        dialogue.swipe(instance, _second["user_line_id"], database_url=db_url)  # the first branch again
+        back = run_turn(graph, context, instance, "信封还在吗")
+        # the search kept between turns was for the branch left behind: not taken
+        assert back["turn"] == 4 and back["debug"]["director"]["source"] == "searched in the turn"
+        assert "红色信封" in own_events(back) and "河边" not in own_events(back)

@@ -326,6 +326,46 @@ def test_an_exported_instance_imports_back_the_same(url: str, tmp_path: Path) ->
     assert api.get_character(fresh.instance.character_id or 0, database_url=url).avatar_bytes == len(png())
 
 
+def test_an_imported_instance_has_its_own_sessions_turn_records_and_branch_events(url: str) -> None:
+    """Two sittings and a regenerated turn: the copy's turn records name the copy's sessions (one each, as in
+    the original), and each archived event keeps its reply's line, mapped to the copy's lines."""
+    from personalab.graph.api import dialogue
+    from personalab.stores.tables import PlaySession
+    from personalab.stores.turn_tables import TurnRecord
+    from sqlmodel import col, select
+
+    _character, _background, instance = setup(url)
+    play(url, instance.id, "我们先去据点看看。")
+    dialogue.new_session(instance.id, database_url=url)
+    play(url, instance.id, "那个叛徒叫什么？")
+    dialogue.regenerate(instance.id, context=Context(database_url=url))  # a second event for turn 2
+    document = api.export_instance_data(instance.id, database_url=url)
+    copy = api.import_instance_data(document, database_url=url).instance
+
+    def sittings(instance_id: int) -> tuple[list[int], list[tuple[int, int | None]]]:
+        with session_scope(url) as session:
+            plays = session.exec(select(PlaySession.id).where(col(PlaySession.save_id) == instance_id)).all()
+            records = session.exec(
+                select(TurnRecord.turn, TurnRecord.session_id)
+                .where(col(TurnRecord.save_id) == instance_id)
+                .order_by(col(TurnRecord.id))
+            ).all()
+        return [int(p) for p in plays if p is not None], [(int(t), s) for t, s in records]
+
+    old_sessions, old_records = sittings(instance.id)
+    new_sessions, new_records = sittings(copy.id)
+    assert len(old_sessions) == len(new_sessions) == 2 and not set(old_sessions) & set(new_sessions)
+    back = dict(zip(old_sessions, new_sessions, strict=True))
+    assert new_records == [(turn, back[session]) for turn, session in old_records]
+    assert [item["turns"] for item in dialogue.sessions(copy.id, database_url=url)] == [1, 2]
+
+    copied = api.export_instance_data(copy.id, database_url=url)
+    lines = {row["id"] for row in copied["tables"]["line"]}
+    events = [event["metadata"] for event in copied["events"]]
+    assert len(events) == 3 and all(event["line_id"] in lines for event in events)
+    assert len({event["line_id"] for event in events}) == 3  # the two turn-2 events stay apart
+
+
 def test_a_bad_import_file_is_one_error_and_stores_nothing(url: str, tmp_path: Path) -> None:
     _character, _background, instance = setup(url)
     document = api.export_instance_data(instance.id, database_url=url)

@@ -754,7 +754,7 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
         instance_id = save.id
         rows = {name: len(items) for name, items in doc.tables.items()}
     try:
-        events = store.write_events(instance_id, role_id, background_id, doc.events)
+        events = store.write_events(instance_id, role_id, background_id, doc.events, maps.get("line", {}))
         if rows.get("memory_entry"):
             MemoryStore(database_url).reindex(instance_id)
     except BaseException:
