@@ -6,8 +6,12 @@ the user's line, stores no half reply and reports the error."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import queue
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -129,15 +133,16 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     parts: list[str] = []
     finish: str | None = None
     late = False
-    stream = shown.stream(prompt.messages)
+    # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
+    reader = _StreamReader(shown.stream(prompt.messages))
     try:
-        # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
-        for chunk in stream:
+        for chunk in reader.chunks(until):
             parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
             finish = chunk.response_metadata.get("finish_reason") or finish
             if finish is None and time.time() > until:
-                late = True  # the deadline passed mid-reply: stop reading, the connection is closed below
+                late = True  # the deadline passed mid-reply: stop reading, the stream is closed below
                 break
+        late = late or reader.late  # or it passed while no chunk came (a long prompt evaluation)
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
         log.error("generation failed on instance %s: %s", state["instance_id"], exc)
         return {
@@ -147,10 +152,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "debug": {"prompt": prompt.debug, "deadline": _deadline_debug(deadline_at, until)},
         }
     finally:
-        # closing the generator closes the HTTP response: a server stops generating once the client is gone
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
+        reader.stop()
     debug: dict[str, Any] = {
         "prompt": prompt.debug,
         "finish_reason": finish,
@@ -184,6 +186,57 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
         text = text[: ctx.max_reply_chars]
     return {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}
+
+
+class _StreamReader:
+    """The reply's stream read on its own thread, so the deadline holds even while no chunk comes: a server that
+    keeps the connection alive during a long prompt evaluation (llama-cpp-python's server sends an SSE ping every
+    15 s) never lets the client's per-read timeout fire, and a reader blocked in the stream could not look at the
+    clock. `chunks(until)` yields what arrives and stops at `until` (`late`); `stop()` asks the thread to close the
+    stream — closing the generator closes the HTTP response, so a server stops generating once the client is gone —
+    at its next chunk (a generator can only be closed by the thread running it). The thread runs in a copy of the
+    node's context, so LangGraph's stream modes still get the tokens."""
+
+    _END = object()
+
+    def __init__(self, stream: Iterator[Any]) -> None:
+        self._stream = stream
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._stopping = threading.Event()
+        self.late = False
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._pump,), name="reply-stream", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            for chunk in self._stream:
+                if self._stopping.is_set():
+                    break
+                self._queue.put(chunk)
+        except BaseException as exc:  # noqa: BLE001 - handed to the node, which ends the turn cleanly
+            self._queue.put(exc)
+        finally:
+            close = getattr(self._stream, "close", None)
+            if close is not None:
+                close()
+            self._queue.put(self._END)
+
+    def chunks(self, until: float) -> Iterator[Any]:
+        while True:
+            try:
+                item = self._queue.get(timeout=max(until - time.time(), 0.0))
+            except queue.Empty:
+                self.late = True  # the deadline passed with no chunk in hand
+                return
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def stop(self) -> None:
+        self._stopping.set()
 
 
 def _deadline_debug(deadline_at: float, until: float) -> dict[str, Any]:

@@ -48,12 +48,16 @@ class StubReply:
     malformed: bool = False
     cut: bool = False  # the stream stops after the content: no finish_reason, no [DONE] (a dropped connection)
     chunk_delay: float = 0.0  # seconds before each streamed chunk of content (a slow model)
+    # seconds of SSE keep-alive comments (`: ping`, every 0.2 s) before the first chunk, as llama-cpp-python's
+    # server sends while it evaluates a long prompt: the client's per-read timeout never fires meanwhile
+    ping_for: float = 0.0
 
 
 class OpenAIStub:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answered = 0  # responses written completely
+        self.pinging = 0  # streams still in their `ping_for` phase (no chunk sent yet)
         self.context_window: int | None = None  # tokens; None: any prompt is accepted
         self.chars_per_token = 1.5
         self._queue: deque[StubReply] = deque()
@@ -114,6 +118,18 @@ class OpenAIStub:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 self.close_connection = True
+                pinging_until = time.monotonic() + reply.ping_for
+                with stub._lock:
+                    stub.pinging += 1
+                try:
+                    while time.monotonic() < pinging_until:
+                        self.wfile.write(b": ping\n\n")
+                        self.wfile.flush()
+                        if stub._stopping.wait(0.2):
+                            return
+                finally:
+                    with stub._lock:
+                        stub.pinging -= 1
                 for event in _chunks(request, reply):
                     if reply.cut and event["choices"] and event["choices"][0]["finish_reason"]:
                         return

@@ -309,11 +309,16 @@ def test_a_deadline_hit_mid_stream_ends_the_turn_as_cut_and_the_instance_plays_o
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.5")
-    instance = create_sample_instance(sqlite_url)
+    instance, warm = create_sample_instance(sqlite_url), create_sample_instance(sqlite_url)
     # 200 chunks a tenth of a second apart: the stream would take 20 s
-    openai_stub.queue(StubReply("【平静】" + "慢" * 400, chunk=2, chunk_delay=0.1))
     tokens: list[str] = []
     with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        # a turn on another instance first: the model client's first import takes seconds on a busy machine, and
+        # the slow stream must start before the 1.5 s deadline for it to be cut mid-stream
+        # (that turn may miss the deadline itself: only its warming matters)
+        openai_stub.queue("【平静】嗯。")
+        run_turn(graph, ctx, warm, "在吗？")
+        openai_stub.queue(StubReply("【平静】" + "慢" * 400, chunk=2, chunk_delay=0.1))
         cut = run_turn(graph, ctx, instance, "你慢慢说。", on_token=tokens.append)
         assert cut["error"] and "turn deadline (1.5 s) reached while the reply streamed" in cut["error"]
         assert 0 < cut["debug"]["deadline"]["cut_after_chars"] < 404 and tokens
@@ -323,6 +328,25 @@ def test_a_deadline_hit_mid_stream_ends_the_turn_as_cut_and_the_instance_plays_o
         ok = run_turn(graph, ctx, instance, "好吧，快点说。")
     assert ok["error"] is None and ok["turn"] == 1, "the instance is free and the cut turn did not count"
     assert [line.attribute for line in lines_of(sqlite_url, instance)] == ["user", "user", "assistant"]
+
+
+def test_the_deadline_holds_while_the_server_pings_before_its_first_chunk(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-cpp-python's server pings the stream every 15 s while it evaluates a long prompt (minutes for a small
+    # model on a busy CPU): the per-read timeout never fires, so the turn must end at its deadline with no chunk
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.5")
+    instance = create_sample_instance(sqlite_url)
+    openai_stub.queue(StubReply("【平静】终于想好了。", ping_for=60.0))
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        cut = run_turn(graph, ctx, instance, "你在想什么？")
+        assert cut["error"] and "turn deadline (1.5 s) reached while the reply streamed" in cut["error"]
+        assert openai_stub.pinging == 1, "the turn ended while the server was still pinging, not after"
+        assert cut["debug"]["deadline"]["cut_after_chars"] == 0
+        assert [line.attribute for line in lines_of(sqlite_url, instance)] == ["user"], "no reply stored"
+        openai_stub.queue("【开心】这次快了。")
+        ok = run_turn(graph, ctx, instance, "好吧，快点说。")
+    assert ok["error"] is None and ok["reply_lines"][0]["content"] == "这次快了。"
 
 
 def test_slow_maintenance_and_llm_review_get_only_what_is_left_of_the_deadline(
