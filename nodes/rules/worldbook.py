@@ -56,7 +56,7 @@ from personalab.nodes.rules.keywords import has_unspaced_script
 from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.review.effects import GAP_THRESHOLDS
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
-from pydantic import AfterValidator, BeforeValidator, Field, Strict, StringConstraints, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Strict, StringConstraints, model_validator
 
 TriggerType = Literal["keyword", "semantic", "temporal", "emotional"]
 Kind = Literal["episodic", "semantic", "trait", "goal"]  # seed 004 MemoryType
@@ -236,6 +236,7 @@ class WorldbookEntry(Entry):
     # and the trigger reads its options (`sillytavern_options`). None for an entry made here.
     source: Annotated[dict[str, Any] | None, Strict()] = None
     source_format: SourceFormat | None = None
+    _options: Any = PrivateAttr(default=None)  # `sillytavern_options`, read once (the entry is frozen)
 
     @model_validator(mode="after")
     def _one_scope(self) -> Self:
@@ -336,7 +337,18 @@ def _whole_number(value: Any) -> int | None:
 
 def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
     """The entry's SillyTavern options (world info: caseSensitive, matchWholeWords, probability, useProbability,
-    position, depth, role; a card's entry: the same in `extensions` with its names); defaults for ours."""
+    position, depth, role; a card's entry: the same in `extensions` with its names); defaults for ours. Read once
+    per entry: a turn asks for them several times per entry (trigger, recursion, groups, budget)."""
+    cached = entry._options
+    # kept with the source it was read from: a copy with another source (model_copy keeps private attributes)
+    # reads its own
+    if cached is None or cached[0] is not entry.source or cached[1] != entry.source_format:
+        cached = entry._options = (entry.source, entry.source_format, _read_options(entry))
+    options: EntryOptions = cached[2]
+    return options
+
+
+def _read_options(entry: WorldbookEntry) -> EntryOptions:
     source = entry.source
     if not source:
         return EntryOptions()
