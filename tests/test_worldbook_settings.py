@@ -112,7 +112,7 @@ def test_cli_sets_and_shows_settings(capsys: pytest.CaptureFixture[str], data_di
         role = create_role(s, "Alice")
         save = create_save(s, role.id, None)
         role_id, save_id = str(role.id), str(save.id)
-    assert main(["worldbook", "settings", "--character", role_id, "--budget-share", "0.1", "--no-recursive"]) == 0
+    assert main(["worldbook", "settings", "--book", role_id, "--budget-share", "0.1", "--no-recursive"]) == 0
     assert main(["worldbook", "settings", "--instance", save_id, "--recursive", "--max-tokens", "500"]) == 0
     capsys.readouterr()
     assert main(["worldbook", "settings", "--instance", save_id, "--json"]) == 0

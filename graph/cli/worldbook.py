@@ -376,7 +376,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "settings",
         help="show or set the world book's settings (global, --character ID: its book, --instance ID: overrides)",
     )
-    _add_scope(p)
+    group = p.add_mutually_exclusive_group()
+    # a book is a character's world book (a card's book is scoped to its character): --book is --character
+    group.add_argument("--character", "--book", dest="character", type=ID, metavar="ID", help="a character's book")
+    group.add_argument("--instance", type=ID, metavar="ID", help="an instance (over its character's book)")
     p.add_argument("--budget-share", dest="budget_share", type=float, metavar="F", help="share of the context, (0, 1]")
     p.add_argument("--max-tokens", dest="max_tokens", type=COUNT, metavar="N", help="token cap of the world book")
     p.add_argument("--scan-depth", dest="scan_depth", type=COUNT, metavar="N", help="recent lines scanned for keys")
