@@ -16,6 +16,7 @@ from personalab.evals import (
     bench_turn,
     convert,
     locomo,
+    probes_cn,
     runs,
     suite,
 )
@@ -83,6 +84,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     locomo_eval.add_argument("--verbose", action="store_true", help="a line per conversation as it is ingested")
     locomo_eval.set_defaults(handler=locomo.run)
+    probes = kinds.add_parser(
+        "probes-cn",
+        help="evidence recall@5/10 of memory retrieval on MemoryBank cn's probing questions (our labels), with BM25",
+    )
+    probes.add_argument("path", help="the MemoryBank cn folder (memory_bank_cn.json, probing_questions_cn.jsonl)")
+    probes.add_argument("--labels", help="the labels file (default: evals/probes_cn_labels.json)")
+    probes.add_argument(
+        "--embeddings", choices=probes_cn.EMBEDDINGS, help="PERSONALAB_EMBEDDINGS for this run (default: the setting)"
+    )
+    probes.add_argument("--data-dir", help="build the memory store here (default: a temporary directory)")
+    probes.set_defaults(handler=probes_cn.run)
     runs.register(kinds)
     convert.register(kinds)
     suite.register(kinds)
