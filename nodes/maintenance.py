@@ -52,16 +52,18 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
     reply's path; failures are logged there."""
     ctx = context_of(runtime)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+    # the turn's reply line (as the review's memories): an event-log summary written now follows its branch
+    leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
     run_in_background(
-        run_layer_maintenance, store, state["instance_id"], state["turn"], after_turn_of=state["instance_id"]
+        run_layer_maintenance, store, state["instance_id"], state["turn"], leaf, after_turn_of=state["instance_id"]
     )
     return {"status": "queued"}
 
 
-def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
+def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, line_id: int | None = None) -> None:
     """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
     not on the next reply's path."""
-    maintain_layers(store, instance_id, turn, summarise=model_summariser())
+    maintain_layers(store, instance_id, turn, summarise=model_summariser(), line_id=line_id)
     store.index(instance_id)
 
 
@@ -85,6 +87,7 @@ def maintain_layers(
     turn: int | None = None,
     config: LayerConfig | None = None,
     summarise: Summariser | None = None,
+    line_id: int | None = None,
 ) -> MaintenanceReport:
     """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
     (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
@@ -93,7 +96,9 @@ def maintain_layers(
     With `summarise`, memories about to fade out of the event log are first summarised (seed 001 中期记忆
     "Event Log Summary"): the summary is stored as a new archive memory (`memory_layers.summary_memory`) before
     the step deletes them; no model call is made inside a transaction. A failing summariser is logged and the
-    labelled extractive summary is stored instead."""
+    labelled extractive summary is stored instead. `line_id`: the line of the turn that runs the step (its
+    reply), which the summary carries like the turn's own memories, so it is retrieved on that turn's branch
+    only (seed 000's tree) and comes back with it."""
     summaries: dict[int, dict[int, tuple[str, int]]] = {}
     with store.maintenance(instance_id, turn) as batch:
         plans = {
@@ -115,6 +120,8 @@ def maintain_layers(
             log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
             summary = extractive_summary(texts)
         item = summary_memory(summary, [t for _, (_c, t) in ordered], [i for i, _ in ordered], config)
+        if line_id is not None:
+            item["line_id"] = line_id
         store.add_memories(instance_id, [item], character_id=character)
     with store.maintenance(instance_id, turn) as batch:  # the step itself, now that the summaries are stored
         _apply(batch, {character: plan_maintenance(m, batch.turn, config) for character, m in batch.memories.items()})

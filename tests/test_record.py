@@ -113,6 +113,32 @@ def test_memories_fading_out_of_the_event_log_leave_a_summary(db_url: str) -> No
     assert found.items[0].id == summary.id  # the summary is itself a memory, retrievable
 
 
+def test_an_event_log_summary_carries_the_line_of_the_turn_that_wrote_it(sqlite_url: str, monkeypatch: Any) -> None:
+    """Seed 000's tree: the summary is retrieved on the branch of the turn whose maintenance wrote it (its reply's
+    last line, as the review's memories), like the turn's own memories."""
+    from personalab.nodes import maintenance
+
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    _fading_event_log(store, instance)
+    maintain_layers(store, instance, 5000, summarise=model_summariser(), line_id=41)
+    (summary,) = store.list_memories(instance)
+    assert summary.line_id == 41
+
+    seen: list[int | None] = []
+    real = maintenance.maintain_layers
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("line_id"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(maintenance, "maintain_layers", spy)
+    with turn_graph(Context(database_url=sqlite_url, maintenance_every=1)) as (graph, context):
+        state = run_turn(graph, context, instance, "我们出发吧。")
+        flush_event_writes()
+    assert seen == [state["debug"]["reply_line_ids"][-1]]
+
+
 def test_a_failing_summariser_keeps_the_extractive_summary_and_none_means_no_summary(sqlite_url: str) -> None:
     instance = create_sample_instance(sqlite_url)
     store = MemoryStore(db_url=sqlite_url)
