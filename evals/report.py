@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ NO_SOURCE = "no source"  # the phrase was never said before the probe (world boo
 GOAL_HIT_RATE = 0.8
 GOAL_LATENCY_MS = 100.0  # seed 002 技术约束: a turn without the model's time, p95
 MODEL_NODE = "generate"
+CJK_FONTS = ("Noto Sans CJK", "Noto Sans SC", "Source Han Sans", "WenQuanYi", "SimHei", "Microsoft YaHei", "PingFang")
 
 
 def bucket(distance: int | None) -> str:
@@ -362,6 +364,14 @@ def plots(results: Sequence[dict[str, Any]], total: dict[str, Any], out: Path) -
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    # scenario names in the legends are often Chinese: a CJK font when one is installed; without one the names show
+    # as boxes, which is said once here instead of one warning per missing glyph
+    cjk = [f.name for f in font_manager.fontManager.ttflist if any(k in f.name for k in CJK_FONTS)]
+    if cjk:
+        plt.rcParams["font.sans-serif"] = [cjk[0], *plt.rcParams["font.sans-serif"]]
+    warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
 
     made: list[str] = []
     labels = [b[0] for b in BUCKETS]
