@@ -120,7 +120,8 @@ def mark_used_memories(state: TurnState, database_url: str | None) -> int:
 def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: list[dict[str, Any]]) -> None:
     """Queue this turn's lines for the dialogue record (off the reply's path, on the instance's writer, so the
     next turn of the instance reads them): the host's and the user's lines (the end of the path read this
-    turn) and the reply's, each with the line before it as context."""
+    turn) and the reply's, each with the line before it as context; a line already recorded (the user's line a
+    regenerated reply answers again) is not recorded twice."""
     history = state.get("history") or []
     count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
     asked = [line for line in history[-count:] if line.get("id") is not None]
@@ -136,7 +137,16 @@ def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: l
     )
     if items:
         store = MemoryStore(db_url=database_url, chroma_path=chroma_path())
-        run_in_background(store.add_memories, state["instance_id"], items, after_turn_of=state["instance_id"])
+        run_in_background(_record_new_lines, store, state["instance_id"], items, after_turn_of=state["instance_id"])
+
+
+def _record_new_lines(store: MemoryStore, instance_id: int, items: list[dict[str, Any]]) -> None:
+    """Add the record entries of lines that have none yet: a regenerated reply's user line was recorded with
+    the first reply (and a line whose turn failed before its reply was not), so each line is recorded once."""
+    known = store.recorded_line_ids(instance_id, [item["line_id"] for item in items if item.get("line_id")])
+    fresh = [item for item in items if item.get("line_id") not in known]
+    if fresh:
+        store.add_memories(instance_id, fresh)
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

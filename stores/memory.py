@@ -678,7 +678,20 @@ class MemoryStore:
             stmt = select(MemoryEntry.id, MemoryEntry.created_at).where(
                 col(MemoryEntry.id).in_(list(memory_ids)), MemoryEntry.instance_id == instance_id
             )
-            return {int(memory_id): created for memory_id, created in session.exec(stmt).all()}
+            return {int(memory_id): created for memory_id, created in session.exec(stmt).all() if memory_id is not None}
+
+    def recorded_line_ids(self, instance_id: int, line_ids: Sequence[int]) -> set[int]:
+        """Which of the lines `line_ids` already have a dialogue-record entry of the instance (a regenerated
+        reply answers a user line that was recorded with the first reply)."""
+        if not line_ids:
+            return set()
+        with session_scope(self._url()) as session:
+            stmt = select(MemoryEntry.line_id).where(
+                MemoryEntry.instance_id == instance_id,
+                MemoryEntry.type == MemoryType.RECORD.value,
+                col(MemoryEntry.line_id).in_(list(line_ids)),
+            )
+            return {int(line_id) for line_id in session.exec(stmt).all() if line_id is not None}
 
     # ---- retrieval support (used by nodes.rules.retrieval) ------------------------------------------------
 

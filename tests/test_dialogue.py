@@ -255,3 +255,22 @@ def test_the_directors_events_of_an_abandoned_branch_are_not_searched_and_come_b
         # the search kept between turns was for the branch left behind: not taken
         assert back["turn"] == 4 and back["debug"]["director"]["source"] == "searched in the turn"
         assert "红色信封" in own_events(back) and "河边" not in own_events(back)
+
+
+def test_regenerate_records_its_user_line_once(db_url: str, data_dir: Path) -> None:
+    """The dialogue record keeps each line once: a regenerated reply answers a user line that already has its
+    record entry, so only the new reply's lines are added."""
+    from personalab.stores.background import flush_event_writes
+    from personalab.stores.memory import MemoryStore
+
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, context):
+        _first, second = (run_turn(graph, context, instance, text) for text in ("你好", "我们去北边的据点"))
+        again = dialogue.regenerate(instance, graph=graph, context=context)
+        flush_event_writes()
+    records = MemoryStore(db_url=db_url).list_memories(instance, type="record")
+    user_line = second["user_line_id"]
+    assert [m.line_id for m in records].count(user_line) == 1
+    replies = set(second["debug"]["reply_line_ids"]) | set(again["debug"]["reply_line_ids"])
+    assert replies <= {m.line_id for m in records}  # both replies are in the record, each once
+    assert len([m.line_id for m in records]) == len({m.line_id for m in records})
