@@ -45,7 +45,7 @@ from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, call_seconds
 from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.rules.markers import MarkerFilter
 from personalab.nodes.scripted_llm import ScriptedChatModel
-from personalab.stores.settings import settings
+from personalab.stores.settings import Settings, settings
 from pydantic import Field
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -83,7 +83,7 @@ def get_chat_model(
     # llama-cpp-python, Ollama and older vLLM read only `max_tokens`, so a compatible endpoint gets both
     extra_body = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
     return ChatOpenAI(
-        model=getattr(current, f"model_{purpose}") or current.model,  # PERSONALAB_MODEL_<PURPOSE>, else the model
+        model=model_name(current, purpose),
         api_key=key,
         base_url=current.openai_base_url,
         temperature=current.temperature,
@@ -93,6 +93,15 @@ def get_chat_model(
         extra_body=extra_body,
         tags=tags,
     )
+
+
+def model_name(current: Settings, purpose: str) -> str:
+    """PERSONALAB_MODEL_<PURPOSE>, else (the event-log summary is maintenance work) the core-memory model, else
+    PERSONALAB_MODEL."""
+    name: str | None = getattr(current, f"model_{purpose}")
+    if name is None and purpose == prompts.PURPOSE_EVENT_SUMMARY:
+        name = current.model_core_memory
+    return name or current.model
 
 
 class MarkerFreeStream(BaseChatModel):

@@ -72,7 +72,7 @@ def model_summariser() -> Summariser:
     labelled extractive summary), prompt in `nodes.rules.prompts`."""
 
     def summarise(memories: list[str]) -> str:
-        model = get_chat_model("core_memory")
+        model = get_chat_model(prompts.PURPOSE_EVENT_SUMMARY)
         answer = str(model.invoke(prompts.event_summary_messages(memories, SUMMARY_MAX_CHARS)).content).strip()
         if not answer:
             raise ValueError("the model's summary is empty")

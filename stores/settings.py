@@ -121,6 +121,11 @@ class Settings(BaseSettings):
         None,
         description="Chat model for the post-turn review with PERSONALAB_REVIEW_MODE=llm (seed 003). Unset: PERSONALAB_MODEL.",
     )
+    model_event_summary: str | None = Field(
+        None,
+        description="Chat model for the event-log summary written before memories fade (seed 001 中期记忆). "
+        "Unset: PERSONALAB_MODEL_CORE_MEMORY, else PERSONALAB_MODEL.",
+    )
     temperature: Number | None = Field(
         None, ge=0, le=2, description="Sampling temperature of the chat model. Unset: the server's default."
     )

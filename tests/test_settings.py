@@ -33,6 +33,7 @@ DEFAULTS: dict[str, object] = {
     "PERSONALAB_MODEL_QUERY_REWRITE": None,
     "PERSONALAB_MODEL_CORE_MEMORY": None,
     "PERSONALAB_MODEL_REVIEW": None,
+    "PERSONALAB_MODEL_EVENT_SUMMARY": None,
     "PERSONALAB_TEMPERATURE": None,
     "PERSONALAB_LLM_TIMEOUT": 30.0,
     "PERSONALAB_LLM_MAX_RETRIES": 0,
@@ -100,7 +101,7 @@ def test_each_purpose_of_the_model_factory_can_have_its_own_model() -> None:
         ("PERSONALAB_LLM_MAX_RETRIES", "2.0", "a whole number, at least 0"),  # whole numbers are written whole
         ("PERSONALAB_REVIEW_MODE", "sometimes", "'rule' or 'llm'"),  # choice
         ("PERSONALAB_LLM", "magic", "one of 'auto', 'scripted', 'openai'"),
-        ("PERSONALAB_EMBEDDINGS", "bert", "'offline' or 'openai'"),
+        ("PERSONALAB_EMBEDDINGS", "bert", "one of 'offline', 'e5', 'fused', 'openai'"),
         ("OPENAI_BASE_URL", "localhost:8000/v1", "an http(s) URL such as http://127.0.0.1:11434/v1"),  # URL
         ("OPENAI_BASE_URL", "ftp://example.com/v1", "an http(s) URL such as http://127.0.0.1:11434/v1"),
         ("PERSONALAB_DATABASE_URL", "mysql://db/personalab", "a sqlite:/// or postgresql:// URL"),
