@@ -228,7 +228,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             name = role.name if role else "角色"
             path = get_path_ids(session, instance_id)
             kept = kept_state(session, state, instance_id, path, anchor)
-            recap = recap_items(recap_turns(session, sitting.previous), name) if sitting.previous else []
+            # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
+            branch = set(path)
+            recap = recap_items(recap_turns(session, sitting.previous, branch=branch), name) if sitting.previous else []
             (head_end, tail_start), history = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = (

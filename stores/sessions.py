@@ -7,6 +7,7 @@ of a new session is told what happened in the last one (`recap_turns`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -87,11 +88,22 @@ def _session_before(session: Session, save_id: int, session_id: int) -> PlaySess
     return session.exec(stmt.order_by(col(PlaySession.id).desc()).limit(1)).first()
 
 
-def recap_turns(session: Session, play: PlaySession, last: int = 5) -> list[dict[str, Any]]:
-    """The last `last` answered turns of session `play`, oldest first: `{"turn", "user", "reply"}` with the user's
-    line and the reply's text (its lines joined). What a new session's first turn is reminded of."""
+def recap_turns(
+    session: Session, play: PlaySession, last: int = 5, branch: Collection[int] | None = None
+) -> list[dict[str, Any]]:
+    """The last `last` answered turns of session `play` whose reply is on `branch` (the line ids from the root
+    to the current leaf; None: every turn), oldest first: `{"turn", "user", "reply"}` with the user's line and
+    the reply's text (its lines joined). What a new session's first turn is reminded of: a turn of a branch the
+    user left (regenerated, rewound, edited) did not happen on this one."""
     stmt = select(TurnRecord).where(col(TurnRecord.session_id) == play.id, col(TurnRecord.status) == "ok")
-    records = list(session.exec(stmt.order_by(col(TurnRecord.id).desc()).limit(last)).all())[::-1]
+    stmt = stmt.order_by(col(TurnRecord.id).desc())
+    records: list[TurnRecord] = []
+    for limit in (4 * last, None):  # the branch's own turns are usually the newest: one short read
+        rows = list(session.exec(stmt.limit(limit) if limit else stmt).all())
+        records = [row for row in rows if branch is None or row.reply_line_id in branch][:last]
+        if len(records) == last or (limit and len(rows) < limit):
+            break
+    records.reverse()
     turns = []
     for record in records:
         if record.user_line_id is None or record.reply_line_id is None:

@@ -274,3 +274,16 @@ def test_regenerate_records_its_user_line_once(db_url: str, data_dir: Path) -> N
     replies = set(second["debug"]["reply_line_ids"]) | set(again["debug"]["reply_line_ids"])
     assert replies <= {m.line_id for m in records}  # both replies are in the record, each once
     assert len([m.line_id for m in records]) == len({m.line_id for m in records})
+
+
+def test_a_sessions_recap_holds_the_current_branchs_turns_only(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    first, _left = play(db_url, instance, "我们去找水源", "水源在北边的峡谷里")
+    dialogue.rewind(instance, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+    (taken,) = play(db_url, instance, "改去南边的集市")
+    dialogue.new_session(instance, database_url=db_url)
+    (back,) = play(db_url, instance, "我回来了")
+    recap = back["session_recap"]
+    assert len(recap) == 2 and "我们去找水源" in recap[0] and "改去南边的集市" in recap[1]
+    assert not [item for item in recap if "峡谷" in item]  # the turn of the branch the user left
+    assert taken["turn"] == 2 and "第2轮" in recap[1]
