@@ -5,10 +5,13 @@ context schema (`graph.get_context_jsonschema()`) documents itself."""
 
 # no `from __future__ import annotations`: the fields' Annotated descriptions are built once, at import, instead
 # of each time pydantic or LangGraph resolves the type hints
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, get_type_hints
 
-from personalab.stores.settings import ReviewMode, describe, settings
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores.settings import ReviewMode, describe, env_name, settings
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 
 def _setting(name: str) -> Any:
@@ -57,11 +60,72 @@ class Context:
     review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
 
 
+# Fields only the server's configuration sets (issue 14): where data lives, the limits that protect the server
+# from its clients, and what a turn may cost. A served run's context may set none of them; in-process callers
+# (graph/runner.py, tests, evals) build a whole Context and may.
+SERVER_FIELDS: dict[str, str] = {
+    "database_url": "database_url",
+    "lock_lease_s": "turn_lease",
+    "max_message_chars": "max_message_chars",
+    "max_user_name_chars": "max_user_name_chars",
+    "max_host_lines": "max_host_lines",
+    "max_reply_chars": "max_reply_chars",
+    "chars_per_token": "chars_per_token",
+    "context_tokens": "context_tokens",
+    "max_reply_tokens": "max_reply_tokens",
+    "turn_deadline_s": "turn_deadline",
+}
+# The documented per-run knobs: everything else of Context (story pacing, retrieval, prompt budgets, review mode).
+RUN_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(Context) if f.name not in SERVER_FIELDS)
+
+
+def _knobs_model() -> type[BaseModel]:
+    """A pydantic model of the run knobs with Context's types and bounds; every knob optional, nothing else."""
+    hints = get_type_hints(Context, include_extras=True)
+    spec: dict[str, Any] = {name: (hints[name] | None, None) for name in RUN_KNOBS}
+    return create_model(
+        "RunKnobs", __config__=ConfigDict(extra="forbid", strict=False), **spec
+    )
+
+
+RunKnobs = _knobs_model()
+
+
+def validate_run_context(raw: object, *, where: str = "context") -> dict[str, Any]:
+    """A served run's context checked (issue 14): only documented knobs, each within its bounds. Returns the
+    knobs given; raises `InvalidInput` naming the first bad field (`context.database_url`, ...)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"{where} must be an object of run settings, not {type(raw).__name__}")
+    for key in raw:
+        if key in SERVER_FIELDS:
+            raise InvalidInput(
+                f"{where}.{key} is set by the server's configuration ({env_name(SERVER_FIELDS[key])}), not per run"
+            )
+        if key not in RUN_KNOBS:
+            raise InvalidInput(f"{where}.{key} is not a run setting; allowed: {', '.join(RUN_KNOBS)}")
+    try:
+        knobs = RunKnobs.model_validate(dict(raw))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = ".".join(str(part) for part in error["loc"])
+        shown = repr(error.get("input"))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InvalidInput(f"{where}.{name}: {error['msg']} (got {shown})") from None
+    given = knobs.model_dump(exclude_unset=True)
+    for name, value in given.items():
+        if value is None:
+            raise InvalidInput(f"{where}.{name}: null is not a value (leave it out for the server's default)")
+    return given
+
+
 def context_of(runtime: object) -> Context:
-    """The run's context; a run started without one (e.g. from Studio) gets the environment's defaults."""
+    """The run's context; a run started without one (e.g. from Studio) gets the environment's defaults. A plain
+    mapping (a served run's context as the client sent it) may set the run knobs only (`validate_run_context`)."""
     ctx = getattr(runtime, "context", None)
     if isinstance(ctx, Context):
         return ctx
-    if isinstance(ctx, dict):
-        return Context(**ctx)
+    if isinstance(ctx, Mapping):
+        return Context(**validate_run_context(ctx))
     return Context()
