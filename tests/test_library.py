@@ -116,6 +116,46 @@ def test_backgrounds_and_instances_are_listed_with_what_the_seed_shows(url: str)
     assert [(line.attribute, line.content) for line in first] == [("assistant", "又见面了。")]
 
 
+def test_listing_instances_takes_the_same_number_of_queries_for_one_or_many(url: str) -> None:
+    """`instance list` reads each thing it shows for every instance at once (grouped), not once per instance,
+    and shows for each what `instance show` does."""
+    from personalab.stores.background import flush_event_writes
+    from sqlalchemy import event
+
+    character, background, first = setup(url)
+    other_background = api.create_background(
+        {"name": "另一片废土", "world_setting": "雪原。", "outline": ["雪原第一幕", "雪原第二幕"]}, database_url=url
+    )
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    def listed() -> tuple[int, list[api.Instance]]:
+        flush_event_writes()  # the turns' background writes use the engine too
+        statements.clear()
+        event.listen(get_engine(url), "before_cursor_execute", count)
+        try:
+            found = api.list_instances(database_url=url)
+        finally:
+            event.remove(get_engine(url), "before_cursor_execute", count)
+        return len(statements), found
+
+    one, _ = listed()
+    others = [
+        api.create_instance({"character_id": character.id, "background_id": b.id}, database_url=url)
+        for b in (background, other_background, background, other_background)
+    ]
+    play(url, first.id, "我们先去据点看看。", "继续。")
+    play(url, others[1].id, "出发。")
+    many, found = listed()
+    assert many == one, [s.split("\n")[0][:90] for s in statements]
+    assert [item.id for item in found] == [*(o.id for o in reversed(others)), first.id]
+    assert found == [api.get_instance(item.id, database_url=url) for item in found]  # the same as one by one
+    assert (found[-1].turns, found[2].turns, found[0].turns) == (2, 1, 0)  # first, others[1], others[3]
+    assert found[0].background_name == "另一片废土" and found[0].plot is not None and found[-1].last_turn_at
+
+
 def test_bad_input_names_the_field_or_id_and_changes_nothing(url: str) -> None:
     character, background, instance = setup(url)
     cases: list[tuple[Any, type[Exception], str]] = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -498,36 +498,74 @@ def delete_background(background_id: int, *, cascade: bool = False, database_url
 
 def _instance(session: Session, save: Save) -> Instance:
     assert save.id is not None
-    role = session.get(Role, save.role_id) if save.role_id is not None else None
-    background = session.get(Background, save.background_id) if save.background_id is not None else None
-    last = session.exec(select(func.max(TurnRecord.created_at)).where(col(TurnRecord.save_id) == save.id)).one()
-    state = latest_story_state(session, save.id)
-    plot_state = (state.state.get("plot_state") if state else None) or None
-    if plot_state is None and background is not None and background.id is not None:
-        outline = [point.content for point in outline_of(session, background.id)]
-        plot_state = new_plot_state(outline) if outline else None
-    plot = None
-    if plot_state:
-        points = plot_state["story_outline"]
-        current = int(plot_state.get("current_plot_index") or 1)
-        plot = PlotProgress(
-            completed=sum(1 for point in points if point["status"] == "completed"),
-            total=len(points),
-            current_index=current,
-            current=next((point["content"] for point in points if point["index"] == current), ""),
-        )
-    return Instance(
-        id=save.id,
-        title=save.title,
-        character_id=save.role_id,
-        character_name=role.name if role else None,
-        background_id=save.background_id,
-        background_name=background.name if background else None,
-        created_at=save.created_at,
-        last_turn_at=last,
-        turns=int(state.turn) if state else 0,
-        plot=plot,
+    return _instances(session, [save], [save.id])[0]
+
+
+def _plot_progress(plot_state: Mapping[str, Any] | None) -> PlotProgress | None:
+    if not plot_state:
+        return None
+    points = plot_state["story_outline"]
+    current = int(plot_state.get("current_plot_index") or 1)
+    return PlotProgress(
+        completed=sum(1 for point in points if point["status"] == "completed"),
+        total=len(points),
+        current_index=current,
+        current=next((point["content"] for point in points if point["index"] == current), ""),
     )
+
+
+def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Instance]:
+    """`saves` as the list shows them. `scope` names their ids (a list, or a select of them): each thing shown
+    (character and background names, last turn time, the latest story state, the outline of an instance not
+    played yet) is read for all of them in one grouped query, so listing many costs what listing one does."""
+    if not saves:
+        return []
+    role_ids = {save.role_id for save in saves if save.role_id is not None}
+    background_ids = {save.background_id for save in saves if save.background_id is not None}
+    roles = dict(session.exec(select(Role.id, Role.name).where(col(Role.id).in_(role_ids))).all()) if role_ids else {}
+    backgrounds = (
+        dict(session.exec(select(Background.id, Background.name).where(col(Background.id).in_(background_ids))).all())
+        if background_ids
+        else {}
+    )
+    last_turns = dict(
+        session.exec(
+            select(TurnRecord.save_id, func.max(TurnRecord.created_at))
+            .where(col(TurnRecord.save_id).in_(scope))
+            .group_by(col(TurnRecord.save_id))
+        ).all()
+    )
+    latest = select(func.max(StoryState.id)).where(col(StoryState.save_id).in_(scope)).group_by(col(StoryState.save_id))
+    states = {row.save_id: row for row in session.exec(select(StoryState).where(col(StoryState.id).in_(latest))).all()}
+    unplayed = {save.background_id for save in saves if save.id not in states and save.background_id in backgrounds}
+    outlines: dict[int, list[str]] = {}
+    if unplayed:
+        points = select(OutlinePoint).where(col(OutlinePoint.background_id).in_(unplayed))
+        for point in session.exec(points.order_by(col(OutlinePoint.background_id), col(OutlinePoint.position))).all():
+            outlines.setdefault(point.background_id, []).append(point.content)
+    found = []
+    for save in saves:
+        assert save.id is not None
+        state = states.get(save.id)
+        plot_state = (state.state.get("plot_state") if state else None) or None
+        outline = outlines.get(save.background_id) if save.background_id is not None else None
+        if plot_state is None and outline:
+            plot_state = new_plot_state(outline)
+        found.append(
+            Instance(
+                id=save.id,
+                title=save.title,
+                character_id=save.role_id,
+                character_name=roles.get(save.role_id) if save.role_id is not None else None,
+                background_id=save.background_id,
+                background_name=backgrounds.get(save.background_id) if save.background_id is not None else None,
+                created_at=save.created_at,
+                last_turn_at=last_turns.get(save.id),
+                turns=int(state.turn) if state else 0,
+                plot=_plot_progress(plot_state),
+            )
+        )
+    return found
 
 
 def create_instance(data: InstanceInput | Mapping[str, Any], *, database_url: str | None = None) -> Instance:
@@ -564,12 +602,13 @@ def list_instances(
     """Every instance (of one character and/or background), newest first, with title, character, background,
     created, last turn time, turns and plot progress (seed 002 查看会话实例列表)."""
     with session_scope(database_url) as session:
-        query = select(Save)
+        chosen = []
         if character_id is not None:
-            query = query.where(col(Save.role_id) == character_id)
+            chosen.append(col(Save.role_id) == character_id)
         if background_id is not None:
-            query = query.where(col(Save.background_id) == background_id)
-        return [_instance(session, save) for save in session.exec(query.order_by(col(Save.id).desc())).all()]
+            chosen.append(col(Save.background_id) == background_id)
+        saves = session.exec(select(Save).where(*chosen).order_by(col(Save.id).desc())).all()
+        return _instances(session, saves, select(Save.id).where(*chosen))
 
 
 def get_instance(instance_id: int, *, database_url: str | None = None) -> Instance:
