@@ -12,7 +12,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
-from personalab.nodes.rules.errors import InstanceBusy
+from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.types import Character, ReplySegment
@@ -47,7 +47,10 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     with session_scope(ctx.database_url) as session:
         # never two replies to one parent: the lock must still be ours and the leaf still our user line
         if not holds_turn_lock(session, instance_id, token):
-            raise InstanceBusy(f"instance {instance_id}: turn lock lost before the reply was stored")
+            raise TurnLockLost(
+                f"instance {instance_id}: this turn lost its lock (freed by an operator or taken over after its lease);"
+                " the reply was not stored"
+            )
         if get_save(session, instance_id).last_message_id != state["user_line_id"]:
             raise InstanceBusy(f"instance {instance_id}: the dialogue moved on while this turn ran")
         written = append_lines(

@@ -213,7 +213,10 @@ class Settings(BaseSettings):
         "reference layer; below it nothing from other play-throughs is injected (seed 002 需求1).",
     )
     turn_lease: Number = Field(
-        600, ge=1, description="Seconds a turn's lock on its instance lasts: a crashed turn's lock lapses after it."
+        30,
+        ge=1,
+        description="Seconds a turn's lock on its instance lasts without renewal: the running turn renews it (a"
+        " heartbeat every third of it), so only a crashed holder's lock lapses, after at most this long.",
     )
     session_pause: Number = Field(
         30,

@@ -18,7 +18,11 @@ class TurnLock(SQLModel, table=True):
 
     save_id: int = Field(primary_key=True, foreign_key="save.id")
     token: str
+    # renewed by the holder's heartbeat while the turn runs (stores/turns.py), so a short lease suffices
     expires_at: float
+    # who holds it (host:pid) and since when (epoch seconds), for `personalab instance unlock`; None on older rows
+    holder: str | None = None
+    acquired_at: float | None = None
 
 
 class TurnRecord(SQLModel, table=True):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -15,30 +19,111 @@ from personalab.stores.saves import get_save
 from personalab.stores.sessions import current_session
 from personalab.stores.tables import utcnow
 from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 # the locks this process holds, so a run interrupted outside its nodes (Ctrl-C while LangGraph waits between them
 # or runs one in a worker thread) can free its instance at once instead of leaving it to the lease
 _held: dict[tuple[str, int], str] = {}
+# the heartbeat of each held lock (by token): set the event to stop it
+_beats: dict[str, threading.Event] = {}
+_beats_lock = threading.Lock()
+log = logging.getLogger(__name__)
+
+
+def holder_name() -> str:
+    """Who holds a lock: host and process id, shown by `personalab instance unlock`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
     """Take the instance's turn lock (its own transaction) or raise `InstanceBusy`;
-    `InstanceNotFound`, with nothing written, for an unknown instance."""
+    `InstanceNotFound`, with nothing written, for an unknown instance. The lease is short (PERSONALAB_TURN_LEASE)
+    and renewed by a heartbeat thread until the lock is released, so a live turn keeps it however long it runs
+    and a crashed holder's lock lapses within one lease (issue 14)."""
     token = uuid.uuid4().hex
     now = time.time()
     try:
         with session_scope(url) as session:
             get_save(session, save_id)
             session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.expires_at) < now))
-            session.add(TurnLock(save_id=save_id, token=token, expires_at=now + lease_seconds))
+            session.add(
+                TurnLock(
+                    save_id=save_id, token=token, expires_at=now + lease_seconds, holder=holder_name(), acquired_at=now
+                )
+            )
     except IntegrityError as exc:
         raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
     _held[(url or "", save_id)] = token
+    _start_heartbeat(save_id, token, lease_seconds, url)
     turn_started(save_id)
     return token
+
+
+def _start_heartbeat(save_id: int, token: str, lease_seconds: float, url: str | None) -> None:
+    stop = threading.Event()
+    with _beats_lock:
+        _beats[token] = stop
+    thread = threading.Thread(
+        target=_heartbeat, args=(save_id, token, lease_seconds, url, stop), name=f"turn-lock-{save_id}", daemon=True
+    )
+    thread.start()
+
+
+def _stop_heartbeat(token: str) -> None:
+    with _beats_lock:
+        stop = _beats.pop(token, None)
+    if stop is not None:
+        stop.set()
+
+
+def _heartbeat(save_id: int, token: str, lease_seconds: float, url: str | None, stop: threading.Event) -> None:
+    """Renew the lock every third of its lease while it is ours; stop when released or lost (taken over)."""
+    while not stop.wait(lease_seconds / 3):
+        try:
+            if not renew_turn_lock(save_id, token, lease_seconds, url):
+                log.warning("instance %s: the turn lock was lost (taken over after its lease)", save_id)
+                return
+        except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the lease covers two of them
+            log.warning("instance %s: the turn lock was not renewed: %s", save_id, exc)
+
+
+def renew_turn_lock(save_id: int, token: str, lease_seconds: float, url: str | None = None) -> bool:
+    """Push the lock's expiry one lease ahead if it is still ours; False if it is not (released or taken over)."""
+    with session_scope(url) as session:
+        result = session.exec(
+            update(TurnLock)
+            .where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token)
+            .values(expires_at=time.time() + lease_seconds)
+        )
+        return bool(result.rowcount)
+
+
+def turn_lock_info(session: Session, save_id: int) -> dict[str, Any] | None:
+    """Instance `save_id`'s lock as stored: holder, since when, until when, expired or not; None if unlocked."""
+    lock = session.get(TurnLock, save_id)
+    if lock is None:
+        return None
+    return {
+        "instance_id": save_id,
+        "holder": lock.holder,
+        "acquired_at": lock.acquired_at,
+        "expires_at": lock.expires_at,
+        "expired": lock.expires_at < time.time(),
+    }
+
+
+def unlock_instance(save_id: int, url: str | None = None) -> dict[str, Any] | None:
+    """An operator frees instance `save_id` (`personalab instance unlock`): the lock is deleted whoever holds it.
+    Returns what it was (`turn_lock_info`), None if the instance was not locked; `InstanceNotFound` if unknown.
+    A turn still running there loses its lock and stores no reply (`TurnLockLost`)."""
+    with session_scope(url) as session:
+        get_save(session, save_id)
+        info = turn_lock_info(session, save_id)
+        if info is not None:
+            session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id))
+    return info
 
 
 def release_held_lock(save_id: int, url: str | None = None) -> bool:
@@ -60,6 +145,7 @@ def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
     session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
+    _stop_heartbeat(token)
     for key in [key for key, held in _held.items() if held == token]:
         del _held[key]
 

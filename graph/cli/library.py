@@ -10,6 +10,7 @@ from typing import Any
 
 from personalab.graph.api import library as api
 from personalab.graph.cli.args import ID
+from personalab.graph.cli.locks import add_unlock_parser
 from personalab.graph.cli.output import echo, json_text
 from personalab.graph.runner import create_sample_instance
 from personalab.nodes.context import Context
@@ -318,4 +319,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     imported = actions.add_parser("import", help="a new instance from an exported file; prints its id")
     imported.add_argument("file")
     _json_flag(imported)
+    add_unlock_parser(actions)
     instance.set_defaults(handler=_cmd_instance)

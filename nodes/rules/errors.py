@@ -32,6 +32,10 @@ class InstanceBusy(PersonaLabError):
     """Another turn of the same instance is running: never two replies to one parent line."""
 
 
+class TurnLockLost(InstanceBusy):
+    """This turn's lock on its instance lapsed and another process took it over: the turn stops, nothing stored."""
+
+
 class StoreUnavailable(PersonaLabError):
     """The database cannot be opened or written (a read-only file or folder, an unreachable server): not the
     input's fault, but not a bug either; the message names the database and what the system said."""
