@@ -15,7 +15,14 @@ from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
-from personalab.nodes.rules.rewrite import HISTORY_MAX, HISTORY_MIN, check_rewrite, needs_rewrite, rewrite_messages
+from personalab.nodes.rules.rewrite import (
+    HISTORY_MAX,
+    HISTORY_MIN,
+    REWRITE_MAX_TOKENS,
+    check_rewrite,
+    needs_rewrite,
+    rewrite_messages,
+)
 from personalab.nodes.state import TurnState, TurnUpdate
 
 ANSWER_PREVIEW = 200
@@ -38,7 +45,8 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     request = rewrite_messages(message, recent, max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages)))
     until = started + rewrite_seconds(ctx.turn_deadline_s)  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
     try:
-        answer = str(get_chat_model("query_rewrite", until=until).invoke(request).content)
+        model = get_chat_model("query_rewrite", until=until, max_tokens=REWRITE_MAX_TOKENS)
+        answer = str(model.invoke(request).content)
     except Exception as exc:  # noqa: BLE001 - the raw input is a usable query
         logging.getLogger(__name__).warning("query rewrite failed, using the raw input: %s", exc)
         return {

@@ -18,7 +18,7 @@ from personalab.nodes.rules.context_window import ContextWindow, assemble_within
 from personalab.nodes.rules.deadline import call_seconds, post_reply_reserve, reply_deadline
 from personalab.nodes.rules.prompt_assembly import REGIONS, RegionBudgets, RetrievedBlock
 from personalab.nodes.rules.reply import parse_reply
-from personalab.nodes.rules.rewrite import check_rewrite, parse_rewrite, rewrite_messages
+from personalab.nodes.rules.rewrite import REWRITE_MAX_TOKENS, check_rewrite, parse_rewrite, rewrite_messages
 from personalab.stores.db import session_scope
 from personalab.stores.saves import append_lines
 from personalab.stores.tables import Line
@@ -303,6 +303,9 @@ def test_an_echoed_rewrite_is_not_the_retrieval_query(sqlite_url: str, openai_st
     rewrite = state["debug"]["query_rewrite"]
     assert rewrite["status"].startswith("fallback to the input") and "repeats the request" in rewrite["status"]
     assert rewrite["answer"] == "请输出改写后的独立检索查询（一行）："
+    # the one-line query asks for few tokens: a rambling weak model must not hold a local server for minutes
+    asked = [r for r in openai_stub.requests if "〔PersonaLab任务：query_rewrite〕" in r["messages"][0]["content"]]
+    assert len(asked) == 1 and asked[0]["max_tokens"] == REWRITE_MAX_TOKENS <= 400
 
 
 def test_a_deadline_hit_mid_stream_ends_the_turn_as_cut_and_the_instance_plays_on(

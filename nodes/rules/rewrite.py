@@ -28,6 +28,11 @@ HISTORY_MIN = 5
 HISTORY_MAX = 10
 LINE_LIMIT = 200
 QUERY_LIMIT = 200
+# the rewrite's answer is one line of at most QUERY_LIMIT characters: the request asks for no more tokens than that
+# needs (a tokenizer weak on Chinese spends about 2 tokens a character), so a weak model that rambles on stops
+# there instead of holding a one-request-at-a-time local server (llama.cpp) for minutes, the turn's reply queued
+# behind it, after the rewrite's own timeout has given up on it
+REWRITE_MAX_TOKENS = 2 * QUERY_LIMIT
 
 # a short label that names the answer ("改写后的查询：", "独立查询:", "Rewritten query:", "输出：") before a colon
 _LABEL_RE = re.compile(r"^[\w ]{0,12}?(?:查询|query|改写|重写|答案|输出)[\w ]{0,8}?[:：]\s*", re.IGNORECASE)
