@@ -229,11 +229,11 @@ class ScriptedChatModel(BaseChatModel):
             return _scripted_core_memory(last_user)
         if purpose == prompts.PURPOSE_REVIEW:
             return _scripted_review(last_user)
+        if purpose == prompts.PURPOSE_EVENT_SUMMARY:
+            return _scripted_event_summary(last_user)
         turn_match = _TURN_RE.search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
         return _scripted_reply(system, last_user, max(turn, 1))
-        if purpose == prompts.PURPOSE_EVENT_SUMMARY:
-            return _scripted_event_summary(last_user)
 
     def _metadata(self) -> dict[str, Any]:
         return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}
