@@ -1,0 +1,89 @@
+"""Database migrations (issue 14): Alembic revisions in stores/migrations/versions, run by `personalab db upgrade`.
+
+How they coexist with the schema creation of stores/db.py (create_all + add_missing_columns, which every process
+still runs when it opens a database, so a new database works without a migration step):
+
+- a database Alembic has not stamped (made by create_all, before or after migrations existed) is stamped at the
+  baseline (0001: the schema before migrations) and upgraded from there; every revision after the baseline checks
+  before it changes (a table, column, index or key that create_all or add_missing_columns already made is left
+  as it is), so it runs the same on a database at the baseline and on one create_all brought up to date;
+- an empty database gets the baseline's tables from the revisions themselves;
+- a stamped database runs the revisions it lacks.
+
+The run takes the schema creators' lock (PostgreSQL: the per-schema advisory lock of stores/db.py), so a process
+opening the database meanwhile does not run create_all beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from personalab.stores import db as _db
+from personalab.stores.config import database_url
+from sqlalchemy import Connection, create_engine, inspect
+from sqlalchemy.engine import Engine
+
+BASELINE = "0001_baseline"
+HERE = Path(__file__).resolve().parent / "migrations"
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(HERE))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head() -> str:
+    """The newest revision this version of PersonaLab knows."""
+    revision = ScriptDirectory.from_config(_config()).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def _plain_engine(url: str | None) -> Engine:
+    """An engine that does not create tables on open (stores.db.get_engine does): what is there is what we see."""
+    url = url or database_url()
+    if url.startswith("postgresql://"):
+        url = url.replace("postgresql://", "postgresql+psycopg://", 1)
+    return create_engine(url)
+
+
+def current(url: str | None = None) -> dict[str, Any]:
+    """The database's revision (None: not stamped, i.e. made by create_all), the head, and whether it is there."""
+    engine = _plain_engine(url)
+    try:
+        with engine.connect() as conn:
+            revision = MigrationContext.configure(conn).get_current_revision()
+            tables = bool(set(inspect(conn).get_table_names()) - {"alembic_version"})
+    except Exception as exc:  # noqa: BLE001 - one line for the user (StoreUnavailable), not a driver traceback
+        raise _db.store_unavailable(exc, url) or exc from None
+    finally:
+        engine.dispose()
+    return {"revision": revision, "head": head(), "up_to_date": revision == head(), "has_tables": tables}
+
+
+def upgrade(url: str | None = None, revision: str = "head") -> dict[str, Any]:
+    """Bring the database to `revision` (default: the head); returns the revisions before and after."""
+    engine = _plain_engine(url)
+    try:
+        with _db._schema_lock(engine), engine.begin() as conn:
+            before = MigrationContext.configure(conn).get_current_revision()
+            config = _config(conn)
+            stamped = before is None and bool(set(inspect(conn).get_table_names()) - {"alembic_version"})
+            if stamped:
+                command.stamp(config, BASELINE)  # made by create_all: at least the baseline's tables are there
+            command.upgrade(config, revision)
+            after = MigrationContext.configure(conn).get_current_revision()
+    except Exception as exc:  # noqa: BLE001
+        raise _db.store_unavailable(exc, url) or exc from None
+    finally:
+        engine.dispose()
+    _db.dispose_engines()  # engines opened before the upgrade must not keep an old view of the tables
+    return {"before": before, "after": after, "stamped_baseline": stamped}
