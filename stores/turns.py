@@ -137,6 +137,8 @@ def release_held_lock(save_id: int, url: str | None = None) -> bool:
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
     """Release the lock of a turn that ends here (no reply stored, or it failed before the reply)."""
+    # the heartbeat stops first: if the database is gone the lock must lapse by itself, not be kept alive
+    _stop_heartbeat(token)
     with session_scope(url) as session:
         drop_turn_lock(session, save_id, token)
     turn_ended(save_id)

@@ -36,7 +36,9 @@ def _old_database(url: str) -> dict[str, int]:
         tables = MetaData()
         tables.reflect(conn)
         t = tables.tables
-        conn.execute(t["background"].insert(), [{"id": 1, "name": "废土", "world_setting": "末日之后。", "created_at": NOW}])
+        conn.execute(
+            t["background"].insert(), [{"id": 1, "name": "废土", "world_setting": "末日之后。", "created_at": NOW}]
+        )
         conn.execute(
             t["role"].insert(),
             [{"id": 1, "name": "雷娜", "description": "赏金猎人", "persona": "冷静", "created_at": NOW}],

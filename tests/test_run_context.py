@@ -46,9 +46,16 @@ def test_served_run_context_refuses_server_fields_unknown_keys_and_bad_values(
     for path, body in [
         (
             f"/threads/{thread_id}/runs",
-            {"assistant_id": "personalab", "input": turn, "config": {"configurable": {"database_url": f"sqlite:///{chosen}"}}},
+            {
+                "assistant_id": "personalab",
+                "input": turn,
+                "config": {"configurable": {"database_url": f"sqlite:///{chosen}"}},
+            },
         ),
-        ("/runs/wait", {"assistant_id": "personalab", "input": turn, "context": {"database_url": f"sqlite:///{chosen}"}}),
+        (
+            "/runs/wait",
+            {"assistant_id": "personalab", "input": turn, "context": {"database_url": f"sqlite:///{chosen}"}},
+        ),
         ("/assistants", {"graph_id": "personalab", "context": {"database_url": f"sqlite:///{chosen}"}}),
     ]:
         answer = _post(server, path, body)
@@ -57,7 +64,9 @@ def test_served_run_context_refuses_server_fields_unknown_keys_and_bad_values(
     assert not chosen.exists()
 
     unknown = _post(
-        server, f"/threads/{thread_id}/runs/wait", {"assistant_id": "personalab", "input": turn, "context": {"speed": 1}}
+        server,
+        f"/threads/{thread_id}/runs/wait",
+        {"assistant_id": "personalab", "input": turn, "context": {"speed": 1}},
     )
     assert unknown.status_code == 422 and "context.speed" in unknown.json()["detail"]
     bad = _post(

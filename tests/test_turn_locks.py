@@ -26,7 +26,9 @@ def _dead_holder(url: str, instance: int, lease: float) -> None:
     """The row a process leaves when it dies holding the lock: nobody renews it any more."""
     now = time.time()
     with session_scope(url) as session:
-        session.add(TurnLock(save_id=instance, token="dead", expires_at=now + lease, holder="gone:4242", acquired_at=now))
+        session.add(
+            TurnLock(save_id=instance, token="dead", expires_at=now + lease, holder="gone:4242", acquired_at=now)
+        )
 
 
 def _lock(url: str, instance: int) -> TurnLock | None:
@@ -152,3 +154,25 @@ def test_release_stops_the_heartbeat(db_url: str) -> None:
     release_turn_lock(instance, token, db_url)
     time.sleep(0.8)  # a beat after the release must not bring the lock back
     assert _lock(db_url, instance) is None
+
+
+def test_a_release_that_fails_still_stops_the_heartbeat(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database went away as the turn ended: the lock is left to lapse, not renewed for ever by this process."""
+    from personalab.stores import turns
+
+    instance = create_sample_instance(sqlite_url)
+    token = acquire_turn_lock(instance, 1.0, sqlite_url)
+
+    def gone(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(turns, "drop_turn_lock", gone)
+    with pytest.raises(RuntimeError):
+        release_turn_lock(instance, token, sqlite_url)
+    monkeypatch.undo()
+    assert token not in turns._beats
+    _wait_for(
+        lambda: _lock(sqlite_url, instance) is None or _lock(sqlite_url, instance).expires_at < time.time(),
+        5.0,
+        "lapse",
+    )

@@ -19,7 +19,9 @@ def _cmd_db(args: argparse.Namespace) -> int:
         elif result["before"] == result["after"]:
             echo(f"up to date at {result['after']}")
         else:
-            start = result["before"] or ("unstamped (stamped at the baseline)" if result["stamped_baseline"] else "empty")
+            start = result["before"] or (
+                "unstamped (stamped at the baseline)" if result["stamped_baseline"] else "empty"
+            )
             echo(f"upgraded: {start} -> {result['after']}")
         return 0
     state = migrate.current(url)
@@ -29,7 +31,10 @@ def _cmd_db(args: argparse.Namespace) -> int:
         made = "made before migrations or by create_all" if state["has_tables"] else "empty"
         echo(f"not stamped ({made}); head {state['head']}: run personalab db upgrade")
     else:
-        echo(f"{state['revision']}" + ("" if state["up_to_date"] else f" (head {state['head']}: run personalab db upgrade)"))
+        echo(
+            f"{state['revision']}"
+            + ("" if state["up_to_date"] else f" (head {state['head']}: run personalab db upgrade)")
+        )
     return 0
 
 

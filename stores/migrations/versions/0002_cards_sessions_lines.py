@@ -46,62 +46,62 @@ def _create_index(name: str, table: str, columns: list[str]) -> None:
 
 def upgrade() -> None:
     _create_table(
-        'character_card',
-        sa.Column('role_id', sa.Integer(), nullable=False),
-        sa.Column('spec', AutoString(), nullable=False),
-        sa.Column('source', AutoString(), nullable=False),
-        sa.Column('data', sa.JSON(), nullable=False),
-        sa.Column('top_level', sa.JSON(), nullable=False),
-        sa.Column('avatar', sa.LargeBinary(), nullable=True),
-        sa.Column('created_at', UTCDateTime(), nullable=False),
-        sa.ForeignKeyConstraint(['role_id'], ['role.id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('role_id')
+        "character_card",
+        sa.Column("role_id", sa.Integer(), nullable=False),
+        sa.Column("spec", AutoString(), nullable=False),
+        sa.Column("source", AutoString(), nullable=False),
+        sa.Column("data", sa.JSON(), nullable=False),
+        sa.Column("top_level", sa.JSON(), nullable=False),
+        sa.Column("avatar", sa.LargeBinary(), nullable=True),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(["role_id"], ["role.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("role_id"),
     )
     _create_table(
-        'worldbook_settings',
-        sa.Column('id', sa.Integer(), nullable=False),
-        sa.Column('role_id', sa.Integer(), nullable=True),
-        sa.Column('save_id', sa.Integer(), nullable=True),
-        sa.Column('budget_share', sa.Float(), nullable=True),
-        sa.Column('max_tokens', sa.Integer(), nullable=True),
-        sa.Column('scan_depth', sa.Integer(), nullable=True),
-        sa.Column('recursive', sa.Boolean(), nullable=True),
-        sa.Column('max_recursion_steps', sa.Integer(), nullable=True),
-        sa.Column('case_sensitive', sa.Boolean(), nullable=True),
-        sa.Column('match_whole_words', sa.Boolean(), nullable=True),
-        sa.Column('updated_at', UTCDateTime(), nullable=False),
-        sa.ForeignKeyConstraint(['role_id'], ['role.id'], ondelete='CASCADE'),
-        sa.ForeignKeyConstraint(['save_id'], ['save.id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('id')
+        "worldbook_settings",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("role_id", sa.Integer(), nullable=True),
+        sa.Column("save_id", sa.Integer(), nullable=True),
+        sa.Column("budget_share", sa.Float(), nullable=True),
+        sa.Column("max_tokens", sa.Integer(), nullable=True),
+        sa.Column("scan_depth", sa.Integer(), nullable=True),
+        sa.Column("recursive", sa.Boolean(), nullable=True),
+        sa.Column("max_recursion_steps", sa.Integer(), nullable=True),
+        sa.Column("case_sensitive", sa.Boolean(), nullable=True),
+        sa.Column("match_whole_words", sa.Boolean(), nullable=True),
+        sa.Column("updated_at", UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(["role_id"], ["role.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["save_id"], ["save.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
     )
     _create_table(
-        'worldbook_entry_source',
-        sa.Column('entry_id', sa.Integer(), nullable=False),
-        sa.Column('format', AutoString(), nullable=False),
-        sa.Column('data', sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(['entry_id'], ['worldbook_entry.id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('entry_id')
+        "worldbook_entry_source",
+        sa.Column("entry_id", sa.Integer(), nullable=False),
+        sa.Column("format", AutoString(), nullable=False),
+        sa.Column("data", sa.JSON(), nullable=False),
+        sa.ForeignKeyConstraint(["entry_id"], ["worldbook_entry.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("entry_id"),
     )
-    _add_column('background', sa.Column('updated_at', UTCDateTime(), nullable=True))
-    _add_column('knowledge_entry', sa.Column('created_turn', sa.Integer(), nullable=True))
-    _add_column('memory_entry', sa.Column('line_id', sa.Integer(), nullable=True))
-    _add_column('role', sa.Column('avatar_image', sa.LargeBinary(), nullable=True))
-    _add_column('role', sa.Column('avatar_mime', AutoString(), nullable=True))
-    _add_column('role', sa.Column('traits', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('backstory', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('motives', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('greetings', sa.JSON(), nullable=True))
-    _add_column('role', sa.Column('example_dialogue', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('system_prompt', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('post_history_instructions', sa.Text(), nullable=True))
-    _add_column('role', sa.Column('updated_at', UTCDateTime(), nullable=True))
-    _add_column('turn_lock', sa.Column('holder', AutoString(), nullable=True))
-    _add_column('turn_lock', sa.Column('acquired_at', sa.Float(), nullable=True))
-    _add_column('turn_record', sa.Column('session_id', sa.Integer(), nullable=True))
-    _create_index('ix_worldbook_settings_role_id', 'worldbook_settings', ['role_id'])
-    _create_index('ix_worldbook_settings_save_id', 'worldbook_settings', ['save_id'])
-    _create_index('ix_memory_entry_line_id', 'memory_entry', ['line_id'])
-    _create_index('ix_turn_record_session_id', 'turn_record', ['session_id'])
+    _add_column("background", sa.Column("updated_at", UTCDateTime(), nullable=True))
+    _add_column("knowledge_entry", sa.Column("created_turn", sa.Integer(), nullable=True))
+    _add_column("memory_entry", sa.Column("line_id", sa.Integer(), nullable=True))
+    _add_column("role", sa.Column("avatar_image", sa.LargeBinary(), nullable=True))
+    _add_column("role", sa.Column("avatar_mime", AutoString(), nullable=True))
+    _add_column("role", sa.Column("traits", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("backstory", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("motives", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("greetings", sa.JSON(), nullable=True))
+    _add_column("role", sa.Column("example_dialogue", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("system_prompt", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("post_history_instructions", sa.Text(), nullable=True))
+    _add_column("role", sa.Column("updated_at", UTCDateTime(), nullable=True))
+    _add_column("turn_lock", sa.Column("holder", AutoString(), nullable=True))
+    _add_column("turn_lock", sa.Column("acquired_at", sa.Float(), nullable=True))
+    _add_column("turn_record", sa.Column("session_id", sa.Integer(), nullable=True))
+    _create_index("ix_worldbook_settings_role_id", "worldbook_settings", ["role_id"])
+    _create_index("ix_worldbook_settings_save_id", "worldbook_settings", ["save_id"])
+    _create_index("ix_memory_entry_line_id", "memory_entry", ["line_id"])
+    _create_index("ix_turn_record_session_id", "turn_record", ["session_id"])
     # SQLite cannot add a constraint to a table (it would be rebuilt); its column has no foreign key there, as
     # add_missing_columns left it. PostgreSQL gets it unless it is there already.
     bind = op.get_bind()
