@@ -98,8 +98,9 @@ class Settings(BaseSettings):
     blas_threads: WholeNumber = Field(
         1,
         ge=1,
-        description="Threads of NumPy's OpenBLAS, set before NumPy loads; OPENBLAS_NUM_THREADS, when set, wins. "
-        "More than one let a spinning worker delay a turn's query embedding on a small machine.",
+        description="Threads of NumPy's OpenBLAS, set before NumPy loads, and of e5's engine (PERSONALAB_EMBEDDINGS=e5 "
+        "or fused); OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, when set, win. More than one let a spinning worker delay a "
+        "turn's query embedding on a small machine.",
     )
 
     # --- the chat model (nodes/llm.py) --------------------------------------------------------------------------
