@@ -95,6 +95,13 @@ def get_chat_model(
     )
 
 
+def load_client() -> None:
+    """Import the OpenAI client when it will answer: seconds in a new process, which are start-up, not the time a
+    turn's deadline gives its model calls (a one-shot CLI turn's rewrite would otherwise time out before its request)."""
+    current = settings()
+    if current.llm != "scripted" and current.openai_api_key is not None:
+        import langchain_openai  # noqa: F401 - loaded for later; get_chat_model imports it by name
+
 def model_name(current: Settings, purpose: str) -> str:
     """PERSONALAB_MODEL_<PURPOSE>, else (the event-log summary is maintenance work) the core-memory model, else
     PERSONALAB_MODEL."""

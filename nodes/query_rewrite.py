@@ -12,7 +12,7 @@ import time
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
-from personalab.nodes.llm import get_chat_model
+from personalab.nodes.llm import get_chat_model, load_client
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
 from personalab.nodes.rules.rewrite import (
@@ -32,6 +32,7 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 需求3): the model rewrites the input + the last messages into one standalone query.
     A model failure or an unusable answer falls back to the raw input: retrieval quality drops, the turn goes on."""
     ctx = context_of(runtime)
+    load_client()  # before the deadline's clock: loading the client is start-up
     started = time.time()
     deadline_at = started + ctx.turn_deadline_s
     message = state["message"]

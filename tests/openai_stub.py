@@ -61,6 +61,9 @@ class OpenAIStub:
         self.context_window: int | None = None  # tokens; None: any prompt is accepted
         self.chars_per_token = 1.5
         self._queue: deque[StubReply] = deque()
+        # replies kept for one purpose's requests (its marker in the system prompt, nodes/rules/prompts.py), whatever
+        # the order of the calls: a cold process may give up a call (its deadline share) before it is sent
+        self._by_purpose: dict[str, deque[StubReply]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         stub = self
@@ -79,7 +82,7 @@ class OpenAIStub:
                 request = json.loads(body or b"{}")
                 with stub._lock:
                     stub.requests.append(request)
-                    reply = stub._queue.popleft() if stub._queue else StubReply()
+                    reply = stub._next_reply(request)
                 if reply.delay and stub._stopping.wait(reply.delay):
                     return
                 cap = request.get("max_tokens") or request.get("max_completion_tokens")
@@ -148,6 +151,20 @@ class OpenAIStub:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def queue_for(self, purpose: str, *replies: StubReply | str) -> None:
+        """Answer the next requests of `purpose` (query_rewrite, core_memory, …) with `replies`, in order."""
+        kept = self._by_purpose.setdefault(purpose, deque())
+        kept.extend(reply if isinstance(reply, StubReply) else StubReply(reply) for reply in replies)
+
+    def _next_reply(self, request: dict[str, Any]) -> StubReply:
+        system = " ".join(
+            str(message.get("content")) for message in request.get("messages", []) if message.get("role") == "system"
+        )
+        for purpose, kept in self._by_purpose.items():
+            if kept and f"〔PersonaLab任务：{purpose}〕" in system:
+                return kept.popleft()
+        return self._queue.popleft() if self._queue else StubReply()
 
     def queue(self, *replies: StubReply | str) -> None:
         """Answer the next requests with these, in order (a string = a plain reply with that content)."""

@@ -8,9 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from cli_helpers import cli, one_line
@@ -129,12 +130,32 @@ def test_chat_commands_are_not_said_to_the_character(
     assert users == ["你好", "/斜杠开头的话"]
 
 
+def read_until(stream: IO[str], wanted: str, seconds: float) -> str:
+    """What `stream` printed until `wanted` appeared, the stream ended or `seconds` passed (a reader thread: a
+    blocking read must not hang the test when the text never comes)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        while (char := stream.read(1)) != "":
+            seen.append(char)
+            if wanted in "".join(seen[-len(wanted) :]):
+                found.set()
+                return
+        found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    found.wait(seconds)
+    return "".join(seen)
+
+
 def test_ctrl_c_during_a_reply_frees_the_instance_at_once(
     data_dir: Path, capsys: pytest.CaptureFixture[str], openai_stub: OpenAIStub
 ) -> None:
     instance = new_instance(capsys)
     slow = StubReply("【平静】" + "慢慢地说" * 40, chunk=2, chunk_delay=0.2)
-    openai_stub.queue("查询", slow, "查询", "【开心】好的，我们继续。")
+    openai_stub.queue_for("query_rewrite", "查询", "查询")
+    openai_stub.queue(slow, "【开心】好的，我们继续。")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     chat = subprocess.Popen(
         [
@@ -154,14 +175,15 @@ def test_ctrl_c_during_a_reply_frees_the_instance_at_once(
     assert chat.stdin is not None and chat.stdout is not None
     chat.stdin.write("你好\n")
     chat.stdin.flush()
-    seen = ""
-    while "慢慢" not in seen:  # the reply is streaming
-        seen += chat.stdout.read(1)
+    seen = read_until(chat.stdout, "慢慢", seconds=120)  # the reply is streaming
+    if "慢慢" not in seen:
+        chat.kill()
+        _out, err = chat.communicate(timeout=30)
+        pytest.fail(f"the reply never streamed; the chat printed {seen!r}; stderr: {err!r}")
     chat.send_signal(signal.SIGINT)
     time.sleep(0.5)
-    chat.stdin.write("再说一次\n")  # the same chat goes on, and the instance is not busy
-    chat.stdin.close()
-    out, err = chat.communicate(timeout=120)
+    # the same chat goes on, and the instance is not busy
+    out, err = chat.communicate(input="再说一次\n", timeout=120)
     assert chat.returncode == 0, err
     assert "interrupted" in err and "busy" not in err
     assert "我们继续" in out
