@@ -40,15 +40,26 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langgraph.constants import TAG_NOSTREAM
-from personalab.nodes.rules import prompts
+from personalab.nodes.rules import core_memory, prompts
 from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, call_seconds
 from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.rules.markers import MarkerFilter
+from personalab.nodes.rules.memory_layers import SUMMARY_MAX_CHARS
 from personalab.nodes.scripted_llm import ScriptedChatModel
 from personalab.stores.settings import Settings, settings
 from pydantic import Field
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+# The most tokens each JSON / summary answer may take (twice its character limit: a tokenizer weak on Chinese gives
+# about 0.5 characters per token). Without a cap a small local model writes until the window is full, and a
+# one-request-at-a-time server (llama.cpp) makes the next turn's reply wait behind it (issue 17).
+ANSWER_TOKEN_CAPS = {
+    prompts.PURPOSE_CORE_MEMORY: 2 * core_memory.MAX_CHARS,
+    prompts.PURPOSE_REVIEW: 1200,
+    prompts.PURPOSE_EVENT_SUMMARY: 4 * SUMMARY_MAX_CHARS,
+}
 
 
 def get_chat_model(
@@ -61,8 +72,10 @@ def get_chat_model(
     nothing left fails at once as a timeout, which every caller already survives (the rewrite uses the raw input,
     the review its rules, the maintenance keeps the core memory). For a stream the timeout bounds each wait for
     the next chunk; the reply's reader also stops at the deadline. `max_tokens`: the most tokens the model may
-    write (the reply's PERSONALAB_MAX_REPLY_TOKENS)."""
+    write (the reply's PERSONALAB_MAX_REPLY_TOKENS; unset: ANSWER_TOKEN_CAPS for JSON and summary answers)."""
     prompts.purpose_marker(purpose)  # validates the purpose
+    if max_tokens is None:
+        max_tokens = ANSWER_TOKEN_CAPS.get(purpose)
     # only the reply reaches a reader of the served graph's `messages` stream: LangGraph leaves out a model call
     # tagged "nostream" (the rewrite's query, the maintenance's and the review's JSON are no dialogue)
     tags = None if purpose == prompts.PURPOSE_REPLY else [TAG_NOSTREAM]

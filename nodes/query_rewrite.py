@@ -55,7 +55,8 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "deadline_at": deadline_at,
             "debug": {"query_rewrite": {"status": f"model error: {exc}", "query": message}},
         }
-    query, problem = check_rewrite(answer, message)
+    shown = [m.get("content", "") for m in recent if m.get("role") in ("user", "assistant")]
+    query, problem = check_rewrite(answer, message, shown)
     debug = {"status": "ok", "query": query}
     if problem:
         logging.getLogger(__name__).warning("query rewrite unusable (%s), using the raw input", problem)

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.llm import get_chat_model
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window, fit_budgets
 from personalab.nodes.rules.deadline import call_seconds, post_reply_reserve, reply_deadline
@@ -188,6 +190,28 @@ def test_the_whole_request_echoed_back_is_refused() -> None:
     # labels, dialogue lines and the instruction are skipped; what is left is the input itself
     assert check_rewrite(request[1]["content"], "他去哪了？")[0] == "他去哪了？"
     assert check_rewrite(request[0]["content"], "他去哪了？") == ("他去哪了？", "the answer only repeats the request")
+
+
+def test_a_lead_in_and_a_copy_of_the_last_reply_are_not_queries() -> None:
+    """Seen from SmolLM2-135M against llama.cpp: "如下：" alone, and the character's previous reply copied back."""
+    last_reply = "我们在第一城到第七城的主航线中进行了漫长的巡逻，什么也没发现。"
+    dialogue = ["我们去哪了？", last_reply]
+    assert check_rewrite("如下：", "他在哪？", dialogue) == ("他在哪？", "empty answer")
+    assert check_rewrite("如下：\n第七城的巡逻路线", "那条路呢？", dialogue) == ("第七城的巡逻路线", None)
+    query, problem = check_rewrite(last_reply, "他在哪？", dialogue)
+    assert query == "他在哪？" and problem == "the answer only repeats the request"
+    # a short piece of a message is a fine topic, and so is the user's own input
+    assert check_rewrite("第七城", "那里呢？", dialogue) == ("第七城", None)
+    assert check_rewrite("我们去哪了", "我们去哪了？", dialogue) == ("我们去哪了", None)
+
+
+def test_every_json_and_summary_answer_asks_for_a_capped_number_of_tokens(openai_stub: OpenAIStub) -> None:
+    """A small local model writes until its window is full when nothing caps it (issue 17)."""
+    for purpose in (prompts.PURPOSE_CORE_MEMORY, prompts.PURPOSE_REVIEW, prompts.PURPOSE_EVENT_SUMMARY):
+        model = get_chat_model(purpose)
+        model.invoke([SystemMessage(prompts.purpose_marker(purpose)), HumanMessage("…")])
+    caps = [request.get("max_tokens") or request.get("max_completion_tokens") for request in openai_stub.requests]
+    assert len(caps) == 3 and all(isinstance(cap, int) and 0 < cap <= 5000 for cap in caps)
 
 
 # --- a reply without the format -----------------------------------------------------------------------------------

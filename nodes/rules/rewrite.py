@@ -9,7 +9,9 @@ A trailing user message equal to the input is not repeated (the memory builder's
 The answer (`check_rewrite`, `parse_rewrite`): the first non-empty line, without list bullets, a leading label
 such as `查询：` / `独立查询:` / `Query:` and surrounding quotes. A line that repeats the request — a sentence of
 the instruction (a small model often answers "请输出改写后的独立检索查询（一行）："), or a dialogue line with its
-speaker label (`用户：…`), or a section label (`【最近对话】`) — is skipped. Falls back to the raw input, with the reason, when nothing usable is
+speaker label (`用户：…`), or a section label (`【最近对话】`), or a copy of an earlier dialogue message (12 letters
+or more: a weak model answers with the last reply) — is skipped, and so is a short lead-in ending in a colon
+(`如下：`). Falls back to the raw input, with the reason, when nothing usable is
 left: empty, only punctuation, a refusal/none answer (无, None, N/A…), only echoes of the request, or far longer
 than the input (more than 4 × its length and more than 60 characters, or over 200: a model that explains or
 rambles instead of answering). Model output is checked, not trusted (issue 17).
@@ -42,6 +44,8 @@ _NONE_ANSWERS = {"无", "没有", "none", "null", "n/a", "na", "空"}
 LONG_RATIO = 4
 LONG_FLOOR = 60
 ECHO_MIN = 6  # a shorter line may well be a real query that shares words with the instruction
+COPY_MIN = 12  # a shorter piece of an earlier message may well be the query's topic
+LEAD_IN_MAX = 6  # a line ending in a colon with at most this many letters is a lead-in, not a query
 _SPEAKER_RE = re.compile(rf"^(?:{prompts.SPEAKER_USER}|{prompts.SPEAKER_CHARACTER})\s*[:：]")
 _PLACEHOLDER_RE = re.compile(r"\{[a-z_]+\}")
 
@@ -116,8 +120,17 @@ def rewrite_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def check_rewrite(answer: str | None, fallback: str) -> tuple[str, str | None]:
-    """(query, None) from the model's answer, or (`fallback` — the raw input —, why) — rules in the module doc."""
+def _copies_dialogue(line: str, dialogue: Sequence[str], user_input: str) -> bool:
+    """The line is (a long piece of) an earlier dialogue message: a weak model copies the last reply back."""
+    plain = _plain(line)
+    if len(plain) < COPY_MIN or plain in _plain(user_input):
+        return False
+    return any(plain in _plain(message) for message in dialogue)
+
+
+def check_rewrite(answer: str | None, fallback: str, dialogue: Sequence[str] = ()) -> tuple[str, str | None]:
+    """(query, None) from the model's answer, or (`fallback` — the raw input —, why) — rules in the module doc.
+    `dialogue`: the earlier messages the request showed, so that a copy of one is not taken for a query."""
     echoed = False
     limit = min(QUERY_LIMIT, max(LONG_FLOOR, LONG_RATIO * len(fallback.strip())))
     for raw in (answer or "").splitlines():
@@ -129,9 +142,11 @@ def check_rewrite(answer: str | None, fallback: str) -> tuple[str, str | None]:
             continue
         line = _BULLET_RE.sub("", line, count=1)
         line = _LABEL_RE.sub("", line, count=1).strip().strip(_QUOTES).strip()
-        if _is_echo(line):
+        if _is_echo(line) or _copies_dialogue(line, dialogue, fallback):
             echoed = True
             continue
+        if raw.strip().endswith((":", "：")) and len(_plain(line)) <= LEAD_IN_MAX:
+            continue  # a lead-in (如下：, 好的，查询是：): the query, if any, is on the next line
         if not line or not any(char.isalnum() for char in line):
             return fallback.strip(), "no query in the answer"
         if line.lower().strip("。.!！") in _NONE_ANSWERS:
