@@ -74,7 +74,13 @@ def _engine(url: str) -> Engine:
             return None  # the pool reconnects; its own handling must see the driver's error
         return store_unavailable(context.original_exception, str(engine.url))
 
-    create_tables(engine)
+    try:
+        create_tables(engine)
+    except BaseException:
+        # lru_cache keeps no engine whose creation raised: close its pooled connections now, or each failed
+        # attempt (a background write to a database that went away) leaves them open until the server's limit
+        engine.dispose()
+        raise
     _opened.append(engine)
     return engine
 
