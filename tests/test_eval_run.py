@@ -168,11 +168,13 @@ def test_failed_turn_fails_its_scenario_and_the_others_go_on(
             ensure_ascii=False,
         ),
     )
-    code, stdout, err = run_cli(capsys, "eval", "run", str(bad), str(ok), "--out", str(tmp_path / "out"))
+    code, stdout, err = run_cli(
+        capsys, "eval", "run", str(bad), str(ok), "--out", str(tmp_path / "out"), "--parallel", "1"
+    )
     assert code == 1
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     by_name = {s["name"]: s for s in report["scenarios"]}
-    assert by_name["bad"]["status"] == "failed" and by_name["bad"]["turns"] == 1
+    assert by_name["bad"]["status"] == "failed" and by_name["bad"]["turns"] == 1, by_name["bad"]
     assert "instance 1, turn 2 (turns[1])" in by_name["bad"]["error"]
     assert by_name["ok"]["status"] == "ok" and by_name["ok"]["turns"] == 3
     assert report["overall"]["failed"] == ["bad"]
