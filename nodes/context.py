@@ -51,6 +51,7 @@ class Context:
     tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
     recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
     chars_per_token: Annotated[float, describe("chars_per_token")] = _setting("chars_per_token")
+    tokenizer: Annotated[str, describe("tokenizer")] = _setting("tokenizer")
     # the reply model's window and reply cap: the regions are fitted inside the window (seed 002 Prompt区域分配)
     context_tokens: Annotated[int, describe("context_tokens")] = _setting("context_tokens")
     max_reply_tokens: Annotated[int, describe("max_reply_tokens")] = _setting("max_reply_tokens")
@@ -71,6 +72,7 @@ SERVER_FIELDS: dict[str, str] = {
     "max_host_lines": "max_host_lines",
     "max_reply_chars": "max_reply_chars",
     "chars_per_token": "chars_per_token",
+    "tokenizer": "tokenizer",
     "context_tokens": "context_tokens",
     "max_reply_tokens": "max_reply_tokens",
     "turn_deadline_s": "turn_deadline",

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -31,6 +32,7 @@ from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.stores.tokenizer import text_tokens_of
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ def budgets_of(ctx: Context) -> RegionBudgets:
         tail=ctx.tail_tokens,
         max_turns=ctx.recall_turns,
         chars_per_token=ctx.chars_per_token,
+        # the model's own tokenizer when configured (issue 17): exact counts instead of chars_per_token
+        text_tokens=text_tokens_of(ctx.tokenizer) if ctx.tokenizer else None,
+        tokenizer=Path(ctx.tokenizer).name if ctx.tokenizer else "",
     )
 
 

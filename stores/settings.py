@@ -249,6 +249,12 @@ class Settings(BaseSettings):
         "are counted with: 1.5 suits Chinese on common tokenizers; lower it (e.g. 0.8) for a model whose "
         "tokenizer splits Chinese into more pieces.",
     )
+    tokenizer: str = Field(
+        "",
+        description="Path of the reply model's Hugging Face tokenizer.json: the prompt budgets and the context window "
+        "are then counted in the model's own tokens (exact) instead of at PERSONALAB_CHARS_PER_TOKEN; empty: "
+        "the approximate counter.",
+    )
     recall_turns: WholeNumber = Field(
         20,
         ge=1,

@@ -7,8 +7,8 @@ sleeping handler.
 
 Like a real server it honours the request's `max_tokens` / `max_completion_tokens` (one character = one token:
 a longer answer is cut there with finish_reason `length`), and with `context_window` set it refuses, as llama.cpp's
-server does, a request whose prompt (langchain-core's approximate counter at `chars_per_token`) plus its max tokens
-exceed the window (HTTP 400, "Requested tokens (N) exceed context window of W").
+server does, a request whose prompt (langchain-core's approximate counter at `chars_per_token`, or with `text_tokens`
+set the ChatML-rendered prompt in that tokenizer's tokens) plus its max tokens exceed the window (HTTP 400, "Requested tokens (N) exceed context window of W").
 
 Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module): it starts the server on a free port of
 127.0.0.1, points OPENAI_BASE_URL / OPENAI_API_KEY at it, clears the PERSONALAB_* LLM settings, and stops it.
@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -60,6 +60,9 @@ class OpenAIStub:
         self.pinging = 0  # streams still in their `ping_for` phase (no chunk sent yet)
         self.context_window: int | None = None  # tokens; None: any prompt is accepted
         self.chars_per_token = 1.5
+        # the model's tokenizer (a text -> token count function): the prompt is then counted as llama.cpp's server
+        # does, the chat template (ChatML) rendered and tokenized, instead of approximately
+        self.text_tokens: Callable[[str], int] | None = None
         self._queue: deque[StubReply] = deque()
         # replies kept for one purpose's requests (its marker in the system prompt, nodes/rules/prompts.py), whatever
         # the order of the calls: a cold process may give up a call (its deadline share) before it is sent
@@ -86,7 +89,7 @@ class OpenAIStub:
                 if reply.delay and stub._stopping.wait(reply.delay):
                     return
                 cap = request.get("max_tokens") or request.get("max_completion_tokens")
-                requested = _prompt_tokens(request, stub.chars_per_token) + int(cap or 0)
+                requested = _prompt_tokens(request, stub.chars_per_token, stub.text_tokens) + int(cap or 0)
                 try:
                     if stub.context_window is not None and requested > stub.context_window:
                         message = f"Requested tokens ({requested}) exceed context window of {stub.context_window}"
@@ -181,12 +184,17 @@ class OpenAIStub:
         self._server.server_close()
 
 
-def _prompt_tokens(request: dict[str, Any], chars_per_token: float) -> int:
+def _prompt_tokens(
+    request: dict[str, Any], chars_per_token: float, text_tokens: Callable[[str], int] | None = None
+) -> int:
     from langchain_core.messages.utils import count_tokens_approximately
 
     messages = [
         {"role": m.get("role", "user"), "content": str(m.get("content", ""))} for m in request.get("messages") or []
     ]
+    if text_tokens is not None:
+        rendered = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text_tokens(rendered + "<|im_start|>assistant\n")
     return count_tokens_approximately(messages, chars_per_token=chars_per_token) if messages else 0
 
 

@@ -5,7 +5,8 @@ model; local models often run with 2K–8K windows. `assemble_within_window` mak
 
     prompt tokens + reply cap (max_tokens) + safety margin ≤ context window
 
-counted with the same approximate counter as the budgets (`count_tokens_approximately`, `chars_per_token`).
+counted with the same counter as the budgets (`RegionBudgets.counter`: the model's tokenizer when configured, else
+the approximate `count_tokens_approximately` at `chars_per_token`; nodes/rules/tokens.py).
 The margin (10 % of the window, at least 16 tokens) absorbs the counter's error and the server's chat template.
 
 1. `fit_budgets`: when the four budgets add up to more than the room (window − reply cap − margin), each is
@@ -31,6 +32,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.prompt_assembly import REGIONS, AssembledPrompt, RegionBudgets, assemble_prompt
 
@@ -40,7 +42,7 @@ MIN_MARGIN = 16
 
 @dataclass(frozen=True)
 class ContextWindow:
-    """The reply model's window and the reply's cap, in tokens of the approximate counter."""
+    """The reply model's window and the reply's cap, in tokens of the budgets' counter."""
 
     context_tokens: int
     reply_tokens: int
@@ -86,12 +88,6 @@ def _share(room: int, budgets: RegionBudgets) -> tuple[int, int]:
     return max(1, middle), max(1, retrieved)
 
 
-def _cut_to(text: str, tokens: int, chars_per_token: float) -> str:
-    """The start of `text` in at most `tokens` tokens of the counter, with an ellipsis when cut."""
-    keep = max(0, math.floor((tokens - 4) * chars_per_token) - 1)  # 3 per message + the label's rounding
-    return text if len(text) <= keep else text[:keep].rstrip() + "…"
-
-
 def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPrompt:
     """`assemble_prompt(**kwargs)` fitted inside `window` (rules in the module doc)."""
     budgets: RegionBudgets = kwargs.pop("budgets", None) or RegionBudgets()
@@ -110,7 +106,8 @@ def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPro
         debug = prompt.debug
     setting = str(kwargs.get("world_setting") or "")
     if debug["total_tokens"] > room and debug["middle"]["over_budget"] and setting.strip():
-        shorter = _cut_to(setting.strip(), fitted.middle, fitted.chars_per_token)
+        # the setting's message carries its label: the cut counts the whole message
+        shorter = fitted.counter.cut(setting.strip(), fitted.middle, prefix=prompts.WORLD_SETTING + "\n")
         cut.append(
             {
                 "item": "world setting",

@@ -13,7 +13,8 @@ A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话)
 the next one: the character's reply and any system line in between belong to it. Messages before the first
 user message (the instance's opening system lines, a greeting) are the preamble, not a turn.
 
-Budgets (`RegionBudgets`) are counted with langchain-core's `count_tokens_approximately`. Its default of 4
+Budgets (`RegionBudgets`) are counted with the model's tokenizer when one is configured (`text_tokens`, issue 17),
+else with langchain-core's `count_tokens_approximately` (nodes/rules/tokens.py). Its default of 4
 characters per token is for English; Chinese runs about 1–1.5 characters per token on common tokenizers, so the
 default here is 1.5 (conservative for English text). When a region is over its budget:
 - middle: the example dialogue goes first, then whole units, oldest first — the preamble (oldest), then the
@@ -37,10 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from langchain_core.messages.utils import count_tokens_approximately
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.plot import check_plot_state
+from personalab.nodes.rules.tokens import TextTokens, TokenCounter
 
 REGIONS = ("head", "middle", "retrieved", "tail")
 
@@ -55,14 +56,24 @@ class RegionBudgets:
     tail: int = 4000
     max_turns: int = 20
     chars_per_token: float = 1.5
+    # the model's tokenizer (issue 17), when configured: counts instead of `chars_per_token`
+    text_tokens: TextTokens | None = field(default=None, compare=False, repr=False)
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         for item in fields(self):
+            if item.name in ("text_tokens", "tokenizer"):
+                continue
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise InvalidInput(f"RegionBudgets.{item.name} must be a positive number, got {value!r}")
             if item.name != "chars_per_token" and not isinstance(value, int):
                 raise InvalidInput(f"RegionBudgets.{item.name} must be an integer, got {value!r}")
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The counter the regions and the window are measured with (nodes/rules/tokens.py)."""
+        return TokenCounter(self.chars_per_token, self.text_tokens, self.tokenizer or "approximate")
 
 
 @dataclass(frozen=True)
@@ -202,8 +213,7 @@ def assemble_prompt(
         raise InvalidInput("assemble_prompt: core_memory must be a dict")
     check_plot_state(plot_state)
 
-    def count(messages: list[dict[str, str]]) -> int:
-        return count_tokens_approximately(messages, chars_per_token=budgets.chars_per_token) if messages else 0
+    count = budgets.counter.messages
 
     # head — pinned, but for the character's description (issue 13), which goes first when over budget
     head_parts = [system_instruction.strip()]
@@ -359,6 +369,7 @@ def assemble_prompt(
     }
     debug["total_tokens"] = sum(debug[name]["tokens"] for name in REGIONS)
     debug["chars_per_token"] = budgets.chars_per_token
+    debug["token_counter"] = budgets.counter.name
     return AssembledPrompt(
         messages=[m for name in REGIONS for m in parts[name]],
         regions=[name for name in REGIONS for _ in parts[name]],
