@@ -251,9 +251,9 @@ class Settings(BaseSettings):
     )
     tokenizer: str = Field(
         "",
-        description="Path of the reply model's Hugging Face tokenizer.json: the prompt budgets and the context window "
-        "are then counted in the model's own tokens (exact) instead of at PERSONALAB_CHARS_PER_TOKEN; empty: "
-        "the approximate counter.",
+        description="Path of the reply model's Hugging Face tokenizer.json, or of its .gguf file (byte-level BPE): the "
+        "prompt budgets and the context window are then counted in the model's own tokens instead of at "
+        "PERSONALAB_CHARS_PER_TOKEN; empty: the approximate counter.",
     )
     recall_turns: WholeNumber = Field(
         20,

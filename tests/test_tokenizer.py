@@ -133,3 +133,57 @@ def test_through_the_graph_every_turn_fits_a_server_counting_real_tokens(
         window = state["debug"]["prompt"]["window"]
         assert window["fits"] and state["debug"]["prompt"]["token_counter"] == "tokenizer.json"
         assert state["debug"]["prompt"]["middle"]["dropped"], "the oldest dialogue went, and is named"
+
+
+def write_gguf(tokenizer_json: Path, path: Path) -> Path:
+    """A GGUF file holding the test tokenizer's vocabulary and merges, as llama.cpp's converter writes them."""
+    import json
+
+    import gguf
+
+    model = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    vocab: dict[str, int] = {**model["model"]["vocab"], **{t["content"]: t["id"] for t in model["added_tokens"]}}
+    tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["model"]["merges"]]
+    special = {t["content"] for t in model["added_tokens"]}
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types([3 if token in special else 1 for token in tokens])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_models_vocabulary_counts_like_its_tokenizer_json(
+    tokenizer_file: Path, text_tokens: TextTokens, tmp_path: Path, data_dir: Path
+) -> None:
+    gguf_file = write_gguf(tokenizer_file, tmp_path / "model.gguf")
+    from_gguf = text_tokens_of(str(gguf_file))
+    for text in ["我们沿着废墟往北走。", "The quick brown fox, 3 times.", "<|im_start|>system\n废土<|im_end|>"]:
+        assert from_gguf(text) == text_tokens(text), text
+    kept = list((data_dir / "cache" / "tokenizers").glob("*.json"))
+    assert len(kept) == 1, "converted once and kept in the data dir's cache"
+    text_tokens_of.cache_clear()
+    assert text_tokens_of(str(gguf_file))("废土") == text_tokens("废土")
+
+
+def test_a_file_that_is_not_gguf_or_not_bpe_names_the_setting(tmp_path: Path, data_dir: Path) -> None:
+    import gguf
+
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ConfigError, match="PERSONALAB_TOKENIZER=.*not a GGUF file"):
+        text_tokens_of(str(fake))
+    writer = gguf.GGUFWriter(str(tmp_path / "spm.gguf"), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "▁a"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ConfigError, match="only byte-level BPE"):
+        text_tokens_of(str(tmp_path / "spm.gguf"))
