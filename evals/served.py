@@ -1,0 +1,129 @@
+"""Servers the evaluations start on this machine's loopback: the served graph (`langgraph dev` with the repository's
+`langgraph.json`) and a Chroma server (`chroma run`), each in its own process group on a free port of 127.0.0.1,
+stopped with everything they started. The graph is served as a deployment runs it: without a checkpointer of the
+process's own (langgraph.json names the factory), thread ids uuid5 of the instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+START_TIMEOUT_S = 180.0
+# what the server must not inherit from the caller's environment: it gets its settings from `env`
+UNSET = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "PERSONALAB_LLM",
+    "PERSONALAB_DATABASE_URL",
+    "PERSONALAB_CHROMA_HOST",
+    "LANGSMITH_TRACING",
+    "LANGCHAIN_TRACING_V2",
+    "LANGSMITH_API_KEY",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _absolute(value: Any, root: Path) -> Any:
+    """`langgraph.json` with every `./…` path (and `.`) made absolute against the repository."""
+    if isinstance(value, dict):
+        if isinstance(value.get("env"), str):  # a dotenv file name, relative to the config
+            value = {**value, "env": str(root / value["env"])}
+        return {key: _absolute(item, root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_absolute(item, root) for item in value]
+    if isinstance(value, str) and (value == "." or value.startswith(("./", "../"))):
+        path, colon, attribute = value.rpartition(":") if ":" in value else (value, "", "")
+        return f"{(root / path).resolve()}{colon}{attribute}"
+    return value
+
+
+def _tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    raise FileNotFoundError(f"{name} is not installed beside {sys.executable} (pip install -e '.[test]')")
+
+
+def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} before it was up; log: {log}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} did not answer {url} within {START_TIMEOUT_S:g} s; log: {log}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def _process(command: list[str], *, cwd: Path, env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        _stop(process)
+
+
+@contextmanager
+def chroma_server(path: Path, log: Path) -> Iterator[tuple[str, int]]:
+    """`chroma run` on a free port, storing in `path`; yields (host, port)."""
+    port = free_port()
+    command = [_tool("chroma"), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    with _process(command, cwd=path.parent, env=env, log=log) as process:
+        _wait_until_up(f"http://127.0.0.1:{port}/api/v2/heartbeat", process, "chroma run", log)
+        yield "127.0.0.1", port
+
+
+@contextmanager
+def graph_server(repo: Path, workdir: Path, env: Mapping[str, str]) -> Iterator[str]:
+    """`langgraph dev` serving `repo`'s langgraph.json from `workdir` (its records live there) with the
+    PERSONALAB_* settings in `env`; yields the base URL. The log is `workdir/server.log`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = json.loads((repo / "langgraph.json").read_text(encoding="utf-8"))
+    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config, repo)), encoding="utf-8")
+    full = {key: value for key, value in os.environ.items() if key not in UNSET}
+    full.update(LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", **env)
+    port = free_port()
+    command = [_tool("langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port)]
+    log = workdir / "server.log"
+    with _process([*command, "--config", "langgraph.json"], cwd=workdir, env=full, log=log) as process:
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_up(f"{url}/ok", process, "langgraph dev", log)
+        yield url

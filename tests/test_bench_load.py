@@ -1,0 +1,42 @@
+"""`bench load` (issue 14 Load): users playing at once through `langgraph dev` on PostgreSQL and a Chroma server.
+
+A small run (2 users x 2 instances x 2 turns) of the same command README's figures come from: every turn answered,
+none lost, each user's instances on their own threads. The figures themselves are not asserted (timing)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from personalab.evals import bench_load
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_users_playing_at_once_through_the_served_graph_lose_nothing(
+    postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    bench_load.register(parser.add_subparsers())
+    out = tmp_path / "load.json"
+    args = parser.parse_args(
+        [
+            "load",
+            "--users", "2",
+            "--instances", "2",
+            "--turns", "2",
+            "--postgres-url", postgres_url.split("?")[0],
+            "--repo", str(REPO),
+            "--data-dir", str(tmp_path / "load"),
+            "--json", str(out),
+        ]
+    )  # fmt: skip
+    code = args.handler(args)
+    printed = capsys.readouterr().out
+    summary = json.loads(out.read_text(encoding="utf-8"))
+    assert code == 0, printed + "\n" + (tmp_path / "load" / "server" / "server.log").read_text(errors="replace")
+    assert summary["errors"] == [] and summary["turns_lost"] == 0
+    assert summary["database"] == "postgresql" and summary["chroma"] == "server"
+    assert "2 users x 2 instances x 2 turns = 8 turns under load" in printed
