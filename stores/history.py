@@ -162,6 +162,26 @@ def _extended(session: Session, save_id: int, leaf: int, cached: _CachedPath) ->
     return cached.ids[: joint + 1] + segment
 
 
+def line_parents(session: Session, save_id: int, line_ids: Sequence[int]) -> dict[int, int | None]:
+    """line → parent line for every line of instance `save_id` on the paths from `line_ids` to the root, in one
+    recursive query (the event-log summaries group their memories by these paths). UNION, not UNION ALL: the
+    paths share their upper parts, read once, and parents that loop end the walk. Lines of other instances or
+    that do not exist are left out."""
+    if not line_ids:
+        return {}
+    table = Line.__table__  # type: ignore[attr-defined]
+    start = select(table.c.id, table.c.parent_line_id).where(table.c.id.in_(list(line_ids)), table.c.save_id == save_id)
+    walk = start.cte("line_parents", recursive=True)
+    step = (
+        select(table.c.id, table.c.parent_line_id)
+        .join(walk, table.c.id == walk.c.parent_line_id)
+        .where(table.c.save_id == save_id)
+    )
+    walk = walk.union(step)
+    rows: list[Any] = list(session.connection().execute(select(walk.c.id, walk.c.parent_line_id)).all())
+    return {int(line_id): None if parent is None else int(parent) for line_id, parent in rows}
+
+
 def get_lines(
     session: Session, line_ids: Sequence[int], names: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:

@@ -199,7 +199,7 @@ def branch_story_states(session: Session, scope: Any) -> dict[int, tuple[StorySt
     stops at the first line a state was stored at: the deepest such line of the branch, whose newest state is
     the branch's (a line's descendants are stored after it). UNION, not UNION ALL: parents that loop end the
     walk instead of running it forever. Instances without a stored state on their branch are left out."""
-    start = select(col(Save.id).label("save_id"), col(Save.last_message_id).label("line_id")).where(
+    start: Any = select(col(Save.id).label("save_id"), col(Save.last_message_id).label("line_id")).where(
         col(Save.id).in_(scope), col(Save.last_message_id).is_not(None)
     )
     walk = start.cte("branch_walk", recursive=True)

@@ -287,3 +287,47 @@ def test_a_sessions_recap_holds_the_current_branchs_turns_only(db_url: str) -> N
     assert len(recap) == 2 and "我们去找水源" in recap[0] and "改去南边的集市" in recap[1]
     assert not [item for item in recap if "峡谷" in item]  # the turn of the branch the user left
     assert taken["turn"] == 2 and "第2轮" in recap[1]
+
+
+def test_event_log_summaries_of_two_branches_stay_on_their_own_branch(db_url: str, data_dir: Path) -> None:
+    """Seed 001 Event Log Summary + seed 000's tree: memories of two branches fading in one maintenance step
+    give one summary per branch, each retrieved only on its own branch (and a swipe brings it back); a memory
+    of the line both branches share gets a summary of its own that both see."""
+    from personalab.nodes.maintenance import run_layer_maintenance
+    from personalab.stores.background import flush_event_writes
+    from personalab.stores.memory import MemoryStore
+
+    instance = create_sample_instance(db_url)
+    (first, on_a) = play(db_url, instance, "出发吧", "去井边看看")
+    dialogue.rewind(instance, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+    (on_b,) = play(db_url, instance, "去钟楼看看")
+    shared, a_line, b_line = (state["debug"]["reply_line_ids"][-1] for state in (first, on_a, on_b))
+    flush_event_writes()
+    store = MemoryStore(db_url=db_url)
+    facts = {shared: "雷娜说过她怕黑", a_line: "莱姆把蓝色钥匙藏在了井底", b_line: "莱姆把红色信封藏在了钟楼顶上"}
+    store.add_memories(
+        instance,
+        [
+            {"content": text, "layer": "event_log", "importance": 0.5, "turn": 1, "line_id": line}
+            for line, text in facts.items()
+        ],
+    )
+    run_layer_maintenance(store, instance, 5000)  # every event-log memory fades, summarised first
+    summaries = {m.line_id: m for m in store.list_memories(instance) if "summary" in m.tags}
+    assert set(summaries) == {shared, a_line, b_line}, {k: m.content for k, m in summaries.items()}
+    assert "井底" in summaries[a_line].content and "钟楼" not in summaries[a_line].content
+    assert "钟楼" in summaries[b_line].content and "井底" not in summaries[b_line].content
+    assert "怕黑" in summaries[shared].content and "井底" not in summaries[shared].content
+    assert not [m for m in store.list_memories(instance) if m.content in facts.values()]  # they faded
+
+    def retrieved(message: str) -> tuple[set[int], list[int]]:
+        (state,) = play(db_url, instance, message, recall_turns=1)
+        return {item["id"] for item in state["retrieved"]}, state["debug"]["retrieval"]["off_branch"]
+
+    found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")  # on branch B
+    assert summaries[b_line].id in found and summaries[a_line].id not in found
+    assert summaries[a_line].id in off
+    dialogue.swipe(instance, on_a["user_line_id"], database_url=db_url)  # branch A again
+    found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")
+    assert summaries[a_line].id in found and summaries[b_line].id not in found
+    assert summaries[b_line].id in off
