@@ -331,3 +331,59 @@ def test_event_log_summaries_of_two_branches_stay_on_their_own_branch(db_url: st
     found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")
     assert summaries[a_line].id in found and summaries[b_line].id not in found
     assert summaries[b_line].id in off
+
+
+def test_other_play_throughs_serve_as_reference_only_from_their_current_branch(db_url: str, data_dir: Path) -> None:
+    """The director's reference layer (events of other instances of the same character and background) holds
+    each one's events of its current branch: what another play-through wrote on a branch it left is no
+    reference, and comes back when that play-through swipes back. In a search, in the turn's director node, and
+    for a search kept between turns."""
+    from personalab.stores.background import flush_event_writes
+    from personalab.stores.events import StorySearch, prefetch_story, search_story, take_prefetched_story
+    from personalab.stores.saves import create_save
+
+    played = create_sample_instance(db_url)
+    with session_scope(db_url) as s:
+        save = s.get(Save, played)
+        assert save is not None
+        story = {"character_id": save.role_id, "background_id": save.background_id}
+        reader = create_save(s, save.role_id, save.background_id, title="另一次").id
+    assert reader is not None
+    first, left = play(db_url, played, "出发吧", "我把红色信封藏在钟楼里")
+    dialogue.rewind(played, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+    (taken,) = play(db_url, played, "改去河边捉鱼")
+    flush_event_writes()
+
+    def reference(search: StorySearch | None = None) -> str:
+        if search is not None:
+            prefetch_story(search, 5).result(timeout=60)
+            found = take_prefetched_story(search, 5)
+            assert found is not None
+            return " ".join(str(event["text"]) for event in found[1])
+        _, others = search_story(
+            "红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story
+        )
+        return " ".join(str(event["text"]) for event in others)
+
+    assert "出发吧" in reference() and "改去河边捉鱼" in reference()
+    assert "红色信封" not in reference()  # the branch the other play-through left
+    with turn_graph(Context(database_url=db_url, stall_turns=1, director_reference_floor=-1.0)) as (graph, ctx):
+        run_turn(graph, ctx, reader, "你好")
+        state = run_turn(graph, ctx, reader, "我们走吧")  # the director searches: no progress since turn 1
+    seen = " ".join(str(event["text"]) for event in state["director_events"]["others"])
+    assert "改去河边捉鱼" in seen and "红色信封" not in seen
+
+    dialogue.swipe(played, left["user_line_id"], database_url=db_url)  # that branch is current again
+    assert "红色信封" in reference() and "改去河边捉鱼" not in reference()
+
+    # kept between turns, then the other play-through moves: the kept layer is checked again when taken
+    kept = StorySearch(
+        "红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story
+    )
+    prefetch_story(kept, 5).result(timeout=60)
+    dialogue.swipe(played, taken["user_line_id"], database_url=db_url)
+    found = take_prefetched_story(kept, 5)
+    assert found is not None
+    assert "红色信封" not in " ".join(str(e["text"]) for e in found[1])
+    assert "改去河边捉鱼" in " ".join(str(e["text"]) for e in found[1])
+    assert "改去河边捉鱼" in reference(kept) and "红色信封" not in reference(kept)
