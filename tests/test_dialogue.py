@@ -377,9 +377,7 @@ def test_other_play_throughs_serve_as_reference_only_from_their_current_branch(d
     assert "红色信封" in reference() and "改去河边捉鱼" not in reference()
 
     # kept between turns, then the other play-through moves: the kept layer is checked again when taken
-    kept = StorySearch(
-        "红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story
-    )
+    kept = StorySearch("红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story)
     prefetch_story(kept, 5).result(timeout=60)
     dialogue.swipe(played, taken["user_line_id"], database_url=db_url)
     found = take_prefetched_story(kept, 5)

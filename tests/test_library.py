@@ -591,3 +591,19 @@ def test_list_and_show_report_the_current_branchs_story_after_a_rewind_or_swipe(
     fresh = views()[0]
     assert (fresh["turns"], fresh["last_turn_at"], fresh["plot"]["completed"]) == (0, None, 0)
     assert dialogue.story_state(instance.id, database_url=url)["turn"] == 0
+
+
+def test_a_new_outline_applied_to_instances_goes_to_their_current_branch(url: str) -> None:
+    from personalab.graph.api import dialogue
+
+    _character, background, instance = setup(url)
+    first, second = play(url, instance.id, "出发。", "继续。")
+    dialogue.rewind(instance.id, first["debug"]["reply_line_ids"][-1], database_url=url)
+    api.edit_background(background.id, {"outline": ["新一", "新二"], "apply_to_instances": True}, database_url=url)
+    shown = api.get_instance(instance.id, database_url=url)
+    assert shown.plot is not None and (shown.plot.total, shown.turns) == (2, 1)
+    (again,) = play(url, instance.id, "改道。")
+    assert [p["content"] for p in again["plot_state"]["story_outline"]] == ["新一", "新二"]
+    dialogue.swipe(instance.id, second["user_line_id"], database_url=url)  # the branch left keeps its outline
+    shown = api.get_instance(instance.id, database_url=url)
+    assert shown.plot is not None and (shown.plot.total, shown.turns) == (10, 2)
