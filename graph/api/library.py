@@ -179,7 +179,9 @@ class PlotProgress(BaseModel):
 
 
 class Instance(BaseModel):
-    """A conversation instance with what the list shows (seed 002 查看会话实例列表)."""
+    """A conversation instance with what the list shows (seed 002 查看会话实例列表). `turns`, `plot` and
+    `last_turn_at` are those of the current branch (seed 000's tree): after a rewind or swipe, the story as it
+    stands at the branch's last reply, as `dialogue.story_state` reports it."""
 
     id: int
     title: str
@@ -597,7 +599,7 @@ def list_instances(
     *, character_id: int | None = None, background_id: int | None = None, database_url: str | None = None
 ) -> list[Instance]:
     """Every instance (of one character and/or background), newest first, with title, character, background,
-    created, last turn time, turns and plot progress (seed 002 查看会话实例列表)."""
+    created, and the last turn time, turns and plot progress of its current branch (seed 002 查看会话实例列表)."""
     with session_scope(database_url) as session:
         chosen = []
         if character_id is not None:
