@@ -21,11 +21,12 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     of other instances of the same character + background, as two separately labelled layers. The search done
     between turns (`prefetch_next_turn`) is taken when it is there for exactly this turn and query. This
     instance's layer holds the events of the current branch (seed 000's tree, as the memory retrieval's
-    `off_branch`): what a branch the user left wrote comes back with its branch."""
+    `off_branch`): what a branch the user left wrote comes back with its branch; the other instances' events
+    are those of their own current branches (what another play-through abandoned is no reference)."""
     ctx = context_of(runtime)
     with session_scope(ctx.database_url) as session:
         branch = get_path_ids(session, state["instance_id"])  # the lines of the branch this turn continues
-    search = story_search(state, state["plot_state"], branch)
+    search = story_search(state, state["plot_state"], branch, ctx.database_url)
     # read your writes: the earlier turns' events (and the search queued behind them) are in before this reads
     waited_ms = wait_for_writes(state["instance_id"])
     found = take_prefetched_story(search, state["turn"])

@@ -26,6 +26,7 @@ from personalab.nodes.rules.memory_layers import (
     extractive_summary,
     fading_from_event_log,
     plan_maintenance,
+    summary_groups,
     summary_memory,
 )
 from personalab.nodes.state import TurnState, TurnUpdate
@@ -52,18 +53,16 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
     reply's path; failures are logged there."""
     ctx = context_of(runtime)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
-    # the turn's reply line (as the review's memories): an event-log summary written now follows its branch
-    leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
     run_in_background(
-        run_layer_maintenance, store, state["instance_id"], state["turn"], leaf, after_turn_of=state["instance_id"]
+        run_layer_maintenance, store, state["instance_id"], state["turn"], after_turn_of=state["instance_id"]
     )
     return {"status": "queued"}
 
 
-def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, line_id: int | None = None) -> None:
+def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
     """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
     not on the next reply's path."""
-    maintain_layers(store, instance_id, turn, summarise=model_summariser(), line_id=line_id)
+    maintain_layers(store, instance_id, turn, summarise=model_summariser())
     store.index(instance_id)
 
 
@@ -87,42 +86,50 @@ def maintain_layers(
     turn: int | None = None,
     config: LayerConfig | None = None,
     summarise: Summariser | None = None,
-    line_id: int | None = None,
 ) -> MaintenanceReport:
     """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
     (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
     never changes a pinned or user-edited memory. `turn` defaults to the latest memory turn of the instance.
 
     With `summarise`, memories about to fade out of the event log are first summarised (seed 001 中期记忆
-    "Event Log Summary"): the summary is stored as a new archive memory (`memory_layers.summary_memory`) before
+    "Event Log Summary"): each summary is stored as a new archive memory (`memory_layers.summary_memory`) before
     the step deletes them; no model call is made inside a transaction. A failing summariser is logged and the
-    labelled extractive summary is stored instead. `line_id`: the line of the turn that runs the step (its
-    reply), which the summary carries like the turn's own memories, so it is retrieved on that turn's branch
-    only (seed 000's tree) and comes back with it."""
-    summaries: dict[int, dict[int, tuple[str, int]]] = {}
+    labelled extractive summary is stored instead. The fading memories are summarised per branch of the
+    dialogue tree (seed 000): `memory_layers.summary_groups` groups them and gives each summary the line it is
+    retrieved under, so what an abandoned branch remembered stays on that branch and comes back with it."""
+    summaries: dict[int, list[tuple[int | None, list[tuple[int, str, int]]]]] = {}
     with store.maintenance(instance_id, turn) as batch:
         plans = {
             character: plan_maintenance(memories, batch.turn, config) for character, memories in batch.memories.items()
         }
         fading = {character: fading_from_event_log(plan) for character, plan in plans.items()}
         if summarise is not None and any(fading.values()):
-            summaries = {character: batch.contents(ids) for character, ids in fading.items() if ids}
+            faded = {character: batch.contents(ids) for character, ids in fading.items() if ids}
+            parents = batch.line_parents(
+                line for rows in faded.values() for (_content, _turn, line) in rows.values() if line is not None
+            )
+            for character, rows in faded.items():
+                groups = summary_groups({memory_id: line for memory_id, (_c, _t, line) in rows.items()}, parents)
+                summaries[character] = [
+                    (tag, sorted(((i, rows[i][0], rows[i][1]) for i in ids), key=lambda row: (row[2], row[0])))
+                    for tag, ids in groups.items()
+                ]
         else:
             _apply(batch, plans)
     if not summaries:
         return batch.report()
-    for character, faded in summaries.items():
-        ordered = sorted(faded.items(), key=lambda item: (item[1][1], item[0]))
-        texts = [content for _, (content, _turn) in ordered]
-        try:
-            summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
-        except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
-            log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
-            summary = extractive_summary(texts)
-        item = summary_memory(summary, [t for _, (_c, t) in ordered], [i for i, _ in ordered], config)
-        if line_id is not None:
-            item["line_id"] = line_id
-        store.add_memories(instance_id, [item], character_id=character)
+    for character, tagged in summaries.items():
+        for tag, ordered in tagged:
+            texts = [content for _id, content, _turn in ordered]
+            try:
+                summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
+            except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
+                log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
+                summary = extractive_summary(texts)
+            item = summary_memory(summary, [t for _i, _c, t in ordered], [i for i, _c, _t in ordered], config)
+            if tag is not None:
+                item["line_id"] = tag
+            store.add_memories(instance_id, [item], character_id=character)
     with store.maintenance(instance_id, turn) as batch:  # the step itself, now that the summaries are stored
         _apply(batch, {character: plan_maintenance(m, batch.turn, config) for character, m in batch.memories.items()})
     return batch.report()

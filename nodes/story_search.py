@@ -16,9 +16,12 @@ from personalab.nodes.state import TurnState
 from personalab.stores.events import StorySearch, prefetch_story
 
 
-def story_search(state: TurnState, plot_state: PlotState, branch: Iterable[int] | None = None) -> StorySearch:
+def story_search(
+    state: TurnState, plot_state: PlotState, branch: Iterable[int] | None = None, database_url: str | None = None
+) -> StorySearch:
     """The director's story search for the instance at `plot_state`, its own layer on `branch` (the line ids
-    from the root to the leaf: what an abandoned branch wrote is not this branch's past)."""
+    from the root to the leaf: what an abandoned branch wrote is not this branch's past); the other
+    play-throughs' events are taken on their own current branches, read from the database at `database_url`."""
     character = state["character"]
     return StorySearch(
         query=fallback_query(plot_state),
@@ -28,11 +31,15 @@ def story_search(state: TurnState, plot_state: PlotState, branch: Iterable[int] 
         current_k=CURRENT_EVENTS_LIMIT,
         others_k=OTHER_EVENTS_LIMIT,
         branch=None if branch is None else frozenset(branch),
+        database_url=database_url,
     )
 
 
 def prefetch_next_turn(
-    state: TurnState, stall_turns: int = STALL_THRESHOLD, branch: Iterable[int] | None = None
+    state: TurnState,
+    stall_turns: int = STALL_THRESHOLD,
+    branch: Iterable[int] | None = None,
+    database_url: str | None = None,
 ) -> bool:
     """At the end of a turn whose reply is stored: when the next turn will fall back (`is_stalled` for it
     with this turn's plot state), queue its story search now, between turns — the query is the outline point,
@@ -40,5 +47,5 @@ def prefetch_next_turn(
     plot, turn = state["plot_state"], state["turn"]
     if not is_stalled(turn + 1, plot.get("last_progress_turn", 0), stall_turns):
         return False
-    prefetch_story(story_search(state, plot, branch), turn + 1)
+    prefetch_story(story_search(state, plot, branch, database_url), turn + 1)
     return True

@@ -84,7 +84,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     )
     record_turn_lines(state, ctx.database_url, reply_lines)
     checked = mark_used_memories(state, ctx.database_url)
-    prefetched = prefetch_next_turn(state, ctx.stall_turns, branch)  # queued behind the event, so it sees it
+    prefetched = prefetch_next_turn(state, ctx.stall_turns, branch, ctx.database_url)  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {

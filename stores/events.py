@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from personalab.stores.background import run_in_background
+from personalab.stores.db import session_scope
+from personalab.stores.history import lines_on_current_branches
 from personalab.stores.lru import LRU
 from personalab.stores.vectors import chroma_path, get_collection, where
 
@@ -110,23 +112,44 @@ def search_story(
     pool: int = 60,
     path: str | None = None,
     branch: Collection[int] | None = None,
+    database_url: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The director's two layers in one story: the `current_k` events of `instance_id` on its current `branch`
     (line ids root to leaf; None: every branch) and the `others_k` of other play-throughs most similar to
-    `query`. One unfiltered look at the story's nearest `pool` events usually fills both (a filtered Chroma
-    query costs several times more); a layer it leaves short is searched again with the instance filter, so the
-    result is the same as two filtered searches. `path`: the Chroma store (default: the configured one)."""
+    `query`, each of those on its own play-through's current branch (`on_their_branches`, read from the
+    database at `database_url`). One unfiltered look at the story's nearest `pool` events usually fills both (a
+    filtered Chroma query costs several times more); a layer it leaves short is searched again with the
+    instance filter, so the result is the same as two filtered searches. `path`: the Chroma store (default: the
+    configured one)."""
     store = get_collection(story_collection(character_id, background_id), path)
     vector = store.embeddings.embed_query(query)  # type: ignore[union-attr]
     hits = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool))
     current = [hit for hit in hits if hit["instance_id"] == instance_id and on_branch(hit, branch)][:current_k]
-    others = [hit for hit in hits if hit["instance_id"] != instance_id][:others_k]
+    theirs = [hit for hit in hits if hit["instance_id"] != instance_id] if others_k > 0 else []
+    others = on_their_branches(theirs, database_url)[:others_k]
     exhausted = len(hits) < pool  # the whole story was looked at: a short layer is all there is
     if len(current) < current_k and not exhausted:
         current = _search_branch(store, vector, current_k, instance_id, branch)
     if len(others) < others_k and not exhausted:
-        others = _search_vector(store, vector, others_k, {"$ne": instance_id})
+        others = _search_others(store, vector, others_k, instance_id, database_url)
     return current, others
+
+
+def on_their_branches(events: list[dict[str, Any]], database_url: str | None = None) -> list[dict[str, Any]]:
+    """The events of other play-throughs that are on their own play-through's current branch (seed 000: what an
+    instance wrote on a branch it left is not its story now, for itself or as a reference for others), in
+    order. Their branches are looked up together in one query (`lines_on_current_branches`); events without a
+    line id (written before events had one) count as on every branch and need no look-up."""
+    wanted: dict[int, set[int]] = {}
+    for event in events:
+        line = event.get("line_id")
+        if isinstance(line, int) and not isinstance(line, bool):
+            wanted.setdefault(int(event["instance_id"]), set()).add(line)
+    if not wanted:
+        return list(events)
+    with session_scope(database_url) as session:
+        current = lines_on_current_branches(session, wanted)
+    return [event for event in events if on_branch(event, current.get(int(event["instance_id"]), ()))]
 
 
 @dataclass(frozen=True)
@@ -144,6 +167,8 @@ class StorySearch:
     # search kept between turns (for the branch ending at the last reply) is taken by the next turn, whose
     # branch has the user's line too, when its branch holds the kept one's (`take_prefetched_story`)
     branch: frozenset[int] | None = field(default=None, compare=False)
+    # where the other play-throughs' current branches are read (their events are reference only on them)
+    database_url: str | None = field(default=None, compare=False)
 
     def run(self, path: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return search_story(
@@ -155,6 +180,7 @@ class StorySearch:
             others_k=self.others_k,
             path=path,
             branch=self.branch,
+            database_url=self.database_url,
         )
 
 
@@ -186,7 +212,9 @@ def take_prefetched_story(
     """The prefetched result of exactly this search for this turn, once, with the events written to the story
     since the search ran (other play-throughs go on meanwhile, in this process or others): when the story's
     event count moved, the events queued after the search started (`written_at`) are searched and merged into
-    the two layers by relevance — the same layers a search now would give. None when there is nothing kept
+    the two layers by relevance — the same layers a search now would give; the other play-throughs' events are
+    checked against their current branches again (a kept one now off its branch: searched again, as the
+    search would have found something else). None when there is nothing kept
     (another process ran the previous turn, the search asked differs, or it is still queued) or when it was
     kept for a branch the user has left since (a rewind, a swipe, an edit)."""
     path = chroma_path()
@@ -194,18 +222,25 @@ def take_prefetched_story(
     if entry is None or entry[0] != search or not _branch_within(entry[0].branch, search.branch):
         return None
     _, (current, others), started, count = entry
-    if _story_count(search, path) == count:
-        return current, others
-    store = get_collection(story_collection(search.character_id, search.background_id), path)
-    vector = store.embeddings.embed_query(search.query)  # type: ignore[union-attr]
-    pool = 60
-    since: dict[str, Any] = {"written_at": {"$gte": started - CLOCK_SKEW_S}}
-    newer = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool, filter=since))
-    if len(newer) >= pool:  # more came than one look holds: search the whole story again
+    mine: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    if _story_count(search, path) != count:
+        store = get_collection(story_collection(search.character_id, search.background_id), path)
+        vector = store.embeddings.embed_query(search.query)  # type: ignore[union-attr]
+        pool = 60
+        since: dict[str, Any] = {"written_at": {"$gte": started - CLOCK_SKEW_S}}
+        newer = _as_events(store.similarity_search_by_vector_with_relevance_scores(vector, k=pool, filter=since))
+        if len(newer) >= pool:  # more came than one look holds: search the whole story again
+            return search.run(path)
+        mine = [e for e in newer if e["instance_id"] == search.instance_id and on_branch(e, search.branch)]
+        theirs = [e for e in newer if e["instance_id"] != search.instance_id]
+    # the other play-throughs may have moved along their trees since: their events are checked again (one
+    # look-up); when a kept one is off its branch now, the layer is searched again
+    candidates = _merged(others, theirs, len(others) + len(theirs))
+    on_branches = on_their_branches(candidates, search.database_url)
+    if len(on_branches) < len(candidates) and any(event not in on_branches for event in others):
         return search.run(path)
-    mine = [event for event in newer if event["instance_id"] == search.instance_id and on_branch(event, search.branch)]
-    theirs = [event for event in newer if event["instance_id"] != search.instance_id]
-    return _merged(current, mine, search.current_k), _merged(others, theirs, search.others_k)
+    return (_merged(current, mine, search.current_k) if mine else current), on_branches[: search.others_k]
 
 
 def _branch_within(kept: frozenset[int] | None, now: frozenset[int] | None) -> bool:
@@ -236,6 +271,20 @@ def _search_vector(store: Any, vector: list[float], k: int, instance_id: Any) ->
     return _as_events(
         store.similarity_search_by_vector_with_relevance_scores(vector, k=k, filter=where(instance_id=instance_id))
     )
+
+
+def _search_others(
+    store: Any, vector: list[float], k: int, instance_id: int, database_url: str | None
+) -> list[dict[str, Any]]:
+    """The `k` events of other play-throughs nearest `vector` that are on their own current branches: looked at
+    in growing numbers until `k` are or the story has no more (one branch look-up per look)."""
+    look = k
+    while True:
+        found = _search_vector(store, vector, look, {"$ne": instance_id})
+        kept = on_their_branches(found, database_url)
+        if len(kept) >= k or len(found) < look:
+            return kept[:k]
+        look *= 2
 
 
 def _search_branch(

@@ -13,13 +13,13 @@ Errors (all subclasses of `HistoryError`, itself a `ValueError`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
 from personalab.stores.lru import LRU
 from personalab.stores.tables import Line, Save
-from sqlalchemy import bindparam, event, func, literal, select
+from sqlalchemy import Integer, bindparam, case, cast, event, func, literal, select
 from sqlmodel import Session, col
 
 
@@ -160,6 +160,62 @@ def _extended(session: Session, save_id: int, leaf: int, cached: _CachedPath) ->
     if len(set(segment)) != len(segment):
         return None  # the parents loop
     return cached.ids[: joint + 1] + segment
+
+
+def line_parents(session: Session, save_id: int, line_ids: Sequence[int]) -> dict[int, int | None]:
+    """line → parent line for every line of instance `save_id` on the paths from `line_ids` to the root, in one
+    recursive query (the event-log summaries group their memories by these paths). UNION, not UNION ALL: the
+    paths share their upper parts, read once, and parents that loop end the walk. Lines of other instances or
+    that do not exist are left out."""
+    if not line_ids:
+        return {}
+    table = Line.__table__  # type: ignore[attr-defined]
+    start = select(table.c.id, table.c.parent_line_id).where(table.c.id.in_(list(line_ids)), table.c.save_id == save_id)
+    walk = start.cte("line_parents", recursive=True)
+    step = (
+        select(table.c.id, table.c.parent_line_id)
+        .join(walk, table.c.id == walk.c.parent_line_id)
+        .where(table.c.save_id == save_id)
+    )
+    walk = walk.union(step)
+    rows: list[Any] = list(session.connection().execute(select(walk.c.id, walk.c.parent_line_id)).all())
+    return {int(line_id): None if parent is None else int(parent) for line_id, parent in rows}
+
+
+def lines_on_current_branches(session: Session, wanted: Mapping[int, Collection[int]]) -> dict[int, set[int]]:
+    """Which of the lines `wanted[instance]` are on that instance's current branch (the path from the root to its
+    leaf, `get_path_ids`), for several instances in one recursive query: the director's reference layer keeps
+    another play-through's events only where that play-through now is (seed 000's tree). The walk goes up from
+    each leaf and stops below the instance's lowest wanted line: a line is stored after its parent, so its id
+    is larger and nothing further up can be wanted. UNION, not UNION ALL: parents that loop end the walk.
+    Unknown instances have no lines on a branch."""
+    bounds = {save_id: min(lines) for save_id, lines in wanted.items() if lines}
+    if not bounds:
+        return {}
+    table = Line.__table__  # type: ignore[attr-defined]
+    save = Save.__table__  # type: ignore[attr-defined]
+    bound = cast(case(bounds, value=save.c.id), Integer)
+    start: Any = select(
+        save.c.id.label("save_id"), save.c.last_message_id.label("line_id"), bound.label("bound")
+    ).where(save.c.id.in_(list(bounds)), save.c.last_message_id >= bound)
+    walk = start.cte("current_branches", recursive=True)
+    step = (
+        select(walk.c.save_id, table.c.parent_line_id, walk.c.bound)
+        .join(table, table.c.id == walk.c.line_id)
+        .where(table.c.save_id == walk.c.save_id, table.c.parent_line_id >= walk.c.bound)
+    )
+    walk = walk.union(step)
+    every = sorted({line for lines in wanted.values() for line in lines})
+    found: dict[int, set[int]] = {}
+    for start_at in range(0, len(every), _IN_CHUNK):
+        chunk = every[start_at : start_at + _IN_CHUNK]
+        rows: list[Any] = list(
+            session.connection().execute(select(walk.c.save_id, walk.c.line_id).where(walk.c.line_id.in_(chunk)))
+        )
+        for save_id, line_id in rows:
+            if line_id in wanted.get(save_id, ()):
+                found.setdefault(int(save_id), set()).add(int(line_id))
+    return found
 
 
 def get_lines(

@@ -50,6 +50,7 @@ from personalab.nodes.rules.memory_layers import (
 )
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import session_scope
+from personalab.stores.history import line_parents
 from personalab.stores.memory_index import (
     BM25_B,
     BM25_K1,
@@ -308,16 +309,21 @@ class MaintenanceBatch:
         moved = {t.id for t in transitions if t.to_layer is not None}
         self.chroma_work.append((character_id, updated, deleted, moved))
 
-    def contents(self, memory_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
-        """(content, turn) of these memories of the instance, read in this step's transaction (for the
+    def contents(self, memory_ids: Sequence[int]) -> dict[int, tuple[str, int, int | None]]:
+        """(content, turn, line) of these memories of the instance, read in this step's transaction (for the
         event-log summary written before they fade)."""
         if not memory_ids:
             return {}
-        stmt = select(MemoryEntry.id, MemoryEntry.content, MemoryEntry.turn).where(
+        stmt = select(MemoryEntry.id, MemoryEntry.content, MemoryEntry.turn, MemoryEntry.line_id).where(
             col(MemoryEntry.id).in_(list(memory_ids)), MemoryEntry.instance_id == self.instance_id
         )
         rows = self.session.exec(stmt).all()
-        return {memory_id: (content, turn) for memory_id, content, turn in rows if memory_id is not None}
+        return {memory_id: (content, turn, line) for memory_id, content, turn, line in rows if memory_id is not None}
+
+    def line_parents(self, line_ids: Iterable[int]) -> dict[int, int | None]:
+        """line → parent for the instance's lines on the paths from `line_ids` to the root (the dialogue tree the
+        event-log summaries are grouped by), in this step's transaction."""
+        return line_parents(self.session, self.instance_id, sorted(set(line_ids)))
 
     def report(self) -> MaintenanceReport:
         return MaintenanceReport(

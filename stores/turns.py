@@ -17,9 +17,9 @@ from personalab.stores.background import turn_ended, turn_started
 from personalab.stores.db import session_scope
 from personalab.stores.saves import get_save
 from personalab.stores.sessions import current_session
-from personalab.stores.tables import utcnow
+from personalab.stores.tables import Line, Save, utcnow
 from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord
-from sqlalchemy import delete, update
+from sqlalchemy import delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -174,12 +174,6 @@ def last_turn_time(session: Session, save_id: int) -> datetime | None:
     return session.exec(stmt.order_by(col(TurnRecord.id).desc()).limit(1)).first()
 
 
-def latest_story_state(session: Session, save_id: int) -> StoryState | None:
-    """The story state of the instance's last stored turn (None before its first)."""
-    stmt = select(StoryState).where(col(StoryState.save_id) == save_id)
-    return session.exec(stmt.order_by(col(StoryState.id).desc()).limit(1)).first()
-
-
 def branch_story_state(session: Session, save_id: int, path: Sequence[int]) -> StoryState | None:
     """The story state of the branch whose line ids are `path` (root first): the state left by the last stored turn
     whose reply is on it (seed 002 + 000: moving the leaf back to a line, or to a sibling, brings the story back
@@ -198,8 +192,49 @@ def branch_story_state(session: Session, save_id: int, path: Sequence[int]) -> S
     return None
 
 
+def branch_story_states(session: Session, scope: Any) -> dict[int, tuple[StoryState, datetime | None]]:
+    """The story state of each instance's current branch (`branch_story_state` for the path to its leaf) with
+    the time of the turn that stored it, for the instances whose ids `scope` names (a list, or a select of them),
+    in one statement however many there are (`instance list`). A recursive walk goes up from each leaf and
+    stops at the first line a state was stored at: the deepest such line of the branch, whose newest state is
+    the branch's (a line's descendants are stored after it). UNION, not UNION ALL: parents that loop end the
+    walk instead of running it forever. Instances without a stored state on their branch are left out."""
+    start: Any = select(col(Save.id).label("save_id"), col(Save.last_message_id).label("line_id")).where(
+        col(Save.id).in_(scope), col(Save.last_message_id).is_not(None)
+    )
+    walk = start.cte("branch_walk", recursive=True)
+    stored_here = (
+        select(StoryState.id)
+        .where(col(StoryState.save_id) == walk.c.save_id, col(StoryState.reply_line_id) == walk.c.line_id)
+        .exists()
+    )
+    step = (
+        select(walk.c.save_id, col(Line.parent_line_id))
+        .join(Line, col(Line.id) == walk.c.line_id)
+        .where(col(Line.save_id) == walk.c.save_id, col(Line.parent_line_id).is_not(None), ~stored_here)
+    )
+    walk = walk.union(step)
+    newest = (
+        select(func.max(StoryState.id))
+        .join(walk, (col(StoryState.save_id) == walk.c.save_id) & (col(StoryState.reply_line_id) == walk.c.line_id))
+        .group_by(col(StoryState.save_id))
+    )
+    # the turn that stored the reply (its record names the same last line); a state stored without one (from
+    # before story states were stored) has its own time
+    turn_time = (
+        select(func.max(TurnRecord.created_at))
+        .where(
+            col(TurnRecord.save_id) == col(StoryState.save_id),
+            col(TurnRecord.reply_line_id) == col(StoryState.reply_line_id),
+        )
+        .scalar_subquery()
+    )
+    rows = session.exec(select(StoryState, turn_time).where(col(StoryState.id).in_(newest))).all()
+    return {row.save_id: (row, when or row.created_at) for row, when in rows}
+
+
 def latest_story_state_id(session: Session, save_id: int) -> int | None:
-    """Only the id of `latest_story_state`: what a turn compares with its checkpoint's."""
+    """The id of the instance's last stored story state (None before its first turn), on any branch."""
     stmt = select(StoryState.id).where(col(StoryState.save_id) == save_id)
     return session.exec(stmt.order_by(col(StoryState.id).desc()).limit(1)).first()
 

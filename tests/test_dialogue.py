@@ -287,3 +287,101 @@ def test_a_sessions_recap_holds_the_current_branchs_turns_only(db_url: str) -> N
     assert len(recap) == 2 and "我们去找水源" in recap[0] and "改去南边的集市" in recap[1]
     assert not [item for item in recap if "峡谷" in item]  # the turn of the branch the user left
     assert taken["turn"] == 2 and "第2轮" in recap[1]
+
+
+def test_event_log_summaries_of_two_branches_stay_on_their_own_branch(db_url: str, data_dir: Path) -> None:
+    """Seed 001 Event Log Summary + seed 000's tree: memories of two branches fading in one maintenance step
+    give one summary per branch, each retrieved only on its own branch (and a swipe brings it back); a memory
+    of the line both branches share gets a summary of its own that both see."""
+    from personalab.nodes.maintenance import run_layer_maintenance
+    from personalab.stores.background import flush_event_writes
+    from personalab.stores.memory import MemoryStore
+
+    instance = create_sample_instance(db_url)
+    (first, on_a) = play(db_url, instance, "出发吧", "去井边看看")
+    dialogue.rewind(instance, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+    (on_b,) = play(db_url, instance, "去钟楼看看")
+    shared, a_line, b_line = (state["debug"]["reply_line_ids"][-1] for state in (first, on_a, on_b))
+    flush_event_writes()
+    store = MemoryStore(db_url=db_url)
+    facts = {shared: "雷娜说过她怕黑", a_line: "莱姆把蓝色钥匙藏在了井底", b_line: "莱姆把红色信封藏在了钟楼顶上"}
+    store.add_memories(
+        instance,
+        [
+            {"content": text, "layer": "event_log", "importance": 0.5, "turn": 1, "line_id": line}
+            for line, text in facts.items()
+        ],
+    )
+    run_layer_maintenance(store, instance, 5000)  # every event-log memory fades, summarised first
+    summaries = {m.line_id: m for m in store.list_memories(instance) if "summary" in m.tags}
+    assert set(summaries) == {shared, a_line, b_line}, {k: m.content for k, m in summaries.items()}
+    assert "井底" in summaries[a_line].content and "钟楼" not in summaries[a_line].content
+    assert "钟楼" in summaries[b_line].content and "井底" not in summaries[b_line].content
+    assert "怕黑" in summaries[shared].content and "井底" not in summaries[shared].content
+    assert not [m for m in store.list_memories(instance) if m.content in facts.values()]  # they faded
+
+    def retrieved(message: str) -> tuple[set[int], list[int]]:
+        (state,) = play(db_url, instance, message, recall_turns=1)
+        return {item["id"] for item in state["retrieved"]}, state["debug"]["retrieval"]["off_branch"]
+
+    found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")  # on branch B
+    assert summaries[b_line].id in found and summaries[a_line].id not in found
+    assert summaries[a_line].id in off
+    dialogue.swipe(instance, on_a["user_line_id"], database_url=db_url)  # branch A again
+    found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")
+    assert summaries[a_line].id in found and summaries[b_line].id not in found
+    assert summaries[b_line].id in off
+
+
+def test_other_play_throughs_serve_as_reference_only_from_their_current_branch(db_url: str, data_dir: Path) -> None:
+    """The director's reference layer (events of other instances of the same character and background) holds
+    each one's events of its current branch: what another play-through wrote on a branch it left is no
+    reference, and comes back when that play-through swipes back. In a search, in the turn's director node, and
+    for a search kept between turns."""
+    from personalab.stores.background import flush_event_writes
+    from personalab.stores.events import StorySearch, prefetch_story, search_story, take_prefetched_story
+    from personalab.stores.saves import create_save
+
+    played = create_sample_instance(db_url)
+    with session_scope(db_url) as s:
+        save = s.get(Save, played)
+        assert save is not None
+        story = {"character_id": save.role_id, "background_id": save.background_id}
+        reader = create_save(s, save.role_id, save.background_id, title="另一次").id
+    assert reader is not None
+    first, left = play(db_url, played, "出发吧", "我把红色信封藏在钟楼里")
+    dialogue.rewind(played, first["debug"]["reply_line_ids"][-1], database_url=db_url)
+    (taken,) = play(db_url, played, "改去河边捉鱼")
+    flush_event_writes()
+
+    def reference(search: StorySearch | None = None) -> str:
+        if search is not None:
+            prefetch_story(search, 5).result(timeout=60)
+            found = take_prefetched_story(search, 5)
+            assert found is not None
+            return " ".join(str(event["text"]) for event in found[1])
+        _, others = search_story(
+            "红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story
+        )
+        return " ".join(str(event["text"]) for event in others)
+
+    assert "出发吧" in reference() and "改去河边捉鱼" in reference()
+    assert "红色信封" not in reference()  # the branch the other play-through left
+    with turn_graph(Context(database_url=db_url, stall_turns=1, director_reference_floor=-1.0)) as (graph, ctx):
+        run_turn(graph, ctx, reader, "你好")
+        state = run_turn(graph, ctx, reader, "我们走吧")  # the director searches: no progress since turn 1
+    seen = " ".join(str(event["text"]) for event in state["director_events"]["others"])
+    assert "改去河边捉鱼" in seen and "红色信封" not in seen
+
+    dialogue.swipe(played, left["user_line_id"], database_url=db_url)  # that branch is current again
+    assert "红色信封" in reference() and "改去河边捉鱼" not in reference()
+
+    # kept between turns, then the other play-through moves: the kept layer is checked again when taken
+    kept = StorySearch("红色信封 钟楼 河边", instance_id=reader, current_k=5, others_k=5, database_url=db_url, **story)
+    prefetch_story(kept, 5).result(timeout=60)
+    dialogue.swipe(played, taken["user_line_id"], database_url=db_url)
+    found = take_prefetched_story(kept, 5)
+    assert found is not None
+    assert "红色信封" not in " ".join(str(e["text"]) for e in found[1])
+    assert "改去河边捉鱼" in " ".join(str(e["text"]) for e in found[1])
+    assert "改去河边捉鱼" in reference(kept) and "红色信封" not in reference(kept)

@@ -340,3 +340,45 @@ def test_a_bad_parent_near_the_leaf_is_reported_with_a_kept_path(db_url: str, pr
     expected = ForeignParentError if problem == "foreign parent" else HistoryCycleError
     with session_scope(db_url) as s, pytest.raises(expected):
         get_path_ids(s, a)
+
+
+def test_lines_on_current_branches_answer_for_several_instances_in_one_query(db_url: str) -> None:
+    """`lines_on_current_branches` (the director's reference layer) and `line_parents` (the event-log summaries)
+    agree with the paths one instance at a time, in one statement each; unknown instances and foreign lines are
+    on no branch; parents that loop end the walk."""
+    from sqlalchemy import event
+
+    first, second, empty = new_save(db_url), new_save(db_url), new_save(db_url)
+    with session_scope(db_url) as s:
+        trunk = append_lines(s, first, say(4))
+        left = append_lines(s, first, say(2))  # a branch the instance leaves
+        right = append_lines(s, first, say(3), parent_line_id=trunk[1].id)
+        other = append_lines(s, second, say(5))
+    ids = lambda lines: {line.id for line in lines}  # noqa: E731
+    wanted = {first: ids(trunk) | ids(left) | ids(right), second: ids(other) | ids(left), empty: {1}, 424242: {1}}
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(get_engine(db_url), "before_cursor_execute", count)
+    try:
+        with session_scope(db_url) as s:
+            found = history_store.lines_on_current_branches(s, wanted)  # type: ignore[arg-type]
+    finally:
+        event.remove(get_engine(db_url), "before_cursor_execute", count)
+    assert len([sql for sql in statements if "current_branches" in sql]) == 1
+    with session_scope(db_url) as s:
+        expected = {save: set(get_path_ids(s, save)) & lines for save, lines in wanted.items() if save != 424242}
+    assert found == {save: lines for save, lines in expected.items() if lines}
+    assert found[first] == ids(trunk[:2]) | ids(right)
+    with session_scope(db_url) as s:
+        parents = history_store.line_parents(s, first, [left[-1].id, right[-1].id, other[0].id])
+    assert set(parents) == ids(trunk) | ids(left) | ids(right)  # the two paths, their shared part once
+    assert parents[right[0].id] == trunk[1].id and parents[trunk[0].id] is None and other[0].id not in parents
+
+    with session_scope(db_url) as s:  # a loop (possible when written outside PersonaLab)
+        s.exec(text("UPDATE line SET parent_line_id = :b WHERE id = :a").bindparams(a=trunk[0].id, b=trunk[1].id))
+    with session_scope(db_url) as s:
+        looped = history_store.line_parents(s, first, [trunk[1].id])
+    assert looped == {trunk[0].id: trunk[1].id, trunk[1].id: trunk[0].id}

@@ -528,3 +528,82 @@ def test_the_prompt_places_the_character_fields_by_region_and_names_what_it_drop
     assert [d["item"] for d in prompt.debug["middle"]["dropped"]] == ["example dialogue"]
     assert [m["content"] for m in prompt.messages[-2:]] == ["回复要短", "走吧"]
     assert prompt.regions[-2:] == ["tail", "tail"]
+
+
+def test_list_and_show_report_the_current_branchs_story_after_a_rewind_or_swipe(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 000 + 002: after a rewind the instance is listed and shown as its story stands at the branch point
+    (turns, plot progress, last turn time), as `dialogue.story_state` says; a swipe back shows the later branch
+    again. The same from the Python API, the CLI's `--json` and the HTTP routes."""
+    from cli_helpers import cli
+    from fastapi.testclient import TestClient
+    from personalab.graph.api import dialogue
+    from personalab.graph.http.app import app
+
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", url)  # the CLI and the routes read the test's database
+    _character, _background, instance = setup(url)
+    first, second = play(url, instance.id, "我们先去据点看看。", "继续。")  # point 1: in progress, then completed
+    client = TestClient(app)
+
+    def views() -> list[dict[str, Any]]:
+        code, out, err = cli(capsys, "instance", "show", str(instance.id), "--json")
+        assert code == 0, err
+        shown = json.loads(out)
+        code, out, err = cli(capsys, "instance", "list", "--json")
+        assert code == 0, err
+        [listed] = [item for item in json.loads(out) if item["id"] == instance.id]
+        over_http = client.get(f"/instances/{instance.id}").json()
+        [http_listed] = [item for item in client.get("/instances").json() if item["id"] == instance.id]
+        api_shown = api.get_instance(instance.id, database_url=url).model_dump(mode="json")
+        [api_listed] = [i.model_dump(mode="json") for i in api.list_instances(database_url=url) if i.id == instance.id]
+        return [shown, listed, over_http, http_listed, api_shown, api_listed]
+
+    def agree(expected_turns: int, completed: int) -> dict[str, Any]:
+        branch = dialogue.story_state(instance.id, database_url=url)
+        found = views()
+        assert all(view == found[0] for view in found), found
+        view = found[0]
+        assert view["turns"] == branch["turn"] == expected_turns
+        assert view["plot"]["completed"] == completed
+        plot = branch["story_state"]["plot_state"]
+        assert view["plot"]["completed"] == sum(p["status"] == "completed" for p in plot["story_outline"])
+        assert view["plot"]["current_index"] == plot["current_plot_index"]
+        return view
+
+    latest = agree(2, 1)
+    dialogue.rewind(instance.id, first["debug"]["reply_line_ids"][-1], database_url=url)
+    rewound = agree(1, 0)
+    assert rewound["last_turn_at"] < latest["last_turn_at"]  # the time of the branch's last turn, turn 1
+    assert dialogue.story_state(instance.id, database_url=url)["story_state_id"] is not None
+
+    # a new turn on the rewound branch, then a swipe back to the first branch: its story again
+    (other,) = play(url, instance.id, "改去河边。")
+    assert agree(2, 1)["last_turn_at"] > latest["last_turn_at"]
+    dialogue.swipe(instance.id, second["user_line_id"], database_url=url)
+    assert agree(2, 1) == latest
+    dialogue.swipe(instance.id, other["user_line_id"], database_url=url)
+    assert agree(2, 1)["last_turn_at"] > latest["last_turn_at"]
+
+    # rewound to the greeting, before any reply: the story as it was created
+    greeting = dialogue.history(instance.id, database_url=url)["lines"][0]["id"]
+    dialogue.rewind(instance.id, greeting, database_url=url)
+    fresh = views()[0]
+    assert (fresh["turns"], fresh["last_turn_at"], fresh["plot"]["completed"]) == (0, None, 0)
+    assert dialogue.story_state(instance.id, database_url=url)["turn"] == 0
+
+
+def test_a_new_outline_applied_to_instances_goes_to_their_current_branch(url: str) -> None:
+    from personalab.graph.api import dialogue
+
+    _character, background, instance = setup(url)
+    first, second = play(url, instance.id, "出发。", "继续。")
+    dialogue.rewind(instance.id, first["debug"]["reply_line_ids"][-1], database_url=url)
+    api.edit_background(background.id, {"outline": ["新一", "新二"], "apply_to_instances": True}, database_url=url)
+    shown = api.get_instance(instance.id, database_url=url)
+    assert shown.plot is not None and (shown.plot.total, shown.turns) == (2, 1)
+    (again,) = play(url, instance.id, "改道。")
+    assert [p["content"] for p in again["plot_state"]["story_outline"]] == ["新一", "新二"]
+    dialogue.swipe(instance.id, second["user_line_id"], database_url=url)  # the branch left keeps its outline
+    shown = api.get_instance(instance.id, database_url=url)
+    assert shown.plot is not None and (shown.plot.total, shown.turns) == (10, 2)

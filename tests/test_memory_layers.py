@@ -18,6 +18,7 @@ from personalab.nodes.rules.memory_layers import (
     parse_layer,
     parse_type,
     plan_maintenance,
+    summary_groups,
 )
 
 CONFIG = LayerConfig()
@@ -236,3 +237,20 @@ def test_types_layers_and_importance_are_validated_by_name() -> None:
 def test_initial_importance_by_type() -> None:
     assert initial_importance("event") > initial_importance("conversation") > initial_importance("internal")
     assert initial_importance("trait") >= 0.6  # traits are kept in the archive
+
+
+def test_fading_memories_are_summarised_per_branch_of_the_dialogue_tree() -> None:
+    """`summary_groups`: a summary's line lies at or below every memory it summarises (it never shows where one
+    of them did not), memories of two branches never share one, and a branch point's memory is summarised
+    apart, under the deepest line both branches below it share."""
+    # 1 ─ 2 ─ 3 ─ 4 (branch A: 4)      memories: 10@2, 11@3, 12@4, 13@6, 14@7, 15@none, 16@9
+    #          └ 5 ─ 6 ─ 7 (branch B)               8 ─ 9 (another root: an edited first line)
+    parents = {1: None, 2: 1, 3: 2, 4: 3, 5: 3, 6: 5, 7: 6, 8: None, 9: 8}
+    memories = {10: 2, 11: 3, 12: 4, 13: 6, 14: 7, 15: None, 16: 9}
+    groups = summary_groups(memories, parents)
+    assert groups == {3: [10, 11], 4: [12], 7: [13, 14], None: [15], 9: [16]}
+    # one branch: everything goes under its deepest line
+    assert summary_groups({1: 2, 2: 4, 3: 3}, parents) == {4: [1, 2, 3]}
+    # a line the walk did not find (another instance's, or gone) is its own root; parents that loop end
+    assert summary_groups({1: 99, 2: 4}, parents) == {99: [1], 4: [2]}
+    assert summary_groups({1: 1, 2: 2}, {1: 2, 2: 1}) == {1: [1], 2: [2]}  # each under its own line

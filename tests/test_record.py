@@ -113,30 +113,31 @@ def test_memories_fading_out_of_the_event_log_leave_a_summary(db_url: str) -> No
     assert found.items[0].id == summary.id  # the summary is itself a memory, retrievable
 
 
-def test_an_event_log_summary_carries_the_line_of_the_turn_that_wrote_it(sqlite_url: str, monkeypatch: Any) -> None:
-    """Seed 000's tree: the summary is retrieved on the branch of the turn whose maintenance wrote it (its reply's
-    last line, as the review's memories), like the turn's own memories."""
-    from personalab.nodes import maintenance
-
+def test_an_event_log_summary_carries_the_line_of_its_memories(sqlite_url: str) -> None:
+    """Seed 000's tree: a summary of memories of one branch carries the deepest of their lines, so it is
+    retrieved on the branches through all of them; memories without a line (every branch) give an untagged
+    one."""
     instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, context):
+        first, second = (run_turn(graph, context, instance, text) for text in ("我们出发吧。", "去北边。"))
     store = MemoryStore(db_url=sqlite_url)
-    _fading_event_log(store, instance)
-    maintain_layers(store, instance, 5000, summarise=model_summariser(), line_id=41)
-    (summary,) = store.list_memories(instance)
-    assert summary.line_id == 41
-
-    seen: list[int | None] = []
-    real = maintenance.maintain_layers
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs.get("line_id"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(maintenance, "maintain_layers", spy)
-    with turn_graph(Context(database_url=sqlite_url, maintenance_every=1)) as (graph, context):
-        state = run_turn(graph, context, instance, "我们出发吧。")
-        flush_event_writes()
-    assert seen == [state["debug"]["reply_line_ids"][-1]]
+    _fading_event_log(store, instance)  # no line
+    lines = [first["debug"]["reply_line_ids"][-1], second["debug"]["reply_line_ids"][-1]]
+    faded = store.add_memories(
+        instance,
+        [
+            {"content": text, "layer": "event_log", "importance": 0.5, "turn": turn, "line_id": line}
+            for turn, (text, line) in enumerate(zip(("莱姆：桥下有船", "雷娜：船是老七的"), lines, strict=True), 1)
+        ],
+    )
+    before = {m.id for m in store.list_memories(instance)}
+    maintain_layers(store, instance, 5000, summarise=model_summariser())
+    summaries = [m for m in store.list_memories(instance) if m.id not in before and "summary" in m.tags]
+    by_line = {m.line_id: m for m in summaries}
+    assert set(by_line) == {None, lines[1]}, [(m.line_id, m.content) for m in summaries]
+    assert "桥下有船" in by_line[lines[1]].content and "船是老七的" in by_line[lines[1]].content
+    assert all(f"#{m.id}" in by_line[lines[1]].notes for m in faded)
+    assert "老橡树" in by_line[None].content and "桥下" not in by_line[None].content
 
 
 def test_a_failing_summariser_keeps_the_extractive_summary_and_none_means_no_summary(sqlite_url: str) -> None:

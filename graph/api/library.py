@@ -31,10 +31,9 @@ from personalab.stores.memory import MemoryStore
 from personalab.stores.saves import append_lines, create_save, get_save, outline_of
 from personalab.stores.settings import settings
 from personalab.stores.tables import Background, OutlinePoint, Role, Save, utcnow
-from personalab.stores.turn_tables import StoryState, TurnRecord
-from personalab.stores.turns import acquire_turn_lock, latest_story_state, release_turn_lock
+from personalab.stores.turn_tables import StoryState
+from personalab.stores.turns import acquire_turn_lock, branch_story_states, release_turn_lock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 MIN_OUTLINE, DEFAULT_OUTLINE, MAX_OUTLINE = 1, 10, 50  # seed 002 背景: 10 key points; 1–50 allowed
@@ -180,7 +179,9 @@ class PlotProgress(BaseModel):
 
 
 class Instance(BaseModel):
-    """A conversation instance with what the list shows (seed 002 查看会话实例列表)."""
+    """A conversation instance with what the list shows (seed 002 查看会话实例列表). `turns`, `plot` and
+    `last_turn_at` are those of the current branch (seed 000's tree): after a rewind or swipe, the story as it
+    stands at the branch's last reply, as `dialogue.story_state` reports it."""
 
     id: int
     title: str
@@ -446,8 +447,8 @@ def edit_background(
     background_id: int, changes: BackgroundEdit | Mapping[str, Any], *, database_url: str | None = None
 ) -> BackgroundOut:
     """Change the given fields (seed 002 编辑背景). Instances that already have a plot state keep it (their story
-    is under way) unless `apply_to_instances`: then each one's current story state gets the new outline, every
-    point keeping its status by index; instances without a turn yet start from the new outline anyway."""
+    is under way) unless `apply_to_instances`: then each one's current story state (its current branch's) gets
+    the new outline, every point keeping its status by index; instances without a turn yet start from the new outline anyway."""
     edit = _validate(BackgroundEdit, changes, "background")
     with session_scope(database_url) as session:
         background = _background_row(session, background_id)
@@ -462,8 +463,10 @@ def edit_background(
         session.flush()
         if edit.apply_to_instances:
             outline = [point.content for point in outline_of(session, background_id)]
-            for instance_id in _instances_of(session, Save.background_id, background_id):
-                row = latest_story_state(session, instance_id)
+            users = _instances_of(session, Save.background_id, background_id)
+            branches = branch_story_states(session, users) if users else {}
+            for instance_id in users:
+                row = branches[instance_id][0] if instance_id in branches else None
                 if row is None or not row.state.get("plot_state"):
                     continue
                 state = {**row.state, "plot_state": replan(row.state["plot_state"], outline)}
@@ -516,8 +519,10 @@ def _plot_progress(plot_state: Mapping[str, Any] | None) -> PlotProgress | None:
 
 def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Instance]:
     """`saves` as the list shows them. `scope` names their ids (a list, or a select of them): each thing shown
-    (character and background names, last turn time, the latest story state, the outline of an instance not
-    played yet) is read for all of them in one grouped query, so listing many costs what listing one does."""
+    (character and background names, the story state of the current branch and when its turn ran, the outline
+    of an instance not played yet) is read for all of them in one grouped query, so listing many costs what
+    listing one does. Turns, plot progress and last turn time are the current branch's (seed 000 + 002: after
+    a rewind, swipe or edit they are those of the branch point, as `dialogue.story_state`)."""
     if not saves:
         return []
     role_ids = {save.role_id for save in saves if save.role_id is not None}
@@ -528,15 +533,9 @@ def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Inst
         if background_ids
         else {}
     )
-    last_turns = dict(
-        session.exec(
-            select(TurnRecord.save_id, func.max(TurnRecord.created_at))
-            .where(col(TurnRecord.save_id).in_(scope))
-            .group_by(col(TurnRecord.save_id))
-        ).all()
-    )
-    latest = select(func.max(StoryState.id)).where(col(StoryState.save_id).in_(scope)).group_by(col(StoryState.save_id))
-    states = {row.save_id: row for row in session.exec(select(StoryState).where(col(StoryState.id).in_(latest))).all()}
+    # what the story is on each instance's current branch (after a rewind or swipe, not the newest turn's)
+    branches = branch_story_states(session, scope)
+    states = {save_id: state for save_id, (state, _when) in branches.items()}
     unplayed = {save.background_id for save in saves if save.id not in states and save.background_id in backgrounds}
     outlines: dict[int, list[str]] = {}
     if unplayed:
@@ -560,7 +559,7 @@ def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Inst
                 background_id=save.background_id,
                 background_name=backgrounds.get(save.background_id) if save.background_id is not None else None,
                 created_at=save.created_at,
-                last_turn_at=last_turns.get(save.id),
+                last_turn_at=branches[save.id][1] if save.id in branches else None,
                 turns=int(state.turn) if state else 0,
                 plot=_plot_progress(plot_state),
             )
@@ -600,7 +599,7 @@ def list_instances(
     *, character_id: int | None = None, background_id: int | None = None, database_url: str | None = None
 ) -> list[Instance]:
     """Every instance (of one character and/or background), newest first, with title, character, background,
-    created, last turn time, turns and plot progress (seed 002 查看会话实例列表)."""
+    created, and the last turn time, turns and plot progress of its current branch (seed 002 查看会话实例列表)."""
     with session_scope(database_url) as session:
         chosen = []
         if character_id is not None:

@@ -367,6 +367,57 @@ def extractive_summary(memories: Iterable[str], max_chars: int = SUMMARY_MAX_CHA
     return f"{EXTRACTIVE_LABEL}{body}"
 
 
+def summary_groups(
+    memory_lines: Mapping[int, int | None], parents: Mapping[int, int | None]
+) -> dict[int | None, list[int]]:
+    """The memories fading in one step, grouped for their event-log summaries by the dialogue tree (seed 000:
+    a memory is retrieved only on the branches through its line; seed 001 Event Log Summary), as
+    {the summary's line: memory ids}. `memory_lines`: memory id → its line (None: every branch);
+    `parents`: line → parent line, for the lines on the paths from those lines to the root.
+
+    A summary tagged with line K is retrieved on the branches through K, so K must lie at or below the line of
+    every memory it summarises (never shown where one of them was not) and should cover the branches they were
+    on. Each memory goes with the fading memories at or below its line (the deepest ones, "tips"), and its tag is
+    the deepest line those tips share: on one branch, the deepest line of its memories; where fading memories
+    of several branches lie below a memory (a branch point), that line itself, apart from each branch's own
+    group. So memories of two branches never share a summary, and a summary is on every branch that holds all
+    the fading memories below its memories. Memories without a line (every branch) get an untagged summary."""
+    groups: dict[int | None, list[int]] = {}
+    lines = {line for line in memory_lines.values() if line is not None}
+    paths = {line: _root_path(line, parents) for line in lines}  # root first, the line last
+    above = {ancestor for path in paths.values() for ancestor in path[:-1]}
+    tips = [line for line in sorted(lines) if line not in above]
+    on_tip_path = {tip: set(paths[tip]) for tip in tips}
+    tags: dict[int, int] = {}
+    for line in lines:
+        below = [paths[tip] for tip in tips if line in on_tip_path[tip]] or [paths[line]]  # (parents that loop)
+        shared = below[0]
+        for path in below[1:]:
+            depth = 0
+            while depth < min(len(shared), len(path)) and shared[depth] == path[depth]:
+                depth += 1
+            shared = shared[:depth]
+        # the line is on every path below it, so on the shared part; checked, since a loop could break that
+        tags[line] = shared[-1] if line in shared else line
+    for memory_id, memory_line in sorted(memory_lines.items()):
+        groups.setdefault(None if memory_line is None else tags[memory_line], []).append(memory_id)
+    return groups
+
+
+def _root_path(line: int, parents: Mapping[int, int | None]) -> list[int]:
+    """The lines from the root to `line` by `parents` (a line without a known parent is a root; a loop ends the
+    walk where it closes)."""
+    path = [line]
+    seen = {line}
+    parent = parents.get(line)
+    while parent is not None and parent not in seen:
+        path.append(parent)
+        seen.add(parent)
+        parent = parents.get(parent)
+    path.reverse()
+    return path
+
+
 def summary_memory(
     summary: str, turns: Iterable[int], ids: Iterable[int], config: LayerConfig | None = None
 ) -> dict[str, object]:
