@@ -32,6 +32,7 @@ from personalab.evals.worker import TICK
 from personalab.nodes.rules.errors import InvalidInput
 
 DEFAULT_RAG_TIMEOUT_S = 10.0
+WORKER = ("-m", "personalab.evals.worker")  # what `sys.executable` runs to play one scenario (evals/worker.py)
 COMMAND_LINE: list[str] = []  # the command as typed (set by evals.__main__), for the resume hint
 
 
@@ -141,7 +142,12 @@ def play_all(
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    """A file name for scenario `name`: unsafe characters replaced, and then a short hash of the name, so that
+    two names differing only there ("a b", "a/b") do not share a result file or a data folder."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    if safe == name and not name.startswith("."):
+        return name
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 class Players:
@@ -180,7 +186,7 @@ class Players:
             if self.interrupted:
                 return interrupted
             process = subprocess.Popen(
-                [sys.executable, "-m", "personalab.evals.worker", str(job)],
+                [sys.executable, *WORKER, str(job)],
                 stdout=subprocess.PIPE,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
@@ -279,14 +285,26 @@ def _progress_bar(total: int, enabled: bool) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """`personalab eval run`."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # before the scenarios started, or a second Ctrl-C while the report is written
+        print(f"interrupted: the results finished so far are in {Path(args.out) / 'results'}", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.parallel < 1:
         raise InvalidInput(f"--parallel must be at least 1, got {args.parallel}")
     if args.rag_timeout is not None and args.rag_timeout <= 0:
         raise InvalidInput(f"--rag-timeout must be above 0, got {args.rag_timeout}")
     scenarios = load_scenarios(args.paths)
-    if args.judge or args.model == "openai":
-        from personalab.stores.settings import settings
+    from personalab.stores.embeddings import get_embeddings
+    from personalab.stores.settings import settings
 
+    # a bad setting is one line now, not a failure in every scenario's process
+    settings()
+    get_embeddings()
+    if args.judge or args.model == "openai":
         if settings().openai_api_key is None:
             option = "--judge" if args.judge else "--model openai"
             raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")

@@ -537,3 +537,33 @@ def test_ctrl_c_keeps_the_finished_scenarios_and_the_printed_resume_plays_the_re
     assert [s["name"] for s in final["scenarios"]] == ["gap", "own", "pair"]
     finished_ok(final)
     assert quality(final) == quality(expected)
+
+
+def test_a_bad_setting_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_EMBEDDINGS", "nope")
+    files = write_trio(tmp_path / "scenarios", ("own",))
+    code, _, err = run_cli(capsys, "eval", "run", *files, "--out", str(tmp_path / "out"))
+    assert code == 2 and err.count("\n") == 1 and "PERSONALAB_EMBEDDINGS='nope'" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_scenario_process_that_dies_is_reported_with_the_end_of_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalab.evals import runs
+
+    crash = "import sys; print('Traceback (most recent call last):', file=sys.stderr); sys.exit('MemoryError: gone')"
+    monkeypatch.setattr(runs, "WORKER", ("-c", crash))
+    files = write_trio(tmp_path / "scenarios", ("own", "gap"))
+    code, stdout, _ = run_cli(capsys, "eval", "run", *files, "--out", str(tmp_path / "out"))
+    assert code == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    for scenario, source in zip(report["scenarios"], files, strict=True):
+        assert scenario["status"] == "failed"
+        assert scenario["error"] == (
+            f"{source}: the scenario's process ended (exit code 1) without a result: "
+            "Traceback (most recent call last): | MemoryError: gone"
+        )
+        assert f"FAILED {scenario['name']}: {scenario['error']}" in stdout
