@@ -8,9 +8,10 @@ checkpointer as the CLI, the demo and the benchmarks; after each turn the writes
 rebuild) are flushed, so a probe sees every earlier turn's writes (the engine's own read-your-writes covers the
 director; the flush covers the memory retrieval and keeps runs deterministic).
 
-A scenario is one unit of parallel work: several play at a time (a bounded thread pool, `--parallel`), and the
-instances of one scenario play in one worker, so what one instance's director may see of another's events does not
-depend on thread timing. With the scripted model the same scenario gives the same scores.
+A scenario is one unit of parallel work: `evals.runs` plays each in a process of its own on a data folder of its
+own (`evals.worker`), several at a time (`--parallel`), and the instances of one scenario play in one thread, so
+what one instance's director may see of another's events does not depend on thread timing. With the scripted
+model the same scenario gives the same scores.
 """
 
 from __future__ import annotations
@@ -249,7 +250,12 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
         "judge": [],
         "model": None,
     }
-    setup = set_up(scenario)
+    try:
+        setup = set_up(scenario)
+    except Exception as exc:  # noqa: BLE001 - reported as the scenario's failure, like a failed turn
+        result["status"], result["error"] = "failed", f"{scenario.source}: set-up: {type(exc).__name__}: {exc}"
+        result["turns_played"], result["wall_s"] = 0, round(time.perf_counter() - started, 2)
+        return result
     result["outline_points"] = len(setup.outline)
     logs = [InstanceLog(number, iid) for number, iid in enumerate(setup.instances, start=1)]
     plan: list[tuple[Step, list[InstanceLog]]] = []
@@ -270,7 +276,7 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
     except TurnFailed as exc:
         result["status"], result["error"] = "failed", str(exc)
     except Exception as exc:  # noqa: BLE001 - one scenario's error (bad input, a bug) must not stop the others
-        result["status"], result["error"] = "failed", f"{type(exc).__name__}: {exc}"
+        result["status"], result["error"] = "failed", f"{scenario.source}: {type(exc).__name__}: {exc}"
     result["turns_played"] = sum(log.turn for log in logs)
     result["director"] = _director_summary(logs, len(setup.outline), ctx.stall_turns)
     result["series"] = {str(log.number): log.series for log in logs}
@@ -289,7 +295,7 @@ def _one_turn(
     result: dict[str, Any],
     options: PlayOptions,
 ) -> None:
-    where = f"instance {log.number}, turn {log.turn + 1} ({step.where})"
+    where = f"{scenario.source}: instance {log.number}, turn {log.turn + 1} ({step.where})"
     try:
         state = _send(graph, ctx, log, step, user_name)
     except Exception as exc:

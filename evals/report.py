@@ -422,7 +422,7 @@ def plots(results: Sequence[dict[str, Any]], total: dict[str, Any], out: Path) -
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for name, rows in first:
             ax.plot([row["turn"] for row in rows], [row["rss_mb"] for row in rows], linewidth=1, label=name)
-        ax.set_xlabel("turn (instance 1; one process plays every scenario)")
+        ax.set_xlabel("turn (instance 1; each scenario in a process of its own)")
         ax.set_ylabel("RSS (MiB)")
         ax.legend(fontsize=6)
         made.append(_save(fig, out / "rss.png"))
@@ -458,4 +458,5 @@ def write_report(
     lines = [f"report: {out / 'report.md'} ({total['scenarios']} scenario(s), {total['turns']:,} turns)"]
     for row in [*extra_rows, *goals(total)]:
         lines.append(f"  {'ok ' if row['met'] else 'NO '} {row['figure']}: {row['measured']} (goal {row['goal']})")
+    lines += [f"  FAILED {r['name']}: {r.get('error')}" for r in results if r.get("status") != "ok"]
     return lines

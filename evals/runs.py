@@ -1,8 +1,10 @@
 """`personalab eval run PATH... [--parallel N] [--out DIR] [--model scripted|openai] [--judge] [--resume]`.
 
-Validates every scenario file first (one line naming file, path and problem, exit 2), then plays them (evals.play)
-in a fresh embedded data folder (SQLite + Chroma + checkpoints; `--data-dir` keeps it), several scenarios at a
-time, with a progress bar. Each finished scenario's result is written at once to `OUT/results/<name>.json`, so
+Validates every scenario file first (one line naming file, path and problem, exit 2), then plays them (evals.play),
+several scenarios at a time, with a progress bar. Each scenario plays in a process of its own (`evals.worker`) on
+a fresh embedded data folder of its own, `<data>/<name>` (SQLite + Chroma + checkpoints; `--data-dir` keeps them),
+so scenarios played at the same time share no process-wide state (environment, settings, engines, Chroma clients,
+caches, background writers). Each finished scenario's result is written at once to `OUT/results/<name>.json`, so
 Ctrl-C keeps what is done and `--resume` plays only the rest; the report (`report.md`, `report.json`, PNG plots)
 is written from every result in `OUT/results` at the end, and after an interruption too.
 """
@@ -12,23 +14,25 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from personalab.evals.data_dir import data_folder
 from personalab.evals.scenario import Scenario, load_scenarios
+from personalab.evals.worker import TICK
 from personalab.nodes.rules.errors import InvalidInput
 
-ENV_KEYS = ("PERSONALAB_DATA_DIR", "PERSONALAB_DATABASE_URL", "PERSONALAB_CHROMA_HOST", "PERSONALAB_LLM")
 DEFAULT_RAG_TIMEOUT_S = 10.0
+WORKER = ("-m", "personalab.evals.worker")  # what `sys.executable` runs to play one scenario (evals/worker.py)
 COMMAND_LINE: list[str] = []  # the command as typed (set by evals.__main__), for the resume hint
 
 
@@ -38,32 +42,8 @@ def scenario_digest(scenario: Scenario) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-@contextmanager
-def run_environment(data_dir: Path, model: str) -> Iterator[None]:
-    """The embedded stores of `data_dir` and the chosen model; the old environment after."""
-    saved = {key: os.environ.get(key) for key in ENV_KEYS}
-    os.environ["PERSONALAB_DATA_DIR"] = str(data_dir)
-    os.environ["PERSONALAB_LLM"] = model
-    os.environ.pop("PERSONALAB_DATABASE_URL", None)
-    os.environ.pop("PERSONALAB_CHROMA_HOST", None)
-    try:
-        yield
-    finally:
-        from personalab.stores.background import flush_event_writes
-        from personalab.stores.db import dispose_engines
-
-        flush_event_writes()
-        dispose_engines()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _result_file(out: Path, name: str) -> Path:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return out / "results" / f"{safe}.json"
+    return out / "results" / f"{_safe(name)}.json"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -99,9 +79,10 @@ def play_all(
     progress: bool = True,
     argv: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Play the scenarios not already finished in `out` (with `resume`); returns (every result of this
-    run's scenarios, interrupted?)."""
-    from personalab.evals.play import PlayOptions, check_samples, play_scenario
+    """Play the scenarios not already finished in `out` (with `resume`), each in a process of its own
+    (`evals.worker`) with its own data folder `<data>/<name>`, `parallel` processes at a time; returns (every
+    result of this run's scenarios, interrupted?)."""
+    from personalab.evals.play import check_samples
 
     for scenario in scenarios:
         check_samples(scenario)
@@ -120,60 +101,34 @@ def play_all(
     from personalab.evals.scenario import expand_turns
 
     total = sum(len(expand_turns(s)) * s.instances + len(s.secrets) for s in todo)
-    stop = threading.Event()
-    interrupted = False
     results: dict[str, dict[str, Any]] = dict(kept)
-    with data_folder(data_dir, "personalab-eval-") as data, run_environment(data, model):
-        from personalab.graph.runner import turn_graph
-        from personalab.nodes.context import Context
-        from personalab.stores.embeddings import get_embeddings
-
-        if model == "scripted":
-            # the scripted model writes an out-of-range marker on purpose every 12 turns (the ignored path);
-            # its warning per turn would bury the progress bar
-            logging.getLogger("personalab.nodes.progress_parse").setLevel(logging.ERROR)
-        get_embeddings().embed_query("预热")  # the model loads once, before any turn's retrieval cap runs
-        judge_model = None
-        if judge:
-            from personalab.evals.judge import Judge
-
-            judge_model = Judge()
+    with data_folder(data_dir, "personalab-eval-") as data:
         bar = _progress_bar(total, progress)
-        lock = threading.Lock()
-
-        def tick() -> None:
-            if bar is not None:
-                with lock:
-                    bar.update(1)
-
-        with turn_graph(Context(rag_timeout_s=rag_timeout_s)) as (graph, ctx):
-            pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="eval")
-            futures: dict[Future[dict[str, Any]], Scenario] = {}
-            for scenario in todo:
-                options = PlayOptions(stop=stop, on_turn=tick, judge=judge_model)
-                futures[pool.submit(play_scenario, scenario, graph, ctx, options)] = scenario
-            pending = set(futures)
+        players = Players(bar, model=model, judge=judge, rag_timeout_s=rag_timeout_s)
+        pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="eval")
+        futures: dict[Future[dict[str, Any]], Scenario] = {
+            pool.submit(players.play, scenario, data.resolve() / _safe(scenario.name)): scenario for scenario in todo
+        }
+        pending = set(futures)
+        try:
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    _keep(future, futures[future], out, digests, results)
+        except KeyboardInterrupt:
+            players.interrupt()
             try:
-                while pending:
-                    finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        _keep(future, futures[future], out, digests, results)
-            except KeyboardInterrupt:
-                interrupted = True
-                stop.set()
-                for future in pending:
-                    future.cancel()
-                for future in pending:
-                    if not future.cancelled():
-                        try:
-                            future.result()
-                        except Exception:  # noqa: BLE001, S110 - an interrupted scenario is played again on resume
-                            pass
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
-                if bar is not None:
-                    bar.close()
-    if interrupted:
+                # the scenarios under way stop at their next turn; the finished ones among them are kept
+                for future, scenario in futures.items():
+                    if scenario.name not in results and not future.cancel():
+                        _keep(future, scenario, out, digests, results)
+            except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the turns under way
+                players.kill()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if bar is not None:
+                bar.close()
+    if players.interrupted:
         left = [s.name for s in scenarios if s.name not in results]
         command = " ".join(shlex.quote(a) for a in argv) if argv else "personalab eval run ..."
         if "--resume" not in argv:
@@ -183,7 +138,118 @@ def play_all(
             f"{len(left)} left. Resume with: {command}",
             file=sys.stderr,
         )
-    return [results[s.name] for s in scenarios if s.name in results], interrupted
+    return [results[s.name] for s in scenarios if s.name in results], players.interrupted
+
+
+def _safe(name: str) -> str:
+    """A file name for scenario `name`: unsafe characters replaced, and then a short hash of the name, so that
+    two names differing only there ("a b", "a/b") do not share a result file or a data folder."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    if safe == name and not name.startswith("."):
+        return name
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+class Players:
+    """The processes playing scenarios (one per scenario, `evals.worker`) and the progress bar they tick."""
+
+    def __init__(self, bar: Any, *, model: str, judge: bool, rag_timeout_s: float) -> None:
+        self.bar, self.model, self.judge, self.rag_timeout_s = bar, model, judge, rag_timeout_s
+        self.interrupted = False
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+
+    def environment(self, folder: Path) -> dict[str, str]:
+        """This process's environment with the scenario's own data folder and the run's model; the embedded
+        stores, never a configured database or Chroma server (the scenario must start empty)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PERSONALAB_DATABASE_URL", "PERSONALAB_CHROMA_HOST")}
+        env.update(PERSONALAB_DATA_DIR=str(folder), PERSONALAB_LLM=self.model, PYTHONUNBUFFERED="1")
+        return env
+
+    def play(self, scenario: Scenario, folder: Path) -> dict[str, Any]:
+        """Play `scenario` in a new process in the fresh data folder `folder`; its result (interrupted when the
+        run was interrupted before the scenario finished)."""
+        interrupted = {"name": scenario.name, "source": scenario.source, "status": "interrupted"}
+        shutil.rmtree(folder, ignore_errors=True)  # a kept folder of an earlier, interrupted run
+        folder.mkdir(parents=True)
+        job, result_path, log_path = folder / "job.json", folder / "result.json", folder / "worker.log"
+        write_json(
+            job,
+            {
+                "scenario": scenario.model_dump(mode="json"),
+                "result": str(result_path),
+                "judge": self.judge,
+                "rag_timeout_s": self.rag_timeout_s,
+            },
+        )
+        with self._lock, open(log_path, "w", encoding="utf-8") as log:
+            if self.interrupted:
+                return interrupted
+            process = subprocess.Popen(
+                [sys.executable, *WORKER, str(job)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(folder),
+                text=True,
+                encoding="utf-8",
+            )
+            self._running.add(process)
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.strip() == TICK and self.bar is not None:
+                    with self._lock:
+                        self.bar.update(1)
+            code = process.wait()
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        result = _read_result(result_path)
+        if result is not None and result.get("status") in ("ok", "failed"):
+            return result
+        if self.interrupted:
+            return interrupted
+        tail = _tail(log_path)
+        raise RuntimeError(
+            f"{scenario.source}: the scenario's process ended (exit code {code}) without a result"
+            + (f": {tail}" if tail else "")
+        )
+
+    def interrupt(self) -> None:
+        """Ctrl-C: start no more scenarios, and stop the ones under way at their next turn (SIGINT, which a
+        terminal's Ctrl-C has sent them already; a parent signalled alone passes it on)."""
+        with self._lock:
+            self.interrupted = True
+            running = list(self._running)
+        for process in running:
+            try:
+                process.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        with self._lock:
+            running = list(self._running)
+        for process in running:
+            process.kill()
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    """The end of a scenario process's log (its traceback, when it crashed), on one line per log line."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line.rstrip() for line in text.strip().splitlines()[-lines:])
 
 
 def _keep(
@@ -195,12 +261,12 @@ def _keep(
 ) -> None:
     try:
         result = future.result()
-    except Exception as exc:  # noqa: BLE001 - set-up failed: the scenario is failed, the others go on
+    except Exception as exc:  # noqa: BLE001 - its process could not play it: the scenario is failed, the others go on
         result = {
             "name": scenario.name,
             "source": scenario.source,
             "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}",
+            "error": str(exc) if scenario.source in str(exc) else f"{scenario.source}: {type(exc).__name__}: {exc}",
         }
     if result.get("status") == "interrupted":
         return
@@ -219,14 +285,26 @@ def _progress_bar(total: int, enabled: bool) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """`personalab eval run`."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # before the scenarios started, or a second Ctrl-C while the report is written
+        print(f"interrupted: the results finished so far are in {Path(args.out) / 'results'}", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.parallel < 1:
         raise InvalidInput(f"--parallel must be at least 1, got {args.parallel}")
     if args.rag_timeout is not None and args.rag_timeout <= 0:
         raise InvalidInput(f"--rag-timeout must be above 0, got {args.rag_timeout}")
     scenarios = load_scenarios(args.paths)
-    if args.judge or args.model == "openai":
-        from personalab.stores.settings import settings
+    from personalab.stores.embeddings import get_embeddings
+    from personalab.stores.settings import settings
 
+    # a bad setting is one line now, not a failure in every scenario's process
+    settings()
+    get_embeddings()
+    if args.judge or args.model == "openai":
         if settings().openai_api_key is None:
             option = "--judge" if args.judge else "--model openai"
             raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")

@@ -11,6 +11,7 @@ still opens. A database that cannot be opened or written raises `StoreUnavailabl
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,10 +42,18 @@ SCHEMA_LOCK_WAIT_S = 300  # creating every table takes well under a second; minu
 def get_engine(url: str | None = None) -> Engine:
     """The engine for `url` (default: `PERSONALAB_DATABASE_URL` or the embedded SQLite file), schema created."""
     # resolved before the cache, so a changed environment (another data directory) gets its own engine
-    return _engine(url or database_url())
+    resolved = url or database_url()
+    with _making_lock:
+        making = _making.setdefault(resolved, threading.Lock())
+    # lru_cache does not hold other threads back while it makes a missing engine: threads starting at once on a
+    # new database would each make an engine and create the tables beside each other
+    with making:
+        return _engine(resolved)
 
 
 _opened: list[Engine] = []
+_making: dict[str, threading.Lock] = {}
+_making_lock = threading.Lock()
 
 
 @lru_cache(maxsize=16)

@@ -26,6 +26,7 @@ from sqlmodel import Session, col, select
 # the locks this process holds, so a run interrupted outside its nodes (Ctrl-C while LangGraph waits between them
 # or runs one in a worker thread) can free its instance at once instead of leaving it to the lease
 _held: dict[tuple[str, int], str] = {}
+_held_lock = threading.Lock()  # turns of other instances run in other threads: no iteration while one adds
 # the heartbeat of each held lock (by token): set the event to stop it
 _beats: dict[str, threading.Event] = {}
 _beats_lock = threading.Lock()
@@ -55,7 +56,8 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
             )
     except IntegrityError as exc:
         raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
-    _held[(url or "", save_id)] = token
+    with _held_lock:
+        _held[(url or "", save_id)] = token
     _start_heartbeat(save_id, token, lease_seconds, url)
     turn_started(save_id)
     return token
@@ -128,7 +130,8 @@ def unlock_instance(save_id: int, url: str | None = None) -> dict[str, Any] | No
 
 def release_held_lock(save_id: int, url: str | None = None) -> bool:
     """Release instance `save_id`'s turn lock if this process holds it (an interrupted run); True if it did."""
-    token = _held.get((url or "", save_id))
+    with _held_lock:
+        token = _held.get((url or "", save_id))
     if token is None:
         return False
     release_turn_lock(save_id, token, url)
@@ -148,8 +151,9 @@ def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
     session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
     _stop_heartbeat(token)
-    for key in [key for key, held in _held.items() if held == token]:
-        del _held[key]
+    with _held_lock:
+        for key in [key for key, held in _held.items() if held == token]:
+            del _held[key]
 
 
 def holds_turn_lock(session: Session, save_id: int, token: str) -> bool:

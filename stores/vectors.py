@@ -8,6 +8,7 @@ explicit embedding function (Chroma's default one downloads a model).
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from typing import Any
 
@@ -17,6 +18,17 @@ from langchain_chroma import Chroma
 from personalab.stores.config import data_dir
 from personalab.stores.embeddings import get_embeddings
 from personalab.stores.settings import settings
+
+# lru_cache does not hold other threads back while it makes a missing entry: two threads asking at once would both
+# make a client for one path (Chroma then fails) or both create one collection ("already exists"). One lock per
+# entry, so a slow creation (a remote server) holds back only the threads asking for that same entry.
+_making: dict[tuple[Any, ...], threading.Lock] = {}
+_making_lock = threading.Lock()
+
+
+def _one_maker(*key: Any) -> threading.Lock:
+    with _making_lock:
+        return _making.setdefault(key, threading.Lock())
 
 
 @lru_cache(maxsize=8)
@@ -37,13 +49,16 @@ def chroma_client(path: str | None = None) -> Any:
     current = settings()
     host = current.chroma_host
     resolved = None if host else (path or chroma_path())
-    return _client(resolved, host, current.chroma_port)
+    with _one_maker("client", resolved, host, current.chroma_port):
+        return _client(resolved, host, current.chroma_port)
 
 
 def get_collection(name: str, path: str | None = None) -> Chroma:
     """A langchain `Chroma` vector store on collection `name`, cosine distance (one wrapper per store)."""
     host = settings().chroma_host
-    return _collection(name, None if host else (path or chroma_path()), host)
+    store = None if host else (path or chroma_path())
+    with _one_maker("collection", name, store, host):
+        return _collection(name, store, host)
 
 
 @lru_cache(maxsize=256)

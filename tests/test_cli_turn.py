@@ -45,6 +45,12 @@ def test_turn_json_has_everything_a_host_needs(data_dir: Path, capsys: pytest.Ca
     assert len(result["plot_state"]["story_outline"]) == 10
     assert {"history_fetch", "generate", "write_back"} <= set(result["timings_ms"])
     assert result["model"].startswith("scripted")
+    # the full prompt sent to the model, each message with its region (issue 12: anyone can check what a turn saw)
+    prompt = result["prompt"]
+    assert {m["region"] for m in prompt} <= {"head", "middle", "retrieved", "tail"}
+    assert prompt[0]["region"] == "head" and prompt[0]["role"] == "system"
+    assert prompt[-1] == {"role": "user", "region": "tail", "content": prompt[-1]["content"]}
+    assert "你好" in prompt[-1]["content"]
 
 
 @pytest.mark.parametrize(

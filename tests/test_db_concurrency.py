@@ -93,3 +93,29 @@ def test_six_first_starts_at_once_all_succeed(fresh_url: str, tmp_path: Path) ->
 
 def test_one_start_creates_every_table(db_url: str) -> None:
     assert set(SQLModel.metadata.tables) <= set(inspect(get_engine(db_url)).get_table_names())
+
+
+def test_threads_starting_at_once_on_a_new_store_share_one_engine_client_and_collection(data_dir: Path) -> None:
+    """Threads of one process (the served graph's runs, a turn beside its background writers) that first ask for a
+    new database or Chroma store at the same moment get one engine (its tables created once), one Chroma client
+    and one collection wrapper: lru_cache alone let each of them make its own, and two collection creations of one
+    name fail in Chroma ("already exists")."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from personalab.stores.vectors import chroma_client, get_collection
+
+    url = f"sqlite:///{data_dir / 'new.db'}"
+    path = str(data_dir / "new-chroma")
+    start = threading.Barrier(PROCESSES)
+
+    def first_use(_: int) -> tuple[object, object, object]:
+        start.wait()
+        return get_engine(url), chroma_client(path), get_collection("events_1_1", path)
+
+    with ThreadPoolExecutor(PROCESSES) as pool:
+        made = list(pool.map(first_use, range(PROCESSES)))
+    for kind in range(3):
+        assert len({id(item[kind]) for item in made}) == 1, kind
+    assert set(SQLModel.metadata.tables) <= set(inspect(made[0][0]).get_table_names())
+    assert made[0][2]._collection.count() == 0

@@ -168,9 +168,7 @@ def test_failed_turn_fails_its_scenario_and_the_others_go_on(
             ensure_ascii=False,
         ),
     )
-    code, stdout, err = run_cli(
-        capsys, "eval", "run", str(bad), str(ok), "--out", str(tmp_path / "out"), "--parallel", "1"
-    )
+    code, stdout, err = run_cli(capsys, "eval", "run", str(bad), str(ok), "--out", str(tmp_path / "out"))
     assert code == 1
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     by_name = {s["name"]: s for s in report["scenarios"]}
@@ -391,3 +389,181 @@ def test_eval_all_reads_the_goal_lines() -> None:
     ]
     assert rows[3]["figure"] == "bench: recursive fetch vs load-all walk (SQLite)"
     assert rows[0]["figure"] == "bench: p95 at most 100 ms excluding the model's time (generate)"
+
+
+# Three small scenarios for the parallel and Ctrl-C checks: two instances with a secret, a character of the file's
+# own, and a new session after a gap of days.
+TRIO = {
+    "pair": SMALL.replace("name: small", "name: pair").replace("filler: 12", "filler: 4"),
+    "own": """
+name: own
+character: {name: 阿蓝, persona: 安静的灯塔看守}
+background: {name: 小镇, world: 海边小镇, outline: [相遇, 修好灯塔, 告别]}
+turns:
+  - user: 我的猫叫豆豆，它很怕打雷。
+  - filler: 5
+    seed: 11
+  - probe: 你还记得我的猫叫什么吗？
+    expect: {retrieved: [豆豆]}
+""",
+    "gap": """
+name: gap
+character: {sample: wasteland}
+background: {sample: wasteland}
+turns:
+  - user: 我下周要去北方的盐湖找我哥哥。
+  - filler: 4
+    seed: 5
+  - user: 我回来了。
+    session: new
+  - probe: 我之前说要去哪里找谁？
+    expect: {retrieved: [盐湖]}
+""",
+}
+
+
+def write_trio(folder: Path, names: tuple[str, ...] = ("pair", "own", "gap")) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [str(write(folder / f"{name}.yaml", TRIO[name])) for name in names]
+
+
+def finished_ok(report: dict[str, Any]) -> None:
+    """Every scenario ran to the end; a failure shows the scenario's error."""
+    failed = {s["name"]: s["error"] for s in report["scenarios"] if s["status"] != "ok"}
+    assert not failed, f"scenarios failed: {failed}"
+
+
+def test_parallel_scenarios_are_isolated_and_score_like_a_serial_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each scenario plays in a process of its own on a data folder of its own: nothing one scenario does (its
+    # environment, caches, Chroma client, background writers, table creation) can reach another played beside it
+    files = write_trio(tmp_path / "scenarios")
+    reports = []
+    for run, parallel in enumerate(("1", "3", "2", "3")):
+        out = tmp_path / f"out{run}"
+        code, stdout, err = run_cli(capsys, "eval", "run", *files, "--out", str(out), "--parallel", parallel)
+        report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        finished_ok(report)
+        assert code == 0, stdout + err
+        assert [s["name"] for s in report["scenarios"]] == ["pair", "own", "gap"]
+        reports.append(report)
+    serial = quality(reports[0])
+    assert [s["turns"] for s in reports[0]["scenarios"]] == [2 * 7 + 1, 7, 7]
+    assert all(s["retrieved"]["all"]["checks"] for s in reports[0]["scenarios"])
+    for report in reports[1:]:
+        assert quality(report) == serial
+
+
+def test_a_failed_scenario_shows_its_error_in_the_report_and_on_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_trio(tmp_path / "scenarios", ("own", "gap"))
+    bad = write(
+        tmp_path / "scenarios" / "bad.yaml",
+        "name: bad\ncharacter: {sample: wasteland}\nbackground: {sample: wasteland}\n"
+        f"turns: [{{user: 你好}}, {{filler: 2}}, {{user: {'太长了' * 2000}}}]\n",
+    )
+    out = tmp_path / "out"
+    code, stdout, _ = run_cli(capsys, "eval", "run", str(bad), *files, "--out", str(out), "--parallel", "3")
+    assert code == 1
+    error = f"{bad}: instance 1, turn 4 (turns[2]): InvalidInput: message is 6000 characters, over the limit of 4000"
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    by_name = {s["name"]: s for s in report["scenarios"]}
+    assert by_name["bad"]["status"] == "failed" and by_name["bad"]["error"] == error
+    assert by_name["bad"]["turns"] == 3
+    assert by_name["own"]["status"] == "ok" and by_name["gap"]["status"] == "ok", by_name
+    assert f"- **bad**: {error}" in (out / "report.md").read_text(encoding="utf-8")
+    assert f"FAILED bad: {error}" in stdout
+
+
+def test_ctrl_c_keeps_the_finished_scenarios_and_the_printed_resume_plays_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`personalab eval run` as a user runs it: Ctrl-C (SIGINT to its process group, as a terminal sends it) once
+    the first scenario's result is written; then the `--resume` command it printed."""
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    files = write_trio(tmp_path / "scenarios", ("gap", "own", "pair"))
+    reference = tmp_path / "reference"
+    code, _, err = run_cli(capsys, "eval", "run", *files, "--out", str(reference), "--parallel", "2")
+    assert code == 0, err
+    expected = json.loads((reference / "report.json").read_text(encoding="utf-8"))
+    finished_ok(expected)
+
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = tmp_path / "out"
+    command = ["personalab", "eval", "run", *files, "--out", str(out), "--parallel", "1", "--no-progress"]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "results" / "gap.json").exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the first scenario did not finish"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stdout + stderr
+    assert sorted(p.name for p in (out / "results").glob("*.json")) == ["gap.json"]
+    first = (out / "results" / "gap.json").read_text(encoding="utf-8")
+    interrupted = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [s["name"] for s in interrupted["scenarios"]] == ["gap"]
+    assert "report:" in stdout and "Traceback" not in stderr, stderr
+    assert "interrupted: 1 of 3 scenario(s) finished" in stderr and "2 left" in stderr
+    resume = stderr.split("Resume with: ", 1)[1].strip().splitlines()[0]
+    assert shlex.split(resume) == [*command, "--resume"]
+
+    done = subprocess.run(shlex.split(resume), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "results" / "gap.json").read_text(encoding="utf-8") == first  # kept, not played again
+    final = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [s["name"] for s in final["scenarios"]] == ["gap", "own", "pair"]
+    finished_ok(final)
+    assert quality(final) == quality(expected)
+
+
+def test_a_bad_setting_is_one_line_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_EMBEDDINGS", "nope")
+    files = write_trio(tmp_path / "scenarios", ("own",))
+    code, _, err = run_cli(capsys, "eval", "run", *files, "--out", str(tmp_path / "out"))
+    assert code == 2 and err.count("\n") == 1 and "PERSONALAB_EMBEDDINGS='nope'" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_scenario_process_that_dies_is_reported_with_the_end_of_its_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalab.evals import runs
+
+    crash = "import sys; print('Traceback (most recent call last):', file=sys.stderr); sys.exit('MemoryError: gone')"
+    monkeypatch.setattr(runs, "WORKER", ("-c", crash))
+    files = write_trio(tmp_path / "scenarios", ("own", "gap"))
+    code, stdout, _ = run_cli(capsys, "eval", "run", *files, "--out", str(tmp_path / "out"))
+    assert code == 1
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    for scenario, source in zip(report["scenarios"], files, strict=True):
+        assert scenario["status"] == "failed"
+        assert scenario["error"] == (
+            f"{source}: the scenario's process ended (exit code 1) without a result: "
+            "Traceback (most recent call last): | MemoryError: gone"
+        )
+        assert f"FAILED {scenario['name']}: {scenario['error']}" in stdout

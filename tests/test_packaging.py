@@ -73,6 +73,12 @@ def test_the_wheel_installs_one_namespace_with_the_samples(installed_venv: Path)
     ).stdout
     files = [line.strip() for line in listing.splitlines() if line.startswith("  ")]
     assert "personalab/graph/samples/wasteland.json" in files
+    # `personalab eval run shipped` plays the shipped scenarios, each in a `personalab.evals.worker` process
+    assert {
+        "personalab/evals/scenarios/long_horizon_facts.yaml",
+        "personalab/evals/scenarios/scenario.schema.json",
+    } <= set(files)
+    assert "personalab/evals/worker.py" in files
     assert all(f.startswith(("personalab/", "personalab-", "../")) for f in files), files
     assert not any(f.startswith(("graph/", "nodes/", "stores/", "evals/", "tests/")) for f in files)
 

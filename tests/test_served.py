@@ -163,6 +163,10 @@ def test_served_graph_plays_two_turns_and_checkpoints_them(server: str, data_dir
     assert values["reply"] and "[PROGRESS" not in values["reply"]
     assert values["model"].startswith("scripted")
     assert values["plot_state"]["story_outline"] and values["plot_state"]["current_plot_index"] >= 1
+    # the state holds the full prompt the last turn sent, each message with its region (issue 12)
+    prompt = values["prompt"]
+    assert prompt[0]["region"] == "head" and {m["region"] for m in prompt} <= {"head", "middle", "retrieved", "tail"}
+    assert prompt[-1]["role"] == "user" and messages[1] in prompt[-1]["content"]
 
     # The state lives in the checkpointer langgraph.json names (the SQLite file of the data directory),
     # not in the dev server's memory: the in-process runner reads the same thread.
