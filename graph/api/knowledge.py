@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.graph.api.library import owned_save, owns, visible_to
+from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry
 from personalab.stores.db import session_scope
+from personalab.stores.tables import Role
 from personalab.stores.worldbook import (
     KNOWLEDGE_EDITABLE,
     Scope,
@@ -28,8 +30,59 @@ from personalab.stores.worldbook_settings import (
     get_worldbook_settings,
     set_worldbook_settings,
 )
+from personalab.stores.worldbook_tables import KnowledgeEntryRow
 
 TAG_SEPARATOR = ","
+
+
+# --- ownership (issue 14) -------------------------------------------------------------------------------------
+
+
+def check_scope_owner(
+    owner: str | None,
+    *,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    change: bool = False,
+    database_url: str | None = None,
+) -> None:
+    """Whether the user `owner` may read (or `change`) the world book and knowledge of a scope: their own
+    instance's; their own character's, or a shared one's to read. The global scope is the server operator's:
+    a user names a character or an instance (`InvalidInput`). Another user's id is `NotFound` naming it. The
+    operator (None) may do anything."""
+    if owner is None:
+        return
+    if character_id is None and instance_id is None:
+        raise InvalidInput(
+            "character_id or instance_id: a signed-in user names one (the global scope is the server operator's)"
+        )
+    with session_scope(database_url) as session:
+        if instance_id is not None:
+            owned_save(session, instance_id, owner)
+        if character_id is not None:
+            role = session.get(Role, character_id)
+            if role is None or not visible_to(role, owner):
+                raise NotFound(f"character {character_id} does not exist")
+            if change and not owns(role, owner):
+                raise NotFound(f"character {character_id} is shared by another user: only its owner can change it")
+
+
+def check_entry_owner(
+    entry_id: int, owner: str | None, *, change: bool = False, database_url: str | None = None
+) -> None:
+    """`NotFound` naming the entry unless the user `owner` may read (or `change`) knowledge entry `entry_id`: one
+    of their instance's or character's (or a shared character's, to read). Global entries are the operator's."""
+    if owner is None:
+        return
+    with session_scope(database_url) as session:
+        row = session.get(KnowledgeEntryRow, _entry_id(entry_id))
+        scope = (row.role_id, row.save_id) if row is not None else (None, None)
+    if scope == (None, None):
+        raise NotFound(f"knowledge entry {entry_id} does not exist")
+    try:
+        check_scope_owner(owner, character_id=scope[0], instance_id=scope[1], change=change, database_url=database_url)
+    except NotFound:
+        raise NotFound(f"knowledge entry {entry_id} does not exist") from None
 
 
 def scope_of(character_id: int | None = None, instance_id: int | None = None) -> Scope:

@@ -24,6 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
 from personalab.graph.api import knowledge as api
+from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.db import session_scope
@@ -37,6 +38,11 @@ router = APIRouter()
 
 def _url() -> str | None:
     return Context().database_url
+
+
+def _check(owner: str | None, character_id: int | None, instance_id: int | None, change: bool) -> None:
+    """The scope is one the signed-in user may read (or `change`): graph/api/knowledge.check_scope_owner."""
+    api.check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=change, database_url=_url())
 
 
 async def _body(request: Request, limit: int, what: str) -> bytes:
@@ -57,10 +63,10 @@ async def _body(request: Request, limit: int, what: str) -> bytes:
 
 
 @router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
-async def import_card(request: Request, name: str = "the card") -> cards_api.CardImported:
+async def import_card(owner: Owner, request: Request, name: str = "the card") -> cards_api.CardImported:
     """Upload a card file as the body: the new character, its world book, and every field without effect here."""
     data = await _body(request, cards_api.MAX_CARD_BYTES, name)
-    return await run_in_threadpool(cards_api.import_card_bytes, data, name, database_url=_url())
+    return await run_in_threadpool(cards_api.import_card_bytes, data, name, owner=owner, database_url=_url())
 
 
 @router.get(
@@ -69,8 +75,8 @@ async def import_card(request: Request, name: str = "the card") -> cards_api.Car
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
 )
-def export_card(character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
-    data, media_type = cards_api.export_card_bytes(character_id, format, database_url=_url())
+def export_card(owner: Owner, character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
+    data, media_type = cards_api.export_card_bytes(character_id, format, owner=owner, database_url=_url())
     return Response(content=data, media_type=media_type)
 
 
@@ -79,9 +85,10 @@ def export_card(character_id: int, format: str = "png") -> Response:  # noqa: A0
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    request: Request, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, request: Request, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
+    await run_in_threadpool(_check, owner, character_id, instance_id, True)
     raw = await _body(request, MAX_IMPORT_BYTES, "the world-book file")
     try:
         text = raw.decode("utf-8-sig")
@@ -100,11 +107,13 @@ async def import_book(
 
 @router.get("/worldbook/export", tags=["worldbook"])
 def export_book(
+    owner: Owner,
     format: str = "personalab",  # noqa: A002 - the query's name
     character_id: int | None = None,
     instance_id: int | None = None,
 ) -> dict[str, Any]:
     """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
+    _check(owner, character_id, instance_id, False)
     if format not in ("personalab", "sillytavern"):
         raise InvalidInput(f"format {format!r} is not one of personalab, sillytavern (field 'format')")
     scope = api.scope_of(character_id, instance_id)
@@ -127,12 +136,16 @@ class SettingsBody(BaseModel):
 
 
 @router.get("/worldbook/settings", tags=["worldbook"])
-def get_settings(character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+def get_settings(owner: Owner, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+    _check(owner, character_id, instance_id, False)
     return api.worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=_url())
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
-def put_settings(body: SettingsBody, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+def put_settings(
+    owner: Owner, body: SettingsBody, character_id: int | None = None, instance_id: int | None = None
+) -> dict[str, Any]:
+    _check(owner, character_id, instance_id, True)
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
     return api.update_worldbook_settings(
         changes, character_id=character_id, instance_id=instance_id, clear=body.clear, database_url=_url()
@@ -168,8 +181,13 @@ class TagsBody(BaseModel):
 
 @router.get("/knowledge", tags=["knowledge"])
 def list_knowledge(
-    character_id: int | None = None, instance_id: int | None = None, visible: bool = False, tag: str | None = None
+    owner: Owner,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    visible: bool = False,
+    tag: str | None = None,
 ) -> list[dict[str, Any]]:
+    _check(owner, character_id, instance_id, False)
     return api.list_knowledge_entries(
         character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, database_url=_url()
     )
@@ -177,20 +195,23 @@ def list_knowledge(
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
 def add_knowledge(
-    body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
+    _check(owner, character_id, instance_id, True)
     return api.add_knowledge_entry(
         **body.model_dump(), character_id=character_id, instance_id=instance_id, database_url=_url()
     )
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
-def get_knowledge(entry_id: int) -> dict[str, Any]:
+def get_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+    api.check_entry_owner(entry_id, owner, database_url=_url())
     return api.get_knowledge_entry(entry_id, database_url=_url())
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
-def edit_knowledge(entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
+def edit_knowledge(owner: Owner, entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
+    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
@@ -199,10 +220,12 @@ def edit_knowledge(entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
-def delete_knowledge(entry_id: int) -> dict[str, Any]:
+def delete_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
     return api.delete_knowledge_entry(entry_id, database_url=_url())
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
-def tag_knowledge(entry_id: int, body: TagsBody) -> dict[str, Any]:
+def tag_knowledge(owner: Owner, entry_id: int, body: TagsBody) -> dict[str, Any]:
+    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
     return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, database_url=_url())
