@@ -48,9 +48,13 @@ def _not_found(detail: str) -> Auth.exceptions.HTTPException:
 
 
 def _stamp(value: Any, user: str) -> None:
-    """Set `metadata.owner` of a thread, run or cron being made or changed to its user."""
+    """Set `metadata.owner` of a thread, run or cron being made or changed to its user, in place: the server keeps
+    its own reference to the metadata it passed."""
     metadata = value.get("metadata")
-    value["metadata"] = {**(metadata if isinstance(metadata, dict) else {}), OWNER: user}
+    if isinstance(metadata, dict):
+        metadata[OWNER] = user
+    else:
+        value["metadata"] = {OWNER: user}
 
 
 async def _check_input(run_input: Any, user: str, where: str) -> None:
@@ -83,12 +87,14 @@ async def _check_thread_id(thread_id: Any, user: str) -> None:
 
 
 @auth.on.threads.create
-async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> None:
+async def on_thread_create(
+    ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate
+) -> Auth.types.FilterType | None:
     if not auth_enabled():
         return None
     await _check_thread_id(value.get("thread_id"), ctx.user.identity)
     _stamp(value, ctx.user.identity)
-    return None
+    return {OWNER: ctx.user.identity}  # an existing thread (if_exists="do_nothing") must be theirs too
 
 
 @auth.on.threads.create_run

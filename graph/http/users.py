@@ -10,8 +10,8 @@
   user is its `PERSONALAB_JWT_USER_CLAIM` (`sub`).
 
 A refused credential is `Unauthenticated` whose message says why in words and never repeats the credential (the
-server may log it). The LangGraph server calls `verify` through graph/http/auth.py; the routes of the mounted app get
-the user the server's auth middleware put on the request (`langgraph.json` `http.enable_custom_route_auth`).
+server may log it). The LangGraph server calls `verify` through graph/http/auth.py for its own routes; the routes of
+the mounted app call it through `request_owner`.
 """
 
 from __future__ import annotations
@@ -133,15 +133,16 @@ def verify(authorization: str | None, config: Settings | None = None) -> str:
 
 
 def request_owner(request: Request) -> str | None:
-    """The owner a route acts for: the signed-in user, or None (the operator) without auth. Fails closed: with auth
-    on, a request the server's auth middleware did not authenticate is a 401."""
+    """The owner a route of the mounted app acts for: the user the request's `Authorization` header proves, or None
+    (the operator) without auth; 401 naming what is wrong (never the credential). The routes verify it themselves,
+    with the verifier the server's auth uses: LangGraph's `enable_custom_route_auth` cannot wrap routers included
+    in the app (it needs every route to have an `app`)."""
     if not auth_enabled():
         return None
-    user = request.scope.get("user")
-    identity = getattr(user, "identity", None)
-    if not identity or not getattr(user, "is_authenticated", False):
-        raise HTTPException(status_code=401, detail="not signed in (Authorization: Bearer <token>)")
-    return str(identity)
+    try:
+        return verify(request.headers.get("authorization"))
+    except Unauthenticated as exc:
+        raise HTTPException(status_code=401, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
 
 
 Owner = Annotated[str | None, Depends(request_owner)]
