@@ -145,6 +145,7 @@ def world(alice: httpx.Client) -> dict[str, Any]:
         "entry": entry,
         "character_entry": character_entry,
         "cron_id": cron["cron_id"],
+        "assistant_id": ok(alice.post("/assistants/search", json={"graph_id": ASSISTANT}))[0]["assistant_id"],
     }
 
 
@@ -210,6 +211,7 @@ def test_bobs_lists_show_none_of_alices_things_but_her_shared_ones(
     assert ok(bob.post("/threads/search", json={"metadata": {"owner": "alice"}})) == []
     assert ok(bob.post("/threads/count", json={})) == 0
     assert ok(bob.post("/runs/crons/search", json={})) == []
+    assert ok(bob.post("/runs/crons/count", json={})) == 0
     assert ok(bob.post("/store/items/search", json={"namespace_prefix": []}))["items"] == []
     assert ok(bob.post("/store/namespaces", json={}))["namespaces"] == []
     # alice sees hers
@@ -305,6 +307,16 @@ def _bobs_attempts(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
         ("POST", f"/threads/{thread_id}/state", {"json": {"values": {"message": "改"}}}, 404, thread_id),
         ("GET", f"/threads/{thread_id}/history", {}, 404, thread_id),
         ("POST", f"/threads/{thread_id}/history", {"json": {}}, 404, thread_id),
+        # a stream's refusal comes in the stream (the server's way), with nothing of the thread in it
+        ("GET", f"/threads/{thread_id}/stream", {"timeout": 20}, 200, "404: Thread not found"),
+        (
+            "POST",
+            f"/threads/{thread_id}/state/checkpoint",
+            {"json": {"checkpoint": {"checkpoint_id": world["checkpoint_id"]}}},
+            404,
+            "",
+        ),
+        ("POST", "/threads/prune", {"json": {"thread_ids": [thread_id]}}, 404, ""),
         # the server answers a copy of a thread the user may not read 409 (its own answer); nothing is copied
         ("POST", f"/threads/{thread_id}/copy", {}, 409, ""),
         # runs on alice's thread, and runs of alice's instance on bob's own thread or none
@@ -312,6 +324,8 @@ def _bobs_attempts(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
         ("GET", f"/threads/{thread_id}/runs/{run_id}", {}, 404, ""),
         ("GET", f"/threads/{thread_id}/runs/{run_id}/join", {}, 404, ""),
         ("POST", f"/threads/{thread_id}/runs/{run_id}/cancel", {}, 404, ""),
+        ("GET", f"/threads/{thread_id}/runs/{run_id}/stream", {"timeout": 20}, 200, "404: Thread not found"),
+        ("POST", "/runs/cancel", {"json": {"thread_id": thread_id, "run_ids": [run_id]}}, 404, ""),
         ("DELETE", f"/threads/{thread_id}/runs/{run_id}", {}, 404, ""),
         ("POST", f"/threads/{thread_id}/runs", {"json": turn}, 404, ""),
         ("POST", f"/threads/{thread_id}/runs/wait", {"json": turn}, 404, ""),
@@ -323,9 +337,13 @@ def _bobs_attempts(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
         # crons
         ("POST", "/runs/crons", {"json": {**turn, "schedule": "0 0 1 1 *"}}, 404, "input.instance_id"),
         ("POST", f"/threads/{thread_id}/runs/crons", {"json": {**turn, "schedule": "0 0 1 1 *"}}, 404, ""),
+        ("GET", f"/runs/crons/{cron_id}", {}, 404, ""),
+        ("PATCH", f"/runs/crons/{cron_id}", {"json": {"schedule": "0 0 2 1 *"}}, 404, ""),
         ("DELETE", f"/runs/crons/{cron_id}", {}, 404, ""),
         # assistants: the server's
         ("POST", "/assistants", {"json": {"graph_id": ASSISTANT}}, 403, "assistants are the server's"),
+        ("PATCH", f"/assistants/{world['assistant_id']}", {"json": {"metadata": {"x": 1}}}, 403, "the server's"),
+        ("DELETE", f"/assistants/{world['assistant_id']}", {}, 403, "the server's"),
         # the store: under one's own user id only
         ("GET", "/store/items?namespace=alice.notes&key=k1", {}, 403, "namespace"),
         (
