@@ -1,7 +1,8 @@
 """Characters, backgrounds and instances over HTTP (seed 002 角色/背景/会话实例, seed 004 导出): thin over
 personalab.graph.api.library. JSON bodies are the API's pydantic models; an avatar is sent as base64 in
 `avatar_base64` or as the raw image (`PUT /characters/{id}/avatar`). Routes are plain functions: FastAPI runs them
-in its thread pool, so the blocking database and Chroma calls never stall the server's event loop.
+in its thread pool, so the blocking database and Chroma calls never stall the server's event loop. Every route acts
+for the request's user (`Owner`, graph/http/users.py; None without auth): another user's id is a 404 naming it.
 
 | method and path | what it does |
 | --- | --- |

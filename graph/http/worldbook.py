@@ -2,7 +2,9 @@
 .knowledge and the world book's stores. Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
 (an instance's), neither (global). Uploads are the request's raw body, read up to the import limit (20 MB) and
 refused past it without buffering the rest. Errors: InvalidInput → 422 naming the field, an unknown id → 404
-(graph/http/errors.py).
+(graph/http/errors.py). With auth on (graph/http/users.py) a user names a scope they may use: their own instance,
+their own character (or, to read, a shared one); another user's id is a 404 naming it, and the global scope (no id)
+is the operator's: 422.
 
 | method and path | what it does |
 | --- | --- |
