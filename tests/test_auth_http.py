@@ -424,3 +424,32 @@ def test_alice_still_plays_her_instance_through_the_dialogue_routes(alice: httpx
     assert len(ok(alice.get(f"/threads/{thread_id}/runs"))) >= 1
     history = ok(alice.get(f"/instances/{instance_id}/history"))
     assert history
+
+
+def test_what_bob_imports_is_his_and_a_forged_owner_is_overwritten(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    card = (REPO / "tests" / "fixtures" / "card_v2_lantern.json").read_bytes()
+    imported = ok(bob.post("/cards/import", content=card), 201)
+    character_id = imported["character_id"]
+    assert ok(bob.get(f"/characters/{character_id}"))["owner"] == "bob"
+    assert character_id not in [c["id"] for c in ok(alice.get("/characters"))]
+    for path in (
+        f"/characters/{character_id}",
+        f"/characters/{character_id}/card",
+        f"/knowledge?character_id={character_id}",
+    ):
+        refused = alice.get(path)
+        assert refused.status_code == 404 and f"character {character_id}" in refused.text, (path, refused.text)
+    book = {"entries": {"0": {"uid": 0, "key": ["灯塔"], "content": "海边的灯塔。"}}}
+    ok(bob.post("/worldbook/import", params={"character_id": character_id}, json=book))
+    assert "灯塔" in json.dumps(
+        ok(bob.get("/worldbook/export", params={"character_id": character_id})), ensure_ascii=False
+    )
+    # a thread whose metadata names alice as its owner is still bob's, and alice does not see it
+    forged = ok(bob.post("/threads", json={"metadata": {"owner": "alice"}}))
+    assert forged["metadata"]["owner"] == "bob"
+    assert forged["thread_id"] not in [t["thread_id"] for t in ok(alice.post("/threads/search", json={}))]
+    patched = bob.patch(f"/threads/{forged['thread_id']}", json={"metadata": {"owner": "alice"}})
+    assert ok(patched)["metadata"]["owner"] == "bob"
+    assert alice.get(f"/threads/{forged['thread_id']}").status_code == 404
