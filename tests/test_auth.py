@@ -20,7 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from personalab.graph.api import knowledge, library
 from personalab.graph.http.users import LOCAL_USER, Unauthenticated, verify
 from personalab.nodes.rules.errors import ConfigError, InstanceNotFound, InvalidInput, NotFound
+from personalab.stores.db import session_scope
 from personalab.stores.settings import Settings
+from personalab.stores.tables import Line
+from sqlmodel import select
 
 SECRET = "a-shared-secret-of-enough-length-0123456789"
 
@@ -235,6 +238,19 @@ def test_an_import_is_its_users_and_reuses_only_what_they_see(db_url: str) -> No
     assert theirs.character_created and theirs.background_created and theirs.instance.owner == "bob"
     copied = library.get_character(theirs.instance.character_id or 0, owner="bob", database_url=db_url)
     assert copied.owner == "bob" and copied.id != a_char
+    # a file's link to another of alice's characters does not tie bob's rows to it (the operator's import keeps it)
+    other = library.create_character({"name": "另一个"}, owner="alice", database_url=db_url)
+    assert document["tables"]["line"], document["tables"]
+    for line in document["tables"]["line"]:
+        line["role_id"] = other.id
+    linked = library.import_instance_data(document, owner="bob", database_url=db_url)
+    kept = library.import_instance_data(document, database_url=db_url)
+    with session_scope(db_url) as session:
+        lines = {
+            save_id: session.exec(select(Line.role_id).where(Line.save_id == save_id)).all()
+            for save_id in (linked.instance.id, kept.instance.id)
+        }
+    assert lines[linked.instance.id] == [None] and lines[kept.instance.id] == [other.id]
 
 
 def test_knowledge_scopes_belong_to_their_character_or_instance(db_url: str) -> None:

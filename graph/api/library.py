@@ -944,7 +944,7 @@ def import_instance_data(
         for key in ("created_at", "updated_at"):
             if doc.instance.get(key):
                 setattr(save, key, store._from_json(Save.__table__, key, doc.instance[key]))  # type: ignore[attr-defined]
-        maps = store.import_rows(session, save.id, doc.tables, roles=roles, backgrounds=backgrounds)
+        maps = store.import_rows(session, save.id, doc.tables, roles=roles, backgrounds=backgrounds, owner=owner)
         leaf = doc.instance.get("last_message_id")
         save.last_message_id = maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None
         session.add(save)
