@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 TOKENS = {"alice": "tok-alice-7f3a", "bob": "tok-bob-91c2"}
 BAD_TOKEN = "tok-forged-5d8e0b"
 ASSISTANT = "personalab"
+ALICES_TEXTS = ("雷娜", "废土", "出发吧", "北方有山", "她曾是兵", "秘密")  # none of it may reach bob
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +197,12 @@ def test_no_token_or_a_bad_token_is_401_and_the_token_is_not_logged(served: tupl
             assert response.status_code == 401, (method, path, response.text)
             assert words in response.text and BAD_TOKEN not in response.text
     assert httpx.get(f"{url}/ok", timeout=30).status_code == 200  # the health check needs no token
+    # MCP, A2A and the generative-UI routes are off (langgraph.json): no other way in to start runs
+    for path in ("/mcp", "/a2a/personalab", "/ui/personalab"):
+        response = httpx.post(
+            f"{url}{path}", headers={"Authorization": f"Bearer {TOKENS['alice']}"}, json={}, timeout=30
+        )
+        assert response.status_code in (404, 405), (path, response.status_code, response.text)
     assert BAD_TOKEN not in log_path.read_text(errors="replace")
     assert TOKENS["alice"] not in log_path.read_text(errors="replace")
 
@@ -307,6 +314,16 @@ def _bobs_attempts(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
         ("POST", f"/threads/{thread_id}/state", {"json": {"values": {"message": "改"}}}, 404, thread_id),
         ("GET", f"/threads/{thread_id}/history", {}, 404, thread_id),
         ("POST", f"/threads/{thread_id}/history", {"json": {}}, 404, thread_id),
+        # the event-streaming protocol's routes (v2)
+        # its stream of alice's thread ends at once, empty (the server logs "404: Thread not found")
+        ("POST", f"/threads/{thread_id}/stream/events", {"json": {"channels": ["values"]}, "timeout": 20}, 200, ""),
+        (
+            "POST",
+            f"/threads/{thread_id}/commands",
+            {"json": {"id": 1, "method": "run.start", "params": {"assistant_id": ASSISTANT, "input": turn["input"]}}},
+            200,  # the protocol answers in its own envelope
+            '"type":"error"',
+        ),
         # a stream's refusal comes in the stream (the server's way), with nothing of the thread in it
         ("GET", f"/threads/{thread_id}/stream", {"timeout": 20}, 200, "404: Thread not found"),
         (
@@ -366,8 +383,9 @@ def test_bob_can_neither_read_nor_change_anything_of_alices(
     wrong = []
     for method, path, kwargs, status, words in _bobs_attempts(world):
         response = bob.request(method, path, **kwargs)
-        if response.status_code != status or words not in response.text:
-            wrong.append(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        leaked = [text for text in ALICES_TEXTS if text in response.text]
+        if response.status_code != status or words not in response.text or leaked:
+            wrong.append(f"{method} {path}: {response.status_code} {response.text[:300]} {leaked}")
     assert not wrong, "\n".join(wrong)
     assert alices_view(alice, world) == before
     assert ok(bob.post("/threads/search", json={})) == []  # nothing was made for him either (a copy, a thread)
