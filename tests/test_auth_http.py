@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,10 @@ ASSISTANT = "personalab"
 ALICES_TEXTS = ("雷娜", "废土", "出发吧", "北方有山", "她曾是兵", "秘密")  # none of it may reach bob
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """`langgraph dev` with static-token auth, for the whole module; yields its URL and its log file."""
-    root = tmp_path_factory.mktemp("auth_http")
+@contextmanager
+def langgraph_dev(root: Path, **settings: str) -> Iterator[tuple[str, Path]]:
+    """`langgraph dev` with its own data folder under `root` and the given PERSONALAB_* settings (none other from
+    this environment); yields its URL and its log file; stopped (whole process group) after."""
     data = root / "data"
     data.mkdir()
     workdir = root / "server"
@@ -37,11 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
     env = {key: value for key, value in os.environ.items() if key not in UNSET and not key.startswith("PERSONALAB_")}
     env.update(
-        LANGGRAPH_CLI_NO_ANALYTICS="1",
-        LANGGRAPH_NO_VERSION_CHECK="true",
-        PERSONALAB_DATA_DIR=str(data),
-        PERSONALAB_AUTH="tokens",
-        PERSONALAB_AUTH_TOKENS=",".join(f"{token}:{user}" for user, token in TOKENS.items()),
+        LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", PERSONALAB_DATA_DIR=str(data), **settings
     )
     port = _free_port()
     log_path = root / "server.log"
@@ -62,6 +59,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     finally:
         _stop(process)
         print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`langgraph dev` with static-token auth (alice and bob), for the whole module."""
+    tokens = ",".join(f"{token}:{user}" for user, token in TOKENS.items())
+    with langgraph_dev(
+        tmp_path_factory.mktemp("auth_http"), PERSONALAB_AUTH="tokens", PERSONALAB_AUTH_TOKENS=tokens
+    ) as up:
+        yield up
 
 
 def _client(url: str, user: str | None) -> httpx.Client:
@@ -471,3 +478,36 @@ def test_what_bob_imports_is_his_and_a_forged_owner_is_overwritten(
     patched = bob.patch(f"/threads/{forged['thread_id']}", json={"metadata": {"owner": "alice"}})
     assert ok(patched)["metadata"]["owner"] == "bob"
     assert alice.get(f"/threads/{forged['thread_id']}").status_code == 404
+
+
+def test_a_server_with_jwt_auth_takes_a_valid_token_and_refuses_an_expired_one(tmp_path: Path) -> None:
+    import time
+
+    import jwt
+
+    secret = "the-servers-shared-secret-0123456789abcdef"
+    with langgraph_dev(
+        tmp_path, PERSONALAB_AUTH="jwt", PERSONALAB_JWT_SECRET=secret, PERSONALAB_JWT_AUDIENCE="personalab"
+    ) as (url, log_path):
+        claims = {"sub": "dora", "aud": "personalab", "exp": int(time.time()) + 600}
+        good = jwt.encode(claims, secret, algorithm="HS256")
+        expired = jwt.encode({**claims, "exp": int(time.time()) - 60}, secret, algorithm="HS256")
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {good}"}, timeout=60) as dora:
+            made = ok(dora.post("/backgrounds", json={"name": "城", "outline": ["一"]}), 201)
+            assert made["owner"] == "dora"
+            assert ok(dora.post("/threads", json={}))["metadata"]["owner"] == "dora"
+        for token, words in (
+            (expired, "expired"),
+            (jwt.encode(claims, "another-secret-0123456789abcdef0123", algorithm="HS256"), "not valid"),
+        ):
+            for path in ("/backgrounds", "/threads/search"):
+                refused = httpx.request(
+                    "GET" if path == "/backgrounds" else "POST",
+                    f"{url}{path}",
+                    headers={"Authorization": f"Bearer {token}"},
+                    json={},
+                    timeout=60,
+                )
+                assert refused.status_code == 401 and words in refused.text and token not in refused.text
+        log = log_path.read_text(errors="replace")
+        assert secret not in log and good not in log and expired not in log
