@@ -25,7 +25,6 @@ from typing import Any
 
 from fastapi import APIRouter, status
 from personalab.graph.api import dialogue as api
-from personalab.graph.api.library import check_instance
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules import errors
@@ -61,44 +60,37 @@ class EditBody(BaseModel):
 
 @router.get("/instances/{instance_id}/history", tags=TAGS)
 def get_history(owner: Owner, instance_id: int, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.history(instance_id, offset=offset, limit=limit, database_url=_url())
+    return api.history(instance_id, offset=offset, limit=limit, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/lines/{line_id}/siblings", tags=TAGS)
 def get_siblings(owner: Owner, instance_id: int, line_id: int) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.siblings(instance_id, line_id, database_url=_url())
+    return api.siblings(instance_id, line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/story-state", tags=TAGS)
 def get_story_state(owner: Owner, instance_id: int) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.story_state(instance_id, database_url=_url())
+    return api.story_state(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/rewind", tags=TAGS)
 def post_rewind(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.rewind(instance_id, body.line_id, database_url=_url())
+    return api.rewind(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/swipe", tags=TAGS)
 def post_swipe(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.swipe(instance_id, body.line_id, database_url=_url())
+    return api.swipe(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/sessions", tags=TAGS)
 def get_sessions(owner: Owner, instance_id: int) -> list[dict[str, Any]]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.sessions(instance_id, database_url=_url())
+    return api.sessions(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/sessions", status_code=status.HTTP_201_CREATED, tags=TAGS)
 def post_session(owner: Owner, instance_id: int) -> dict[str, Any]:
-    check_instance(instance_id, owner=owner, database_url=_url())
-    return api.new_session(instance_id, database_url=_url())
+    return api.new_session(instance_id, owner=owner, database_url=_url())
 
 
 async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str | None) -> dict[str, Any]:
@@ -124,15 +116,13 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
 
 @router.post("/instances/{instance_id}/regenerate", tags=TAGS)
 async def post_regenerate(owner: Owner, instance_id: int, body: RegenerateBody) -> dict[str, Any]:
-    await run_in_threadpool(check_instance, instance_id, owner=owner, database_url=_url())
-    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, database_url=_url())
+    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, owner=owner, database_url=_url())
     return await _run_on_thread(instance_id, {"reply_to": target}, owner)
 
 
 @router.post("/instances/{instance_id}/edit", tags=TAGS)
 async def post_edit(owner: Owner, instance_id: int, body: EditBody) -> dict[str, Any]:
-    await run_in_threadpool(check_instance, instance_id, owner=owner, database_url=_url())
-    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, database_url=_url())
+    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, owner=owner, database_url=_url())
     run_input: dict[str, Any] = {"message": body.text, "branch_from": parent}
     if body.user_name is not None:
         run_input["user_name"] = body.user_name

@@ -139,18 +139,16 @@ class SettingsBody(BaseModel):
 
 @router.get("/worldbook/settings", tags=["worldbook"])
 def get_settings(owner: Owner, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
-    _check(owner, character_id, instance_id, False)
-    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=_url())
+    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url())
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
 def put_settings(
     owner: Owner, body: SettingsBody, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
-    _check(owner, character_id, instance_id, True)
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
     return api.update_worldbook_settings(
-        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, database_url=_url()
+        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, owner=owner, database_url=_url()
     )
 
 
@@ -189,9 +187,8 @@ def list_knowledge(
     visible: bool = False,
     tag: str | None = None,
 ) -> list[dict[str, Any]]:
-    _check(owner, character_id, instance_id, False)
     return api.list_knowledge_entries(
-        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, database_url=_url()
+        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
     )
 
 
@@ -199,35 +196,30 @@ def list_knowledge(
 def add_knowledge(
     owner: Owner, body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
-    _check(owner, character_id, instance_id, True)
     return api.add_knowledge_entry(
-        **body.model_dump(), character_id=character_id, instance_id=instance_id, database_url=_url()
+        **body.model_dump(), character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url()
     )
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
 def get_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
-    api.check_entry_owner(entry_id, owner, database_url=_url())
-    return api.get_knowledge_entry(entry_id, database_url=_url())
+    return api.get_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
 def edit_knowledge(owner: Owner, entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
-    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
             raise InvalidInput(f"knowledge entry {entry_id}: field {name!r} cannot be null")
-    return api.edit_knowledge(entry_id, database_url=_url(), **changes)
+    return api.edit_knowledge(entry_id, owner=owner, database_url=_url(), **changes)
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
 def delete_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
-    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
-    return api.delete_knowledge_entry(entry_id, database_url=_url())
+    return api.delete_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
 def tag_knowledge(owner: Owner, entry_id: int, body: TagsBody) -> dict[str, Any]:
-    api.check_entry_owner(entry_id, owner, change=True, database_url=_url())
-    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, database_url=_url())
+    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, owner=owner, database_url=_url())
