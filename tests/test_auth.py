@@ -17,7 +17,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from personalab.graph.api import knowledge, library
+from personalab.graph.api import dialogue, knowledge, library
 from personalab.graph.http.users import LOCAL_USER, Unauthenticated, verify
 from personalab.nodes.rules.errors import ConfigError, InstanceNotFound, InvalidInput, NotFound
 from personalab.stores.db import session_scope
@@ -273,3 +273,27 @@ def test_knowledge_scopes_belong_to_their_character_or_instance(db_url: str) -> 
     with pytest.raises(NotFound):
         knowledge.check_entry_owner(global_entry["id"], "alice", database_url=db_url)
     knowledge.check_entry_owner(global_entry["id"], None, change=True, database_url=db_url)  # the operator's
+    # the API functions themselves take the owner
+    assert knowledge.get_knowledge_entry(entry["id"], owner="alice", database_url=db_url)["content"] == "北方有山"
+    for call in (
+        lambda: knowledge.get_knowledge_entry(entry["id"], owner="bob", database_url=db_url),
+        lambda: knowledge.edit_knowledge(entry["id"], owner="bob", database_url=db_url, content="改"),
+        lambda: knowledge.tag_knowledge(entry["id"], add=["x"], owner="bob", database_url=db_url),
+        lambda: knowledge.delete_knowledge_entry(entry["id"], owner="bob", database_url=db_url),
+        lambda: knowledge.list_knowledge_entries(instance_id=a_inst.id, owner="bob", database_url=db_url),
+        lambda: knowledge.add_knowledge_entry("t", "c", instance_id=a_inst.id, owner="bob", database_url=db_url),
+        lambda: knowledge.worldbook_settings(instance_id=a_inst.id, owner="bob", database_url=db_url),
+        lambda: knowledge.update_worldbook_settings(
+            {"scan_depth": 2}, instance_id=a_inst.id, owner="bob", database_url=db_url
+        ),
+        lambda: dialogue.history(a_inst.id, owner="bob", database_url=db_url),
+        lambda: dialogue.sessions(a_inst.id, owner="bob", database_url=db_url),
+        lambda: dialogue.new_session(a_inst.id, owner="bob", database_url=db_url),
+        lambda: dialogue.story_state(a_inst.id, owner="bob", database_url=db_url),
+        lambda: dialogue.regenerate_target(a_inst.id, owner="bob", database_url=db_url),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    assert knowledge.get_knowledge_entry(entry["id"], database_url=db_url)["content"] == "北方有山"
+    assert len(dialogue.sessions(a_inst.id, owner="alice", database_url=db_url)) <= 1
+    assert dialogue.history(a_inst.id, owner="alice", database_url=db_url)["total"] == 1  # the greeting
