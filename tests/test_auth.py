@@ -221,6 +221,13 @@ def test_a_user_sees_and_changes_only_their_own_plus_shared(db_url: str) -> None
     with pytest.raises(library.InUse, match="1 instance"):
         library.delete_character(s_char, cascade=True, owner="alice", database_url=db_url)
     library.check_instance(b_inst.id, owner="bob", database_url=db_url)
+    # unshared, bob no longer sees it (his instance of it stays his)
+    library.edit_character(s_char, {"shared": False}, owner="alice", database_url=db_url)
+    library.edit_background(s_back, {"shared": False}, owner="alice", database_url=db_url)
+    assert [c.id for c in library.list_characters(owner="bob", database_url=db_url)] == [b_char]
+    with pytest.raises(NotFound, match=f"background {s_back}"):
+        library.get_background(s_back, owner="bob", database_url=db_url)
+    assert library.get_instance(b_inst.id, owner="bob", database_url=db_url).character_id == s_char
     # nothing of alice's changed
     assert library.get_character(a_char, database_url=db_url).name == "alice的角色"
     assert library.get_instance(a_inst.id, owner="alice", database_url=db_url).title == "alice的角色 · alice的背景"
