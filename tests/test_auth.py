@@ -11,10 +11,12 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
+from cli_helpers import cli
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from personalab.graph.api import dialogue, knowledge, library
@@ -152,7 +154,7 @@ def test_rs256_jwt_checked_with_the_key_of_a_jwks_url(jwks: tuple[str, Any]) -> 
 # ---- the Python API's owner rules ------------------------------------------------------------------------------
 
 
-def _library(db_url: str, owner: str | None, shared: bool = False) -> tuple[int, int]:
+def _library(db_url: str | None, owner: str | None, shared: bool = False) -> tuple[int, int]:
     character = library.create_character(
         {"name": f"{owner}的角色", "greetings": ["你好"], "shared": shared}, owner=owner, database_url=db_url
     )
@@ -304,3 +306,19 @@ def test_knowledge_scopes_belong_to_their_character_or_instance(db_url: str) -> 
     assert knowledge.get_knowledge_entry(entry["id"], database_url=db_url)["content"] == "北方有山"
     assert len(dialogue.sessions(a_inst.id, owner="alice", database_url=db_url)) <= 1
     assert dialogue.history(a_inst.id, owner="alice", database_url=db_url)["total"] == 1  # the greeting
+
+
+def test_the_cli_is_the_operator_and_lists_one_users_view_with_owner(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_char, a_back = _library(None, "alice")
+    s_char, _ = _library(None, "alice", shared=True)
+    instance = library.create_instance({"character_id": a_char, "background_id": a_back}, owner="alice")
+    code, out, _ = cli(capsys, "instance", "list", "--json")
+    assert code == 0 and [item["id"] for item in json.loads(out)] == [instance.id]
+    code, out, _ = cli(capsys, "instance", "list", "--owner", "bob", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, out, _ = cli(capsys, "character", "list", "--owner", "bob", "--json")
+    assert code == 0 and [item["id"] for item in json.loads(out)] == [s_char]
+    code, out, _ = cli(capsys, "background", "list", "--owner", "alice", "--json")
+    assert code == 0 and len(json.loads(out)) == 2
