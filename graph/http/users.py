@@ -143,6 +143,8 @@ def request_owner(request: Request) -> str | None:
         return verify(request.headers.get("authorization"))
     except Unauthenticated as exc:
         raise HTTPException(status_code=401, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
+    except ConfigError as exc:  # the server's auth settings are wrong: not the client's fault (no secret in it)
+        raise HTTPException(status_code=500, detail=str(exc)) from None
 
 
 Owner = Annotated[str | None, Depends(request_owner)]
