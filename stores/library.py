@@ -249,10 +249,13 @@ def import_rows(
     *,
     roles: Mapping[int, int],
     backgrounds: Mapping[int, int],
+    owner: str | None = None,
 ) -> dict[str, dict[int, int]]:
     """Insert exported `rows` as instance `save_id`'s, with new ids (see the module doc); `roles` and
     `backgrounds` map the file's character and background ids to this database's. Returns old → new id maps
-    per table. `InvalidInput` naming the table for an unknown table or column."""
+    per table. `InvalidInput` naming the table for an unknown table or column. With `owner` (a user's import, issue
+    14), a link to a character or background of this database is kept only when that user owns it or it is shared:
+    a file cannot tie the user's rows to another user's library."""
     tables = {table.name: (table, column) for table, column in instance_tables() if table.name not in NOT_EXPORTED}
     unknown = set(rows) - set(tables)
     if unknown:
@@ -270,7 +273,9 @@ def import_rows(
             values = {key: _from_json(table, key, value) for key, value in item.items()}
             old_id = values.pop("id", None) if "id" in table.primary_key.columns else None
             for key in list(values):
-                values[key] = _mapped(session, table, key, values[key], save_column, save_id, maps, roles, backgrounds)
+                values[key] = _mapped(
+                    session, table, key, values[key], save_column, save_id, maps, roles, backgrounds, owner
+                )
             try:
                 result = session.execute(table.insert().values(**values))
             except (DBAPIError, StatementError) as exc:
@@ -283,6 +288,11 @@ def import_rows(
     return maps
 
 
+def _seen(row: Role | Background | None, owner: str | None) -> bool:
+    """Whether the character or background `row` exists and the user `owner` may use it (None: anyone may)."""
+    return row is not None and (owner is None or row.owner == owner or bool(row.shared))
+
+
 def _mapped(
     session: Session,
     table: Table,
@@ -293,6 +303,7 @@ def _mapped(
     maps: Mapping[str, Mapping[int, int]],
     roles: Mapping[int, int],
     backgrounds: Mapping[int, int],
+    owner: str | None = None,
 ) -> Any:
     """The value of column `key` in this database: ids of the instance's own rows mapped to their new ids."""
     if key == save_column or key == "instance_id":
@@ -307,11 +318,11 @@ def _mapped(
     if "role" in targets:
         if value in roles:
             return roles[value]
-        return value if value == 0 or session.get(Role, value) is not None else None
+        return value if value == 0 or _seen(session.get(Role, value), owner) else None
     if "background" in targets:
         if value in backgrounds:
             return backgrounds[value]
-        return value if session.get(Background, value) is not None else None
+        return value if _seen(session.get(Background, value), owner) else None
     for target in targets:
         if target in maps:
             return maps[target].get(value)  # a row of the instance not in the file: the link is dropped

@@ -58,6 +58,7 @@ DatabaseUrl = Annotated[
 LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lower)]
 EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
+AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
 
 
 class Settings(BaseSettings):
@@ -265,6 +266,35 @@ class Settings(BaseSettings):
         description="Post-turn review (seed 003): rule, no model call; llm, the model's answer validated, the rules as "
         "fallback.",
     )
+
+    # --- users and auth of the served graph (graph/http/auth.py, issue 14) ------------------------------------------
+    auth: AuthMode = Field(
+        "none",
+        description="Who may call the server (langgraph dev / langgraph up): none, every request is the local "
+        "operator and sees everything (local use, the demo); tokens, a bearer token of PERSONALAB_AUTH_TOKENS "
+        "(development, tests); jwt, a bearer JWT checked with PERSONALAB_JWT_SECRET or PERSONALAB_JWT_JWKS_URL "
+        "(production). With tokens or jwt each user sees and runs only their own, plus shared characters and "
+        "backgrounds.",
+    )
+    auth_tokens: SecretStr | None = Field(
+        None,
+        description="With PERSONALAB_AUTH=tokens: the static tokens and their users, token:user pairs separated by "
+        "commas, e.g. tok-a:alice,tok-b:bob.",
+    )
+    jwt_secret: SecretStr | None = Field(
+        None, description="With PERSONALAB_AUTH=jwt: the shared secret of HS256 tokens (or set PERSONALAB_JWT_JWKS_URL)."
+    )
+    jwt_jwks_url: HttpUrl | None = Field(
+        None,
+        description="With PERSONALAB_AUTH=jwt: the identity provider's JWKS URL, whose keys check RS256/ES256 tokens.",
+    )
+    jwt_audience: str | None = Field(
+        None, description="With PERSONALAB_AUTH=jwt: the audience (aud) a token must name. Unset: not checked."
+    )
+    jwt_issuer: str | None = Field(
+        None, description="With PERSONALAB_AUTH=jwt: the issuer (iss) a token must name. Unset: not checked."
+    )
+    jwt_user_claim: str = Field("sub", description="With PERSONALAB_AUTH=jwt: the claim that names the user.")
 
     def __init__(self, **values: Any) -> None:
         # a bad value is PersonaLab's ConfigError, not pydantic's many-line ValidationError: the CLI and the host

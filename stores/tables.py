@@ -42,6 +42,10 @@ class Role(SQLModel, table=True):
     system_prompt: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     post_history_instructions: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     updated_at: datetime | None = None
+    # issue 14 (users): the user the character belongs to (None: the local operator's, made without auth) and
+    # whether every user may see it and start instances with it; nullable, so older databases gain them
+    owner: str | None = Field(default=None, index=True)
+    shared: bool | None = None
 
 
 class Background(SQLModel, table=True):
@@ -54,6 +58,8 @@ class Background(SQLModel, table=True):
     world_setting: str = ""
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime | None = None  # issue 13: nullable, added to an older database by add_missing_columns
+    owner: str | None = Field(default=None, index=True)  # issue 14: as Role.owner / Role.shared
+    shared: bool | None = None
 
 
 class OutlinePoint(SQLModel, table=True):
@@ -84,6 +90,9 @@ class Save(SQLModel, table=True):
     last_message_id: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # issue 14: the user the instance belongs to (None: the local operator's); its lines, memories, records,
+    # suggestions, knowledge and world-book entries and checkpoint thread belong to it through the instance
+    owner: str | None = Field(default=None, index=True)
 
 
 class Line(SQLModel, table=True):

@@ -66,15 +66,17 @@ def import_card_file(path: str | os.PathLike[str], *, database_url: str | None =
     return _import(read_card(path), os.fspath(path), database_url)
 
 
-def import_card_bytes(data: bytes, name: str = "the card", *, database_url: str | None = None) -> CardImported:
+def import_card_bytes(
+    data: bytes, name: str = "the card", *, owner: str | None = None, database_url: str | None = None
+) -> CardImported:
     """A new character from a card file's bytes (a PNG card or JSON text; an upload), at most `MAX_CARD_BYTES`;
-    `name` is what errors call it."""
+    `name` is what errors call it. The character is `owner`'s (issue 14; None: the operator's)."""
     if len(data) > MAX_CARD_BYTES:
         raise InvalidInput(f"{name}: over the card import limit of {MAX_CARD_BYTES} bytes")
-    return _import(parse_card_bytes(data, name), name, database_url)
+    return _import(parse_card_bytes(data, name), name, database_url, owner)
 
 
-def _import(card: Card, where: str, database_url: str | None) -> CardImported:
+def _import(card: Card, where: str, database_url: str | None, owner: str | None = None) -> CardImported:
     check_card(card, where)
     fields = character_fields(card)
     character = create_character(
@@ -91,6 +93,7 @@ def _import(card: Card, where: str, database_url: str | None) -> CardImported:
             post_history_instructions=fields["post_history_instructions"],
             avatar=avatar_png(card),
         ),
+        owner=owner,
         database_url=database_url,
     )
     try:
@@ -136,11 +139,14 @@ def export_card_file(
 MEDIA_TYPES = {"png": "image/png", "v2": "application/json", "v3": "application/json"}
 
 
-def export_card_bytes(character_id: int, fmt: str = "png", *, database_url: str | None = None) -> tuple[bytes, str]:
-    """Character `character_id` as a card file's bytes (`fmt` v2, v3 or png) and its media type."""
+def export_card_bytes(
+    character_id: int, fmt: str = "png", *, owner: str | None = None, database_url: str | None = None
+) -> tuple[bytes, str]:
+    """Character `character_id` (one `owner` sees) as a card file's bytes (`fmt` v2, v3 or png) and its media
+    type."""
     if fmt not in FORMATS:
         raise InvalidInput(f"card format {fmt!r} is not one of {', '.join(FORMATS)} (field 'format')")
-    get_character(character_id, database_url=database_url)  # NotFound naming the id
+    get_character(character_id, owner=owner, database_url=database_url)  # NotFound naming the id
     with session_scope(database_url) as session:
         card = card_of_character(session, character_id)
     if fmt == "png":

@@ -13,7 +13,8 @@ Lines are never deleted or moved: every branch stays and can be made current aga
 branch: the next turn starts from the turn counter, plot state, relationship, core memory and world-book timers
 stored with the last reply on the current branch (`story_state`). Moving the leaf takes the instance's turn lock
 (`InstanceBusy` while a turn runs). Bad ids are `InstanceNotFound` / `NotFound` / `InvalidInput` naming the id,
-and nothing changes.
+and nothing changes. Every function takes `owner` (issue 14): a user's call on another user's instance is
+`InstanceNotFound`, like an id that does not exist; None (the operator) reaches every instance.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from personalab.graph.api.library import check_instance
 from personalab.graph.graph import TurnGraph
 from personalab.graph.runner import run_turn, turn_config, turn_graph
 from personalab.nodes.context import Context
@@ -47,6 +49,15 @@ def _check_id(value: Any, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidInput(f"{what} must be an id (a whole number), got {value!r}")
     return value
+
+
+def _check_instance(instance_id: Any, owner: str | None, database_url: str | None) -> int:
+    """A whole-number instance id, and (for a user, issue 14) one of `owner`'s instances: `InstanceNotFound` naming
+    the id for another user's, as for one that does not exist."""
+    _check_id(instance_id, "instance")
+    if owner is not None:
+        check_instance(instance_id, owner=owner, database_url=database_url)
+    return int(instance_id)
 
 
 def _line_view(row: dict[str, Any], siblings: list[int], on_branch: bool) -> dict[str, Any]:
@@ -93,12 +104,17 @@ def _sibling_ids(session: Session, save_id: int, parents: set[int | None]) -> di
 
 
 def history(
-    instance_id: int, *, offset: int = 0, limit: int = DEFAULT_PAGE, database_url: str | None = None
+    instance_id: int,
+    *,
+    offset: int = 0,
+    limit: int = DEFAULT_PAGE,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     """The current branch from the root (seed 002 查看历史对话), `limit` lines from `offset` (0: the first line;
     a negative offset counts from the end, -20 = the last 20 lines): `{"instance_id", "leaf", "total", "offset",
     "limit", "lines": [...]}`, each line with its id, parent, speaker, content, fields and its siblings."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise InvalidInput(f"offset must be a whole number, got {offset!r}")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
@@ -119,10 +135,12 @@ def history(
         }
 
 
-def siblings(instance_id: int, line_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def siblings(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """The lines beside `line_id` (the same parent, itself included, oldest first), each marked `on_branch` when
     it is on the current branch: the replies a regenerate made, the user lines an edit made."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     _check_id(line_id, "line")
     with session_scope(database_url) as session:
         line = line_of(session, instance_id, line_id)
@@ -188,19 +206,21 @@ def _move(instance_id: int, leaf: int, database_url: str | None) -> dict[str, An
     return branch
 
 
-def story_state(instance_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def story_state(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
     """The instance's leaf and the story state of its current branch: turn, plot state, relationship, core
     memory, world-book firings (empty before the branch's first stored reply)."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     with session_scope(database_url) as session:
         get_save(session, instance_id)
         return _branch(session, instance_id)
 
 
-def rewind(instance_id: int, line_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def rewind(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """Move the leaf back to `line_id`, a line of the current branch; the next turn continues from there, with
     the story state stored there. The lines after it stay, as a branch a swipe can bring back."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     _check_id(line_id, "line")
     with session_scope(database_url) as session:
         line_of(session, instance_id, line_id)
@@ -209,11 +229,13 @@ def rewind(instance_id: int, line_id: int, *, database_url: str | None = None) -
     return _move(instance_id, line_id, database_url)
 
 
-def swipe(instance_id: int, line_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def swipe(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """Make `line_id` current: a sibling of a line of the current branch (another reply to the same user line,
     another edit of a user line). The leaf goes to the end of the branch under it (its newest line each step),
     and the story state is that branch's."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     _check_id(line_id, "line")
     with session_scope(database_url) as session:
         line = line_of(session, instance_id, line_id)
@@ -248,10 +270,12 @@ def _graph(graph: TurnGraph | None, context: Context | None) -> Iterator[tuple[T
             yield made
 
 
-def regenerate_target(instance_id: int, line_id: int | None = None, *, database_url: str | None = None) -> int:
+def regenerate_target(
+    instance_id: int, line_id: int | None = None, *, owner: str | None = None, database_url: str | None = None
+) -> int:
     """The user line a regenerate answers again: `line_id` (checked: a user line of the instance) or the last
     user line of the current branch."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     with session_scope(database_url) as session:
         get_save(session, instance_id)
         if line_id is None:
@@ -262,10 +286,10 @@ def regenerate_target(instance_id: int, line_id: int | None = None, *, database_
         return line_id
 
 
-def edit_target(instance_id: int, line_id: int, *, database_url: str | None = None) -> int:
+def edit_target(instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None) -> int:
     """Where an edit of user line `line_id` goes: its parent (0: it is the first line). The line must be a user
     line of the instance's current branch."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     _check_id(line_id, "line")
     with session_scope(database_url) as session:
         line = line_of(session, instance_id, line_id)
@@ -283,12 +307,13 @@ def regenerate(
     graph: TurnGraph | None = None,
     context: Context | None = None,
     on_token: Callable[[str], None] | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """A new reply to the last user line of the current branch (or to user line `line_id`), stored beside the
     replies it already has (a sibling); the turn starts from the story state stored before that user line, and
     its result is `run_turn`'s."""
     ctx = context or Context()
-    target = regenerate_target(instance_id, line_id, database_url=ctx.database_url)
+    target = regenerate_target(instance_id, line_id, owner=owner, database_url=ctx.database_url)
     with _graph(graph, ctx) as (turn, ctx):
         return run_turn(turn, ctx, instance_id, "", on_token=on_token, reply_to=target)
 
@@ -301,30 +326,31 @@ def edit(
     graph: TurnGraph | None = None,
     context: Context | None = None,
     on_token: Callable[[str], None] | None = None,
+    owner: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Edit user line `line_id` of the current branch: `text` becomes a new user line beside it (a sibling, under
     the same parent) and is answered; the old line and what followed it stay as a branch. The turn starts from
     the story state stored before the edited line. `extra`: `run_turn`'s other inputs (user_name, …)."""
     ctx = context or Context()
-    parent = edit_target(instance_id, line_id, database_url=ctx.database_url)
+    parent = edit_target(instance_id, line_id, owner=owner, database_url=ctx.database_url)
     with _graph(graph, ctx) as (turn, ctx):
         return run_turn(turn, ctx, instance_id, text, on_token=on_token, branch_from=parent, **extra)
 
 
-def new_session(instance_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def new_session(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
     """Start a new session (sitting) of the instance now (seed 002 可暂停/继续): the current one ends at its last
     turn, and the next turn gets a recap of it. Starting again before any turn keeps the empty one."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     with session_scope(database_url) as session:
         play = start_session(session, instance_id)
         return next(item for item in list_sessions(session, instance_id) if item["id"] == play.id)
 
 
-def sessions(instance_id: int, *, database_url: str | None = None) -> list[dict[str, Any]]:
+def sessions(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> list[dict[str, Any]]:
     """The instance's sessions, oldest first: id, started_at, ended_at (None for the current one), turns,
     last_turn_at."""
-    _check_id(instance_id, "instance")
+    _check_instance(instance_id, owner, database_url)
     with session_scope(database_url) as session:
         return list_sessions(session, instance_id)
 

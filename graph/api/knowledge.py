@@ -4,6 +4,7 @@ add, edit, delete, enable / disable, tags, importance).
 An entry's `tag` is its tags, comma-separated (shown as `[tag]` when injected): `tag_knowledge` adds and removes
 single tags. Scope: `character_id` (a character's entries), `instance_id` (an instance's), neither (global).
 Errors are the project's: `NotFound` for an unknown entry, character or instance, `InvalidInput` naming the field.
+Every function takes `owner` (issue 14; None: the operator, who reaches every scope): see `check_scope_owner`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.graph.api.library import owned_save, owns, visible_to
+from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry
 from personalab.stores.db import session_scope
+from personalab.stores.tables import Role
 from personalab.stores.worldbook import (
     KNOWLEDGE_EDITABLE,
     Scope,
@@ -28,8 +31,59 @@ from personalab.stores.worldbook_settings import (
     get_worldbook_settings,
     set_worldbook_settings,
 )
+from personalab.stores.worldbook_tables import KnowledgeEntryRow
 
 TAG_SEPARATOR = ","
+
+
+# --- ownership (issue 14) -------------------------------------------------------------------------------------
+
+
+def check_scope_owner(
+    owner: str | None,
+    *,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    change: bool = False,
+    database_url: str | None = None,
+) -> None:
+    """Whether the user `owner` may read (or `change`) the world book and knowledge of a scope: their own
+    instance's; their own character's, or a shared one's to read. The global scope is the server operator's:
+    a user names a character or an instance (`InvalidInput`). Another user's id is `NotFound` naming it. The
+    operator (None) may do anything."""
+    if owner is None:
+        return
+    if character_id is None and instance_id is None:
+        raise InvalidInput(
+            "character_id or instance_id: a signed-in user names one (the global scope is the server operator's)"
+        )
+    with session_scope(database_url) as session:
+        if instance_id is not None:
+            owned_save(session, instance_id, owner)
+        if character_id is not None:
+            role = session.get(Role, character_id)
+            if role is None or not visible_to(role, owner):
+                raise NotFound(f"character {character_id} does not exist")
+            if change and not owns(role, owner):
+                raise NotFound(f"character {character_id} is shared by another user: only its owner can change it")
+
+
+def check_entry_owner(
+    entry_id: int, owner: str | None, *, change: bool = False, database_url: str | None = None
+) -> None:
+    """`NotFound` naming the entry unless the user `owner` may read (or `change`) knowledge entry `entry_id`: one
+    of their instance's or character's (or a shared character's, to read). Global entries are the operator's."""
+    if owner is None:
+        return
+    with session_scope(database_url) as session:
+        row = session.get(KnowledgeEntryRow, _entry_id(entry_id))
+        scope = (row.role_id, row.save_id) if row is not None else (None, None)
+    if scope == (None, None):
+        raise NotFound(f"knowledge entry {entry_id} does not exist")
+    try:
+        check_scope_owner(owner, character_id=scope[0], instance_id=scope[1], change=change, database_url=database_url)
+    except NotFound:
+        raise NotFound(f"knowledge entry {entry_id} does not exist") from None
 
 
 def scope_of(character_id: int | None = None, instance_id: int | None = None) -> Scope:
@@ -64,9 +118,11 @@ def add_knowledge_entry(
     enabled: bool = True,
     character_id: int | None = None,
     instance_id: int | None = None,
+    owner: str | None = None,
     database_url: str | None = None,
 ) -> dict[str, Any]:
-    """A new entry (seed 001 添加知识)."""
+    """A new entry (seed 001 添加知识), in a scope `owner` may change (`check_scope_owner`)."""
+    check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=True, database_url=database_url)
     with session_scope(database_url) as session:
         entry = add_knowledge(
             session,
@@ -86,22 +142,27 @@ def list_knowledge_entries(
     instance_id: int | None = None,
     visible: bool = False,
     tag: str | None = None,
+    owner: str | None = None,
     database_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """The entries of one scope (or, `visible`, all it sees), oldest first; `tag`: only those with that tag."""
+    check_scope_owner(owner, character_id=character_id, instance_id=instance_id, database_url=database_url)
     with session_scope(database_url) as session:
         entries = list_knowledge(session, scope_of(character_id, instance_id), visible=visible)
     views = [knowledge_view(entry) for entry in entries]
     return [view for view in views if tag is None or tag.strip() in view["tags"]]
 
 
-def get_knowledge_entry(entry_id: int, *, database_url: str | None = None) -> dict[str, Any]:
-    """One entry; `NotFound` when there is none."""
+def get_knowledge_entry(entry_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
+    """One entry; `NotFound` when there is none (or it is not one `owner` may read)."""
+    check_entry_owner(entry_id, owner, database_url=database_url)
     with session_scope(database_url) as session:
         return knowledge_view(get_knowledge(session, _entry_id(entry_id)))
 
 
-def edit_knowledge(entry_id: int, *, database_url: str | None = None, **changes: Any) -> dict[str, Any]:
+def edit_knowledge(
+    entry_id: int, *, owner: str | None = None, database_url: str | None = None, **changes: Any
+) -> dict[str, Any]:
     """Change the entry's fields (tag, content, importance, keywords, enabled; seed 001 编辑知识): it is marked
     edited by the user, so automatic updates leave it alone. Nothing changes on bad input."""
     unknown = sorted(set(changes) - set(KNOWLEDGE_EDITABLE))
@@ -111,19 +172,27 @@ def edit_knowledge(entry_id: int, *, database_url: str | None = None, **changes:
         )
     if not changes:
         raise InvalidInput(f"nothing to change (fields: {', '.join(KNOWLEDGE_EDITABLE)})")
+    check_entry_owner(entry_id, owner, change=True, database_url=database_url)
     with session_scope(database_url) as session:
         return knowledge_view(update_knowledge(session, _entry_id(entry_id), **changes))
 
 
-def set_knowledge_enabled(entry_id: int, enabled: bool, *, database_url: str | None = None) -> dict[str, Any]:
+def set_knowledge_enabled(
+    entry_id: int, enabled: bool, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """Enable or disable an entry (seed 001 启用/禁用): a disabled entry is kept and never injected."""
     if not isinstance(enabled, bool):
         raise InvalidInput(f"enabled must be true or false, got {enabled!r}")
-    return edit_knowledge(entry_id, enabled=enabled, database_url=database_url)
+    return edit_knowledge(entry_id, enabled=enabled, owner=owner, database_url=database_url)
 
 
 def tag_knowledge(
-    entry_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = (), database_url: str | None = None
+    entry_id: int,
+    *,
+    add: Iterable[str] = (),
+    remove: Iterable[str] = (),
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     """Add and remove tags of an entry (seed 001 标签管理); an entry keeps at least one tag."""
     adding = [tag.strip() for tag in add if tag.strip()]
@@ -131,16 +200,20 @@ def tag_knowledge(
         if TAG_SEPARATOR in tag:
             raise InvalidInput(f"tag {tag!r} contains {TAG_SEPARATOR!r} (one tag at a time)")
     dropping = {tag.strip() for tag in remove}
+    check_entry_owner(entry_id, owner, change=True, database_url=database_url)
     with session_scope(database_url) as session:
         current = split_tags(get_knowledge(session, _entry_id(entry_id)).tag)
     tags = [tag for tag in dict.fromkeys([*current, *adding]) if tag not in dropping]
     if not tags:
         raise InvalidInput(f"knowledge entry {entry_id} would have no tag left (field 'tag')")
-    return edit_knowledge(entry_id, tag=TAG_SEPARATOR.join(tags), database_url=database_url)
+    return edit_knowledge(entry_id, tag=TAG_SEPARATOR.join(tags), owner=owner, database_url=database_url)
 
 
-def delete_knowledge_entry(entry_id: int, *, database_url: str | None = None) -> dict[str, Any]:
-    """Delete an entry (seed 001 删除知识); `NotFound` when there is none."""
+def delete_knowledge_entry(
+    entry_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
+    """Delete an entry (seed 001 删除知识); `NotFound` when there is none (or it is not `owner`'s to change)."""
+    check_entry_owner(entry_id, owner, change=True, database_url=database_url)
     with session_scope(database_url) as session:
         delete_knowledge(session, _entry_id(entry_id))
     return {"deleted": "knowledge entry", "id": entry_id}
@@ -150,9 +223,14 @@ def delete_knowledge_entry(entry_id: int, *, database_url: str | None = None) ->
 
 
 def worldbook_settings(
-    *, character_id: int | None = None, instance_id: int | None = None, database_url: str | None = None
+    *,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     """The world book's settings of one scope: those set there and those in effect (issue 15)."""
+    check_scope_owner(owner, character_id=character_id, instance_id=instance_id, database_url=database_url)
     scope = scope_of(character_id, instance_id)
     with session_scope(database_url) as session:
         own = get_worldbook_settings(session, scope)
@@ -166,10 +244,12 @@ def update_worldbook_settings(
     character_id: int | None = None,
     instance_id: int | None = None,
     clear: bool = False,
+    owner: str | None = None,
     database_url: str | None = None,
 ) -> dict[str, Any]:
     """Set (a value) or unset (None) settings of one scope, after `clear` unsets them all; returns them as
     `worldbook_settings` does. A bad value is `InvalidInput` naming it, and nothing changes."""
+    check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=True, database_url=database_url)
     scope = scope_of(character_id, instance_id)
     with session_scope(database_url) as session:
         set_worldbook_settings(session, scope, changes, clear=clear)

@@ -7,6 +7,12 @@ returns pydantic models, and raises PersonaLab's errors only: `InvalidInput` nam
 outline of 0 or 51 points, an avatar that is no image), `NotFound` / `InstanceNotFound` naming the id, `InUse`
 naming the instances when a character or background still in use is deleted without `cascade`. A refused call
 changes nothing.
+
+Users (issue 14): every function takes an optional `owner`, the signed-in user the HTTP routes pass. None is the
+local operator (CLI, the demo, a server without auth): everything is visible, and what it makes has no owner. A user
+sees and changes their own characters, backgrounds and instances, sees and uses (starts instances with, reads) the
+ones marked `shared`, and nothing else: another user's id is `NotFound` / `InstanceNotFound` naming the id, exactly
+as an id that does not exist, so an answer never tells that it does.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from personalab.nodes.rules.character import DEFAULT_USER_NAME, seeded_core_memory, substitute
-from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound
+from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound, InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.stores import library as store
 from personalab.stores.background import flush_event_writes, turn_ended
@@ -34,6 +40,7 @@ from personalab.stores.tables import Background, OutlinePoint, Role, Save, utcno
 from personalab.stores.turn_tables import StoryState
 from personalab.stores.turns import acquire_turn_lock, branch_story_states, release_turn_lock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 MIN_OUTLINE, DEFAULT_OUTLINE, MAX_OUTLINE = 1, 10, 50  # seed 002 背景: 10 key points; 1–50 allowed
@@ -92,6 +99,8 @@ class CharacterInput(_Input):
     post_history_instructions: Text = ""
     avatar: bytes | None = None
     """The avatar image's bytes (PNG, JPEG, GIF, WebP…); stored with the character."""
+    shared: bool = False
+    """Every user may see the character and start instances with it (issue 14); only its owner changes it."""
 
 
 class CharacterEdit(_Input):
@@ -109,6 +118,7 @@ class CharacterEdit(_Input):
     post_history_instructions: Text | None = None
     avatar: bytes | None = None
     remove_avatar: bool = False
+    shared: bool | None = None
 
 
 class Character(BaseModel):
@@ -130,7 +140,10 @@ class Character(BaseModel):
     created_at: datetime
     updated_at: datetime | None
     instances: list[int]
-    """Ids of the instances that use the character."""
+    """Ids of the instances that use the character (a user sees only their own)."""
+    owner: str | None = None
+    """The user it belongs to (None: the local operator's)."""
+    shared: bool = False
 
 
 class BackgroundInput(_Input):
@@ -139,6 +152,8 @@ class BackgroundInput(_Input):
     name: Name
     world_setting: Text = ""
     outline: Outline
+    shared: bool = False
+    """Every user may see the background and start instances in it (issue 14); only its owner changes it."""
 
 
 class BackgroundEdit(_Input):
@@ -148,6 +163,7 @@ class BackgroundEdit(_Input):
     world_setting: Text | None = None
     outline: Outline | None = None
     apply_to_instances: bool = False
+    shared: bool | None = None
 
 
 class BackgroundOut(BaseModel):
@@ -158,6 +174,8 @@ class BackgroundOut(BaseModel):
     created_at: datetime
     updated_at: datetime | None
     instances: list[int]
+    owner: str | None = None
+    shared: bool = False
 
 
 class InstanceInput(_Input):
@@ -193,6 +211,7 @@ class Instance(BaseModel):
     last_turn_at: datetime | None
     turns: int
     plot: PlotProgress | None
+    owner: str | None = None
 
 
 class Deleted(BaseModel):
@@ -268,12 +287,37 @@ ROLE_TEXT = (
 )
 
 
-def _instances_of(session: Session, column: Any, value: int) -> list[int]:
-    ids = session.exec(select(Save.id).where(column == value).order_by(col(Save.id))).all()
+# ---- ownership (issue 14) -------------------------------------------------------------------------------------
+
+
+def visible_to(row: Role | Background | Save, owner: str | None) -> bool:
+    """Whether the user `owner` may see `row` (None: the local operator, who sees everything)."""
+    if owner is None:
+        return True
+    return row.owner == owner or bool(getattr(row, "shared", False))
+
+
+def owns(row: Role | Background | Save, owner: str | None) -> bool:
+    """Whether the user `owner` may change `row`: their own (the operator: any)."""
+    return owner is None or row.owner == owner
+
+
+def _visible(column: Any, shared: Any, owner: str | None) -> list[Any]:
+    """Where-clauses of the rows `owner` sees (none for the operator)."""
+    if owner is None:
+        return []
+    if shared is None:
+        return [column == owner]
+    return [or_(column == owner, shared == True)]  # noqa: E712 - SQL, not Python
+
+
+def _instances_of(session: Session, column: Any, value: int, owner: str | None = None) -> list[int]:
+    query = select(Save.id).where(column == value, *_visible(col(Save.owner), None, owner))
+    ids = session.exec(query.order_by(col(Save.id))).all()
     return [int(i) for i in ids if i is not None]
 
 
-def _character(session: Session, role: Role) -> Character:
+def _character(session: Session, role: Role, owner: str | None = None) -> Character:
     assert role.id is not None
     return Character(
         id=role.id,
@@ -284,19 +328,27 @@ def _character(session: Session, role: Role) -> Character:
         avatar_bytes=len(role.avatar_image or b""),
         created_at=role.created_at,
         updated_at=role.updated_at,
-        instances=_instances_of(session, Save.role_id, role.id),
+        instances=_instances_of(session, Save.role_id, role.id, owner),
+        owner=role.owner,
+        shared=bool(role.shared),
     )
 
 
-def _role(session: Session, character_id: int) -> Role:
+def _role(session: Session, character_id: int, owner: str | None = None, *, change: bool = False) -> Role:
+    """The character `character_id` as `owner` sees it (`change`: as its owner); `NotFound` naming the id for one
+    that does not exist or is another user's, and for a shared one a user would change."""
     role = session.get(Role, character_id) if isinstance(character_id, int) else None
-    if role is None:
+    if role is None or not visible_to(role, owner):
         raise NotFound(f"character {character_id} does not exist")
+    if change and not owns(role, owner):
+        raise NotFound(f"character {character_id} is shared by another user: only its owner can change it")
     return role
 
 
-def create_character(data: CharacterInput | Mapping[str, Any], *, database_url: str | None = None) -> Character:
-    """Store a new character (seed 002 创建角色)."""
+def create_character(
+    data: CharacterInput | Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
+) -> Character:
+    """Store a new character (seed 002 创建角色), `owner`'s."""
     item = _validate(CharacterInput, data, "character")
     mime = check_avatar(item.avatar) if item.avatar is not None else None
     with session_scope(database_url) as session:
@@ -306,40 +358,50 @@ def create_character(data: CharacterInput | Mapping[str, Any], *, database_url: 
             greetings=list(item.greetings),
             avatar_image=item.avatar,
             avatar_mime=mime,
+            owner=owner,
+            shared=item.shared or None,
         )
         session.add(role)
         session.flush()
-        return _character(session, role)
+        return _character(session, role, owner)
 
 
-def list_characters(*, database_url: str | None = None) -> list[Character]:
+def list_characters(*, owner: str | None = None, database_url: str | None = None) -> list[Character]:
+    """Every character `owner` sees (their own and the shared ones; the operator: all)."""
     with session_scope(database_url) as session:
-        return [_character(session, role) for role in session.exec(select(Role).order_by(col(Role.id))).all()]
+        query = select(Role).where(*_visible(col(Role.owner), col(Role.shared), owner)).order_by(col(Role.id))
+        return [_character(session, role, owner) for role in session.exec(query).all()]
 
 
-def get_character(character_id: int, *, database_url: str | None = None) -> Character:
+def get_character(character_id: int, *, owner: str | None = None, database_url: str | None = None) -> Character:
     with session_scope(database_url) as session:
-        return _character(session, _role(session, character_id))
+        return _character(session, _role(session, character_id, owner), owner)
 
 
-def character_avatar(character_id: int, *, database_url: str | None = None) -> tuple[bytes, str]:
+def character_avatar(
+    character_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> tuple[bytes, str]:
     """The character's avatar image and its MIME type; `NotFound` when it has none."""
     with session_scope(database_url) as session:
-        role = _role(session, character_id)
+        role = _role(session, character_id, owner)
         if not role.avatar_image:
             raise NotFound(f"character {character_id} has no avatar")
         return bytes(role.avatar_image), role.avatar_mime or "application/octet-stream"
 
 
 def edit_character(
-    character_id: int, changes: CharacterEdit | Mapping[str, Any], *, database_url: str | None = None
+    character_id: int,
+    changes: CharacterEdit | Mapping[str, Any],
+    *,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> Character:
     """Change the given fields (seed 002 编辑角色). Running instances see the new definition from their next turn;
     their core memory, already grown from the old persona, is theirs and stays."""
     edit = _validate(CharacterEdit, changes, "character")
     mime = check_avatar(edit.avatar) if edit.avatar is not None else None
     with session_scope(database_url) as session:
-        role = _role(session, character_id)
+        role = _role(session, character_id, owner, change=True)
         for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items():
             if value is not None:
                 setattr(role, name, value)
@@ -350,16 +412,31 @@ def edit_character(
         role.updated_at = utcnow()
         session.add(role)
         session.flush()
-        return _character(session, role)
+        return _character(session, role, owner)
 
 
-def delete_character(character_id: int, *, cascade: bool = False, database_url: str | None = None) -> Deleted:
+def _others_using(session: Session, column: Any, value: int, owner: str | None) -> int:
+    """How many instances of other users use a shared character or background (none for the operator)."""
+    if owner is None:
+        return 0
+    others = or_(col(Save.owner) != owner, col(Save.owner).is_(None))
+    query = select(func.count()).select_from(Save).where(column == value, others)
+    return int(session.exec(query).one())
+
+
+def delete_character(
+    character_id: int, *, cascade: bool = False, owner: str | None = None, database_url: str | None = None
+) -> Deleted:
     """Delete a character (seed 002 删除角色). Refused (`InUse`, naming them) while instances use it, unless
     `cascade`: then those instances are deleted with everything of theirs first. Lines of other instances that
-    name it as a speaker keep their text and display name and lose the link."""
+    name it as a speaker keep their text and display name and lose the link. A user's shared character that other
+    users' instances use is refused even with `cascade` (their instances are not the owner's to delete)."""
     with session_scope(database_url) as session:
-        _role(session, character_id)
+        _role(session, character_id, owner, change=True)
+        others = _others_using(session, col(Save.role_id), character_id, owner)
         users = _instances_of(session, Save.role_id, character_id)
+    if others:
+        raise InUse(f"character {character_id} is used by {others} instance(s) of other users: unshare it instead")
     if users and not cascade:
         raise InUse(
             f"character {character_id} is used by instance(s) {', '.join(map(str, users))}: "
@@ -376,14 +453,19 @@ def delete_character(character_id: int, *, cascade: bool = False, database_url: 
 # ---- backgrounds -----------------------------------------------------------------------------------------------
 
 
-def _background_row(session: Session, background_id: int) -> Background:
+def _background_row(
+    session: Session, background_id: int, owner: str | None = None, *, change: bool = False
+) -> Background:
+    """As `_role`, for a background."""
     background = session.get(Background, background_id) if isinstance(background_id, int) else None
-    if background is None:
+    if background is None or not visible_to(background, owner):
         raise NotFound(f"background {background_id} does not exist")
+    if change and not owns(background, owner):
+        raise NotFound(f"background {background_id} is shared by another user: only its owner can change it")
     return background
 
 
-def _background(session: Session, background: Background) -> BackgroundOut:
+def _background(session: Session, background: Background, owner: str | None = None) -> BackgroundOut:
     assert background.id is not None
     return BackgroundOut(
         id=background.id,
@@ -392,7 +474,9 @@ def _background(session: Session, background: Background) -> BackgroundOut:
         outline=[point.content for point in outline_of(session, background.id)],
         created_at=background.created_at,
         updated_at=background.updated_at,
-        instances=_instances_of(session, Save.background_id, background.id),
+        instances=_instances_of(session, Save.background_id, background.id, owner),
+        owner=background.owner,
+        shared=bool(background.shared),
     )
 
 
@@ -405,27 +489,33 @@ def _set_outline(session: Session, background_id: int, outline: list[str]) -> No
     session.flush()
 
 
-def create_background(data: BackgroundInput | Mapping[str, Any], *, database_url: str | None = None) -> BackgroundOut:
-    """Store a new background (seed 002 创建背景)."""
+def create_background(
+    data: BackgroundInput | Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
+) -> BackgroundOut:
+    """Store a new background (seed 002 创建背景), `owner`'s."""
     item = _validate(BackgroundInput, data, "background")
     with session_scope(database_url) as session:
-        background = Background(name=item.name, world_setting=item.world_setting)
+        background = Background(
+            name=item.name, world_setting=item.world_setting, owner=owner, shared=item.shared or None
+        )
         session.add(background)
         session.flush()
         assert background.id is not None
         _set_outline(session, background.id, item.outline)
-        return _background(session, background)
+        return _background(session, background, owner)
 
 
-def list_backgrounds(*, database_url: str | None = None) -> list[BackgroundOut]:
+def list_backgrounds(*, owner: str | None = None, database_url: str | None = None) -> list[BackgroundOut]:
+    """Every background `owner` sees (their own and the shared ones; the operator: all)."""
     with session_scope(database_url) as session:
-        rows = session.exec(select(Background).order_by(col(Background.id))).all()
-        return [_background(session, row) for row in rows]
+        query = select(Background).where(*_visible(col(Background.owner), col(Background.shared), owner))
+        rows = session.exec(query.order_by(col(Background.id))).all()
+        return [_background(session, row, owner) for row in rows]
 
 
-def get_background(background_id: int, *, database_url: str | None = None) -> BackgroundOut:
+def get_background(background_id: int, *, owner: str | None = None, database_url: str | None = None) -> BackgroundOut:
     with session_scope(database_url) as session:
-        return _background(session, _background_row(session, background_id))
+        return _background(session, _background_row(session, background_id, owner), owner)
 
 
 def replan(plot_state: Mapping[str, Any], outline: list[str]) -> dict[str, Any]:
@@ -444,16 +534,22 @@ def replan(plot_state: Mapping[str, Any], outline: list[str]) -> dict[str, Any]:
 
 
 def edit_background(
-    background_id: int, changes: BackgroundEdit | Mapping[str, Any], *, database_url: str | None = None
+    background_id: int,
+    changes: BackgroundEdit | Mapping[str, Any],
+    *,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> BackgroundOut:
     """Change the given fields (seed 002 编辑背景). Instances that already have a plot state keep it (their story
     is under way) unless `apply_to_instances`: then each one's current story state (its current branch's) gets
     the new outline, every point keeping its status by index; instances without a turn yet start from the new outline anyway."""
     edit = _validate(BackgroundEdit, changes, "background")
     with session_scope(database_url) as session:
-        background = _background_row(session, background_id)
+        background = _background_row(session, background_id, owner, change=True)
         if edit.name is not None:
             background.name = edit.name
+        if edit.shared is not None:
+            background.shared = edit.shared
         if edit.world_setting is not None:
             background.world_setting = edit.world_setting
         if edit.outline is not None:
@@ -463,7 +559,8 @@ def edit_background(
         session.flush()
         if edit.apply_to_instances:
             outline = [point.content for point in outline_of(session, background_id)]
-            users = _instances_of(session, Save.background_id, background_id)
+            # a user's edit replans only their own instances: other users' plots are theirs
+            users = _instances_of(session, Save.background_id, background_id, owner)
             branches = branch_story_states(session, users) if users else {}
             for instance_id in users:
                 row = branches[instance_id][0] if instance_id in branches else None
@@ -475,14 +572,20 @@ def edit_background(
                 session.add(
                     StoryState(save_id=instance_id, turn=row.turn, reply_line_id=row.reply_line_id, state=state)
                 )
-        return _background(session, background)
+        return _background(session, background, owner)
 
 
-def delete_background(background_id: int, *, cascade: bool = False, database_url: str | None = None) -> Deleted:
-    """Delete a background and its outline (seed 002 删除背景); refused while instances use it unless `cascade`."""
+def delete_background(
+    background_id: int, *, cascade: bool = False, owner: str | None = None, database_url: str | None = None
+) -> Deleted:
+    """Delete a background and its outline (seed 002 删除背景); refused while instances use it unless `cascade`,
+    and, for a user, while other users' instances use it."""
     with session_scope(database_url) as session:
-        _background_row(session, background_id)
+        _background_row(session, background_id, owner, change=True)
+        others = _others_using(session, col(Save.background_id), background_id, owner)
         users = _instances_of(session, Save.background_id, background_id)
+    if others:
+        raise InUse(f"background {background_id} is used by {others} instance(s) of other users: unshare it instead")
     if users and not cascade:
         raise InUse(
             f"background {background_id} is used by instance(s) {', '.join(map(str, users))}: "
@@ -497,6 +600,38 @@ def delete_background(background_id: int, *, cascade: bool = False, database_url
 
 
 # ---- instances -------------------------------------------------------------------------------------------------
+
+
+def owned_save(session: Session, instance_id: int, owner: str | None = None) -> Save:
+    """The instance `instance_id` if it is `owner`'s (the operator: any); `InstanceNotFound` naming the id for one
+    that does not exist or is another user's."""
+    save = (
+        session.get(Save, instance_id) if isinstance(instance_id, int) and not isinstance(instance_id, bool) else None
+    )
+    if save is None or not owns(save, owner):
+        raise InstanceNotFound(f"instance {instance_id} does not exist")
+    return save
+
+
+def check_instance(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> None:
+    """`InstanceNotFound` unless instance `instance_id` exists and is `owner`'s (the dialogue and world-book routes
+    check their instance with it)."""
+    with session_scope(database_url) as session:
+        owned_save(session, instance_id, owner)
+
+
+def instance_owner(instance_id: int, *, database_url: str | None = None) -> tuple[bool, str | None]:
+    """(whether instance `instance_id` exists, its owner): what the server's auth handlers check a run against."""
+    with session_scope(database_url) as session:
+        save = session.get(Save, instance_id)
+        return (save is not None, save.owner if save is not None else None)
+
+
+def instance_ids_of(owner: str | None, *, database_url: str | None = None) -> list[int]:
+    """The ids of `owner`'s instances (the operator: every instance)."""
+    with session_scope(database_url) as session:
+        ids = session.exec(select(Save.id).where(*_visible(col(Save.owner), None, owner))).all()
+        return [int(i) for i in ids if i is not None]
 
 
 def _instance(session: Session, save: Save) -> Instance:
@@ -562,19 +697,23 @@ def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Inst
                 last_turn_at=branches[save.id][1] if save.id in branches else None,
                 turns=int(state.turn) if state else 0,
                 plot=_plot_progress(plot_state),
+                owner=save.owner,
             )
         )
     return found
 
 
-def create_instance(data: InstanceInput | Mapping[str, Any], *, database_url: str | None = None) -> Instance:
+def create_instance(
+    data: InstanceInput | Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
+) -> Instance:
     """A new instance of a stored character in a stored background (seed 002 创建会话实例): its own dialogue tree,
     opened by the character's greeting (`{{char}}` / `{{user}}` replaced); the plot starts at point 1 and the core
-    memory is seeded from the persona at the first turn."""
+    memory is seeded from the persona at the first turn. `owner`'s, of a character and background that are theirs
+    or shared."""
     item = _validate(InstanceInput, data, "instance")
     with session_scope(database_url) as session:
-        role = _role(session, item.character_id)
-        background = _background_row(session, item.background_id)
+        role = _role(session, item.character_id, owner)
+        background = _background_row(session, item.background_id, owner)
         greetings = list(role.greetings or [])
         if greetings and item.greeting >= len(greetings):
             raise InvalidInput(
@@ -585,6 +724,8 @@ def create_instance(data: InstanceInput | Mapping[str, Any], *, database_url: st
         title = item.title.strip() or f"{role.name} · {background.name}"
         save = create_save(session, role.id, background.id, title=title)
         assert save.id is not None
+        save.owner = owner
+        session.add(save)
         if greetings and greetings[item.greeting].strip():
             text = substitute(greetings[item.greeting], role.name, DEFAULT_USER_NAME)
             append_lines(
@@ -596,12 +737,17 @@ def create_instance(data: InstanceInput | Mapping[str, Any], *, database_url: st
 
 
 def list_instances(
-    *, character_id: int | None = None, background_id: int | None = None, database_url: str | None = None
+    *,
+    character_id: int | None = None,
+    background_id: int | None = None,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> list[Instance]:
-    """Every instance (of one character and/or background), newest first, with title, character, background,
-    created, and the last turn time, turns and plot progress of its current branch (seed 002 查看会话实例列表)."""
+    """Every instance of `owner` (the operator: all; of one character and/or background), newest first, with title,
+    character, background, created, and the last turn time, turns and plot progress of its current branch (seed 002
+    查看会话实例列表)."""
     with session_scope(database_url) as session:
-        chosen = []
+        chosen = _visible(col(Save.owner), None, owner)
         if character_id is not None:
             chosen.append(col(Save.role_id) == character_id)
         if background_id is not None:
@@ -610,9 +756,9 @@ def list_instances(
         return _instances(session, saves, select(Save.id).where(*chosen))
 
 
-def get_instance(instance_id: int, *, database_url: str | None = None) -> Instance:
+def get_instance(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> Instance:
     with session_scope(database_url) as session:
-        return _instance(session, get_save(session, instance_id))
+        return _instance(session, owned_save(session, instance_id, owner))
 
 
 def initial_core_memory_of(instance_id: int, *, database_url: str | None = None) -> dict[str, Any]:
@@ -623,10 +769,12 @@ def initial_core_memory_of(instance_id: int, *, database_url: str | None = None)
         return seeded_core_memory(role.name if role else "角色", role.model_dump() if role else {})
 
 
-def rename_instance(instance_id: int, title: str, *, database_url: str | None = None) -> Instance:
+def rename_instance(
+    instance_id: int, title: str, *, owner: str | None = None, database_url: str | None = None
+) -> Instance:
     name = _validate(_Title, {"title": title}, "instance").title
     with session_scope(database_url) as session:
-        save = get_save(session, instance_id)
+        save = owned_save(session, instance_id, owner)
         save.title = name
         save.updated_at = utcnow()
         session.add(save)
@@ -638,11 +786,12 @@ class _Title(_Input):
     title: Name
 
 
-def delete_instance(instance_id: int, *, database_url: str | None = None) -> Deleted:
+def delete_instance(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> Deleted:
     """Delete an instance with everything of it (seed 002 删除会话实例): its rows in every table that points at it
     (lines, sessions, turn records, story states, memories, plot nodes, suggestions, its knowledge and world-book
     entries), its vectors in Chroma (memories, archived events) and its checkpoints. Refused (`InstanceBusy`)
     while a turn runs on it."""
+    check_instance(instance_id, owner=owner, database_url=database_url)  # before the lock: it names no stranger's
     flush_event_writes()  # a queued event or memory write must not land after the delete
     lease = float(settings().turn_lease)
     token = acquire_turn_lock(instance_id, lease, database_url)  # InstanceNotFound / InstanceBusy
@@ -661,9 +810,12 @@ def delete_instance(instance_id: int, *, database_url: str | None = None) -> Del
     return Deleted(kind="instance", id=instance_id, rows_deleted=rows)
 
 
-def export_instance_data(instance_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def export_instance_data(
+    instance_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     """The instance as one JSON document (seed 004 记忆导出和备份): its character and background, every row of
     it in every table, and its archived events. `import_instance_data` reads it back."""
+    check_instance(instance_id, owner=owner, database_url=database_url)
     flush_event_writes()
     with session_scope(database_url) as session:
         save = get_save(session, instance_id)
@@ -712,19 +864,21 @@ class _ExportFile(BaseModel):
 ROLE_DEFINITION = ("name", *ROLE_TEXT, "greetings", "avatar_image", "avatar_mime", "avatar")
 
 
-def _matching_role(session: Session, data: Mapping[str, Any]) -> Role | None:
-    """A stored character with the same definition as the file's (an import into the database it came from reuses
-    its character instead of copying it)."""
+def _matching_role(session: Session, data: Mapping[str, Any], owner: str | None = None) -> Role | None:
+    """A stored character `owner` sees with the same definition as the file's (an import into the database it came
+    from reuses its character instead of copying it)."""
     wanted = {key: data.get(key) for key in ROLE_DEFINITION}
-    for role in session.exec(select(Role).where(col(Role.name) == data.get("name"))).all():
+    query = select(Role).where(col(Role.name) == data.get("name"), *_visible(col(Role.owner), col(Role.shared), owner))
+    for role in session.exec(query).all():
         mine = store.row_to_json(role)
         if all(mine.get(key) == value for key, value in wanted.items()):
             return role
     return None
 
 
-def _matching_background(session: Session, data: Mapping[str, Any]) -> Background | None:
-    for row in session.exec(select(Background).where(col(Background.name) == data.get("name"))).all():
+def _matching_background(session: Session, data: Mapping[str, Any], owner: str | None = None) -> Background | None:
+    visible = _visible(col(Background.owner), col(Background.shared), owner)
+    for row in session.exec(select(Background).where(col(Background.name) == data.get("name"), *visible)).all():
         assert row.id is not None
         if row.world_setting == data.get("world_setting") and [p.content for p in outline_of(session, row.id)] == list(
             data.get("outline") or []
@@ -733,10 +887,14 @@ def _matching_background(session: Session, data: Mapping[str, Any]) -> Backgroun
     return None
 
 
-def import_instance_data(document: Mapping[str, Any], *, database_url: str | None = None) -> ImportResult:
+def import_instance_data(
+    document: Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
+) -> ImportResult:
     """A new instance from an exported document: the same dialogue tree, story states, memories, records, events
     and the rest, with new ids. Its character and background are the stored ones with the same definition, or
-    new copies. All or nothing: a bad document is one `InvalidInput` naming what is wrong, and nothing is stored."""
+    new copies. All or nothing: a bad document is one `InvalidInput` naming what is wrong, and nothing is stored.
+    Everything it makes is `owner`'s (whatever the file says); it reuses only a character or background `owner`
+    sees."""
     doc = _validate(_ExportFile, document, "file")
     character_created = background_created = False
     with session_scope(database_url) as session:
@@ -744,13 +902,14 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
         backgrounds: dict[int, int] = {}
         role_id = background_id = None
         if doc.character is not None:
-            role = _matching_role(session, doc.character)
+            role = _matching_role(session, doc.character, owner)
             if role is None:
-                fields = {k: v for k, v in doc.character.items() if k not in ("id",)}
+                fields = {k: v for k, v in doc.character.items() if k not in ("id", "owner", "shared")}
                 table = Role.__table__  # type: ignore[attr-defined]
                 values = {k: store._from_json(table, k, v) for k, v in fields.items() if k in table.c}
                 role = Role(**values)
                 role.name = _validate(_Title, {"title": role.name or ""}, "file.character.name").title
+                role.owner = owner
                 session.add(role)
                 session.flush()
                 character_created = True
@@ -758,7 +917,7 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
             if isinstance(doc.character.get("id"), int):
                 roles[doc.character["id"]] = int(role.id)  # type: ignore[arg-type]
         if doc.background is not None:
-            background = _matching_background(session, doc.background)
+            background = _matching_background(session, doc.background, owner)
             if background is None:
                 outline = _validate(
                     BackgroundInput,
@@ -769,7 +928,7 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
                     },
                     "file.background",
                 )
-                background = Background(name=outline.name, world_setting=outline.world_setting)
+                background = Background(name=outline.name, world_setting=outline.world_setting, owner=owner)
                 session.add(background)
                 session.flush()
                 assert background.id is not None
@@ -781,10 +940,11 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
         title = doc.instance.get("title") or ""
         save = create_save(session, role_id, background_id, title=str(title))
         assert save.id is not None
+        save.owner = owner
         for key in ("created_at", "updated_at"):
             if doc.instance.get(key):
                 setattr(save, key, store._from_json(Save.__table__, key, doc.instance[key]))  # type: ignore[attr-defined]
-        maps = store.import_rows(session, save.id, doc.tables, roles=roles, backgrounds=backgrounds)
+        maps = store.import_rows(session, save.id, doc.tables, roles=roles, backgrounds=backgrounds, owner=owner)
         leaf = doc.instance.get("last_message_id")
         save.last_message_id = maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None
         session.add(save)
@@ -799,7 +959,7 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
         delete_instance(instance_id, database_url=database_url)
         raise
     return ImportResult(
-        instance=get_instance(instance_id, database_url=database_url),
+        instance=get_instance(instance_id, owner=owner, database_url=database_url),
         character_created=character_created,
         background_created=background_created,
         rows=rows,
@@ -807,9 +967,10 @@ def import_instance_data(document: Mapping[str, Any], *, database_url: str | Non
     )
 
 
-def import_instance(path: str | Path, *, database_url: str | None = None) -> ImportResult:
+def import_instance(path: str | Path, *, owner: str | None = None, database_url: str | None = None) -> ImportResult:
     """`import_instance_data` of the file `path` (read by stores.files.read_json: a regular file within the limit)."""
-    return import_instance_data(read_json(path, MAX_EXPORT_BYTES, what="instance export"), database_url=database_url)
+    document = read_json(path, MAX_EXPORT_BYTES, what="instance export")
+    return import_instance_data(document, owner=owner, database_url=database_url)
 
 
 def avatar_from_base64(text: str, field: str = "avatar_base64") -> bytes:
@@ -839,6 +1000,7 @@ __all__ = [
     "PlotProgress",
     "character_avatar",
     "check_avatar",
+    "check_instance",
     "create_background",
     "create_character",
     "create_instance",
@@ -855,6 +1017,8 @@ __all__ = [
     "import_instance",
     "import_instance_data",
     "initial_core_memory_of",
+    "instance_ids_of",
+    "instance_owner",
     "list_backgrounds",
     "list_characters",
     "list_instances",

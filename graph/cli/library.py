@@ -87,7 +87,7 @@ def _cmd_character(args: argparse.Namespace) -> int:
         item = api.create_character(_character_fields(args), database_url=url)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_characters(database_url=url)
+        items = api.list_characters(owner=args.owner, database_url=url)
         return _print(items, args.json, [f"{c.id:>4}  {c.name}  ({len(c.instances)} instance(s))" for c in items])
     if args.action == "show":
         item = api.get_character(args.id, database_url=url)
@@ -151,7 +151,7 @@ def _cmd_background(args: argparse.Namespace) -> int:
         item = api.create_background(fields, database_url=url)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_backgrounds(database_url=url)
+        items = api.list_backgrounds(owner=args.owner, database_url=url)
         return _print(
             items,
             args.json,
@@ -202,7 +202,9 @@ def _cmd_instance(args: argparse.Namespace) -> int:
             item = api.create_instance(data, database_url=url)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_instances(character_id=args.character, background_id=args.background, database_url=url)
+        items = api.list_instances(
+            character_id=args.character, background_id=args.background, owner=args.owner, database_url=url
+        )
         return _print(items, args.json, [_instance_line(item) for item in items])
     if args.action == "show":
         item = api.get_instance(args.id, database_url=url)
@@ -221,6 +223,16 @@ def _cmd_instance(args: argparse.Namespace) -> int:
         return _print({"id": args.id, "file": str(path)}, args.json, [str(path)])
     result = api.import_instance(args.file, database_url=url)
     return _print(result, args.json, [str(result.instance.id)])
+
+
+def _owner_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "--owner",
+        metavar="USER",
+        help="only what the served API shows USER (their own, plus shared characters and "
+        "backgrounds; issue 14). Default: everything (the CLI is the operator)",
+    )
+    return parser
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
@@ -250,7 +262,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     character = sub.add_parser("character", help="characters: create, list, show, edit, delete (seed 002 角色)")
     actions = character.add_subparsers(dest="action", required=True, parser_class=type(character))
     _character_options(actions.add_parser("create", help="store a new character, print its id"), create=True)
-    _json_flag(actions.add_parser("list", help="every character"))
+    _json_flag(_owner_option(actions.add_parser("list", help="every character")))
     show = actions.add_parser("show", help="one character's fields")
     show.add_argument("id", type=ID)
     _json_flag(show)
@@ -272,7 +284,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     background = sub.add_parser("background", help="backgrounds: create, list, show, edit, delete (seed 002 背景)")
     actions = background.add_subparsers(dest="action", required=True, parser_class=type(background))
     _background_options(actions.add_parser("create", help="store a new background, print its id"))
-    _json_flag(actions.add_parser("list", help="every background"))
+    _json_flag(_owner_option(actions.add_parser("list", help="every background")))
     show = actions.add_parser("show", help="one background with its outline")
     show.add_argument("id", type=ID)
     _json_flag(show)
@@ -300,7 +312,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="instances with character, background, times, turns, plot")
     listing.add_argument("--character", type=ID)
     listing.add_argument("--background", type=ID)
-    _json_flag(listing)
+    _json_flag(_owner_option(listing))
     show = actions.add_parser("show", help="one instance")
     show.add_argument("id", type=ID)
     _json_flag(show)

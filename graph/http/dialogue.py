@@ -25,6 +25,7 @@ from typing import Any
 
 from fastapi import APIRouter, status
 from personalab.graph.api import dialogue as api
+from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules import errors
 from personalab.nodes.rules.errors import PersonaLabError
@@ -58,48 +59,50 @@ class EditBody(BaseModel):
 
 
 @router.get("/instances/{instance_id}/history", tags=TAGS)
-def get_history(instance_id: int, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
-    return api.history(instance_id, offset=offset, limit=limit, database_url=_url())
+def get_history(owner: Owner, instance_id: int, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
+    return api.history(instance_id, offset=offset, limit=limit, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/lines/{line_id}/siblings", tags=TAGS)
-def get_siblings(instance_id: int, line_id: int) -> dict[str, Any]:
-    return api.siblings(instance_id, line_id, database_url=_url())
+def get_siblings(owner: Owner, instance_id: int, line_id: int) -> dict[str, Any]:
+    return api.siblings(instance_id, line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/story-state", tags=TAGS)
-def get_story_state(instance_id: int) -> dict[str, Any]:
-    return api.story_state(instance_id, database_url=_url())
+def get_story_state(owner: Owner, instance_id: int) -> dict[str, Any]:
+    return api.story_state(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/rewind", tags=TAGS)
-def post_rewind(instance_id: int, body: LineBody) -> dict[str, Any]:
-    return api.rewind(instance_id, body.line_id, database_url=_url())
+def post_rewind(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
+    return api.rewind(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/swipe", tags=TAGS)
-def post_swipe(instance_id: int, body: LineBody) -> dict[str, Any]:
-    return api.swipe(instance_id, body.line_id, database_url=_url())
+def post_swipe(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
+    return api.swipe(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/sessions", tags=TAGS)
-def get_sessions(instance_id: int) -> list[dict[str, Any]]:
-    return api.sessions(instance_id, database_url=_url())
+def get_sessions(owner: Owner, instance_id: int) -> list[dict[str, Any]]:
+    return api.sessions(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/sessions", status_code=status.HTTP_201_CREATED, tags=TAGS)
-def post_session(instance_id: int) -> dict[str, Any]:
-    return api.new_session(instance_id, database_url=_url())
+def post_session(owner: Owner, instance_id: int) -> dict[str, Any]:
+    return api.new_session(instance_id, owner=owner, database_url=_url())
 
 
-async def _run_on_thread(instance_id: int, run_input: dict[str, Any]) -> dict[str, Any]:
-    """A turn as a graph run on the instance's thread, through the server's own runs API (in-process); the run's
-    output, or its error as PersonaLab's."""
+async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str | None) -> dict[str, Any]:
+    """A turn as a graph run on the instance's thread, through the server's own runs API (in-process, which the
+    server's auth does not see: the route checked the instance is `owner`'s, and a thread made here is stamped
+    theirs, as graph/http/auth.py stamps one a client makes); the run's output, or its error as PersonaLab's."""
     from langgraph_sdk import get_client  # only inside the server: the in-process transport needs it
 
     client = get_client(url=None)
     thread_id = thread_id_for(instance_id)
-    await client.threads.create(thread_id=thread_id, if_exists="do_nothing")
+    metadata = {"owner": owner} if owner is not None else None
+    await client.threads.create(thread_id=thread_id, if_exists="do_nothing", metadata=metadata)
     result = await client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id, **run_input})
     if isinstance(result, dict) and "__error__" in result:
         error = result["__error__"] or {}
@@ -112,15 +115,15 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any]) -> dict[st
 
 
 @router.post("/instances/{instance_id}/regenerate", tags=TAGS)
-async def post_regenerate(instance_id: int, body: RegenerateBody) -> dict[str, Any]:
-    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, database_url=_url())
-    return await _run_on_thread(instance_id, {"reply_to": target})
+async def post_regenerate(owner: Owner, instance_id: int, body: RegenerateBody) -> dict[str, Any]:
+    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, owner=owner, database_url=_url())
+    return await _run_on_thread(instance_id, {"reply_to": target}, owner)
 
 
 @router.post("/instances/{instance_id}/edit", tags=TAGS)
-async def post_edit(instance_id: int, body: EditBody) -> dict[str, Any]:
-    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, database_url=_url())
+async def post_edit(owner: Owner, instance_id: int, body: EditBody) -> dict[str, Any]:
+    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, owner=owner, database_url=_url())
     run_input: dict[str, Any] = {"message": body.text, "branch_from": parent}
     if body.user_name is not None:
         run_input["user_name"] = body.user_name
-    return await _run_on_thread(instance_id, run_input)
+    return await _run_on_thread(instance_id, run_input, owner)

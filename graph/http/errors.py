@@ -5,6 +5,7 @@ field or id, and the status tells the kind. Anything that is not a `PersonaLabEr
 - `NotFound`, `InstanceNotFound` (an unknown id) → 404
 - `InUse` (a character or background instances use, deleted without cascade), `InstanceBusy` (a turn runs) → 409
 - `StoreUnavailable` (the database cannot be opened or written) → 503
+- `Unauthenticated` (no or a refused bearer token; graph/http/users.py) → 401
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from personalab.graph.api.library import InUse
+from personalab.graph.http.users import Unauthenticated
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound, PersonaLabError, StoreUnavailable
 
 STATUS: tuple[tuple[type[PersonaLabError], int], ...] = (
@@ -20,6 +22,7 @@ STATUS: tuple[tuple[type[PersonaLabError], int], ...] = (
     (NotFound, 404),
     (InvalidInput, 422),
     (StoreUnavailable, 503),
+    (Unauthenticated, 401),
 )
 
 

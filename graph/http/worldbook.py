@@ -2,7 +2,9 @@
 .knowledge and the world book's stores. Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
 (an instance's), neither (global). Uploads are the request's raw body, read up to the import limit (20 MB) and
 refused past it without buffering the rest. Errors: InvalidInput → 422 naming the field, an unknown id → 404
-(graph/http/errors.py).
+(graph/http/errors.py). With auth on (graph/http/users.py) a user names a scope they may use: their own instance,
+their own character (or, to read, a shared one); another user's id is a 404 naming it, and the global scope (no id)
+is the operator's: 422.
 
 | method and path | what it does |
 | --- | --- |
@@ -24,6 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
 from personalab.graph.api import knowledge as api
+from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.db import session_scope
@@ -37,6 +40,11 @@ router = APIRouter()
 
 def _url() -> str | None:
     return Context().database_url
+
+
+def _check(owner: str | None, character_id: int | None, instance_id: int | None, change: bool) -> None:
+    """The scope is one the signed-in user may read (or `change`): graph/api/knowledge.check_scope_owner."""
+    api.check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=change, database_url=_url())
 
 
 async def _body(request: Request, limit: int, what: str) -> bytes:
@@ -57,10 +65,10 @@ async def _body(request: Request, limit: int, what: str) -> bytes:
 
 
 @router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
-async def import_card(request: Request, name: str = "the card") -> cards_api.CardImported:
+async def import_card(owner: Owner, request: Request, name: str = "the card") -> cards_api.CardImported:
     """Upload a card file as the body: the new character, its world book, and every field without effect here."""
     data = await _body(request, cards_api.MAX_CARD_BYTES, name)
-    return await run_in_threadpool(cards_api.import_card_bytes, data, name, database_url=_url())
+    return await run_in_threadpool(cards_api.import_card_bytes, data, name, owner=owner, database_url=_url())
 
 
 @router.get(
@@ -69,8 +77,8 @@ async def import_card(request: Request, name: str = "the card") -> cards_api.Car
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
 )
-def export_card(character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
-    data, media_type = cards_api.export_card_bytes(character_id, format, database_url=_url())
+def export_card(owner: Owner, character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
+    data, media_type = cards_api.export_card_bytes(character_id, format, owner=owner, database_url=_url())
     return Response(content=data, media_type=media_type)
 
 
@@ -79,9 +87,10 @@ def export_card(character_id: int, format: str = "png") -> Response:  # noqa: A0
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    request: Request, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, request: Request, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
+    await run_in_threadpool(_check, owner, character_id, instance_id, True)
     raw = await _body(request, MAX_IMPORT_BYTES, "the world-book file")
     try:
         text = raw.decode("utf-8-sig")
@@ -100,11 +109,13 @@ async def import_book(
 
 @router.get("/worldbook/export", tags=["worldbook"])
 def export_book(
+    owner: Owner,
     format: str = "personalab",  # noqa: A002 - the query's name
     character_id: int | None = None,
     instance_id: int | None = None,
 ) -> dict[str, Any]:
     """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
+    _check(owner, character_id, instance_id, False)
     if format not in ("personalab", "sillytavern"):
         raise InvalidInput(f"format {format!r} is not one of personalab, sillytavern (field 'format')")
     scope = api.scope_of(character_id, instance_id)
@@ -127,15 +138,17 @@ class SettingsBody(BaseModel):
 
 
 @router.get("/worldbook/settings", tags=["worldbook"])
-def get_settings(character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
-    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=_url())
+def get_settings(owner: Owner, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url())
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
-def put_settings(body: SettingsBody, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+def put_settings(
+    owner: Owner, body: SettingsBody, character_id: int | None = None, instance_id: int | None = None
+) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
     return api.update_worldbook_settings(
-        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, database_url=_url()
+        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, owner=owner, database_url=_url()
     )
 
 
@@ -168,41 +181,45 @@ class TagsBody(BaseModel):
 
 @router.get("/knowledge", tags=["knowledge"])
 def list_knowledge(
-    character_id: int | None = None, instance_id: int | None = None, visible: bool = False, tag: str | None = None
+    owner: Owner,
+    character_id: int | None = None,
+    instance_id: int | None = None,
+    visible: bool = False,
+    tag: str | None = None,
 ) -> list[dict[str, Any]]:
     return api.list_knowledge_entries(
-        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, database_url=_url()
+        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
     )
 
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
 def add_knowledge(
-    body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
 ) -> dict[str, Any]:
     return api.add_knowledge_entry(
-        **body.model_dump(), character_id=character_id, instance_id=instance_id, database_url=_url()
+        **body.model_dump(), character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url()
     )
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
-def get_knowledge(entry_id: int) -> dict[str, Any]:
-    return api.get_knowledge_entry(entry_id, database_url=_url())
+def get_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+    return api.get_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
-def edit_knowledge(entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
+def edit_knowledge(owner: Owner, entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
             raise InvalidInput(f"knowledge entry {entry_id}: field {name!r} cannot be null")
-    return api.edit_knowledge(entry_id, database_url=_url(), **changes)
+    return api.edit_knowledge(entry_id, owner=owner, database_url=_url(), **changes)
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
-def delete_knowledge(entry_id: int) -> dict[str, Any]:
-    return api.delete_knowledge_entry(entry_id, database_url=_url())
+def delete_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+    return api.delete_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
-def tag_knowledge(entry_id: int, body: TagsBody) -> dict[str, Any]:
-    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, database_url=_url())
+def tag_knowledge(owner: Owner, entry_id: int, body: TagsBody) -> dict[str, Any]:
+    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, owner=owner, database_url=_url())

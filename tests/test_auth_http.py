@@ -1,0 +1,513 @@
+"""Two users against one `langgraph dev` (issue 14, auth and ownership): PERSONALAB_AUTH=tokens, alice and bob.
+Alice makes a library, plays a turn, writes knowledge and world-book settings; bob then calls every PersonaLab route
+and every thread / run / state / cron / assistant / store endpoint with alice's ids: each answer is a 404 (403 for
+what no user may do) naming the id or field, his lists show none of alice's things, and alice's data reads the same
+after as before. No token or a bad token is a 401, and the bad token is not in the server's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_library_http import png
+from test_served import UNSET, _absolute, _free_port, _langgraph_cli, _stop, _wait_until_up
+
+REPO = Path(__file__).resolve().parents[1]
+TOKENS = {"alice": "tok-alice-7f3a", "bob": "tok-bob-91c2"}
+BAD_TOKEN = "tok-forged-5d8e0b"
+ASSISTANT = "personalab"
+ALICES_TEXTS = ("雷娜", "废土", "出发吧", "北方有山", "她曾是兵", "秘密")  # none of it may reach bob
+
+
+@contextmanager
+def langgraph_dev(root: Path, **settings: str) -> Iterator[tuple[str, Path]]:
+    """`langgraph dev` with its own data folder under `root` and the given PERSONALAB_* settings (none other from
+    this environment); yields its URL and its log file; stopped (whole process group) after."""
+    data = root / "data"
+    data.mkdir()
+    workdir = root / "server"
+    workdir.mkdir()
+    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
+    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key not in UNSET and not key.startswith("PERSONALAB_")}
+    env.update(
+        LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", PERSONALAB_DATA_DIR=str(data), **settings
+    )
+    port = _free_port()
+    log_path = root / "server.log"
+    command = [str(_langgraph_cli()), "dev", "--no-browser", "--no-reload", "--port", str(port)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "--config", "langgraph.json"],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, process)
+        yield url, log_path
+    finally:
+        _stop(process)
+        print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`langgraph dev` with static-token auth (alice and bob), for the whole module."""
+    tokens = ",".join(f"{token}:{user}" for user, token in TOKENS.items())
+    with langgraph_dev(
+        tmp_path_factory.mktemp("auth_http"), PERSONALAB_AUTH="tokens", PERSONALAB_AUTH_TOKENS=tokens
+    ) as up:
+        yield up
+
+
+def _client(url: str, user: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {TOKENS[user]}"} if user else {}
+    return httpx.Client(base_url=url, headers=headers, timeout=120.0)
+
+
+@pytest.fixture(scope="module")
+def alice(served: tuple[str, Path]) -> Iterator[httpx.Client]:
+    with _client(served[0], "alice") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def bob(served: tuple[str, Path]) -> Iterator[httpx.Client]:
+    with _client(served[0], "bob") as client:
+        yield client
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, f"{response.request.method} {response.request.url}: {response.text}"
+    return response.json() if response.content else None
+
+
+@pytest.fixture(scope="module")
+def world(alice: httpx.Client) -> dict[str, Any]:
+    """Alice's things: a private character and background, a shared character and background, an instance that
+    has played a turn on its thread (with a run), knowledge and world-book settings of her instance and
+    character, a cron and a store item."""
+    from personalab.stores.checkpoints import thread_id_for
+
+    character = ok(alice.post("/characters", json={"name": "雷娜", "greetings": ["你来了。"]}), 201)
+    background = ok(alice.post("/backgrounds", json={"name": "废土", "outline": ["一", "二"]}), 201)
+    shared = ok(alice.post("/characters", json={"name": "旅人", "shared": True}), 201)
+    shared_background = ok(alice.post("/backgrounds", json={"name": "小镇", "outline": ["甲"], "shared": True}), 201)
+    instance = ok(
+        alice.post("/instances", json={"character_id": character["id"], "background_id": background["id"]}), 201
+    )
+    thread_id = thread_id_for(instance["id"])
+    thread = ok(alice.post("/threads", json={"thread_id": thread_id}))
+    assert thread["metadata"]["owner"] == "alice"
+    run = ok(
+        alice.post(
+            f"/threads/{thread_id}/runs/wait",
+            json={"assistant_id": ASSISTANT, "input": {"instance_id": instance["id"], "message": "出发吧。"}},
+        )
+    )
+    assert run["reply"], run
+    runs = ok(alice.get(f"/threads/{thread_id}/runs"))
+    history = ok(alice.get(f"/instances/{instance['id']}/history"))
+    entry = ok(
+        alice.post("/knowledge", params={"instance_id": instance["id"]}, json={"tag": "地理", "content": "北方有山"}),
+        201,
+    )
+    character_entry = ok(
+        alice.post("/knowledge", params={"character_id": character["id"]}, json={"tag": "往事", "content": "她曾是兵"}),
+        201,
+    )
+    ok(alice.put("/worldbook/settings", params={"instance_id": instance["id"]}, json={"scan_depth": 3}))
+    cron = ok(
+        alice.post(
+            f"/threads/{thread_id}/runs/crons",
+            json={
+                "assistant_id": ASSISTANT,
+                "schedule": "0 0 1 1 *",
+                "input": {"instance_id": instance["id"], "message": "新年好。"},
+            },
+        )
+    )
+    ok(alice.put("/store/items", json={"namespace": ["alice", "notes"], "key": "k1", "value": {"text": "秘密"}}), 204)
+    return {
+        "character": character,
+        "background": background,
+        "shared": shared,
+        "shared_background": shared_background,
+        "instance": instance,
+        "thread_id": thread_id,
+        "run_id": runs[0]["run_id"],
+        "checkpoint_id": ok(alice.get(f"/threads/{thread_id}/state"))["checkpoint"]["checkpoint_id"],
+        "line_id": history["lines"][-1]["id"] if "lines" in history else None,
+        "user_line_id": next((line["id"] for line in history.get("lines", []) if line["attribute"] == "user"), None),
+        "entry": entry,
+        "character_entry": character_entry,
+        "cron_id": cron["cron_id"],
+        "assistant_id": ok(alice.post("/assistants/search", json={"graph_id": ASSISTANT}))[0]["assistant_id"],
+    }
+
+
+def alices_view(alice: httpx.Client, world: dict[str, Any]) -> dict[str, Any]:
+    """What alice reads of her things (compared before and after bob's attempts)."""
+    instance_id, thread_id = world["instance"]["id"], world["thread_id"]
+    paths = [
+        "/characters",
+        "/backgrounds",
+        "/instances",
+        f"/instances/{instance_id}/history",
+        f"/instances/{instance_id}/sessions",
+        f"/instances/{instance_id}/story-state",
+        f"/knowledge?instance_id={instance_id}",
+        f"/knowledge?character_id={world['character']['id']}",
+        f"/worldbook/settings?instance_id={instance_id}",
+        f"/worldbook/export?character_id={world['character']['id']}",
+        f"/threads/{thread_id}",
+        f"/threads/{thread_id}/state",
+        f"/threads/{thread_id}/runs",
+        "/store/items?namespace=alice.notes&key=k1",
+    ]
+    view = {path: ok(alice.get(path)) for path in paths}
+    view["crons"] = ok(alice.post("/runs/crons/search", json={}))
+    for thread in (view[f"/threads/{thread_id}"],):
+        thread.pop("updated_at", None)
+    return view
+
+
+def test_no_token_or_a_bad_token_is_401_and_the_token_is_not_logged(served: tuple[str, Path]) -> None:
+    url, log_path = served
+    for headers, words in [
+        ({}, "missing Authorization"),
+        ({"Authorization": f"Bearer {BAD_TOKEN}"}, "unknown token"),
+        ({"Authorization": BAD_TOKEN}, "Bearer"),
+    ]:
+        for method, path in [
+            ("GET", "/characters"),
+            ("GET", "/instances"),
+            ("GET", "/knowledge"),
+            ("POST", "/threads/search"),
+            ("POST", "/threads"),
+            ("POST", "/runs/wait"),
+            ("POST", "/store/items/search"),
+            ("POST", "/assistants/search"),
+        ]:
+            response = httpx.request(method, f"{url}{path}", headers=headers, json={}, timeout=30)
+            assert response.status_code == 401, (method, path, response.text)
+            assert words in response.text and BAD_TOKEN not in response.text
+    assert httpx.get(f"{url}/ok", timeout=30).status_code == 200  # the health check needs no token
+    # MCP, A2A and the generative-UI routes are off (langgraph.json): no other way in to start runs
+    for path in ("/mcp", "/a2a/personalab", "/ui/personalab"):
+        response = httpx.post(
+            f"{url}{path}", headers={"Authorization": f"Bearer {TOKENS['alice']}"}, json={}, timeout=30
+        )
+        assert response.status_code in (404, 405), (path, response.status_code, response.text)
+    assert BAD_TOKEN not in log_path.read_text(errors="replace")
+    assert TOKENS["alice"] not in log_path.read_text(errors="replace")
+
+
+def test_bobs_lists_show_none_of_alices_things_but_her_shared_ones(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    assert [c["id"] for c in ok(bob.get("/characters"))] == [world["shared"]["id"]]
+    assert [b["id"] for b in ok(bob.get("/backgrounds"))] == [world["shared_background"]["id"]]
+    assert ok(bob.get("/instances")) == []
+    assert ok(bob.get("/instances", params={"character_id": world["character"]["id"]})) == []
+    assert ok(bob.post("/threads/search", json={})) == []
+    assert ok(bob.post("/threads/search", json={"metadata": {"owner": "alice"}})) == []
+    assert ok(bob.post("/threads/count", json={})) == 0
+    assert ok(bob.post("/runs/crons/search", json={})) == []
+    assert ok(bob.post("/runs/crons/count", json={})) == 0
+    assert ok(bob.post("/store/items/search", json={"namespace_prefix": []}))["items"] == []
+    assert ok(bob.post("/store/namespaces", json={}))["namespaces"] == []
+    # alice sees hers
+    assert world["thread_id"] in [t["thread_id"] for t in ok(alice.post("/threads/search", json={}))]
+    assert len(ok(alice.post("/runs/crons/search", json={}))) == 1
+
+
+def _bobs_attempts(world: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], int, str]]:
+    """(method, path, request kwargs, status, words the answer names) of every route bob tries on alice's ids."""
+    character_id, background_id = world["character"]["id"], world["background"]["id"]
+    shared_id, instance_id = world["shared"]["id"], world["instance"]["id"]
+    thread_id, run_id, cron_id = world["thread_id"], world["run_id"], world["cron_id"]
+    entry_id, character_entry_id = world["entry"]["id"], world["character_entry"]["id"]
+    line_id = world["line_id"] or 1
+    user_line = world["user_line_id"] or 1
+    character, background, instance = (
+        f"character {character_id}",
+        f"background {background_id}",
+        f"instance {instance_id}",
+    )
+    turn = {"assistant_id": ASSISTANT, "input": {"instance_id": instance_id, "message": "偷看。"}}
+    attempts: list[tuple[str, str, dict[str, Any], int, str]] = [
+        # characters, avatars, cards
+        ("GET", f"/characters/{character_id}", {}, 404, character),
+        ("PATCH", f"/characters/{character_id}", {"json": {"name": "改"}}, 404, character),
+        ("DELETE", f"/characters/{character_id}?cascade=true", {}, 404, character),
+        ("GET", f"/characters/{character_id}/avatar", {}, 404, character),
+        ("PUT", f"/characters/{character_id}/avatar", {"content": png()}, 404, character),
+        ("DELETE", f"/characters/{character_id}/avatar", {}, 404, character),
+        ("GET", f"/characters/{character_id}/card?format=v2", {}, 404, character),
+        ("PATCH", f"/characters/{shared_id}", {"json": {"name": "改"}}, 404, "only its owner can change it"),
+        ("DELETE", f"/characters/{shared_id}", {}, 404, "only its owner can change it"),
+        # backgrounds
+        ("GET", f"/backgrounds/{background_id}", {}, 404, background),
+        (
+            "PATCH",
+            f"/backgrounds/{background_id}",
+            {"json": {"name": "改", "apply_to_instances": True}},
+            404,
+            background,
+        ),
+        ("DELETE", f"/backgrounds/{background_id}?cascade=true", {}, 404, background),
+        # instances
+        (
+            "POST",
+            "/instances",
+            {"json": {"character_id": character_id, "background_id": background_id}},
+            404,
+            character,
+        ),
+        ("GET", f"/instances/{instance_id}", {}, 404, instance),
+        ("PATCH", f"/instances/{instance_id}", {"json": {"title": "改"}}, 404, instance),
+        ("DELETE", f"/instances/{instance_id}", {}, 404, instance),
+        ("GET", f"/instances/{instance_id}/export", {}, 404, instance),
+        # dialogue
+        ("GET", f"/instances/{instance_id}/history", {}, 404, instance),
+        ("GET", f"/instances/{instance_id}/lines/{line_id}/siblings", {}, 404, instance),
+        ("GET", f"/instances/{instance_id}/story-state", {}, 404, instance),
+        ("POST", f"/instances/{instance_id}/rewind", {"json": {"line_id": line_id}}, 404, instance),
+        ("POST", f"/instances/{instance_id}/swipe", {"json": {"line_id": line_id}}, 404, instance),
+        ("GET", f"/instances/{instance_id}/sessions", {}, 404, instance),
+        ("POST", f"/instances/{instance_id}/sessions", {}, 404, instance),
+        ("POST", f"/instances/{instance_id}/regenerate", {"json": {}}, 404, instance),
+        ("POST", f"/instances/{instance_id}/edit", {"json": {"line_id": user_line, "text": "改"}}, 404, instance),
+        # world book and knowledge
+        ("POST", f"/worldbook/import?instance_id={instance_id}", {"json": {"entries": {}}}, 404, instance),
+        ("POST", f"/worldbook/import?character_id={character_id}", {"json": {"entries": {}}}, 404, character),
+        ("GET", f"/worldbook/export?instance_id={instance_id}", {}, 404, instance),
+        ("GET", f"/worldbook/export?character_id={character_id}", {}, 404, character),
+        ("GET", f"/worldbook/settings?instance_id={instance_id}", {}, 404, instance),
+        ("PUT", f"/worldbook/settings?instance_id={instance_id}", {"json": {"scan_depth": 9}}, 404, instance),
+        ("PUT", f"/worldbook/settings?character_id={shared_id}", {"json": {"scan_depth": 9}}, 404, "only its owner"),
+        ("PUT", "/worldbook/settings", {"json": {"scan_depth": 9}}, 422, "character_id or instance_id"),
+        ("GET", f"/knowledge?instance_id={instance_id}", {}, 404, instance),
+        ("GET", f"/knowledge?instance_id={instance_id}&visible=true", {}, 404, instance),
+        ("GET", f"/knowledge?character_id={character_id}", {}, 404, character),
+        ("GET", "/knowledge", {}, 422, "character_id or instance_id"),
+        ("POST", f"/knowledge?instance_id={instance_id}", {"json": {"tag": "t", "content": "c"}}, 404, instance),
+        ("POST", "/knowledge", {"json": {"tag": "t", "content": "c"}}, 422, "character_id or instance_id"),
+        ("GET", f"/knowledge/{entry_id}", {}, 404, f"knowledge entry {entry_id}"),
+        ("GET", f"/knowledge/{character_entry_id}", {}, 404, f"knowledge entry {character_entry_id}"),
+        ("PATCH", f"/knowledge/{entry_id}", {"json": {"content": "改"}}, 404, f"knowledge entry {entry_id}"),
+        ("DELETE", f"/knowledge/{entry_id}", {}, 404, f"knowledge entry {entry_id}"),
+        ("POST", f"/knowledge/{entry_id}/tags", {"json": {"add": ["x"]}}, 404, f"knowledge entry {entry_id}"),
+        # threads, state, history
+        ("POST", "/threads", {"json": {"thread_id": thread_id}}, 404, "thread_id"),
+        ("POST", "/threads", {"json": {"thread_id": thread_id, "if_exists": "do_nothing"}}, 404, "thread_id"),
+        ("GET", f"/threads/{thread_id}", {}, 404, thread_id),
+        ("PATCH", f"/threads/{thread_id}", {"json": {"metadata": {"owner": "bob"}}}, 404, "Not Found"),
+        ("DELETE", f"/threads/{thread_id}", {}, 404, thread_id),
+        ("GET", f"/threads/{thread_id}/state", {}, 404, thread_id),
+        ("GET", f"/threads/{thread_id}/state/{world['checkpoint_id']}", {}, 404, thread_id),
+        ("POST", f"/threads/{thread_id}/state", {"json": {"values": {"message": "改"}}}, 404, thread_id),
+        ("GET", f"/threads/{thread_id}/history", {}, 404, thread_id),
+        ("POST", f"/threads/{thread_id}/history", {"json": {}}, 404, thread_id),
+        # the event-streaming protocol's routes (v2)
+        # its stream of alice's thread ends at once, empty (the server logs "404: Thread not found")
+        ("POST", f"/threads/{thread_id}/stream/events", {"json": {"channels": ["values"]}, "timeout": 20}, 200, ""),
+        (
+            "POST",
+            f"/threads/{thread_id}/commands",
+            {"json": {"id": 1, "method": "run.start", "params": {"assistant_id": ASSISTANT, "input": turn["input"]}}},
+            200,  # the protocol answers in its own envelope
+            '"type":"error"',
+        ),
+        # a stream's refusal comes in the stream (the server's way), with nothing of the thread in it
+        ("GET", f"/threads/{thread_id}/stream", {"timeout": 20}, 200, "404: Thread not found"),
+        (
+            "POST",
+            f"/threads/{thread_id}/state/checkpoint",
+            {"json": {"checkpoint": {"checkpoint_id": world["checkpoint_id"]}}},
+            404,
+            "",
+        ),
+        ("POST", "/threads/prune", {"json": {"thread_ids": [thread_id]}}, 404, ""),
+        # the server answers a copy of a thread the user may not read 409 (its own answer); nothing is copied
+        ("POST", f"/threads/{thread_id}/copy", {}, 409, ""),
+        # runs on alice's thread, and runs of alice's instance on bob's own thread or none
+        ("GET", f"/threads/{thread_id}/runs", {}, 404, thread_id),
+        ("GET", f"/threads/{thread_id}/runs/{run_id}", {}, 404, ""),
+        ("GET", f"/threads/{thread_id}/runs/{run_id}/join", {}, 404, ""),
+        ("POST", f"/threads/{thread_id}/runs/{run_id}/cancel", {}, 404, ""),
+        ("GET", f"/threads/{thread_id}/runs/{run_id}/stream", {"timeout": 20}, 200, "404: Thread not found"),
+        ("POST", "/runs/cancel", {"json": {"thread_id": thread_id, "run_ids": [run_id]}}, 404, ""),
+        ("DELETE", f"/threads/{thread_id}/runs/{run_id}", {}, 404, ""),
+        ("POST", f"/threads/{thread_id}/runs", {"json": turn}, 404, ""),
+        ("POST", f"/threads/{thread_id}/runs/wait", {"json": turn}, 404, ""),
+        ("POST", f"/threads/{thread_id}/runs/stream", {"json": turn}, 404, ""),
+        ("POST", "/runs/wait", {"json": turn}, 404, "input.instance_id"),
+        ("POST", "/runs", {"json": turn}, 404, "input.instance_id"),
+        ("POST", "/runs/stream", {"json": turn}, 404, "input.instance_id"),
+        ("POST", "/runs/batch", {"json": [turn]}, 404, "input.instance_id"),
+        # crons
+        ("POST", "/runs/crons", {"json": {**turn, "schedule": "0 0 1 1 *"}}, 404, "input.instance_id"),
+        ("POST", f"/threads/{thread_id}/runs/crons", {"json": {**turn, "schedule": "0 0 1 1 *"}}, 404, ""),
+        ("GET", f"/runs/crons/{cron_id}", {}, 404, ""),
+        ("PATCH", f"/runs/crons/{cron_id}", {"json": {"schedule": "0 0 2 1 *"}}, 404, ""),
+        ("DELETE", f"/runs/crons/{cron_id}", {}, 404, ""),
+        # assistants: the server's
+        ("POST", "/assistants", {"json": {"graph_id": ASSISTANT}}, 403, "assistants are the server's"),
+        ("PATCH", f"/assistants/{world['assistant_id']}", {"json": {"metadata": {"x": 1}}}, 403, "the server's"),
+        ("DELETE", f"/assistants/{world['assistant_id']}", {}, 403, "the server's"),
+        # the store: under one's own user id only
+        ("GET", "/store/items?namespace=alice.notes&key=k1", {}, 403, "namespace"),
+        (
+            "PUT",
+            "/store/items",
+            {"json": {"namespace": ["alice", "notes"], "key": "k1", "value": {}}},
+            403,
+            "namespace",
+        ),
+        ("DELETE", "/store/items", {"json": {"namespace": ["alice", "notes"], "key": "k1"}}, 403, "namespace"),
+        ("POST", "/store/items/search", {"json": {"namespace_prefix": ["alice"]}}, 403, "namespace"),
+    ]
+    return attempts
+
+
+def test_bob_can_neither_read_nor_change_anything_of_alices(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    before = alices_view(alice, world)
+    wrong = []
+    for method, path, kwargs, status, words in _bobs_attempts(world):
+        response = bob.request(method, path, **kwargs)
+        leaked = [text for text in ALICES_TEXTS if text in response.text]
+        if response.status_code != status or words not in response.text or leaked:
+            wrong.append(f"{method} {path}: {response.status_code} {response.text[:300]} {leaked}")
+    assert not wrong, "\n".join(wrong)
+    assert alices_view(alice, world) == before
+    assert ok(bob.post("/threads/search", json={})) == []  # nothing was made for him either (a copy, a thread)
+    assert ok(bob.get("/instances")) == []
+
+
+def test_bob_plays_his_own_instance_of_alices_shared_character(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    from personalab.stores.checkpoints import thread_id_for
+
+    background = ok(bob.post("/backgrounds", json={"name": "海岛", "outline": ["启航"]}), 201)
+    refused = bob.post("/instances", json={"character_id": world["character"]["id"], "background_id": background["id"]})
+    assert refused.status_code == 404 and f"character {world['character']['id']}" in refused.json()["detail"]
+    instance = ok(
+        bob.post("/instances", json={"character_id": world["shared"]["id"], "background_id": background["id"]}), 201
+    )
+    assert instance["owner"] == "bob"
+    thread_id = thread_id_for(instance["id"])
+    assert ok(bob.post("/threads", json={"thread_id": thread_id}))["metadata"]["owner"] == "bob"
+    result = ok(
+        bob.post(
+            f"/threads/{thread_id}/runs/wait",
+            json={"assistant_id": ASSISTANT, "input": {"instance_id": instance["id"], "message": "你好。"}},
+        )
+    )
+    assert result["reply"]
+    # bob's run on his own thread with alice's instance is refused before it runs
+    stolen = bob.post(
+        f"/threads/{thread_id}/runs/wait",
+        json={"assistant_id": ASSISTANT, "input": {"instance_id": world["instance"]["id"], "message": "偷。"}},
+    )
+    assert stolen.status_code == 404 and "input.instance_id" in stolen.text
+    # alice does not see bob's instance, thread or his use of her character
+    assert instance["id"] not in [i["id"] for i in ok(alice.get("/instances"))]
+    assert alice.get(f"/instances/{instance['id']}").status_code == 404
+    assert alice.get(f"/threads/{thread_id}").status_code == 404
+    assert ok(alice.get(f"/characters/{world['shared']['id']}"))["instances"] == []
+    assert ok(bob.get(f"/characters/{world['shared']['id']}"))["instances"] == [instance["id"]]
+    # and she cannot delete her shared character from under bob's instance
+    assert alice.delete(f"/characters/{world['shared']['id']}?cascade=true").status_code == 409
+    # bob's store lives under his name
+    ok(bob.put("/store/items", json={"namespace": ["bob"], "key": "k", "value": {"v": 1}}), 204)
+    assert [item["key"] for item in ok(bob.post("/store/items/search", json={"namespace_prefix": []}))["items"]] == [
+        "k"
+    ]
+
+
+def test_alice_still_plays_her_instance_through_the_dialogue_routes(alice: httpx.Client, world: dict[str, Any]) -> None:
+    instance_id, thread_id = world["instance"]["id"], world["thread_id"]
+    regenerated = ok(alice.post(f"/instances/{instance_id}/regenerate", json={}))
+    assert regenerated["reply"]
+    assert ok(alice.get(f"/threads/{thread_id}"))["metadata"]["owner"] == "alice"
+    assert len(ok(alice.get(f"/threads/{thread_id}/runs"))) >= 1
+    history = ok(alice.get(f"/instances/{instance_id}/history"))
+    assert history
+
+
+def test_what_bob_imports_is_his_and_a_forged_owner_is_overwritten(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    card = (REPO / "tests" / "fixtures" / "card_v2_lantern.json").read_bytes()
+    imported = ok(bob.post("/cards/import", content=card), 201)
+    character_id = imported["character_id"]
+    assert ok(bob.get(f"/characters/{character_id}"))["owner"] == "bob"
+    assert character_id not in [c["id"] for c in ok(alice.get("/characters"))]
+    for path in (
+        f"/characters/{character_id}",
+        f"/characters/{character_id}/card",
+        f"/knowledge?character_id={character_id}",
+    ):
+        refused = alice.get(path)
+        assert refused.status_code == 404 and f"character {character_id}" in refused.text, (path, refused.text)
+    book = {"entries": {"0": {"uid": 0, "key": ["灯塔"], "content": "海边的灯塔。"}}}
+    ok(bob.post("/worldbook/import", params={"character_id": character_id}, json=book))
+    assert "灯塔" in json.dumps(
+        ok(bob.get("/worldbook/export", params={"character_id": character_id})), ensure_ascii=False
+    )
+    # a thread whose metadata names alice as its owner is still bob's, and alice does not see it
+    forged = ok(bob.post("/threads", json={"metadata": {"owner": "alice"}}))
+    assert forged["metadata"]["owner"] == "bob"
+    assert forged["thread_id"] not in [t["thread_id"] for t in ok(alice.post("/threads/search", json={}))]
+    patched = bob.patch(f"/threads/{forged['thread_id']}", json={"metadata": {"owner": "alice"}})
+    assert ok(patched)["metadata"]["owner"] == "bob"
+    assert alice.get(f"/threads/{forged['thread_id']}").status_code == 404
+
+
+def test_a_server_with_jwt_auth_takes_a_valid_token_and_refuses_an_expired_one(tmp_path: Path) -> None:
+    import time
+
+    import jwt
+
+    secret = "the-servers-shared-secret-0123456789abcdef"
+    with langgraph_dev(
+        tmp_path, PERSONALAB_AUTH="jwt", PERSONALAB_JWT_SECRET=secret, PERSONALAB_JWT_AUDIENCE="personalab"
+    ) as (url, log_path):
+        claims = {"sub": "dora", "aud": "personalab", "exp": int(time.time()) + 600}
+        good = jwt.encode(claims, secret, algorithm="HS256")
+        expired = jwt.encode({**claims, "exp": int(time.time()) - 60}, secret, algorithm="HS256")
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {good}"}, timeout=60) as dora:
+            made = ok(dora.post("/backgrounds", json={"name": "城", "outline": ["一"]}), 201)
+            assert made["owner"] == "dora"
+            assert ok(dora.post("/threads", json={}))["metadata"]["owner"] == "dora"
+        for token, words in (
+            (expired, "expired"),
+            (jwt.encode(claims, "another-secret-0123456789abcdef0123", algorithm="HS256"), "not valid"),
+        ):
+            for path in ("/backgrounds", "/threads/search"):
+                refused = httpx.request(
+                    "GET" if path == "/backgrounds" else "POST",
+                    f"{url}{path}",
+                    headers={"Authorization": f"Bearer {token}"},
+                    json={},
+                    timeout=60,
+                )
+                assert refused.status_code == 401 and words in refused.text and token not in refused.text
+        log = log_path.read_text(errors="replace")
+        assert secret not in log and good not in log and expired not in log
