@@ -80,6 +80,8 @@ def _check_outbox(report: Report, url: str | None) -> None:
         ).one()
     instances = ", ".join(f"instance {i}: {n}" for i, n in summary["per_instance"].items())
     text = f"{summary['pending']} queued write(s) not applied ({instances}), oldest {summary['oldest']}"
+    if summary["set_aside"]:
+        text += f"; {summary['set_aside']} set aside (refused by the stores)"
     if summary["failing"]:
         last = summary["last_error"] or {}
         text += f"; {summary['failing']} failed at least once, last: {last.get('key')}: {last.get('error')}"

@@ -16,7 +16,8 @@ the `outbox` table (`stores.outbox_tables`).
   are checked against the database; `personalab doctor --repair` removes it).
 - **Retried with backoff.** A failing row keeps its error, counts the attempt and waits 1, 2, 4 … s (at most
   `MAX_BACKOFF_S`) before the next; this process retries it then. While Chroma or the database is down a turn
-  still plays and its writes wait here.
+  still plays and its writes wait here. A row the stores refuse as such (`InvalidInput`, `NotFound`) is set aside
+  instead of blocking the instance's later writes; `personalab doctor` reports it and `--repair` tries it again.
 - **Claimed, so never applied by two processes at once.** A drain claims a row (`claimed_by`, `claimed_until`:
   one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and marks it applied only while
   the claim is still its own; a row claimed by a live process stops the other's drain of that instance.
@@ -34,6 +35,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.injection import used_memory_ids
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
@@ -174,18 +176,24 @@ def _claim(url: str | None, row_id: int, token: str, now: float, force: bool) ->
         return bool(result.rowcount)
 
 
-def _failed(url: str | None, row_id: int, token: str, exc: BaseException) -> float:
-    """Count the failed attempt, keep its error, set the next attempt; returns when that is (epoch seconds)."""
+SET_ASIDE = "set aside"  # `claimed_by` of a row whose write itself is refused: drains skip it, doctor reports it
+
+
+def _failed(url: str | None, row_id: int, token: str, exc: BaseException) -> float | None:
+    """Count the failed attempt, keep its error, set the next attempt; returns when that is (epoch seconds). A write
+    the stores refuse as such (`InvalidInput`, `NotFound`: retrying cannot help) is set aside instead, so it never
+    holds the instance's later writes back: None. `personalab doctor` reports it; `--repair` tries it again."""
     with session_scope(url) as session:
         row = session.get(OutboxWrite, row_id)
         if row is None or row.claimed_by != token:
             return time.time()
         row.attempts += 1
         row.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        refused = isinstance(exc, InvalidInput | NotFound)
         row.next_attempt_at = time.time() + backoff_s(row.attempts)
-        row.claimed_by, row.claimed_until = None, None
+        row.claimed_by, row.claimed_until = (SET_ASIDE, None) if refused else (None, None)
         session.add(row)
-        return row.next_attempt_at
+        return None if refused else row.next_attempt_at
 
 
 def drain_instance(
@@ -209,8 +217,9 @@ def drain_instance(
         if step is None:
             return {"applied": applied, "failed": failed, "waiting": 0}
         outcome, when = step
-        if outcome == "applied":
-            applied += 1
+        if outcome in ("applied", "set aside"):
+            applied += outcome == "applied"
+            failed += outcome == "set aside"
             continue
         failed += outcome == "failed"
         if when is not None:
@@ -224,12 +233,16 @@ DATABASE_RETRY_S = 5.0
 def _apply_next(
     store: MemoryStore, database_url: str | None, instance_id: int, force: bool
 ) -> tuple[str, float | None] | None:
-    """Apply the instance's oldest queued write: None when there is none, else ("applied" | "failed" | "held",
-    when to try again)."""
+    """Apply the instance's oldest queued write: None when there is none, else ("applied" | "set aside" | "failed" |
+    "held", when to try again)."""
     with session_scope(database_url) as session:
         row = session.exec(
             select(OutboxWrite)
-            .where(col(OutboxWrite.instance_id) == instance_id, col(OutboxWrite.applied_at).is_(None))
+            .where(
+                col(OutboxWrite.instance_id) == instance_id,
+                col(OutboxWrite.applied_at).is_(None),
+                _not_set_aside(),
+            )
             .order_by(col(OutboxWrite.id))
             .limit(1)
         ).first()
@@ -250,6 +263,9 @@ def _apply_next(
             when = _failed(database_url, row.id, token, exc)
         except Exception:  # noqa: BLE001 - the database went too: its claim lapses, the row waits
             when = time.time() + DATABASE_RETRY_S
+        if when is None:
+            log.error("instance %s: queued write %s (%s) refused, set aside: %s", instance_id, row.id, row.key, exc)
+            return "set aside", None  # out of the way: the drain goes on with the next
         log.warning(
             "instance %s: queued write %s (%s) failed, retried in %.0f s: %s",
             instance_id,
@@ -296,11 +312,19 @@ def cancel_retries() -> None:
         _timers.clear()
 
 
+def _not_set_aside() -> Any:
+    return col(OutboxWrite.claimed_by).is_(None) | (col(OutboxWrite.claimed_by) != SET_ASIDE)
+
+
 def pending_instances(database_url: str | None = None) -> list[int]:
-    """Instances with writes not applied yet."""
+    """Instances with writes not applied yet (and not set aside)."""
     with session_scope(database_url) as session:
-        stmt = select(OutboxWrite.instance_id).where(col(OutboxWrite.applied_at).is_(None)).distinct()
+        stmt = select(OutboxWrite.instance_id).where(col(OutboxWrite.applied_at).is_(None), _not_set_aside())
+        stmt = stmt.distinct()
         return sorted(int(i) for i in session.exec(stmt).all())
+
+
+_purged: set[str] = set()
 
 
 def resume_pending(database_url: str | None = None, chroma: str | None = None) -> list[int]:
@@ -309,12 +333,14 @@ def resume_pending(database_url: str | None = None, chroma: str | None = None) -
     ago. Returns the instances. Never raises: a database that cannot be read now is logged (the first turn
     reports it)."""
     try:
-        with session_scope(database_url) as session:
-            session.exec(
-                delete(OutboxWrite).where(
-                    col(OutboxWrite.applied_at).is_not(None), col(OutboxWrite.applied_at) < utcnow() - KEEP_APPLIED
+        if (database_url or "") not in _purged:  # once per process and database: a graph opens many times
+            with session_scope(database_url) as session:
+                session.exec(
+                    delete(OutboxWrite).where(
+                        col(OutboxWrite.applied_at).is_not(None), col(OutboxWrite.applied_at) < utcnow() - KEEP_APPLIED
+                    )
                 )
-            )
+            _purged.add(database_url or "")
         instances = pending_instances(database_url)
     except Exception as exc:  # noqa: BLE001
         log.warning("pending outbox writes not resumed: %s", exc)
@@ -331,6 +357,12 @@ def apply_pending(database_url: str | None = None, chroma: str | None = None) ->
     """Apply every pending write now, in this thread, backoff or not (`doctor --repair`, tests); rows claimed by
     a live process are left to it. Returns the totals."""
     totals = {"applied": 0, "failed": 0, "waiting": 0}
+    with session_scope(database_url) as session:  # the writes set aside get one more try
+        session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by) == SET_ASIDE)
+            .values(claimed_by=None)
+        )
     for instance_id in pending_instances(database_url):
         result = drain_instance(database_url, chroma or chroma_path(), instance_id, force=True)
         for name in totals:
@@ -361,11 +393,15 @@ def pending_summary(database_url: str | None = None) -> dict[str, Any]:
         failing = session.exec(
             select(func.count()).where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.attempts) > 0)
         ).one()
+        set_aside = session.exec(
+            select(func.count()).where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by) == SET_ASIDE)
+        ).one()
     oldest = min((row[2] for row in rows), default=None)
     return {
         "pending": sum(int(row[1]) for row in rows),
         "per_instance": {int(row[0]): int(row[1]) for row in rows},
         "oldest": oldest.isoformat() if oldest is not None else None,
         "failing": int(failing),
+        "set_aside": int(set_aside),
         "last_error": None if last is None else {"key": last[0], "error": last[1], "attempts": last[2]},
     }

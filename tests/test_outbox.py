@@ -283,3 +283,24 @@ def test_a_process_killed_after_the_reply_loses_no_write(data_dir: Path, tmp_pat
     assert any("十二岁" in item["content"] for item in retrieved), retrieved  # from the writes the killed one left
     assert not rows(url, instance, applied=False)
     assert_each_write_once(url, instance)
+
+
+def test_a_write_the_stores_refuse_is_set_aside_and_the_next_ones_go_on(sqlite_url: str) -> None:
+    instance = create_sample_instance(sqlite_url)
+    refused = {"items": [{"content": "", "type": "record", "line_id": 1}]}  # InvalidInput: memory content is empty
+    good = {"items": [{"content": f"莱姆：{FACT}", "type": "record", "line_id": 2, "turn": 1}]}
+    with session_scope(sqlite_url) as session:
+        outbox.queue_writes(
+            session,
+            [
+                outbox.write_row("record", instance, f"record:i{instance}-l1", refused),
+                outbox.write_row("record", instance, f"record:i{instance}-l2", good),
+            ],
+        )
+    assert outbox.drain_instance(sqlite_url, None, instance) == {"applied": 1, "failed": 1, "waiting": 0}
+    assert [m.line_id for m in MemoryStore(db_url=sqlite_url).list_memories(instance, type="record")] == [2]
+    summary = outbox.pending_summary(sqlite_url)
+    assert summary["pending"] == 1 and summary["set_aside"] == 1
+    assert "memory content is empty" in summary["last_error"]["error"]
+    assert outbox.resume_pending(sqlite_url) == []  # not retried on its own
+    assert outbox.apply_pending(sqlite_url)["failed"] == 1  # doctor --repair tries it once more
