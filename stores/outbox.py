@@ -10,8 +10,9 @@ the `outbox` table (`stores.outbox_tables`).
   instance's next turn: read your writes). A drain applies the instance's due rows oldest first and stops at the
   first that fails, so a later write never lands before an earlier one.
 - **Idempotent.** An event is an upsert by its id (`i<instance>-l<line>`); memories, record entries and mention
-  marks mark their row applied in the transaction of their own write (and record entries skip lines already
-  recorded). Chroma's upsert of a memory's vector runs inside that transaction: if Chroma fails nothing is
+  marks mark their row applied in the transaction of their own write; besides, record entries skip lines already
+  recorded, a turn's memories those already stored for its reply line, and mention marks count once per turn, so a
+  row replayed by hand writes nothing twice either. Chroma's upsert of a memory's vector runs inside that transaction: if Chroma fails nothing is
   stored; if the commit fails a vector may be left without its row (an orphan: never returned, since vector hits
   are checked against the database; `personalab doctor --repair` removes it).
 - **Retried with backoff.** A failing row keeps its error, counts the attempt and waits 1, 2, 4 … s (at most
@@ -21,8 +22,8 @@ the `outbox` table (`stores.outbox_tables`).
 - **Claimed, so never applied by two processes at once.** A drain claims a row (`claimed_by`, `claimed_until`:
   one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and marks it applied only while
   the claim is still its own; a row claimed by a live process stops the other's drain of that instance.
-- **Resumed at start-up.** `resume_pending` (graph open in-process, the served graph's load, `personalab doctor
-  --repair`) drains every instance with rows left by a process that died.
+- **Resumed at start-up.** `resume_pending` (graph open in-process, the served graph's load) drains every instance
+  with rows left by a process that died; `apply_pending` (`personalab doctor --repair`) applies them at once.
 """
 
 from __future__ import annotations
