@@ -304,3 +304,26 @@ def test_a_write_the_stores_refuse_is_set_aside_and_the_next_ones_go_on(sqlite_u
     assert "memory content is empty" in summary["last_error"]["error"]
     assert outbox.resume_pending(sqlite_url) == []  # not retried on its own
     assert outbox.apply_pending(sqlite_url)["failed"] == 1  # doctor --repair tries it once more
+
+
+def test_a_write_that_fails_because_the_database_is_down_is_retried_not_set_aside(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from personalab.nodes.rules.errors import StoreUnavailable
+
+    instance = create_sample_instance(sqlite_url)
+    item = {"items": [{"content": f"莱姆：{FACT}", "type": "record", "line_id": 2, "turn": 1}]}
+    with session_scope(sqlite_url) as session:
+        outbox.queue_writes(session, [outbox.write_row("record", instance, f"record:i{instance}-l2", item)])
+
+    def database_down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the database cannot be reached")
+
+    with monkeypatch.context() as down:
+        down.setattr(MemoryStore, "add_memories", database_down)
+        assert outbox.drain_instance(sqlite_url, None, instance) == {"applied": 0, "failed": 1, "waiting": 1}
+    (row,) = rows(sqlite_url, instance, applied=False)
+    assert row.attempts == 1 and row.claimed_by is None and "cannot be reached" in (row.last_error or "")
+    assert row.next_attempt_at > row.created_at.timestamp()  # backoff
+    wait_until(lambda: not rows(sqlite_url, instance, applied=False))  # its retry, once the database is back
+    assert [m.line_id for m in MemoryStore(db_url=sqlite_url).list_memories(instance, type="record")] == [2]
