@@ -5,12 +5,14 @@ stalled) → generate → progress_parse → write_back → review → [maintena
 failure goes from generate to abort_turn → end_turn instead. Served by `langgraph.json` without a checkpointer
 (the server brings the one `stores.checkpoints.make_checkpointer` makes); `compile_turn_graph(saver)` in-process.
 Built by the server, the graph starts the cold-start warm-up (stores/warmup.py) at once, so the first served
-turn's retrieval does not wait for the models, dictionaries and Chroma client to load (issue 11).
+turn's retrieval does not wait for the models, dictionaries and Chroma client to load (issue 11), and resumes the
+writes a stopped server queued and never applied (issue 14, `stores.outbox`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TypeAlias
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -30,6 +32,7 @@ from personalab.nodes.rag_retrieve import rag_retrieve
 from personalab.nodes.review import review
 from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
+from personalab.stores.outbox import resume_pending
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -84,6 +87,8 @@ def start_warm_up() -> None:
     A bad setting or an unusable data directory is only logged here: the first turn reports it."""
     try:
         warm_up_async(chroma_path())
+        # writes queued by a server that stopped before applying them (issue 14), off the server's start
+        threading.Thread(target=resume_pending, args=(None, chroma_path()), name="outbox-resume", daemon=True).start()
     except Exception as exc:  # noqa: BLE001 - building the graph must not fail on what a turn will report
         log.warning("warm-up not started: %s", exc)
 

@@ -24,6 +24,7 @@ from personalab.stores.background import turn_running
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
+from personalab.stores.outbox import resume_pending
 from personalab.stores.saves import create_background, create_role, create_save
 from personalab.stores.turns import branch_story_state, release_held_lock, update_story_state
 from personalab.stores.vectors import chroma_path
@@ -96,6 +97,8 @@ def turn_graph(context: Context | None = None) -> Iterator[tuple[TurnGraph, Cont
     # cold start: the searches' models, dictionaries and store load beside the checkpointer's set-up and the
     # turn's first nodes, not under the retrieval's time cap
     warm_up_async(chroma_path())
+    # writes queued by a process that stopped before applying them (issue 14: durable writes)
+    resume_pending(ctx.database_url, chroma_path())
     with open_checkpointer(ctx.database_url) as saver:
         yield compile_turn_graph(saver), ctx
 

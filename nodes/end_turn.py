@@ -5,7 +5,7 @@ A stored turn's story state (`story_state`) is brought up to date with what the 
 changed, and the instance's turn lock is released, in one transaction: the next turn of the instance starts from
 all of it. Then the work the turn queued on the background writer (its event, memories, index rebuilds, layer
 maintenance; seed 002 事件写入异步执行), held back while the turn ran so it never took the interpreter from the
-reply, may start.
+reply, may start; the last of them prunes the instance's checkpoints to the latest (`stores.checkpoints`).
 
 A turn that raises (a bug, a lost database, Ctrl-C) releases the lock at once, so the instance is free for the
 next turn instead of waiting for the lease; what the failed turn changed in the graph's state is dropped by the
@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.background import turn_ended
+from personalab.stores.checkpoints import prune_after_turn
 from personalab.stores.db import session_scope
 from personalab.stores.turns import drop_turn_lock, release_turn_lock, update_story_state
 
@@ -35,6 +36,8 @@ def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             if token:
                 drop_turn_lock(session, instance_id, token)
     turn_ended(instance_id)
+    # the thread keeps only its latest checkpoint: the story state lives in `story_state` (issue 14)
+    prune_after_turn(instance_id, ctx.database_url)
     return {"lock_token": None}
 
 
@@ -67,4 +70,3 @@ def _release_quietly(instance_id: int, token: str, database_url: str | None) -> 
         release_turn_lock(instance_id, token, database_url)
     except Exception:  # noqa: BLE001
         turn_ended(instance_id)
-

@@ -7,7 +7,6 @@ lost. The turn ends after this node in the `end_turn` node, not here."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
@@ -17,21 +16,12 @@ from personalab.nodes.rules.review.effects import plan_review_effects, relations
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.types import ReviewInput
 from personalab.nodes.state import TurnState, TurnUpdate
-from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
-from personalab.stores.memory import MemoryStore
+from personalab.stores.outbox import apply_soon, queue_writes, write_row
 from personalab.stores.review import save_review_effects
-from personalab.stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
 TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
-
-
-def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]]) -> None:
-    """Write the turn's memories, then rebuild the instance's keyword index now, between turns, so the next
-    turn's retrieval finds it ready instead of rebuilding it on the reply's path."""
-    store.add_memories(instance_id, memories)
-    store.index(instance_id)
 
 
 def review(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -74,13 +64,16 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         # each memory carries the line it came from (the reply's last), so a branch left behind keeps its own
         leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
         memories = [{"line_id": leaf, **item} for item in turn_memories(output, plan, event, turn, state["message"])]
-        # off the reply's path (seed 002: 事件写入异步执行); the store is resolved now, where the turn runs
-        store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
-        run_in_background(remember, store, state["instance_id"], memories, after_turn_of=state["instance_id"])
         with session_scope(ctx.database_url) as session:
             saved = save_review_effects(session, state["instance_id"], plan)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
             suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
+            # the memories are written off the reply's path (seed 002: 事件写入异步执行), durable with the review's
+            # effects: an outbox row in their transaction (issue 14), applied on the instance's writer
+            if memories:
+                key = f"memory:i{state['instance_id']}-l{leaf}"
+                queue_writes(session, [write_row("memory", state["instance_id"], key, {"items": memories})])
+        apply_soon(ctx.database_url, state["instance_id"])
     except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
         log.error("review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}

@@ -3,7 +3,9 @@
 leaves (turn counter, plot, relationship, core memory: `story_state`). The instance stays locked until the turn
 ends (`end_turn`), so the next turn starts from everything this one changed. The turn's event is queued for the
 archival store off the reply's critical path, and the turn's lines (host lines, the user's, the reply's) are
-added to the instance's dialogue record (`nodes.rules.record`: what was said, never faded), each with its line id."""
+added to the instance's dialogue record (`nodes.rules.record`: what was said, never faded), each with its line id.
+Those writes are outbox rows inserted in the reply's transaction (`stores.outbox`, issue 14): stored with the reply,
+applied after it, never lost to a crash or a store that is down."""
 
 from __future__ import annotations
 
@@ -13,20 +15,17 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
-from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
-from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
-from personalab.stores.events import write_event_async
+from personalab.stores.events import event_write
 from personalab.stores.history import get_path_ids
-from personalab.stores.memory import MemoryStore
+from personalab.stores.outbox import apply_soon, queue_writes, write_row
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
-from personalab.stores.vectors import chroma_path
 
 
 def reply_line_rows(segments: list[ReplySegment], character: Character) -> list[dict[str, Any]]:
@@ -72,65 +71,82 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}
             for line in written
         ]
-    write_event_async(
-        turn_event_text(
-            state["turn"], state.get("user_name") or "用户", state["message"], character["name"], state["reply"]
-        ),
-        instance_id=instance_id,
-        character_id=character.get("role_id"),
-        background_id=character.get("background_id"),
-        turn=state["turn"],
-        line_id=written[-1].id,  # the event follows its reply's branch
-    )
-    record_turn_lines(state, ctx.database_url, reply_lines)
-    checked = mark_used_memories(state, ctx.database_url)
+        # the writes that follow the reply (event, dialogue record, mention marks), durable with it (issue 14)
+        queued = turn_writes(state, written[-1].id, reply_lines)
+        queue_writes(session, queued)
+    apply_soon(ctx.database_url, instance_id)
     prefetched = prefetch_next_turn(state, ctx.stall_turns, branch, ctx.database_url)  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {
             "reply_line_ids": [line.id for line in written],
             "director_prefetch": prefetched,
-            "mention_check": checked,
+            "mention_check": next((len(w["payload"]["retrieved"]) for w in queued if w["kind"] == "mention"), 0),
+            "queued_writes": [w["key"] for w in queued],
         },
     }
+
+
+def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The outbox rows of a stored reply: its event for the director (id `i<instance>-l<reply line>`), its lines
+    for the dialogue record, and the mention check of the memories it was given."""
+    instance_id, character = state["instance_id"], state["character"]
+    user_name = state.get("user_name") or "用户"
+    place = f"i{instance_id}-l{reply_line_id}"
+    event = event_write(
+        turn_event_text(state["turn"], user_name, state["message"], character["name"], state["reply"]),
+        instance_id=instance_id,
+        character_id=character.get("role_id"),
+        background_id=character.get("background_id"),
+        turn=state["turn"],
+        line_id=reply_line_id,  # the event follows its reply's branch
+    )
+    rows = [write_row("event", instance_id, f"event:{event['id']}", event)]
+    items = record_turn_lines(state, reply_lines)
+    if items:
+        rows.append(write_row("record", instance_id, f"record:{place}", {"items": items}))
+    check = mention_check(state)
+    if check is not None:
+        rows.append(write_row("mention", instance_id, f"mention:{place}", check))
+    return rows
 
 
 TEMPLATE_WORDS = ("回应",)  # words of the turn memory's own template (`turn_event_text`), in every turn's memory
 
 
-def mark_used_memories(state: TurnState, database_url: str | None) -> int:
-    """Seed 001 MarkMemoryAsMentioned, once the reply is known: the retrieved memories the reply used
-    (`rules.injection.used_memory_ids`) get one more mention. Both the check (jieba keywords of each memory,
-    ~8 ms for 20) and the mark run off the reply's path on the instance's writer (the next turn's retrieval
-    reads them). Memories that were retrieved and not used stay as they were. Returns how many are checked."""
-    retrieved = [item for item in state.get("retrieved") or [] if item.get("kind") == "memory"]
+def mention_check(state: TurnState) -> dict[str, Any] | None:
+    """Seed 001 MarkMemoryAsMentioned, once the reply is known: what the outbox needs to give the retrieved
+    memories the reply used (`rules.injection.used_memory_ids`) one more mention. Both the check (jieba keywords
+    of each memory, ~8 ms for 20) and the mark run off the reply's path on the instance's writer (the next turn's
+    retrieval reads them). Memories that were retrieved and not used stay as they were. None when nothing was
+    retrieved."""
+    retrieved = [
+        {"kind": "memory", "id": item["id"], "content": item.get("content") or ""}
+        for item in state.get("retrieved") or []
+        if item.get("kind") == "memory"
+    ]
     if not retrieved:
-        return 0
-    reply, message = state.get("reply") or "", state.get("message") or ""
-    names = [state["character"]["name"], state.get("user_name") or "用户", *TEMPLATE_WORDS]
-    store = MemoryStore(db_url=database_url, chroma_path=chroma_path())
-    instance_id, turn = state["instance_id"], state["turn"]
-
-    def mark() -> list[int]:
-        used = used_memory_ids(retrieved, reply, message=message, ignore=names)
-        store.mark_mentioned(instance_id, used, turn)
-        return used
-
-    run_in_background(mark, after_turn_of=instance_id)
-    return len(retrieved)
+        return None
+    return {
+        "retrieved": retrieved,
+        "reply": state.get("reply") or "",
+        "message": state.get("message") or "",
+        "ignore": [state["character"]["name"], state.get("user_name") or "用户", *TEMPLATE_WORDS],
+        "turn": state["turn"],
+    }
 
 
-def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: list[dict[str, Any]]) -> None:
-    """Queue this turn's lines for the dialogue record (off the reply's path, on the instance's writer, so the
-    next turn of the instance reads them): the host's and the user's lines (the end of the path read this
-    turn) and the reply's, each with the line before it as context; a line already recorded (the user's line a
-    regenerated reply answers again) is not recorded twice."""
+def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This turn's lines for the dialogue record (applied off the reply's path, on the instance's writer, so the
+    next turn of the instance reads them): the host's and the user's lines (the end of the path read this turn)
+    and the reply's, each with the line before it as context. A line already recorded (the user's line a
+    regenerated reply answers again) is not recorded twice (`stores.outbox`)."""
     history = state.get("history") or []
     count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
     asked = [line for line in history[-count:] if line.get("id") is not None]
     before = history[-count - 1] if len(history) > count else None
     character = state["character"]
-    items = record_items(
+    return record_items(
         [*asked, *reply_lines],
         state["turn"],
         character_role_id=character.get("role_id"),
@@ -138,18 +154,6 @@ def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: l
         user_name=state.get("user_name"),
         previous_line=before,
     )
-    if items:
-        store = MemoryStore(db_url=database_url, chroma_path=chroma_path())
-        run_in_background(_record_new_lines, store, state["instance_id"], items, after_turn_of=state["instance_id"])
-
-
-def _record_new_lines(store: MemoryStore, instance_id: int, items: list[dict[str, Any]]) -> None:
-    """Add the record entries of lines that have none yet: a regenerated reply's user line was recorded with
-    the first reply (and a line whose turn failed before its reply was not), so each line is recorded once."""
-    known = store.recorded_line_ids(instance_id, [item["line_id"] for item in items if item.get("line_id")])
-    fresh = [item for item in items if item.get("line_id") not in known]
-    if fresh:
-        store.add_memories(instance_id, fresh)
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -85,3 +85,112 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
         await saver.setup()  # WAL mode
         await saver.conn.execute(SQLITE_SYNC)
         yield saver
+
+
+# --------------------------------------------------------------------------------------------------
+# Pruning and sizes (issue 14). A turn starts from the story state stored with the last reply on the current
+# branch (`story_state`), and rewinds, swipes and core-memory rollbacks write a new checkpoint from it: only a
+# thread's latest checkpoint is ever read (`get_state`), never its history. So after each turn the thread keeps
+# its latest checkpoint (with its pending writes) and the rest is deleted; branches need no older checkpoint.
+
+
+def prune_after_turn(instance_id: int, url: str | None = None) -> None:
+    """Prune the instance's thread on its background writer once the turn (in-process: with its last checkpoint
+    write) has ended. A failed prune is logged; the next turn's, or `personalab doctor --repair`, does it."""
+    from personalab.stores.background import run_in_background
+
+    run_in_background(prune_thread, thread_id_for(instance_id), url, checkpoint_file(), after_turn_of=instance_id)
+
+
+def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | None = None) -> int:
+    """Delete every checkpoint of `thread_id` but the latest of each namespace, with their pending writes (and,
+    on PostgreSQL, the blobs only they referenced). Returns how many checkpoints were deleted (-1: unknown, on
+    PostgreSQL). Safe while a run appends to the thread: the kept checkpoint is a whole state."""
+    conninfo = _postgres_conninfo(url or database_url())
+    if conninfo:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(conninfo) as saver:
+            saver.prune([thread_id], strategy="keep_latest")
+        return -1
+    sqlite_file = sqlite_file or checkpoint_file()
+    if not sqlite_file.exists():
+        return 0
+    conn = sqlite3.connect(sqlite_file, timeout=30, isolation_level=None)
+    try:
+        if not _sqlite_has_checkpoints(conn):
+            return 0
+        conn.execute("BEGIN IMMEDIATE")
+        deleted = conn.execute(
+            "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id NOT IN"
+            " (SELECT MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns)",
+            (thread_id, thread_id),
+        ).rowcount
+        conn.execute(
+            "DELETE FROM writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE"
+            " c.thread_id = writes.thread_id AND c.checkpoint_ns = writes.checkpoint_ns"
+            " AND c.checkpoint_id = writes.checkpoint_id)",
+            (thread_id,),
+        )
+        conn.execute("COMMIT")
+        return int(deleted)
+    finally:
+        conn.close()
+
+
+def _sqlite_has_checkpoints(conn: sqlite3.Connection) -> bool:
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'").fetchone()
+    return found is not None
+
+
+def checkpoint_sizes(url: str | None = None) -> dict[str, dict[str, int]]:
+    """Per thread: how many checkpoints it has and the bytes they take with their pending writes (and, on
+    PostgreSQL, their channel blobs): {thread id: {"checkpoints", "bytes"}}."""
+    sizes: dict[str, dict[str, int]] = {}
+
+    def add(rows: list[tuple[str, int, int]]) -> None:
+        for thread, count, size in rows:
+            entry = sizes.setdefault(str(thread), {"checkpoints": 0, "bytes": 0})
+            entry["checkpoints"] += int(count)
+            entry["bytes"] += int(size or 0)
+
+    conninfo = _postgres_conninfo(url or database_url())
+    if conninfo:
+        import psycopg
+
+        with psycopg.connect(conninfo) as pg:
+            if pg.execute("SELECT to_regclass('checkpoints')").fetchone() == (None,):
+                return {}
+            add(
+                pg.execute(
+                    "SELECT thread_id, COUNT(*), SUM(pg_column_size(checkpoint) + pg_column_size(metadata))"
+                    " FROM checkpoints GROUP BY thread_id"
+                ).fetchall()
+            )
+            add(
+                pg.execute(
+                    "SELECT thread_id, 0, SUM(COALESCE(LENGTH(blob), 0)) FROM checkpoint_blobs GROUP BY thread_id"
+                ).fetchall()
+            )
+            add(
+                pg.execute(
+                    "SELECT thread_id, 0, SUM(LENGTH(blob)) FROM checkpoint_writes GROUP BY thread_id"
+                ).fetchall()
+            )
+        return sizes
+    if not checkpoint_file().exists():
+        return {}
+    conn = sqlite3.connect(checkpoint_file(), timeout=30)
+    try:
+        if not _sqlite_has_checkpoints(conn):
+            return {}
+        add(
+            conn.execute(
+                "SELECT thread_id, COUNT(*), SUM(LENGTH(checkpoint) + LENGTH(metadata)) FROM checkpoints"
+                " GROUP BY thread_id"
+            ).fetchall()
+        )
+        add(conn.execute("SELECT thread_id, 0, SUM(LENGTH(value)) FROM writes GROUP BY thread_id").fetchall())
+    finally:
+        conn.close()
+    return sizes

@@ -21,7 +21,14 @@ from typing import Any
 from personalab.nodes.rules.errors import StoreUnavailable
 
 # Importing the table modules registers every table on SQLModel.metadata before create_all.
-from personalab.stores import memory_tables, review_tables, tables, turn_tables, worldbook_tables  # noqa: F401
+from personalab.stores import (  # noqa: F401
+    memory_tables,
+    outbox_tables,
+    review_tables,
+    tables,
+    turn_tables,
+    worldbook_tables,
+)
 from personalab.stores.config import database_url
 from sqlalchemy import event, inspect, make_url, text
 from sqlalchemy.engine import Engine, ExceptionContext

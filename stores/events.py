@@ -41,7 +41,9 @@ def story_collection(character_id: int | None, background_id: int | None) -> str
     )
 
 
-def _write(collection: str, text: str, metadata: dict[str, Any], event_id: str, path: str) -> None:
+def write_event(collection: str, text: str, metadata: dict[str, Any], event_id: str, path: str | None = None) -> None:
+    """Store one event now. An upsert by the event's id: writing it twice leaves one event (the outbox applies
+    it at least once)."""
     get_collection(collection, path).add_texts([text], metadatas=[metadata], ids=[event_id])
 
 
@@ -57,7 +59,7 @@ def on_branch(event: dict[str, Any], branch: Collection[int] | None) -> bool:
     return branch is None or not isinstance(line, int) or line in branch
 
 
-def write_event_async(
+def event_write(
     text: str,
     *,
     instance_id: int,
@@ -65,9 +67,9 @@ def write_event_async(
     background_id: int | None,
     turn: int,
     line_id: int | None = None,
-) -> Future[None]:
-    """Queue one event (`line_id`: the reply's last line, which places it on its branch); failures are logged,
-    never raised into the turn."""
+) -> dict[str, Any]:
+    """What `write_event` is given for one turn's event (`line_id`: the reply's last line, which places it on its
+    branch), as JSON-ready data: collection, text, metadata, id."""
     metadata: dict[str, Any] = {
         "instance_id": instance_id,
         "character_id": NO_ID if character_id is None else character_id,
@@ -78,13 +80,35 @@ def write_event_async(
     if line_id is not None:
         metadata["line_id"] = line_id
     collection = story_collection(character_id, background_id)
-    # the store is resolved now, not when the worker runs, so a queued write lands where the turn ran
-    return run_in_background(
-        _write,
-        collection,
+    return {"collection": collection, "text": text, "metadata": metadata, "id": event_id(instance_id, turn, line_id)}
+
+
+def write_event_async(
+    text: str,
+    *,
+    instance_id: int,
+    character_id: int | None,
+    background_id: int | None,
+    turn: int,
+    line_id: int | None = None,
+) -> Future[None]:
+    """Queue one event on the instance's background writer, in memory only (imports, tests; a turn's event goes
+    through the outbox); failures are logged, never raised into the caller."""
+    event = event_write(
         text,
-        metadata,
-        event_id(instance_id, turn, line_id),
+        instance_id=instance_id,
+        character_id=character_id,
+        background_id=background_id,
+        turn=turn,
+        line_id=line_id,
+    )
+    # the store is resolved now, not when the worker runs, so a queued write lands where the caller ran
+    return run_in_background(
+        write_event,
+        event["collection"],
+        event["text"],
+        event["metadata"],
+        event["id"],
         chroma_path(),
         after_turn_of=instance_id,
     )

@@ -85,7 +85,9 @@ def get_path_ids(session: Session, save_id: int) -> list[int]:
         rows = _walk(session, _ID_WALK, {"save_id": save_id, "leaf_line_id": leaf})
         path = _clean_ids(save_id, rows)
         if path is None:  # the slow check names the problem
-            checked: list[tuple[Any, dict[str, Any] | None]] = [(row[2], {"id": row[2], "save_id": row[3]}) for row in rows]
+            checked: list[tuple[Any, dict[str, Any] | None]] = [
+                (row[2], {"id": row[2], "save_id": row[3]}) for row in rows
+            ]
             if rows and rows[0][1] is not None:
                 checked.insert(0, (rows[0][1], None))  # the walk found no line with the root-most line's parent id
             path = [line["id"] for line in _check_path(save_id, leaf, checked, dict.get)]

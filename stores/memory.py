@@ -26,7 +26,7 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -457,6 +457,7 @@ class MemoryStore:
         character_id: int | None = None,
         embeddings: Sequence[Sequence[float]] | np.ndarray | None = None,
         restore: Sequence[Mapping[str, Any]] | None = None,
+        before_commit: Callable[[Session], None] | None = None,
     ) -> list[MemoryEntry]:
         """Store many memories of one character in one transaction (all or nothing).
 
@@ -465,7 +466,10 @@ class MemoryStore:
 
         `embeddings`: the vectors of the memories' stored texts, one per item, when the caller has them
         already (a bulk import or benchmark that embedded its texts once); they must come from the store's
-        embedding model (same dimension as the collection). Without them the texts are embedded here."""
+        embedding model (same dimension as the collection). Without them the texts are embedded here.
+
+        `before_commit(session)` runs in the transaction once the rows and vectors are written (the outbox marks
+        its row applied there, so the memories are stored exactly once)."""
         prepared = [
             prepare_new_memory(item, "" if len(items) == 1 else f"memory {index + 1} of {len(items)}")
             for index, item in enumerate(items)
@@ -515,6 +519,8 @@ class MemoryStore:
             place = (self._chroma_path(), collection_name(instance_id, character))
             for entry, vector in zip(entries, vectors, strict=True):
                 VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
+            if before_commit is not None:
+                before_commit(session)
         return entries
 
     def edit_memory(
@@ -613,17 +619,33 @@ class MemoryStore:
             self._forget_vectors(instance_id, character, [memory_id])
             self._collection(instance_id, character).delete(ids=[str(memory_id)])
 
-    def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None:
+    def mark_mentioned(
+        self,
+        instance_id: int,
+        memory_ids: Sequence[int],
+        turn: int,
+        before_commit: Callable[[Session], None] | None = None,
+        once_per_turn: bool = False,
+    ) -> None:
         """Seed 001 `MarkMemoryAsMentioned`: one more mention at `turn`; the recall also refreshes the
-        memory's activity (see `nodes.rules.memory_layers`). One UPDATE for all ids."""
+        memory's activity (see `nodes.rules.memory_layers`). One UPDATE for all ids; `before_commit(session)`
+        runs in its transaction (see `add_memories`). `once_per_turn`: a memory already mentioned at `turn` is
+        left alone (the outbox's marks, applied at least once)."""
         ids = [int(i) for i in memory_ids]
-        if not ids:
-            return
         turn = _check_turn(turn)
         with session_scope(self._url()) as session:
+            if before_commit is not None:
+                before_commit(session)
+            if not ids:
+                return
+            again = [col(MemoryEntry.last_mentioned_turn).is_(None) | (col(MemoryEntry.last_mentioned_turn) != turn)]
             session.exec(
                 update(MemoryEntry)
-                .where(col(MemoryEntry.id).in_(ids), col(MemoryEntry.instance_id) == instance_id)
+                .where(
+                    col(MemoryEntry.id).in_(ids),
+                    col(MemoryEntry.instance_id) == instance_id,
+                    *(again if once_per_turn else []),
+                )
                 .values(
                     mention_count=MemoryEntry.mention_count + 1,
                     last_mentioned_turn=turn,
@@ -698,6 +720,17 @@ class MemoryStore:
                 col(MemoryEntry.line_id).in_(list(line_ids)),
             )
             return {int(line_id) for line_id in session.exec(stmt).all() if line_id is not None}
+
+    def stored_contents(self, instance_id: int, line_ids: Sequence[int]) -> set[tuple[int | None, str]]:
+        """(line id, content) of the instance's memories made from the lines `line_ids` (the outbox's check that a
+        turn's memories are stored once)."""
+        if not line_ids:
+            return set()
+        with session_scope(self._url()) as session:
+            stmt = select(MemoryEntry.line_id, MemoryEntry.content).where(
+                MemoryEntry.instance_id == instance_id, col(MemoryEntry.line_id).in_(list(line_ids))
+            )
+            return {(line_id, content) for line_id, content in session.exec(stmt).all()}
 
     # ---- retrieval support (used by nodes.rules.retrieval) ------------------------------------------------
 

@@ -84,5 +84,7 @@ def db_url(request: pytest.FixtureRequest) -> str:
 def _dispose(_url: str) -> None:
     """Close the test's connections before its PostgreSQL schema is dropped or its SQLite file removed."""
     from personalab.stores.db import dispose_engines
+    from personalab.stores.outbox import cancel_retries
 
+    cancel_retries()  # a queued write's retry must not reach the next test's database
     dispose_engines()

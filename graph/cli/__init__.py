@@ -15,13 +15,24 @@ import os
 import sys
 from collections.abc import Sequence
 
-from personalab.graph.cli import cards, database, demo, dialogue, library, memory, suggestions, turn, worldbook
+from personalab.graph.cli import (
+    cards,
+    database,
+    demo,
+    dialogue,
+    doctor,
+    library,
+    memory,
+    suggestions,
+    turn,
+    worldbook,
+)
 from personalab.graph.cli.args import check_text_arguments
 from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 from personalab.stores.db import store_unavailable
 
-COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database)
+COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database, doctor)
 
 
 class UsageError(InvalidInput):

@@ -1,0 +1,408 @@
+"""Durable writes (issue 14; seed 002 事件写入异步执行): the store writes a turn queues for after its reply go through
+the `outbox` table (`stores.outbox_tables`).
+
+- **Queued in the turn's transaction.** `queue_writes` inserts the rows (one executemany) in the transaction that
+  stores what they come from: the reply's lines and turn record (`write_back`: the event, the dialogue record, the
+  mention marks), the review's effects (`review`: the turn's memories). A crash after that commit loses none of
+  them; a turn that fails before it queues none.
+- **Applied at least once, in order per instance.** `apply_soon` puts a drain of the instance's rows on the
+  instance's background writer (`stores.background`: after the turn that queued them ends, waited for by the
+  instance's next turn: read your writes). A drain applies the instance's due rows oldest first and stops at the
+  first that fails, so a later write never lands before an earlier one.
+- **Idempotent.** An event is an upsert by its id (`i<instance>-l<line>`); memories, record entries and mention
+  marks mark their row applied in the transaction of their own write; besides, record entries skip lines already
+  recorded, a turn's memories those already stored for its reply line, and mention marks count once per turn, so a
+  row replayed by hand writes nothing twice either. Chroma's upsert of a memory's vector runs inside that transaction: if Chroma fails nothing is
+  stored; if the commit fails a vector may be left without its row (an orphan: never returned, since vector hits
+  are checked against the database; `personalab doctor --repair` removes it).
+- **Retried with backoff.** A failing row keeps its error, counts the attempt and waits 1, 2, 4 … s (at most
+  `MAX_BACKOFF_S`) before the next; this process retries it then. While Chroma or the database is down a turn
+  still plays and its writes wait here. A row the stores refuse as such (`InvalidInput`, `NotFound`) is set aside
+  instead of blocking the instance's later writes; `personalab doctor` reports it and `--repair` tries it again.
+- **Claimed, so never applied by two processes at once.** A drain claims a row (`claimed_by`, `claimed_until`:
+  one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and marks it applied only while
+  the claim is still its own; a row claimed by a live process stops the other's drain of that instance.
+- **Resumed at start-up.** `resume_pending` (graph open in-process, the served graph's load) drains every instance
+  with rows left by a process that died; `apply_pending` (`personalab doctor --repair`) applies them at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.injection import used_memory_ids
+from personalab.stores.background import run_in_background
+from personalab.stores.db import session_scope
+from personalab.stores.events import write_event
+from personalab.stores.memory import MemoryStore
+from personalab.stores.outbox_tables import OutboxWrite
+from personalab.stores.tables import utcnow
+from personalab.stores.vectors import chroma_path
+from sqlalchemy import delete, func, insert, update
+from sqlmodel import Session, col, select
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 300.0  # the longest wait between two attempts of a failing write
+CLAIM_S = 30.0  # how long a claim keeps other processes off a row (a crashed applier's claim lapses then)
+KEEP_APPLIED = timedelta(days=1)  # applied rows are kept this long (what was written, for an operator), then purged
+_PROCESS = uuid.uuid4().hex[:12]  # this process's claims
+
+
+# --------------------------------------------------------------------------------------------------
+# Queueing (in the caller's transaction)
+
+
+def write_row(kind: str, instance_id: int, key: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """One queued write as the outbox row `queue_writes` inserts."""
+    if kind not in APPLIERS:
+        raise ValueError(f"unknown outbox write kind {kind!r}")
+    return {"kind": kind, "instance_id": instance_id, "key": key, "payload": payload}
+
+
+def queue_writes(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert the writes (`write_row`) in the caller's transaction, in one executemany: they commit, or roll
+    back, with what they come from."""
+    if not rows:
+        return
+    now, created = time.time(), utcnow()
+    session.exec(
+        insert(OutboxWrite),
+        params=[{**row, "attempts": 0, "next_attempt_at": now, "created_at": created} for row in rows],
+    )
+
+
+def apply_soon(database_url: str | None, instance_id: int) -> None:
+    """Drain the instance's queued writes on its background writer (once the running turn ends). The Chroma store
+    is resolved now, where the turn runs."""
+    run_in_background(drain_instance, database_url, chroma_path(), instance_id, after_turn_of=instance_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Applying
+
+
+def _apply_event(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    event = row.payload
+    write_event(event["collection"], event["text"], event["metadata"], event["id"], store._chroma_path())
+    with session_scope(store._url()) as session:
+        mark(session)
+
+
+def _apply_memories(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    """The review's memories of one turn, then the keyword index rebuilt between turns (a cache: a failure there
+    is only logged, the next retrieval rebuilds it)."""
+    items = row.payload["items"]
+    # a turn's memories carry its reply's line: those already stored for it (by hand-replayed rows) stay single
+    lines = [item["line_id"] for item in items if item.get("line_id") is not None]
+    stored = store.stored_contents(row.instance_id, lines)
+    fresh = [item for item in items if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored]
+    if fresh:
+        store.add_memories(row.instance_id, fresh, before_commit=mark)
+    else:
+        with session_scope(store._url()) as session:
+            mark(session)
+    try:
+        store.index(row.instance_id)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("instance %s: keyword index not rebuilt after its memories: %s", row.instance_id, exc)
+
+
+def _apply_record(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    """Record entries of the turn's lines that have none yet (a regenerated reply's user line was recorded with
+    the first reply), so each line is recorded once."""
+    items = row.payload["items"]
+    known = store.recorded_line_ids(row.instance_id, [item["line_id"] for item in items if item.get("line_id")])
+    fresh = [item for item in items if item.get("line_id") not in known]
+    if fresh:
+        store.add_memories(row.instance_id, fresh, before_commit=mark)
+    else:
+        with session_scope(store._url()) as session:
+            mark(session)
+
+
+def _apply_mentions(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    """Seed 001 MarkMemoryAsMentioned: the retrieved memories the reply used get one more mention."""
+    data = row.payload
+    used = used_memory_ids(data["retrieved"], data["reply"], message=data["message"], ignore=data["ignore"])
+    store.mark_mentioned(row.instance_id, used, data["turn"], before_commit=mark, once_per_turn=True)
+
+
+APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
+    "event": _apply_event,
+    "memory": _apply_memories,
+    "record": _apply_record,
+    "mention": _apply_mentions,
+}
+
+
+class ClaimLost(RuntimeError):
+    """Another process took the row over (this one's claim lapsed): what this one wrote is rolled back."""
+
+
+def _marker(row_id: int, token: str) -> Callable[[Session], None]:
+    def mark(session: Session) -> None:
+        done = session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id) == row_id, col(OutboxWrite.claimed_by) == token)
+            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
+        )
+        if not done.rowcount:
+            raise ClaimLost(f"outbox write {row_id} was claimed by another process")
+
+    return mark
+
+
+def backoff_s(attempts: int) -> float:
+    """The wait after the `attempts`-th failure: 1, 2, 4 … s, at most MAX_BACKOFF_S."""
+    return float(min(MAX_BACKOFF_S, 2 ** max(0, attempts - 1)))
+
+
+def _claim(url: str | None, row_id: int, token: str, now: float, force: bool) -> bool:
+    due = [col(OutboxWrite.id) == row_id, col(OutboxWrite.applied_at).is_(None)]
+    free = (col(OutboxWrite.claimed_until).is_(None)) | (col(OutboxWrite.claimed_until) < now)
+    with session_scope(url) as session:
+        result = session.exec(
+            update(OutboxWrite)
+            .where(*due, free, *([] if force else [col(OutboxWrite.next_attempt_at) <= now]))
+            .values(claimed_by=token, claimed_until=now + CLAIM_S)
+        )
+        return bool(result.rowcount)
+
+
+SET_ASIDE = "set aside"  # `claimed_by` of a row whose write itself is refused: drains skip it, doctor reports it
+
+
+def _failed(url: str | None, row_id: int, token: str, exc: BaseException) -> float | None:
+    """Count the failed attempt, keep its error, set the next attempt; returns when that is (epoch seconds). A write
+    the stores refuse as such (`InvalidInput`, `NotFound`: retrying cannot help) is set aside instead, so it never
+    holds the instance's later writes back: None. `personalab doctor` reports it; `--repair` tries it again."""
+    with session_scope(url) as session:
+        row = session.get(OutboxWrite, row_id)
+        if row is None or row.claimed_by != token:
+            return time.time()
+        row.attempts += 1
+        row.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        refused = isinstance(exc, InvalidInput | NotFound)
+        row.next_attempt_at = time.time() + backoff_s(row.attempts)
+        row.claimed_by, row.claimed_until = (SET_ASIDE, None) if refused else (None, None)
+        session.add(row)
+        return None if refused else row.next_attempt_at
+
+
+def drain_instance(
+    database_url: str | None, chroma: str | None, instance_id: int, *, force: bool = False
+) -> dict[str, Any]:
+    """Apply the instance's queued writes oldest first, until none is left or one cannot be applied now (failed:
+    retried after its backoff; claimed by another live process; not due yet). `force`: do not wait for the
+    backoff (`doctor --repair`). Returns {"applied", "failed", "waiting"}. A database that cannot be reached is
+    tried again after DATABASE_RETRY_S."""
+    store = MemoryStore(db_url=database_url, chroma_path=chroma)
+    applied, failed = 0, 0
+    while True:
+        try:
+            step = _apply_next(store, database_url, instance_id, force)
+        except Exception as exc:  # noqa: BLE001 - the database is down: the rows wait in it
+            log.warning(
+                "instance %s: queued writes not read (retried in %.0f s): %s", instance_id, DATABASE_RETRY_S, exc
+            )
+            _retry_at(database_url, chroma, instance_id, time.time() + DATABASE_RETRY_S)
+            return {"applied": applied, "failed": failed + 1, "waiting": 1}
+        if step is None:
+            return {"applied": applied, "failed": failed, "waiting": 0}
+        outcome, when = step
+        if outcome in ("applied", "set aside"):
+            applied += outcome == "applied"
+            failed += outcome == "set aside"
+            continue
+        failed += outcome == "failed"
+        if when is not None:
+            _retry_at(database_url, chroma, instance_id, when)
+        return {"applied": applied, "failed": failed, "waiting": 1}
+
+
+DATABASE_RETRY_S = 5.0
+
+
+def _apply_next(
+    store: MemoryStore, database_url: str | None, instance_id: int, force: bool
+) -> tuple[str, float | None] | None:
+    """Apply the instance's oldest queued write: None when there is none, else ("applied" | "set aside" | "failed" |
+    "held", when to try again)."""
+    with session_scope(database_url) as session:
+        row = session.exec(
+            select(OutboxWrite)
+            .where(
+                col(OutboxWrite.instance_id) == instance_id,
+                col(OutboxWrite.applied_at).is_(None),
+                _not_set_aside(),
+            )
+            .order_by(col(OutboxWrite.id))
+            .limit(1)
+        ).first()
+    if row is None or row.id is None:
+        return None
+    now = time.time()
+    token = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
+    if not _claim(database_url, row.id, token, now, force):
+        # another process applies it (come back when its claim lapses), or it waits for its backoff
+        claimed = row.claimed_until if row.claimed_until is not None and row.claimed_until >= now else None
+        if force:
+            return "held", None
+        return "held", max(row.next_attempt_at, claimed or 0.0)
+    try:
+        APPLIERS[row.kind](store, row, _marker(row.id, token))
+    except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
+        try:
+            when = _failed(database_url, row.id, token, exc)
+        except Exception:  # noqa: BLE001 - the database went too: its claim lapses, the row waits
+            when = time.time() + DATABASE_RETRY_S
+        if when is None:
+            log.error("instance %s: queued write %s (%s) refused, set aside: %s", instance_id, row.id, row.key, exc)
+            return "set aside", None  # out of the way: the drain goes on with the next
+        log.warning(
+            "instance %s: queued write %s (%s) failed, retried in %.0f s: %s",
+            instance_id,
+            row.id,
+            row.key,
+            max(0.0, when - time.time()),
+            exc,
+        )
+        return "failed", when
+    return "applied", None
+
+
+# One retry timer per (database, instance): the earliest time its drain is wanted again.
+_timers: dict[tuple[str, int], tuple[float, threading.Timer]] = {}
+_timers_lock = threading.Lock()
+
+
+def _retry_at(database_url: str | None, chroma: str | None, instance_id: int, when: float) -> None:
+    key = (database_url or "", instance_id)
+    with _timers_lock:
+        kept = _timers.get(key)
+        if kept is not None and kept[0] <= when and kept[1].is_alive():
+            return
+        if kept is not None:
+            kept[1].cancel()
+
+        def fire() -> None:
+            with _timers_lock:
+                if _timers.get(key, (0.0, None))[1] is timer:
+                    del _timers[key]
+            run_in_background(drain_instance, database_url, chroma, instance_id, after_turn_of=instance_id)
+
+        timer = threading.Timer(max(0.05, when - time.time()), fire)
+        timer.daemon = True
+        _timers[key] = (when, timer)
+        timer.start()
+
+
+def cancel_retries() -> None:
+    """Stop this process's retry timers (tests that drop their database)."""
+    with _timers_lock:
+        for _, timer in _timers.values():
+            timer.cancel()
+        _timers.clear()
+
+
+def _not_set_aside() -> Any:
+    return col(OutboxWrite.claimed_by).is_(None) | (col(OutboxWrite.claimed_by) != SET_ASIDE)
+
+
+def pending_instances(database_url: str | None = None) -> list[int]:
+    """Instances with writes not applied yet (and not set aside)."""
+    with session_scope(database_url) as session:
+        stmt = select(OutboxWrite.instance_id).where(col(OutboxWrite.applied_at).is_(None), _not_set_aside())
+        stmt = stmt.distinct()
+        return sorted(int(i) for i in session.exec(stmt).all())
+
+
+_purged: set[str] = set()
+
+
+def resume_pending(database_url: str | None = None, chroma: str | None = None) -> list[int]:
+    """At start-up: queue a drain of every instance with writes left by a process that stopped before applying
+    them (a row another live process is applying is left to it), and purge rows applied more than KEEP_APPLIED
+    ago. Returns the instances. Never raises: a database that cannot be read now is logged (the first turn
+    reports it)."""
+    try:
+        if (database_url or "") not in _purged:  # once per process and database: a graph opens many times
+            with session_scope(database_url) as session:
+                session.exec(
+                    delete(OutboxWrite).where(
+                        col(OutboxWrite.applied_at).is_not(None), col(OutboxWrite.applied_at) < utcnow() - KEEP_APPLIED
+                    )
+                )
+            _purged.add(database_url or "")
+        instances = pending_instances(database_url)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("pending outbox writes not resumed: %s", exc)
+        return []
+    path = chroma or chroma_path()
+    for instance_id in instances:
+        run_in_background(drain_instance, database_url, path, instance_id, after_turn_of=instance_id)
+    if instances:
+        log.info("resuming the queued writes of %d instance(s)", len(instances))
+    return instances
+
+
+def apply_pending(database_url: str | None = None, chroma: str | None = None) -> dict[str, Any]:
+    """Apply every pending write now, in this thread, backoff or not (`doctor --repair`, tests); rows claimed by
+    a live process are left to it. Returns the totals."""
+    totals = {"applied": 0, "failed": 0, "waiting": 0}
+    with session_scope(database_url) as session:  # the writes set aside get one more try
+        session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by) == SET_ASIDE)
+            .values(claimed_by=None)
+        )
+    for instance_id in pending_instances(database_url):
+        result = drain_instance(database_url, chroma or chroma_path(), instance_id, force=True)
+        for name in totals:
+            totals[name] += result[name]
+    return totals
+
+
+def pending_summary(database_url: str | None = None) -> dict[str, Any]:
+    """What is queued and not applied: count, per instance, the oldest, how many failed at least once and the
+    latest error (`personalab doctor`)."""
+    with session_scope(database_url) as session:
+        rows = session.exec(
+            select(
+                OutboxWrite.instance_id,
+                func.count(),
+                func.min(OutboxWrite.created_at),
+                func.max(OutboxWrite.attempts),
+            )
+            .where(col(OutboxWrite.applied_at).is_(None))
+            .group_by(col(OutboxWrite.instance_id))
+        ).all()
+        last = session.exec(
+            select(OutboxWrite.key, OutboxWrite.last_error, OutboxWrite.attempts)
+            .where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.last_error).is_not(None))
+            .order_by(col(OutboxWrite.id).desc())
+            .limit(1)
+        ).first()
+        failing = session.exec(
+            select(func.count()).where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.attempts) > 0)
+        ).one()
+        set_aside = session.exec(
+            select(func.count()).where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by) == SET_ASIDE)
+        ).one()
+    oldest = min((row[2] for row in rows), default=None)
+    return {
+        "pending": sum(int(row[1]) for row in rows),
+        "per_instance": {int(row[0]): int(row[1]) for row in rows},
+        "oldest": oldest.isoformat() if oldest is not None else None,
+        "failing": int(failing),
+        "set_aside": int(set_aside),
+        "last_error": None if last is None else {"key": last[0], "error": last[1], "attempts": last[2]},
+    }
