@@ -1,7 +1,7 @@
 """The review node (seed 003 与 CharacterRuntime 集成: after every turn), once the reply is stored: review the turn
 with `rules.review.pipeline` (rule or LLM mode, `Context.review_mode`), then apply what `rules.review.effects`
 plans — the relationship in the graph state, the turn's memories, a plot node, a pending world-book
-suggestion. A failing review is logged and reported in `debug.review`; the turn, already stored, is never
+suggestion; the memories, the plot node and the suggestion carry the turn's reply line (its branch). A failing review is logged and reported in `debug.review`; the turn, already stored, is never
 lost. The turn ends after this node in the `end_turn` node, not here."""
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
         run_in_background(remember, store, state["instance_id"], memories, after_turn_of=state["instance_id"])
         with session_scope(ctx.database_url) as session:
-            saved = save_review_effects(session, state["instance_id"], plan)
+            # the plot node and the suggestion belong to the reply's branch too (seed 000's tree)
+            saved = save_review_effects(session, state["instance_id"], plan, line_id=leaf)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
             suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
     except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
