@@ -194,7 +194,8 @@ def line_forks(session: Session, save_id: int, line_ids: Sequence[int]) -> set[i
         .group_by(table.c.parent_line_id)
         .having(func.count() > 1)
     )
-    return {int(line_id) for (line_id,) in session.connection().execute(stmt).all()}
+    rows: list[Any] = list(session.connection().execute(stmt).all())
+    return {int(line_id) for (line_id,) in rows}
 
 
 def lines_on_current_branches(session: Session, wanted: Mapping[int, Collection[int]]) -> dict[int, set[int]]:
