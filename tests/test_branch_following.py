@@ -134,6 +134,17 @@ def test_a_regenerated_turns_plot_node_and_suggestion_do_not_overwrite_the_other
         assert [str(e.id) for e in entries] == [str(approved.worldbook_entry_id)]
         assert [x.status for x in list_suggestions(s, instance)] == ["pending"]  # this branch's own, still pending
 
+    # an exported and imported copy keeps each node on its branch: the lines map to the copy's lines
+    from personalab.graph import api
+
+    copy = api.import_instance_data(api.export_instance_data(instance, database_url=db_url), database_url=db_url)
+    with session_scope(db_url) as s:
+        copied = list_plot_nodes(s, copy.instance.id, all_branches=True)
+        (current,) = list_plot_nodes(s, copy.instance.id)
+        assert len(copied) == 2 and None not in {n.line_id for n in copied}
+        assert not {n.line_id for n in copied} & {first_line, again_line}
+        assert current.summary == next(n.summary for n in list_plot_nodes(s, instance))
+
 
 # --- 3. memory layers: capacity, decay and fading count the current branch's memories -----------------------------
 
