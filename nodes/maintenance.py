@@ -96,7 +96,12 @@ def maintain_layers(
     the step deletes them; no model call is made inside a transaction. A failing summariser is logged and the
     labelled extractive summary is stored instead. The fading memories are summarised per branch of the
     dialogue tree (seed 000): `memory_layers.summary_groups` groups them and gives each summary the line it is
-    retrieved under, so what an abandoned branch remembered stays on that branch and comes back with it."""
+    retrieved under, so what an abandoned branch remembered stays on that branch and comes back with it.
+
+    Only the current branch's memories (and those without a line) flow (`MemoryStore.maintenance`): a branch the
+    user left neither takes room in this branch's layers nor decays meanwhile; its memories are maintained
+    when it is current again. What lies above a fork is summarised at or above the fork (`forks`), so the other
+    branches through it keep it."""
     summaries: dict[int, list[tuple[int | None, list[tuple[int, str, int]]]]] = {}
     with store.maintenance(instance_id, turn) as batch:
         plans = {
@@ -108,8 +113,10 @@ def maintain_layers(
             parents = batch.line_parents(
                 line for rows in faded.values() for (_content, _turn, line) in rows.values() if line is not None
             )
+            forks = batch.forks(parents)  # the other branches through these lines still hold what lies above
             for character, rows in faded.items():
-                groups = summary_groups({memory_id: line for memory_id, (_c, _t, line) in rows.items()}, parents)
+                memory_lines = {memory_id: line for memory_id, (_c, _t, line) in rows.items()}
+                groups = summary_groups(memory_lines, parents, forks)
                 summaries[character] = [
                     (tag, sorted(((i, rows[i][0], rows[i][1]) for i in ids), key=lambda row: (row[2], row[0])))
                     for tag, ids in groups.items()

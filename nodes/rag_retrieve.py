@@ -3,6 +3,7 @@ world book and the knowledge library, fused into one injection under the retriev
 
 - memories: `nodes.retrieval.retrieve` — BM25, vector, tag and world-book paths over this instance only,
   fused, then scene-weighted scoring, mention penalty, dedupe against what the character said recently, every item with its breakdown;
+  each path keeps to the memories of the branch the turn continues (`BranchMemories`, seed 000's tree);
 - world book (seed 004): keyword / semantic / temporal / emotional triggers on the recent lines;
 - knowledge library (seed 001 常识知识库): global and per-character entries by relevance;
 - injection (seed 001 智能注入): guidelines → world knowledge → character memories, one budget, what was
@@ -14,7 +15,7 @@ without it and the debug output says why.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -31,16 +32,23 @@ from personalab.nodes.rules.injection import (
     repeats_recent_dialogue,
     time_ago,
 )
-from personalab.nodes.rules.keywords import tokenize
+from personalab.nodes.rules.keywords import MatchText, tokenize
 from personalab.nodes.rules.knowledge import select_knowledge
-from personalab.nodes.rules.retrieval import CandidatePath, PathHit, PathQuery, RetrievalConfig, retrieve
+from personalab.nodes.rules.retrieval import (
+    CandidatePath,
+    KeywordIndex,
+    PathHit,
+    PathQuery,
+    RetrievalConfig,
+    retrieve,
+)
 from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
-from personalab.stores.memory import MemoryStore
+from personalab.stores.memory import MemoryRow, MemoryStore
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import (
@@ -87,7 +95,99 @@ def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
     return blocks
 
 
-def worldbook_path(store: MemoryStore, fired: Sequence[TriggeredEntry]) -> CandidatePath:
+# How deep a candidate path is read for memories of the current branch: at most this many times its limit.
+REFILL_DEPTH = 32
+
+Hits = Sequence[tuple[int, float]]
+
+
+class BranchMemories:
+    """The instance's memory store as the branch a turn continues sees it (seed 000's tree: what was remembered or
+    said on a branch the user left — a regenerated reply, an edited line, a rewind — is not this branch's past and
+    comes back with its branch). Every candidate path (BM25, vector, tags, world book) skips the memories whose
+    line is not on `branch` before it is cut to its limit, and reads further down its own ranking (twice as deep
+    each time, at most `REFILL_DEPTH` × the limit) until it has its limit of hits on the branch or runs out: a
+    large abandoned branch cannot crowd the current one out. Memories without a line are on every branch.
+    What was skipped is in `off_branch` (ids, first seen first). The rows read to tell the line are kept and
+    serve `load`, so the scoring reads no memory twice."""
+
+    def __init__(self, store: MemoryStore, instance_id: int, branch: set[int]) -> None:
+        self.store = store
+        self.instance_id = instance_id
+        self.branch = branch
+        self.rows: dict[int, MemoryRow] = {}
+        self.off_branch: list[int] = []
+        self._skipped: set[int] = set()
+
+    def on_branch(self, search: Callable[[int], Hits], n: int) -> list[tuple[int, float]]:
+        """The first `n` hits of `search` (a path asked for its best m) on the branch, best first."""
+        if n <= 0:
+            return []
+        asked = n
+        while True:
+            hits = list(search(asked))
+            self.load(self.instance_id, [memory_id for memory_id, _score in hits])
+            kept = [(memory_id, score) for memory_id, score in hits if self._here(memory_id)]
+            if len(kept) >= n or len(hits) < asked or asked >= REFILL_DEPTH * n:
+                return kept[:n]
+            asked = min(2 * asked, REFILL_DEPTH * n)
+
+    def _here(self, memory_id: int) -> bool:
+        row = self.rows.get(memory_id)
+        if row is None or row.line_id is None or row.line_id in self.branch:
+            return True  # a memory not found is dropped by the retrieval itself
+        if memory_id not in self._skipped:
+            self._skipped.add(memory_id)
+            self.off_branch.append(memory_id)
+        return False
+
+    # what `rules.retrieval.retrieve` needs of a store (`MemorySource`)
+
+    def index(self, instance_id: int, character_id: int | None = None) -> BranchIndex:
+        return BranchIndex(self.store.index(instance_id, character_id), self)
+
+    def embed_query(self, text: str) -> Any:
+        return self.store.embed_query(text)
+
+    def vector_search(self, instance_id: int, character_id: int, embedding: Any, n: int) -> list[tuple[int, float]]:
+        return self.on_branch(lambda m: self.store.vector_search(instance_id, character_id, embedding, m), n)
+
+    def embeddings(
+        self,
+        instance_id: int,
+        character_id: int,
+        memory_ids: Sequence[int],
+        documents: Mapping[int, str] | None = None,
+    ) -> Mapping[int, Any]:
+        return self.store.embeddings(instance_id, character_id, memory_ids, documents)
+
+    def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
+        missing = [memory_id for memory_id in memory_ids if memory_id not in self.rows]
+        if missing:
+            self.rows.update(self.store.load(instance_id, missing))
+        return {memory_id: self.rows[memory_id] for memory_id in memory_ids if memory_id in self.rows}
+
+    def mark_mentioned(self, instance_id: int, memory_ids: Sequence[int], turn: int) -> None:
+        self.store.mark_mentioned(instance_id, memory_ids, turn)
+
+
+class BranchIndex:
+    """A character's keyword and tag index whose searches keep to the branch (`BranchMemories.on_branch`)."""
+
+    def __init__(self, index: KeywordIndex, memories: BranchMemories) -> None:
+        self.index = index
+        self.memories = memories
+        self.character_id = index.character_id
+        self.latest_turn = index.latest_turn
+
+    def bm25_search(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
+        return self.memories.on_branch(lambda m: self.index.bm25_search(tokens, m), n)
+
+    def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> list[tuple[int, float]]:
+        return self.memories.on_branch(lambda m: self.index.tag_search(context, tags, m), n)
+
+
+def worldbook_path(store: BranchMemories, fired: Sequence[TriggeredEntry]) -> CandidatePath:
     """The world-book candidate path (seed 004: 基于世界书触发机制的记忆): the keywords of the entries that
     fired this turn pull in the memories that share them, as one more path fused with BM25, vector and tags."""
     tokens = [token for item in fired for keyword in item.entry.keywords for token in tokenize(keyword)]
@@ -125,7 +225,8 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     )
     config = settings.config(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
-    store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+    # seed 000's tree: the paths keep to this branch's memories before they are cut (see `BranchMemories`)
+    store = BranchMemories(MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()), instance_id, branch)
     memories = retrieve(
         store,
         instance_id,
@@ -145,14 +246,10 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         item["id"] for item in found["items"] if repeats_recent_dialogue(item, turn=turn, window_turns=ctx.recall_turns)
     ]
     items = [item for item in found["items"] if item["id"] not in in_dialogue or item["kind"] != "memory"]
-    # seed 000's tree: what was said or remembered on a branch the user left (a regenerated reply, an edited line,
-    # a rewind) is not this branch's past; it comes back with its branch
-    off_branch = [item["id"] for item in items if item.get("line_id") is not None and item["line_id"] not in branch]
-    items = [item for item in items if item["id"] not in off_branch]
     found["items"] = items[: ctx.rag_results]
     found["in_recent_dialogue"] = in_dialogue
-    found["off_branch"] = off_branch
-    stored_at = store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
+    found["off_branch"] = store.off_branch  # found by a path, left out: written on a branch the user left
+    stored_at = store.store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
     now = datetime.now(UTC)
     injection = build_injection(
         knowledge=select_knowledge(

@@ -1,7 +1,7 @@
 """The review node (seed 003 与 CharacterRuntime 集成: after every turn), once the reply is stored: review the turn
 with `rules.review.pipeline` (rule or LLM mode, `Context.review_mode`), then apply what `rules.review.effects`
 plans — the relationship in the graph state, the turn's memories, a plot node, a pending world-book
-suggestion. A failing review is logged and reported in `debug.review`; the turn, already stored, is never
+suggestion; the memories, the plot node and the suggestion carry the turn's reply line (its branch). A failing review is logged and reported in `debug.review`; the turn, already stored, is never
 lost. The turn ends after this node in the `end_turn` node, not here."""
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
         memories = [{"line_id": leaf, **item} for item in turn_memories(output, plan, event, turn, state["message"])]
         with session_scope(ctx.database_url) as session:
-            saved = save_review_effects(session, state["instance_id"], plan)
+            # the plot node and the suggestion belong to the reply's branch too (seed 000's tree)
+            saved = save_review_effects(session, state["instance_id"], plan, line_id=leaf)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
             suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
             # the memories are written off the reply's path (seed 002: 事件写入异步执行), durable with the review's

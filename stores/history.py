@@ -184,6 +184,22 @@ def line_parents(session: Session, save_id: int, line_ids: Sequence[int]) -> dic
     return {int(line_id): None if parent is None else int(parent) for line_id, parent in rows}
 
 
+def line_forks(session: Session, save_id: int, line_ids: Sequence[int]) -> set[int]:
+    """Which of the lines `line_ids` of instance `save_id` have more than one child line: where the dialogue tree
+    branches (a regenerated reply, an edited line, a turn played again after a rewind)."""
+    if not line_ids:
+        return set()
+    table = Line.__table__  # type: ignore[attr-defined]
+    stmt = (
+        select(table.c.parent_line_id)
+        .where(table.c.save_id == save_id, table.c.parent_line_id.in_(list(line_ids)))
+        .group_by(table.c.parent_line_id)
+        .having(func.count() > 1)
+    )
+    rows: list[Any] = list(session.connection().execute(stmt).all())
+    return {int(line_id) for (line_id,) in rows}
+
+
 def lines_on_current_branches(session: Session, wanted: Mapping[int, Collection[int]]) -> dict[int, set[int]]:
     """Which of the lines `wanted[instance]` are on that instance's current branch (the path from the root to its
     leaf, `get_path_ids`), for several instances in one recursive query: the director's reference layer keeps

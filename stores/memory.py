@@ -50,7 +50,7 @@ from personalab.nodes.rules.memory_layers import (
 )
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import session_scope
-from personalab.stores.history import line_parents
+from personalab.stores.history import get_path_ids, line_forks, line_parents
 from personalab.stores.memory_index import (
     BM25_B,
     BM25_K1,
@@ -244,6 +244,7 @@ class MaintenanceReport:
     transitions: tuple[Transition, ...] = ()
     deleted: tuple[int, ...] = ()
     counts: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # character → layer → count
+    off_branch: int = 0  # memories of other branches, left as they are (see `MemoryStore.maintenance`)
 
 
 # What the layer flow reads of a memory, in `LayerMemory`'s order (+ the type, for Chroma's metadata).
@@ -260,6 +261,7 @@ _LAYER_COLUMNS: tuple[Any, ...] = (
     MemoryEntry.user_edited,
     MemoryEntry.last_mentioned_turn,
     MemoryEntry.type,
+    MemoryEntry.line_id,
 )
 
 
@@ -274,6 +276,7 @@ class MaintenanceBatch:
     memories: Mapping[int, Sequence[LayerMemory]]  # character → its memories
     types: Mapping[int, str]  # memory id → type
     session: Session
+    off_branch: int = 0  # memories of branches the user left: not loaded, left as they are
     transitions: list[Transition] = field(default_factory=list)
     deleted: list[int] = field(default_factory=list)
     counts: dict[int, Mapping[str, int]] = field(default_factory=dict)
@@ -325,9 +328,19 @@ class MaintenanceBatch:
         event-log summaries are grouped by), in this step's transaction."""
         return line_parents(self.session, self.instance_id, sorted(set(line_ids)))
 
+    def forks(self, line_ids: Iterable[int]) -> set[int]:
+        """Which of the instance's lines `line_ids` have more than one child (where the dialogue tree branches), in
+        this step's transaction."""
+        return line_forks(self.session, self.instance_id, sorted(set(line_ids)))
+
     def report(self) -> MaintenanceReport:
         return MaintenanceReport(
-            self.instance_id, self.turn, tuple(self.transitions), tuple(self.deleted), dict(self.counts)
+            self.instance_id,
+            self.turn,
+            tuple(self.transitions),
+            tuple(self.deleted),
+            dict(self.counts),
+            self.off_branch,
         )
 
 
@@ -820,7 +833,13 @@ class MemoryStore:
         character as `LayerMemory` values (`batch.memories`), as of `batch.turn` (default: the latest memory
         turn of the instance). The caller gives each character's `MaintenancePlan` to `batch.apply`; the
         plans are written to the database and Chroma in this one transaction when the block ends (an
-        exception in it writes nothing). `InstanceNotFound` / `InvalidInput` before anything is read."""
+        exception in it writes nothing). `InstanceNotFound` / `InvalidInput` before anything is read.
+
+        Only the memories of the current branch (seed 000's tree: a line on the path from the root to the
+        instance's leaf) and those without a line are loaded: the turn counter follows the branch, and a branch
+        the user left neither takes room in this branch's layers nor decays, moves or fades with it. Its
+        memories stay as they are until it is current again (`batch.off_branch` counts them); their activity
+        turns are of their own branch's turns, so the flow picks them up from there."""
         if turn is not None:
             turn = _check_turn(turn)
         with session_scope(self._url()) as session:
@@ -831,10 +850,14 @@ class MemoryStore:
                     MemoryEntry.instance_id == instance_id, MemoryEntry.type != MemoryType.RECORD.value
                 )
             ).all()
+            branch = set(get_path_ids(session, instance_id))
+            here = [row for row in rows if row[-1] is None or row[-1] in branch]
             memories: dict[int, list[LayerMemory]] = {}
             types: dict[int, str] = {}
-            for row in rows:
-                memory_id, character, layer, importance, activity, a_turn, since, m_turn, pin, edited, last, kind = row
+            for row in here:
+                memory_id, character, layer, importance, activity, a_turn, since, m_turn, pin, edited, last, kind = row[
+                    :-1
+                ]
                 types[memory_id] = kind
                 memories.setdefault(character, []).append(
                     LayerMemory(
@@ -850,8 +873,8 @@ class MemoryStore:
                         last_mentioned_turn=last,
                     )
                 )
-            now = turn if turn is not None else max((row[7] for row in rows), default=0)
-            batch = MaintenanceBatch(instance_id, now, memories, types, session)
+            now = turn if turn is not None else max((row[7] for row in here), default=0)
+            batch = MaintenanceBatch(instance_id, now, memories, types, session, off_branch=len(rows) - len(here))
             yield batch
             self._write_maintenance(session, batch)
 

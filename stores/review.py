@@ -1,16 +1,22 @@
 """What a post-turn review (seed 003) leaves behind in the database: plot nodes and world-book suggestions.
 
-Plot nodes (seed 003 剧情更新): `record_plot_node` stores one node per instance and turn — recording the same
-turn again (a retried or regenerated turn) replaces it, so the director never sees a turn twice;
-`list_plot_nodes` returns them in turn order.
+Both belong to the branch of the reviewed turn (seed 000's tree): they carry the turn's reply line (`line_id`),
+and listing them for an instance gives its current branch's (the path from the root to its leaf; rows without a
+line, from before lines were kept, are on every branch) unless `all_branches` is asked. A regenerated, edited
+or rewound turn writes its own rows beside the other branch's; a swipe back shows that branch's again.
+
+Plot nodes (seed 003 剧情更新): `record_plot_node` stores one node per reply line — recording the same line
+again (a retried review) replaces it; `list_plot_nodes` returns them in turn order. They are for the host to
+read: nothing in the turn graph reads them back (the director steers by the outline and the archived events).
 
 World-book suggestions (seed 003 世界书更新): the review only proposes; nothing reaches the world book until
 a person approves. `create_suggestion` stores a pending proposal (validated as a world-book entry right
-away, so approving it cannot fail on its content; a pending proposal for the same instance and turn is
+away, so approving it cannot fail on its content; a pending proposal for the same reply line is
 replaced rather than duplicated). `approve_suggestion` creates the entry with
 `stores.worldbook.add_worldbook_entry` in the proposal's scope (the instance by default) and marks the
-proposal approved, in the caller's transaction: both happen or neither. `reject_suggestion` marks it
-rejected. Only a pending proposal can be decided: an unknown id raises `SuggestionNotFoundError` (a
+proposal approved, in the caller's transaction: both happen or neither. An approved entry is in the world book
+of its scope on every branch — approving is the user's decision to make it lore, whichever branch proposed it.
+`reject_suggestion` marks it rejected. Only a pending proposal can be decided: an unknown id raises `SuggestionNotFoundError` (a
 LookupError), a decided one `SuggestionDecidedError` (a ValueError), both naming the id (and the status),
 with nothing changed. The decision is a conditional UPDATE (`... WHERE status = 'pending'`), so two
 processes deciding the same proposal at once cannot both win.
@@ -33,12 +39,14 @@ from personalab.nodes.rules.review.effects import (
     check_turn,
 )
 from personalab.nodes.rules.worldbook import validate_entry
+from personalab.stores.history import get_path_ids
 from personalab.stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
 from personalab.stores.saves import get_save
-from personalab.stores.tables import utcnow
+from personalab.stores.tables import Line, utcnow
 from personalab.stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 STATUSES: tuple[str, ...] = ("pending", "approved", "rejected")
@@ -71,6 +79,7 @@ class PlotNode(BaseModel):
     id: int
     save_id: int
     turn: int
+    line_id: int | None
     level: str | None
     summary: str
     created_at: StoredTime
@@ -87,6 +96,7 @@ class WorldbookSuggestion(BaseModel):
     id: int
     save_id: int
     turn: int
+    line_id: int | None
     choice_level: str | None
     title: str
     content: str
@@ -104,13 +114,44 @@ class WorldbookSuggestion(BaseModel):
         return self.model_dump(mode="json")
 
 
+# --- branches -------------------------------------------------------------------------------------
+
+
+def _check_line(session: Session, save_id: int, line_id: object) -> int | None:
+    """`line_id` when it is a line of instance `save_id` (or None); InvalidInput naming it otherwise."""
+    if line_id is None:
+        return None
+    if isinstance(line_id, bool) or not isinstance(line_id, int):
+        raise InvalidInput(f"line_id {line_id!r} is not a line id")
+    line = session.get(Line, line_id)
+    if line is None or line.save_id != save_id:
+        raise InvalidInput(f"line {line_id} is not a line of instance {save_id}")
+    return line_id
+
+
+def _same_line(column: Any, line_id: int | None, turn_column: Any, turn: int) -> Any:
+    """The row a new one replaces: the same reply line; without a line, the same turn's row without one."""
+    if line_id is not None:
+        return col(column) == line_id
+    return (col(column).is_(None)) & (col(turn_column) == turn)
+
+
+def _on_branch(session: Session, save_id: int, rows: Sequence[Any]) -> list[Any]:
+    """The rows of instance `save_id` on its current branch (or without a line)."""
+    branch = set(get_path_ids(session, save_id))
+    return [row for row in rows if row.line_id is None or row.line_id in branch]
+
+
 # --- plot nodes -----------------------------------------------------------------------------------
 
 
-def record_plot_node(session: Session, save_id: int, turn: int, level: str | None, summary: str) -> PlotNode:
-    """Store the plot node of `turn` in instance `save_id`, replacing an earlier one of the same turn.
-    `level` is the choice level (None: suggested without a choice). InstanceNotFound for an unknown
-    instance, ValueError for a bad turn, level or summary."""
+def record_plot_node(
+    session: Session, save_id: int, turn: int, level: str | None, summary: str, line_id: int | None = None
+) -> PlotNode:
+    """Store the plot node of `turn` in instance `save_id` for the reply line `line_id` (its branch), replacing
+    an earlier one of the same line (without a line: of the same turn). `level` is the choice level (None:
+    suggested without a choice). InstanceNotFound for an unknown instance, ValueError for a bad turn, level,
+    summary or line."""
     check_turn(turn)
     level = check_choice(level, "plot node level")
     if not isinstance(summary, str) or not summary.strip():
@@ -119,25 +160,34 @@ def record_plot_node(session: Session, save_id: int, turn: int, level: str | Non
     if len(summary) > MAX_SUMMARY_CHARS:
         raise InvalidInput(f"plot node summary has {len(summary)} characters, over the limit of {MAX_SUMMARY_CHARS}")
     get_save(session, save_id)
-    stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id, PlotNodeRow.turn == turn)
+    line_id = _check_line(session, save_id, line_id)
+    stmt = select(PlotNodeRow).where(
+        PlotNodeRow.save_id == save_id, _same_line(PlotNodeRow.line_id, line_id, PlotNodeRow.turn, turn)
+    )
     row = session.exec(stmt).first()
     if row is None:
-        row = PlotNodeRow(save_id=save_id, turn=turn, level=level, summary=summary)
+        row = PlotNodeRow(save_id=save_id, turn=turn, line_id=line_id, level=level, summary=summary)
     else:
         row.level, row.summary, row.created_at = level, summary, utcnow()
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        if "uq_plot_node_save_turn" in str(exc) or "plot_node.save_id, plot_node.turn" in str(exc):
+            raise InvalidInput(
+                "the database keeps one plot node per turn (before revision 0005): run `personalab db upgrade`"
+            ) from None
+        raise
     return PlotNode.model_validate(row)
 
 
-def list_plot_nodes(session: Session, save_id: int) -> list[PlotNode]:
-    """The plot nodes of instance `save_id`, oldest turn first (InstanceNotFound for an unknown one)."""
+def list_plot_nodes(session: Session, save_id: int, *, all_branches: bool = False) -> list[PlotNode]:
+    """The plot nodes of instance `save_id` on its current branch (every branch's with `all_branches`), oldest
+    turn first (InstanceNotFound for an unknown one)."""
     get_save(session, save_id)
     stmt = select(PlotNodeRow).where(PlotNodeRow.save_id == save_id)
-    return [
-        PlotNode.model_validate(r)
-        for r in session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()
-    ]
+    rows = session.exec(stmt.order_by(col(PlotNodeRow.turn), col(PlotNodeRow.id))).all()
+    return [PlotNode.model_validate(r) for r in (rows if all_branches else _on_branch(session, save_id, rows))]
 
 
 # --- world-book suggestions -----------------------------------------------------------------------
@@ -204,11 +254,13 @@ def create_suggestion(
     scope: str = "instance",
     choice_level: str | None = None,
     reason: str = "",
+    line_id: int | None = None,
 ) -> WorldbookSuggestion:
-    """A pending world-book suggestion for `turn` of instance `save_id`. Takes the dict of
-    `review.effects.worldbook_suggestion_from_turn` as keyword arguments. `trigger_type` defaults to
-    "keyword" with keywords, "semantic" without. A pending suggestion of the same instance and turn is
-    replaced (same id). InstanceNotFound / ValueError for bad input, nothing stored."""
+    """A pending world-book suggestion for `turn` of instance `save_id`, proposed by the reply line `line_id`
+    (its branch). Takes the dict of `review.effects.worldbook_suggestion_from_turn` as keyword arguments.
+    `trigger_type` defaults to "keyword" with keywords, "semantic" without. A pending suggestion of the same
+    reply line (without a line: of the same turn and no line) is replaced (same id). InstanceNotFound /
+    ValueError for bad input, nothing stored."""
     check_turn(turn)
     choice_level = check_choice(choice_level, "world-book suggestion choice_level")
     if not isinstance(content, str) or not content.strip():
@@ -222,9 +274,10 @@ def create_suggestion(
     target = _target_scope(session, save_id, scope)
     check_scope(session, target)
     _check_entry(content, words, title.strip(), trigger, kind, target, "world-book suggestion")
+    line_id = _check_line(session, save_id, line_id)
     stmt = select(WorldbookSuggestionRow).where(
         WorldbookSuggestionRow.save_id == save_id,
-        WorldbookSuggestionRow.turn == turn,
+        _same_line(WorldbookSuggestionRow.line_id, line_id, WorldbookSuggestionRow.turn, turn),
         WorldbookSuggestionRow.status == "pending",
     )
     row = session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).first()
@@ -239,7 +292,7 @@ def create_suggestion(
         "reason": reason.strip(),
     }
     if row is None:
-        row = WorldbookSuggestionRow(save_id=save_id, turn=turn, **values)
+        row = WorldbookSuggestionRow(save_id=save_id, turn=turn, line_id=line_id, **values)
     else:
         for name, value in values.items():
             setattr(row, name, value)
@@ -263,10 +316,11 @@ def get_suggestion(session: Session, suggestion_id: int) -> WorldbookSuggestion:
 
 
 def list_suggestions(
-    session: Session, save_id: int | None = None, status: str | None = None
+    session: Session, save_id: int | None = None, status: str | None = None, *, all_branches: bool = False
 ) -> list[WorldbookSuggestion]:
-    """Suggestions, oldest first: all, or of one instance (InstanceNotFound for an unknown one),
-    and / or with one status (ValueError for a status outside pending / approved / rejected)."""
+    """Suggestions, oldest first: all, or of one instance (InstanceNotFound for an unknown one) — those proposed
+    on its current branch, or on every branch with `all_branches` —, and / or with one status (ValueError for a
+    status outside pending / approved / rejected). Each says its reply line (`line_id`)."""
     stmt = select(WorldbookSuggestionRow)
     if status is not None:
         if status not in STATUSES:
@@ -275,9 +329,10 @@ def list_suggestions(
     if save_id is not None:
         get_save(session, save_id)
         stmt = stmt.where(WorldbookSuggestionRow.save_id == save_id)
-    return [
-        WorldbookSuggestion.model_validate(r) for r in session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).all()
-    ]
+    rows = session.exec(stmt.order_by(col(WorldbookSuggestionRow.id))).all()
+    if save_id is not None and not all_branches:
+        rows = _on_branch(session, save_id, rows)
+    return [WorldbookSuggestion.model_validate(r) for r in rows]
 
 
 def _decided_error(row: WorldbookSuggestionRow, action: str) -> SuggestionDecidedError:
@@ -309,7 +364,9 @@ def approve_suggestion(
 ) -> WorldbookSuggestion:
     """Create the suggested world-book entry and mark the suggestion approved (one transaction: the
     caller's). `content` / `keywords` replace the proposed ones (a person's edit before approving).
-    Returns the approved suggestion; its `worldbook_entry_id` is the new entry."""
+    Returns the approved suggestion; its `worldbook_entry_id` is the new entry. The entry is in the world book
+    of the suggestion's scope (the whole instance by default) on every branch, not only the branch that
+    proposed it: approving is the user's decision."""
     row = _row(session, suggestion_id)
     if row.status != "pending":
         raise _decided_error(row, "approved")
@@ -390,14 +447,16 @@ def _planned(
     return part
 
 
-def save_review_effects(session: Session, save_id: int, plan: Mapping[str, Any]) -> dict[str, Any]:
+def save_review_effects(
+    session: Session, save_id: int, plan: Mapping[str, Any], line_id: int | None = None
+) -> dict[str, Any]:
     """Store what `review.effects.plan_review_effects` planned: its plot node and its world-book
-    suggestion (either may be None). Returns {"plot_node": PlotNode | None, "worldbook_suggestion":
-    WorldbookSuggestion | None}."""
+    suggestion (either may be None), both for the reviewed turn's reply line `line_id` (its branch). Returns
+    {"plot_node": PlotNode | None, "worldbook_suggestion": WorldbookSuggestion | None}."""
     if not isinstance(plan, Mapping):
         raise InvalidInput(f"review plan must be a mapping, got {type(plan).__name__}")
     plot = _planned(plan, "plot_node", PLOT_NODE_PLAN, PLOT_NODE_PLAN)
     proposal = _planned(plan, "worldbook_suggestion", SUGGESTION_PLAN_REQUIRED, SUGGESTION_PLAN)
-    node = record_plot_node(session, save_id, plot["turn"], plot["level"], plot["summary"]) if plot else None
-    suggestion = create_suggestion(session, save_id, **proposal) if proposal else None
+    node = record_plot_node(session, save_id, plot["turn"], plot["level"], plot["summary"], line_id) if plot else None
+    suggestion = create_suggestion(session, save_id, **proposal, line_id=line_id) if proposal else None
     return {"plot_node": node, "worldbook_suggestion": suggestion}

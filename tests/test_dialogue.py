@@ -290,9 +290,10 @@ def test_a_sessions_recap_holds_the_current_branchs_turns_only(db_url: str) -> N
 
 
 def test_event_log_summaries_of_two_branches_stay_on_their_own_branch(db_url: str, data_dir: Path) -> None:
-    """Seed 001 Event Log Summary + seed 000's tree: memories of two branches fading in one maintenance step
-    give one summary per branch, each retrieved only on its own branch (and a swipe brings it back); a memory
-    of the line both branches share gets a summary of its own that both see."""
+    """Seed 001 Event Log Summary + seed 000's tree: maintenance flows the current branch's memories only, so each
+    branch's memories fade (summarised first) while that branch is current, and each summary is retrieved only on
+    its own branch (a swipe brings it back); a memory of the line both branches share gets a summary of its own
+    that both see, though only one branch was current when it faded."""
     from personalab.nodes.maintenance import run_layer_maintenance
     from personalab.stores.background import flush_event_writes
     from personalab.stores.memory import MemoryStore
@@ -312,25 +313,37 @@ def test_event_log_summaries_of_two_branches_stay_on_their_own_branch(db_url: st
             for line, text in facts.items()
         ],
     )
-    run_layer_maintenance(store, instance, 5000)  # every event-log memory fades, summarised first
-    summaries = {m.line_id: m for m in store.list_memories(instance) if "summary" in m.tags}
-    assert set(summaries) == {shared, a_line, b_line}, {k: m.content for k, m in summaries.items()}
-    assert "井底" in summaries[a_line].content and "钟楼" not in summaries[a_line].content
-    assert "钟楼" in summaries[b_line].content and "井底" not in summaries[b_line].content
-    assert "怕黑" in summaries[shared].content and "井底" not in summaries[shared].content
-    assert not [m for m in store.list_memories(instance) if m.content in facts.values()]  # they faded
+
+    def summaries() -> dict[int | None, Any]:
+        return {m.line_id: m for m in store.list_memories(instance) if "summary" in m.tags}
+
+    def kept() -> set[str]:
+        return {m.content for m in store.list_memories(instance)} & set(facts.values())
+
+    run_layer_maintenance(store, instance, 5000)  # on branch B: its event-log memories fade, summarised first
+    made = summaries()
+    assert set(made) == {shared, b_line}, {k: m.content for k, m in made.items()}
+    assert "钟楼" in made[b_line].content and "怕黑" not in made[b_line].content
+    assert "怕黑" in made[shared].content and "钟楼" not in made[shared].content
+    assert kept() == {facts[a_line]}  # branch A's memory waits for its branch
 
     def retrieved(message: str) -> tuple[set[int], list[int]]:
         (state,) = play(db_url, instance, message, recall_turns=1)
         return {item["id"] for item in state["retrieved"]}, state["debug"]["retrieval"]["off_branch"]
 
     found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")  # on branch B
-    assert summaries[b_line].id in found and summaries[a_line].id not in found
-    assert summaries[a_line].id in off
+    assert made[b_line].id in found and made[shared].id in found
     dialogue.swipe(instance, on_a["user_line_id"], database_url=db_url)  # branch A again
+    run_layer_maintenance(store, instance, 5000)
+    made = summaries()
+    assert set(made) == {shared, a_line, b_line} and kept() == set()
+    assert "井底" in made[a_line].content and "钟楼" not in made[a_line].content
     found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")
-    assert summaries[a_line].id in found and summaries[b_line].id not in found
-    assert summaries[b_line].id in off
+    assert made[a_line].id in found and made[shared].id in found and made[b_line].id not in found
+    assert made[b_line].id in off
+    dialogue.swipe(instance, on_b["user_line_id"], database_url=db_url)  # and B: A's summary is not retrieved
+    found, off = retrieved("蓝色钥匙和红色信封藏在哪里？")
+    assert made[b_line].id in found and made[a_line].id not in found and made[a_line].id in off
 
 
 def test_other_play_throughs_serve_as_reference_only_from_their_current_branch(db_url: str, data_dir: Path) -> None:

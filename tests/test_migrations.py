@@ -141,3 +141,22 @@ def test_an_empty_database_is_made_by_the_revisions(db_url: str) -> None:
     result = migrate.upgrade(db_url)
     assert result == {"before": None, "after": migrate.head(), "stamped_baseline": False}
     assert _missing(db_url) == []
+
+
+def test_after_the_upgrade_a_turn_keeps_a_plot_node_per_branch(db_url: str) -> None:
+    """0005: plot nodes and suggestions carry their reply line, and the baseline's one-plot-node-per-turn key is
+    gone, so a regenerated turn's node is stored beside the first one's (seed 000's tree)."""
+    from personalab.stores.review import list_plot_nodes, record_plot_node
+
+    _old_database(db_url)
+    migrate.upgrade(db_url)
+    engine = _engine(db_url)
+    with engine.connect() as conn:
+        assert "uq_plot_node_save_turn" not in {
+            key["name"] for key in inspect(conn).get_unique_constraints("plot_node")
+        }
+    engine.dispose()
+    with session_scope(db_url) as session:
+        record_plot_node(session, 1, 1, None, "第一个回复的剧情节点", line_id=2)
+        record_plot_node(session, 1, 1, None, "另一个分支的剧情节点", line_id=1)
+        assert len(list_plot_nodes(session, 1, all_branches=True)) == 2

@@ -189,6 +189,8 @@ def memory_maintain(args: argparse.Namespace) -> int:
     for character, counts in report.counts.items():
         layers = ", ".join(f"{layer} {count}" for layer, count in counts.items())
         echo(f"turn {report.turn}, character {character}: {layers}")
+    if report.off_branch:
+        echo(f"{report.off_branch} memories of branches left behind: kept as they are until their branch is current")
     return 0
 
 

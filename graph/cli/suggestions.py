@@ -1,7 +1,10 @@
 """`personalab suggestions list|approve|reject`: the world-book updates the post-turn review proposed (seed 003
-世界书更新). Nothing reaches the world book until `approve`; `approve` prints the new entry's id.
+世界书更新). Nothing reaches the world book until `approve`; `approve` prints the new entry's id. A suggestion
+belongs to the branch of the turn that proposed it (its reply line, shown as `line N`): `list --instance ID`
+shows the instance's current branch's, `--all-branches` every branch's. An approved entry is in the world book
+of its scope (the whole instance by default) on every branch: approving is the user's decision.
 
-    personalab suggestions list [--instance ID] [--status pending|approved|rejected] [--json]
+    personalab suggestions list [--instance ID [--all-branches]] [--status pending|approved|rejected] [--json]
     personalab suggestions approve ID [--content TEXT] [--keyword WORD ...]
     personalab suggestions reject ID
 
@@ -36,12 +39,16 @@ def _line(s: WorldbookSuggestion) -> str:
     level = f", {s.choice_level}" if s.choice_level else ""
     keys = f", keys: {', '.join(s.keywords)}" if s.keywords else f", {s.trigger_type}"
     entry = f" → world-book entry {s.worldbook_entry_id}" if s.worldbook_entry_id is not None else ""
-    return f"#{s.id} [{s.status}] instance {s.save_id} turn {s.turn}{level} ({s.scope}{keys}): {_preview(s.content)}{entry}"
+    line = f" line {s.line_id}" if s.line_id is not None else ""
+    return (
+        f"#{s.id} [{s.status}] instance {s.save_id} turn {s.turn}{line}{level} ({s.scope}{keys}): "
+        f"{_preview(s.content)}{entry}"
+    )
 
 
 def suggestions_list(args: argparse.Namespace) -> int:
     with session_scope() as session:
-        items = list_suggestions(session, save_id=args.instance, status=args.status)
+        items = list_suggestions(session, save_id=args.instance, status=args.status, all_branches=args.all_branches)
     if args.json:
         print(json_text([s.to_dict() for s in items]))
         return 0
@@ -75,10 +82,15 @@ def register(sub: Any) -> None:
     gsub = group.add_subparsers(dest="suggestions_command", required=True, parser_class=type(group))
     p = gsub.add_parser("list", help="list suggestions, one line each")
     p.add_argument("--instance", type=ID, metavar="ID", help="only this conversation instance's (save id)")
+    p.add_argument(
+        "--all-branches",
+        action="store_true",
+        help="with --instance: every branch's suggestions, not only the current branch's",
+    )
     p.add_argument("--status", choices=STATUSES, help="only suggestions with this status")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=suggestions_list)
-    p = gsub.add_parser("approve", help="add the suggested entry to the world book")
+    p = gsub.add_parser("approve", help="add the suggested entry to the world book (of its scope, on every branch)")
     p.add_argument("id", type=ID, help="suggestion id")
     p.add_argument("--content", help="use this text instead of the suggested content")
     p.add_argument("--keyword", action="append", metavar="WORD", help="use these keywords instead (repeatable)")

@@ -52,7 +52,7 @@ retrieval searches both together.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -368,7 +368,7 @@ def extractive_summary(memories: Iterable[str], max_chars: int = SUMMARY_MAX_CHA
 
 
 def summary_groups(
-    memory_lines: Mapping[int, int | None], parents: Mapping[int, int | None]
+    memory_lines: Mapping[int, int | None], parents: Mapping[int, int | None], forks: Collection[int] = ()
 ) -> dict[int | None, list[int]]:
     """The memories fading in one step, grouped for their event-log summaries by the dialogue tree (seed 000:
     a memory is retrieved only on the branches through its line; seed 001 Event Log Summary), as
@@ -381,12 +381,21 @@ def summary_groups(
     the deepest line those tips share: on one branch, the deepest line of its memories; where fading memories
     of several branches lie below a memory (a branch point), that line itself, apart from each branch's own
     group. So memories of two branches never share a summary, and a summary is on every branch that holds all
-    the fading memories below its memories. Memories without a line (every branch) get an untagged summary."""
+    the fading memories below its memories. Memories without a line (every branch) get an untagged summary.
+
+    `forks`: lines where the tree branches (a line with more than one child) although no fading memory lies on
+    the other branch — maintenance sees the current branch only, the others' memories wait (`stores.memory`).
+    A fork counts as a tip: a memory at or above it is summarised at or above it, so the other branches through
+    it keep seeing the summary of what they shared."""
     groups: dict[int | None, list[int]] = {}
     lines = {line for line in memory_lines.values() if line is not None}
     paths = {line: _root_path(line, parents) for line in lines}  # root first, the line last
     above = {ancestor for path in paths.values() for ancestor in path[:-1]}
     tips = [line for line in sorted(lines) if line not in above]
+    for fork in sorted(set(forks) & (above | lines)):  # only a fork on the way to a fading memory matters
+        paths.setdefault(fork, _root_path(fork, parents))
+        if fork not in tips:
+            tips.append(fork)
     on_tip_path = {tip: set(paths[tip]) for tip in tips}
     tags: dict[int, int] = {}
     for line in lines:
