@@ -6,7 +6,7 @@ no line and count as on every branch.
 Every step checks first, like 0002: add_missing_columns (stores/db.py) may have added the columns already.
 
 Revision ID: 0005_review_lines
-Revises: 0002_cards_sessions_lines
+Revises: 0004_outbox
 Create Date: 2026-11-26
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005_review_lines"
-down_revision: str | None = "0002_cards_sessions_lines"
+down_revision: str | None = "0004_outbox"
 branch_labels: str | None = None
 depends_on: str | None = None
 
