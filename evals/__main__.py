@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from personalab.evals import (
     bench_builder,
     bench_cold,
+    bench_faults,
     bench_history,
     bench_load,
     bench_retrieval,
@@ -69,6 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     retrieval.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
     retrieval.set_defaults(handler=bench_retrieval.run)
     bench_load.register(kinds)
+    bench_faults.register(kinds)
     evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
     kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
     locomo_eval = kinds.add_parser(

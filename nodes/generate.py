@@ -32,6 +32,7 @@ from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.stores.failpoints import failpoint
 from personalab.stores.tokenizer import text_tokens_of
 
 log = logging.getLogger(__name__)
@@ -139,10 +140,13 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     finish: str | None = None
     late = False
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
+    failpoint("before_model")
     reader = _StreamReader(shown.stream(prompt.messages))
     try:
         for chunk in reader.chunks(until):
             parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
+            if len(parts) == 1:
+                failpoint("mid_stream")
             finish = chunk.response_metadata.get("finish_reason") or finish
             if finish is None and time.time() > until:
                 late = True  # the deadline passed mid-reply: stop reading, the stream is closed below

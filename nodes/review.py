@@ -11,14 +11,12 @@ import logging
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import get_chat_model
-from personalab.nodes.rules.director import turn_event_text
-from personalab.nodes.rules.review.effects import plan_review_effects, relationship_event, turn_memories
+from personalab.nodes.rules.review.effects import relationship_event
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
-from personalab.nodes.rules.review.types import ReviewInput
-from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.nodes.rules.review.turn import review_outcome
+from personalab.nodes.state import TurnState, TurnUpdate, stored_turn
 from personalab.stores.db import session_scope
-from personalab.stores.outbox import apply_soon, queue_writes, write_row
-from personalab.stores.review import save_review_effects
+from personalab.stores.outbox import apply_soon, store_turn_review
 
 log = logging.getLogger(__name__)
 TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
@@ -29,8 +27,6 @@ def review(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
 
 
 def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
-    character = state["character"]
-    user_name = state.get("user_name") or "用户"
     turn = state["turn"]
     try:
         pipeline = get_review_pipeline(
@@ -38,42 +34,16 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
             mode=ctx.review_mode,
             llm=get_chat_model("review", until=state.get("deadline_at")) if ctx.review_mode == "llm" else None,
         )
-        output = pipeline.run(
-            ReviewInput(
-                conversation_id=state["instance_id"],
-                character_id=character.get("role_id") or 0,
-                user_id=user_name,
-                user_message=state["message"],
-                assistant_message=state["reply"],
-                selected_choice=state.get("selected_choice"),
-                turn_context={"turn": turn, "current_plot_index": state["plot_state"]["current_plot_index"]},
-                real_time_context={"gap": state.get("gap") or "none"},
-            )
-        )
-        plan = plan_review_effects(
-            output,
-            relationship=state.get("relationship"),
-            user_message=state["message"],
-            assistant_reply=state["reply"],
-            choice=state.get("selected_choice"),
-            turn=turn,
-            character_name=character["name"],
-            user_name=user_name,
-        )
-        event = turn_event_text(turn, user_name, state["message"], character["name"], state["reply"])
-        # each memory carries the line it came from (the reply's last), so a branch left behind keeps its own
         leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
-        memories = [{"line_id": leaf, **item} for item in turn_memories(output, plan, event, turn, state["message"])]
+        reviewed = stored_turn(state, leaf)
+        output, plan, memories = review_outcome(pipeline, reviewed)
         with session_scope(ctx.database_url) as session:
-            # the plot node and the suggestion belong to the reply's branch too (seed 000's tree)
-            saved = save_review_effects(session, state["instance_id"], plan, line_id=leaf)
+            # the plot node, the suggestion and the memories (an outbox row, applied on the instance's writer off
+            # the reply's path, seed 002 事件写入异步执行) in one transaction that also settles the turn's queued
+            # review (issue 14): after a crash before this commit, the outbox reviews the turn instead
+            saved = store_turn_review(session, reviewed, plan, memories, settle=True)
             plot_node_id = saved["plot_node"].id if saved["plot_node"] else None
             suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
-            # the memories are written off the reply's path (seed 002: 事件写入异步执行), durable with the review's
-            # effects: an outbox row in their transaction (issue 14), applied on the instance's writer
-            if memories:
-                key = f"memory:i{state['instance_id']}-l{leaf}"
-                queue_writes(session, [write_row("memory", state["instance_id"], key, {"items": memories})])
         apply_soon(ctx.database_url, state["instance_id"])
     except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
         log.error("review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias
 
 from langgraph.channels import UntrackedValue
+from personalab.nodes.rules.review.turn import StoredTurn
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import (
     DESCRIBED,
@@ -195,3 +196,23 @@ STORY_FIELDS = (
 def story_fields(state: TurnState) -> dict[str, Any]:
     """The kept fields of `state`, as stored with a turn."""
     return {name: state[name] for name in STORY_FIELDS if name in state}  # type: ignore[literal-required]
+
+
+def stored_turn(state: TurnState, line_id: int | None) -> StoredTurn:
+    """The review's input of the turn in `state` whose reply ends at `line_id` (seed 003): what the review node
+    reviews and what the reply's transaction queues as its durable review (issue 14)."""
+    character = state["character"]
+    return StoredTurn(
+        instance_id=state["instance_id"],
+        character_id=character.get("role_id") or 0,
+        character_name=character["name"],
+        user_name=state.get("user_name") or "用户",
+        message=state["message"],
+        reply=state["reply"],
+        selected_choice=dict(choice) if (choice := state.get("selected_choice")) else None,
+        gap=state.get("gap") or "none",
+        turn=state["turn"],
+        current_plot_index=state["plot_state"]["current_plot_index"],
+        relationship=dict(state["relationship"]) if state.get("relationship") is not None else None,
+        line_id=line_id,
+    )

@@ -17,12 +17,13 @@ from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.record import record_items
 from personalab.nodes.rules.types import Character, ReplySegment
-from personalab.nodes.state import TurnState, TurnUpdate, story_fields
+from personalab.nodes.state import TurnState, TurnUpdate, stored_turn, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
 from personalab.stores.db import session_scope
 from personalab.stores.events import event_write
+from personalab.stores.failpoints import failpoint
 from personalab.stores.history import get_path_ids
-from personalab.stores.outbox import apply_soon, queue_writes, write_row
+from personalab.stores.outbox import apply_soon, queue_writes, review_write, write_row
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
@@ -74,6 +75,10 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         # the writes that follow the reply (event, dialogue record, mention marks), durable with it (issue 14)
         queued = turn_writes(state, written[-1].id, reply_lines)
         queue_writes(session, queued)
+        # and the turn's review, held for the review node, which settles it: if this process dies before the
+        # review's commit, the outbox reviews the turn (seed 003's rules) and its memories are not lost
+        queue_writes(session, [review_write(stored_turn(state, written[-1].id))])
+    failpoint("after_reply")  # fault tests: the reply and its queued writes are stored, nothing applied yet
     apply_soon(ctx.database_url, instance_id)
     prefetched = prefetch_next_turn(state, ctx.stall_turns, branch, ctx.database_url)  # queued behind the event, so it sees it
     return {

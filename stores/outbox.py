@@ -32,20 +32,25 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.injection import used_memory_ids
+from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
+from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope
 from personalab.stores.events import write_event
+from personalab.stores.failpoints import failpoint
 from personalab.stores.memory import MemoryStore
 from personalab.stores.outbox_tables import OutboxWrite
+from personalab.stores.review import save_review_effects
 from personalab.stores.tables import utcnow
+from personalab.stores.turns import holder_is_gone, holder_name
 from personalab.stores.vectors import chroma_path
-from sqlalchemy import delete, func, insert, update
+from sqlalchemy import delete, func, insert, not_, or_, update
 from sqlmodel import Session, col, select
 
 log = logging.getLogger(__name__)
@@ -135,11 +140,58 @@ def _apply_mentions(store: MemoryStore, row: OutboxWrite, mark: Callable[[Sessio
     store.mark_mentioned(row.instance_id, used, data["turn"], before_commit=mark, once_per_turn=True)
 
 
+def store_turn_review(
+    session: Session,
+    turn: StoredTurn,
+    plan: Mapping[str, Any],
+    memories: Sequence[dict[str, Any]],
+    *,
+    settle: bool = False,
+) -> dict[str, Any]:
+    """A reviewed turn's effects in the caller's transaction (seed 003): its plot node and world-book suggestion
+    (`save_review_effects`, on the reply's line) and its memories as a queued `memory` write; with `settle`, the
+    turn's queued review is marked done in the same transaction (the review node; the outbox's own application
+    marks it through its claim). Returns what `save_review_effects` returns."""
+    saved = save_review_effects(session, turn.instance_id, plan, line_id=turn.line_id)
+    if memories:
+        key = f"memory:i{turn.instance_id}-l{turn.line_id}"
+        queue_writes(session, [write_row("memory", turn.instance_id, key, {"items": list(memories)})])
+    if settle:
+        session.exec(
+            update(OutboxWrite)
+            .where(
+                col(OutboxWrite.key) == review_key(turn.instance_id, turn.line_id),
+                col(OutboxWrite.applied_at).is_(None),
+            )
+            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None)
+        )
+    return saved
+
+
+def review_write(turn: StoredTurn) -> dict[str, Any]:
+    """The durable review of a stored turn (issue 14), queued in the reply's transaction and held for the review
+    node (`REVIEW_HOLD_S`, claimed in this process's name): the node settles it when it stores its effects; if
+    the process dies first, the hold is released at the next start-up (or lapses) and the outbox reviews the turn
+    with the rules."""
+    row = write_row("review", turn.instance_id, review_key(turn.instance_id, turn.line_id), turn.model_dump())
+    return {**row, "claimed_by": f"{REVIEW_HOLD}{holder_name()}", "claimed_until": time.time() + REVIEW_HOLD_S}
+
+
+def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    turn = StoredTurn.model_validate(row.payload)
+    # at recovery there is no model call: the rules review the turn (seed 003's rule mode)
+    _, plan, memories = review_outcome(get_review_pipeline(EventBus(), mode="rule"), turn)
+    with session_scope(store.db_url) as session:
+        store_turn_review(session, turn, plan, memories)
+        mark(session)
+
+
 APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
     "event": _apply_event,
     "memory": _apply_memories,
     "record": _apply_record,
     "mention": _apply_mentions,
+    "review": _apply_review,
 }
 
 
@@ -178,6 +230,8 @@ def _claim(url: str | None, row_id: int, token: str, now: float, force: bool) ->
 
 
 SET_ASIDE = "set aside"  # `claimed_by` of a row whose write itself is refused: drains skip it, doctor reports it
+REVIEW_HOLD = "review-hold:"  # `claimed_by` prefix of a queued review held for its review node (+ host:pid)
+REVIEW_HOLD_S = 120.0  # longer than any turn's deadline: a live review node always settles its review first
 
 
 def _failed(url: str | None, row_id: int, token: str, exc: BaseException) -> float | None:
@@ -243,6 +297,7 @@ def _apply_next(
                 col(OutboxWrite.instance_id) == instance_id,
                 col(OutboxWrite.applied_at).is_(None),
                 _not_set_aside(),
+                _not_held(time.time()),
             )
             .order_by(col(OutboxWrite.id))
             .limit(1)
@@ -276,6 +331,7 @@ def _apply_next(
             exc,
         )
         return "failed", when
+    failpoint("during_writes")  # fault tests: one write applied, the turn's others still queued
     return "applied", None
 
 
@@ -317,6 +373,34 @@ def _not_set_aside() -> Any:
     return col(OutboxWrite.claimed_by).is_(None) | (col(OutboxWrite.claimed_by) != SET_ASIDE)
 
 
+def _not_held(now: float) -> Any:
+    """Not a review held for its live review node: the drain passes over it (it does not block later writes)."""
+    return or_(
+        col(OutboxWrite.claimed_by).is_(None),
+        not_(col(OutboxWrite.claimed_by).startswith(REVIEW_HOLD)),
+        col(OutboxWrite.claimed_until).is_(None),
+        col(OutboxWrite.claimed_until) < now,
+    )
+
+
+def release_dead_holds(database_url: str | None = None) -> int:
+    """Release the queued reviews held by processes of this host that are gone (killed between their reply and
+    their review), so the outbox reviews those turns now instead of after REVIEW_HOLD_S. Returns how many."""
+    released = 0
+    with session_scope(database_url) as session:
+        held = session.exec(
+            select(OutboxWrite).where(
+                col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by).startswith(REVIEW_HOLD)
+            )
+        ).all()
+        for row in held:
+            if holder_is_gone((row.claimed_by or "")[len(REVIEW_HOLD) :]):
+                row.claimed_by, row.claimed_until = None, None
+                session.add(row)
+                released += 1
+    return released
+
+
 def pending_instances(database_url: str | None = None) -> list[int]:
     """Instances with writes not applied yet (and not set aside)."""
     with session_scope(database_url) as session:
@@ -342,6 +426,7 @@ def resume_pending(database_url: str | None = None, chroma: str | None = None) -
                     )
                 )
             _purged.add(database_url or "")
+        release_dead_holds(database_url)
         instances = pending_instances(database_url)
     except Exception as exc:  # noqa: BLE001
         log.warning("pending outbox writes not resumed: %s", exc)
@@ -364,6 +449,7 @@ def apply_pending(database_url: str | None = None, chroma: str | None = None) ->
             .where(col(OutboxWrite.applied_at).is_(None), col(OutboxWrite.claimed_by) == SET_ASIDE)
             .values(claimed_by=None)
         )
+    release_dead_holds(database_url)
     for instance_id in pending_instances(database_url):
         result = drain_instance(database_url, chroma or chroma_path(), instance_id, force=True)
         for name in totals:

@@ -59,6 +59,7 @@ LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lowe
 EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
+Failpoint = Annotated[Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)]
 
 
 class Settings(BaseSettings):
@@ -218,7 +219,14 @@ class Settings(BaseSettings):
         30,
         ge=1,
         description="Seconds a turn's lock on its instance lasts without renewal: the running turn renews it (a"
-        " heartbeat every third of it), so only a crashed holder's lock lapses, after at most this long.",
+        " heartbeat every third of it), so only a crashed holder's lock lapses, after at most this long (at once"
+        " when the holder was a process of this host that is gone).",
+    )
+    failpoint: Failpoint = Field(
+        "",
+        description="Fault tests only (`bench faults`): the process kills itself (SIGKILL) when a turn reaches this"
+        " point: before_model, mid_stream (after the reply's first chunk), after_reply (stored, its writes queued),"
+        " during_writes (after the first queued write is applied). Empty: never.",
     )
     session_pause: Number = Field(
         30,

@@ -38,17 +38,43 @@ def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def holder_is_gone(holder: str | None) -> bool:
+    """True when a lock's holder (`host:pid`, `holder_name`) is a process of this host that no longer runs. A holder
+    on another host, or one that cannot be told, is taken as alive: its lease decides."""
+    host, _, pid = (holder or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, but another user's: alive
+        return False
+    return False
+
+
 def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
     """Take the instance's turn lock (its own transaction) or raise `InstanceBusy`;
     `InstanceNotFound`, with nothing written, for an unknown instance. The lease is short (PERSONALAB_TURN_LEASE)
     and renewed by a heartbeat thread until the lock is released, so a live turn keeps it however long it runs
-    and a crashed holder's lock lapses within one lease (issue 14)."""
+    and a crashed holder's lock lapses within one lease, at once if it was a process of this host (issue 14)."""
     token = uuid.uuid4().hex
     now = time.time()
     try:
         with session_scope(url) as session:
             get_save(session, save_id)
             session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.expires_at) < now))
+            held = session.exec(select(TurnLock).where(col(TurnLock.save_id) == save_id)).first()
+            if held is not None and holder_is_gone(held.holder):
+                # a process of this host that died holding the lock (kill -9, OOM): free it now, not after its
+                # lease, so the instance is usable again at once (issue 14 fault tests)
+                log.warning("instance %s: taking over the turn lock of %s, which is gone", save_id, held.holder)
+                session.expunge(held)  # the new lock row takes its key in this transaction
+                session.exec(
+                    delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == held.token)
+                )
+            elif held is not None:
+                raise InstanceBusy(f"instance {save_id} is busy: another turn is running")
             session.add(
                 TurnLock(
                     save_id=save_id, token=token, expires_at=now + lease_seconds, holder=holder_name(), acquired_at=now

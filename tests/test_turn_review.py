@@ -110,7 +110,7 @@ def test_a_failing_review_never_loses_the_turn(sqlite_url: str, monkeypatch: pyt
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("review store is down")
 
-    monkeypatch.setattr(review_node, "plan_review_effects", broken)
+    monkeypatch.setattr(review_node, "store_turn_review", broken)
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "谢谢你。")
     assert state["error"] is None and state["reply"]
