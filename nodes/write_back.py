@@ -14,7 +14,7 @@ from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.injection import used_memory_ids
-from personalab.nodes.rules.record import record_items
+from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
@@ -123,12 +123,12 @@ def mark_used_memories(state: TurnState, database_url: str | None) -> int:
 def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: list[dict[str, Any]]) -> None:
     """Queue this turn's lines for the dialogue record (off the reply's path, on the instance's writer, so the
     next turn of the instance reads them): the host's and the user's lines (the end of the path read this
-    turn) and the reply's, each with the line before it as context; a line already recorded (the user's line a
+    turn) and the reply's, each with the lines before it as context; a line already recorded (the user's line a
     regenerated reply answers again) is not recorded twice."""
     history = state.get("history") or []
     count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
     asked = [line for line in history[-count:] if line.get("id") is not None]
-    before = history[-count - 1] if len(history) > count else None
+    before = history[max(0, len(history) - count - CONTEXT_LINES) : max(0, len(history) - count)]
     character = state["character"]
     items = record_items(
         [*asked, *reply_lines],
@@ -136,7 +136,7 @@ def record_turn_lines(state: TurnState, database_url: str | None, reply_lines: l
         character_role_id=character.get("role_id"),
         character_name=character["name"],
         user_name=state.get("user_name"),
-        previous_line=before,
+        previous_lines=before,
     )
     if items:
         store = MemoryStore(db_url=database_url, chroma_path=chroma_path())

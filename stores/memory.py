@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.keywords import extract_keywords
+from personalab.nodes.rules.keywords import extract_keywords, memory_search_text
 from personalab.nodes.rules.memory_layers import (
     RECORD_LAYER,
     Layer,
@@ -63,7 +63,6 @@ from personalab.stores.memory_index import (
     keep_role,
     kept_index,
     kept_role,
-    search_text,
 )
 from personalab.stores.memory_index import BM25Index as BM25Index  # re-exported: callers patch it here
 from personalab.stores.memory_tables import MemoryEntry
@@ -194,7 +193,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
         "line_id": line_id,
-        "search_text": search_text(content, tags, context),
+        "search_text": memory_search_text(content, tags, context),
         **texts,
     }
 
@@ -568,7 +567,7 @@ class MemoryStore:
                     f"memory {memory_id}: record entries (type record) and only they are in layer record"
                 )
             if text_changed:
-                entry.search_text = search_text(entry.content, entry.tags)
+                entry.search_text = memory_search_text(entry.content, entry.tags)
                 bump_revision(session, instance_id)
             entry.user_edited = True
             entry.updated_at = utcnow()

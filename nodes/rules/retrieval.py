@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.keywords import MatchText, count_hits, jaccard, keyword_match_score, tokenize
+from personalab.nodes.rules.keywords import MatchText, count_hits, jaccard, keyword_match_score, query_tokens, tokenize
 
 # --------------------------------------------------------------------------------------------------
 # Scenes and weights (seed 001 场景分析器, 动态权重调整)
@@ -642,6 +642,7 @@ def retrieve(
     instance_id: int,
     query: str,
     *,
+    message: str = "",
     context: str = "",
     recent_own_lines: Sequence[str] = (),
     turn: int | None = None,
@@ -654,6 +655,8 @@ def retrieve(
     """Retrieve the memories of the instance's character (or `character_id`) for `query`.
 
     `query`: what the memories must be relevant to (the user's message or the rewritten standalone query).
+    `message`: the user's own words when `query` is a rewrite of them: their keywords join the query's (a
+    rewrite may drop words the user said, or add the dialogue's), so words in both count twice.
     `context`: recent dialogue text, used with the query for scene analysis and tag matching.
     `recent_own_lines`: what the character said recently (candidates repeating it are dropped).
     `turn`: now, in turns (default: the latest memory's turn). `tags`: tags that select memories directly.
@@ -686,7 +689,9 @@ def retrieve(
     scene = analyse_scene(f"{query}\n{context}" if context else query)
     query_match = MatchText.of(query)
     scene_match = MatchText.of(f"{query}\n{context}") if context else query_match
-    tokens = tokenize(query)
+    tokens = query_tokens(query)
+    if message.strip() and message.strip() != query.strip():
+        tokens += query_tokens(message)
     now_turn = index.latest_turn if turn is None else turn
     lap("analyse")
     embedding = store.embed_query(query)
