@@ -117,6 +117,26 @@ def test_the_users_own_words_count_beside_a_rewritten_query(store: MemoryStore) 
     )
 
 
+def test_recall_expands_the_keyword_query_with_the_best_matchs_words(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    filler = [DialogueLine("Bram", f"The weather on day {n} was grey and windy.") for n in range(6)]
+    lines = [
+        DialogueLine("Aiko", "Guess what, I got mentored by a business coach yesterday!"),
+        DialogueLine("Bram", "What did the coach teach you?"),
+        DialogueLine("Aiko", "To price my pottery higher and sell it at the Sunday market."),
+        *filler,
+    ]
+    entries = store.add_memories(instance, dialogue_memories(lines, context_lines=0))
+    question = "When did Aiko get mentored?"
+    plain = retrieve(store, instance, question, k=3, config=RetrievalConfig.for_recall(expansion_terms=0))
+    expanded = retrieve(store, instance, question, k=3, config=RetrievalConfig.for_recall())
+    assert plain.items[0].id == expanded.items[0].id == entries[0].id  # the best match stays first
+    # the coach of the best match brings the turn that names the coach without the question's words
+    assert expanded.items[0].breakdown.paths.get("bm25") == 1 and entries[1].id in [i.id for i in expanded.items]
+    assert entries[1].id in [item.id for item in expanded.items if "bm25" in item.breakdown.paths]
+    assert entries[1].id not in [item.id for item in plain.items if "bm25" in item.breakdown.paths]
+
+
 def test_memories_can_be_added_with_precomputed_embeddings(store: MemoryStore) -> None:
     instance = new_instance(store)
     vectors = np.eye(2, 512, dtype=np.float32)

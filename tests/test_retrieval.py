@@ -21,6 +21,7 @@ from personalab.nodes.rules.retrieval import (
     diversity_score,
     drop_irrelevant,
     drop_said_recently,
+    expansion_terms,
     fuse,
     layer_priority,
     mention_penalty,
@@ -191,6 +192,16 @@ def test_keyword_part_of_relevance_uses_bm25_normalised_by_the_best() -> None:
     assert [s.keyword for s in seed] == [1.0, 0.0]
     with pytest.raises(ValueError, match="keyword mode 'magic'"):
         score_candidates([a], fused, query, None, 0, RetrievalConfig(keyword_mode="magic"))
+
+
+def test_expansion_takes_the_best_matchs_telling_words_the_query_lacks() -> None:
+    document = "jon mentor business mentor dude inspir dance studio the".split()
+    weight = {"mentor": 2.0, "business": 3.0, "dude": 1.0, "inspir": 1.5, "dance": 1.0, "studio": 4.0, "jon": 0.5}
+    # the query's words never come back; a word twice in the document counts twice; a word with no weight never
+    assert expansion_terms(document, ["jon", "dance"], weight, 3) == ["mentor", "studio", "business"]
+    assert expansion_terms(document, ["jon"], weight, 0) == [] and expansion_terms([], ["jon"], weight, 5) == []
+    assert "the" not in expansion_terms(document, [], weight, 20)
+    assert RetrievalConfig().expansion_terms == 0 and RetrievalConfig.for_recall().expansion_terms == 5
 
 
 def test_cosines_to_many_vectors_match_one_at_a_time() -> None:

@@ -8,7 +8,10 @@ Flow of `retrieve` (seed 001 检索流程):
    the keywords of the seed's six scenes (Chinese as in the seed, plus English equivalents); the scene with
    the most hits wins, ties go to the earlier scene of the seed's list, no hit at all means ``casual`` (the
    seed's `OrderByDescending(...).First()`). Its weight set (`SCENE_WEIGHTS`) is the seed's table.
-2. Candidate paths, all at once (seed 多路检索): ``bm25`` (rank_bm25 over CJK-safe tokens), ``vector``
+2. Candidate paths, all at once (seed 多路检索): ``bm25`` (rank_bm25 over CJK-safe tokens: the query's words
+   and the characters of its Chinese words, without question words, `keywords.query_tokens`; plus the user's own
+   words when the query is a rewrite of them; for recall, plus the best match's most telling words,
+   `expansion_terms`), ``vector``
    (Chroma, cosine), ``tags`` (memories with a tag occurring in the context), plus any extra path passed in
    `extra_paths` (the hook for world-book triggers: a callable `PathQuery -> [PathHit]`; a hit names a memory
    id, or carries a ready `Candidate` of its own kind, e.g. a world-book entry).
@@ -381,12 +384,35 @@ class RetrievalConfig:
     min_relevance: float = 0.05  # a candidate only the vector path found is dropped below this relevance
     weights: ScoringWeights | None = None  # fixed weights instead of the scene's
     mark_mentioned: bool = True
+    expansion_terms: int = 0  # words of the best keyword match added to the keyword query (`expansion_terms`)
+    query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
         """Retrieval for recall (see `RECALL_WEIGHTS`): relevance only, and the found memories are not marked
         as mentioned — answering a question about the past is not the character bringing them up."""
-        return cls(**{"weights": RECALL_WEIGHTS, "mark_mentioned": False, **changes})
+        return cls(**{"weights": RECALL_WEIGHTS, "mark_mentioned": False, "expansion_terms": 5, **changes})
+
+
+def expansion_terms(document: Sequence[str], query: Sequence[str], weight: Mapping[str, float], n: int) -> list[str]:
+    """Pseudo-relevance feedback (Rocchio / RM3 style, for recall): the `n` words of the best keyword match
+    (`document`, its search tokens) that the query lacks, by their share of the document times `weight` (how
+    telling the word is in this index: its best single-word BM25 score, an IDF that the index gives through its
+    search), best first, ties in document order. A question names one side of what it asks about ("When did Jon
+    get mentored?"); the turn that answers it often says it in words the best match shares with it.
+    Measured on LoCoMo, recall weights, two lines of context, R@10: first five conversations (where the knobs
+    were chosen: 1 document, 5 words, the query ×3) .754 → .767; the other five .697 → .704; R@5 drops by about
+    .01 on the first five, so recall uses it and a turn's retrieval does not."""
+    if n <= 0 or not document:
+        return []
+    asked = set(query)
+    counts: dict[str, int] = {}
+    for word in document:
+        if word not in asked:
+            counts[word] = counts.get(word, 0) + 1
+    order = {word: position for position, word in enumerate(counts)}
+    ranked = sorted(counts, key=lambda w: (-counts[w] * weight.get(w, 0.0), order[w]))
+    return [word for word in ranked[:n] if weight.get(word, 0.0) > 0]
 
 
 @dataclass
@@ -699,7 +725,16 @@ def retrieve(
 
     limit = config.path_limit
     paths: dict[str, Sequence[PathHit]] = {}
-    paths["bm25"] = [PathHit(i, s) for i, s in index.bm25_search(tokens, limit)]
+    keyword_hits = index.bm25_search(tokens, limit)
+    if config.expansion_terms and keyword_hits:
+        best = store.load(instance_id, [keyword_hits[0][0]]).get(keyword_hits[0][0])
+        if best is not None and best.search_text:
+            document = best.search_text.split()
+            weight = {word: next(iter(index.bm25_search([word], 1)), (0, 0.0))[1] for word in set(document)}
+            added = expansion_terms(document, tokens, weight, config.expansion_terms)
+            if added:
+                keyword_hits = index.bm25_search([*tokens * config.query_repeat, *added], limit)
+    paths["bm25"] = [PathHit(i, s) for i, s in keyword_hits]
     lap("bm25")
     vector_hits = store.vector_search(instance_id, character, embedding, limit)
     paths["vector"] = [PathHit(i, s) for i, s in vector_hits]
