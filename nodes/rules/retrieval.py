@@ -58,7 +58,14 @@ from typing import Any, Protocol
 
 import numpy as np
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.keywords import MatchText, count_hits, jaccard, keyword_match_score, query_tokens, tokenize
+from personalab.nodes.rules.keywords import (
+    MatchText,
+    count_hits,
+    jaccard,
+    keyword_match_score,
+    query_tokens,
+    search_tokens,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Scenes and weights (seed 001 场景分析器, 动态权重调整)
@@ -289,7 +296,7 @@ def fuse(paths: Mapping[str, Sequence[PathHit]], *, rrf_k: int = 60, limit: int 
 
 def _tokens_of(candidate: Candidate) -> frozenset[str]:
     if candidate.tokens is None:
-        candidate.tokens = frozenset(tokenize(candidate.content))
+        candidate.tokens = frozenset(search_tokens(candidate.content))  # as a memory's search text holds them
     return candidate.tokens
 
 
@@ -298,7 +305,7 @@ def drop_said_recently(
 ) -> tuple[list[Candidate], list[dict[str, Any]]]:
     """Seed `DeduplicateMemories`: drop candidates whose Jaccard token similarity with something the
     character said recently is above `threshold`. Returns (kept, dropped with the line's similarity)."""
-    said = [frozenset(tokenize(line)) for line in recent_lines if line and line.strip()]
+    said = [frozenset(search_tokens(line)) for line in recent_lines if line and line.strip()]
     kept: list[Candidate] = []
     dropped: list[dict[str, Any]] = []
     for candidate in candidates:
