@@ -50,6 +50,7 @@ Every selected item carries its score breakdown (`Breakdown`).
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -392,13 +393,16 @@ class RetrievalConfig:
     weights: ScoringWeights | None = None  # fixed weights instead of the scene's
     mark_mentioned: bool = True
     expansion_terms: int = 0  # words of the best keyword match added to the keyword query (`expansion_terms`)
+    time_boost: float = 0.0  # relevance added, for a question asking when, to memories that say when (`says_when`)
     query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
         """Retrieval for recall (see `RECALL_WEIGHTS`): relevance only, and the found memories are not marked
         as mentioned — answering a question about the past is not the character bringing them up."""
-        return cls(**{"weights": RECALL_WEIGHTS, "mark_mentioned": False, "expansion_terms": 5, **changes})
+        return cls(
+            **{"weights": RECALL_WEIGHTS, "mark_mentioned": False, "expansion_terms": 5, "time_boost": 0.1, **changes}
+        )
 
 
 def expansion_terms(document: Sequence[str], query: Sequence[str], weight: Mapping[str, float], n: int) -> list[str]:
@@ -420,6 +424,40 @@ def expansion_terms(document: Sequence[str], query: Sequence[str], weight: Mappi
     order = {word: position for position, word in enumerate(counts)}
     ranked = sorted(counts, key=lambda w: (-counts[w] * weight.get(w, 0.0), order[w]))
     return [word for word in ranked[:n] if weight.get(word, 0.0) > 0]
+
+
+# Time questions (for recall). A question asking when is answered by a line that says when ("I went there
+# yesterday", "上个月搬的家"), whatever else it shares with the question. Measured on LoCoMo (recall weights, two
+# lines of context, keyword expansion; R@10 first five conversations / other five): no boost .767 / .704; +0.05
+# .771, +0.1 .769 / .718, +0.2 .771 on the first five (0.1 kept: the best R@5); temporal questions .849 → .858 and
+# .628 → .691.
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when|what (?:time|year|month|date|day)|how long ago|which (?:year|month|day))\b"
+    r"|什么时候|哪天|哪一天|哪年|哪一年|几月|几号|几点|多久以前|多久前",
+    re.IGNORECASE,
+)
+_SAYS_WHEN = re.compile(
+    rf"\b(?:yesterday|today|tonight|tomorrow|ago|recently|lately|weekend|last (?:week|month|year|night|time|{_WEEKDAYS})"
+    rf"|(?:this|next|past) (?:week|month|year|{_WEEKDAYS})|{_MONTHS}|{_WEEKDAYS}|\d{{4}})\b"
+    r"|昨天|今天|明天|前天|后天|刚才|最近|以前|之前|周末|上周|下周|这周|上个月|下个月|这个月|去年|今年|明年|前年"
+    r"|星期[一二三四五六日天]|周[一二三四五六日]|\d+\s*[年月日号点]|[一二三四五六七八九十]+[年月日号]",
+    re.IGNORECASE,
+)
+_WHEN_PREFIX = re.compile(r"^\[[^\]]*\]\s*")  # the `[when]` a dialogue memory starts with: when it was said
+
+
+def asks_when(query: str) -> bool:
+    """Whether a question asks when something happened (English and Chinese question forms)."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(content: str) -> bool:
+    """Whether a memory's own line (its last line: the lines before it are its context; its `[when]` prefix left
+    out, as it says when the line was said, not when what it tells happened) names a time."""
+    own = content.rstrip().rsplit("\n", 1)[-1]
+    return _SAYS_WHEN.search(_WHEN_PREFIX.sub("", own)) is not None
 
 
 @dataclass
@@ -449,6 +487,7 @@ def score_candidates(
     if config.keyword_mode not in KEYWORD_MODES:
         raise InvalidInput(f"keyword mode {config.keyword_mode!r} is not one of {', '.join(KEYWORD_MODES)}")
     vectors = cosines_to(query_embedding, [c.embedding for c in candidates]) if query_embedding is not None else None
+    time_question = bool(config.time_boost) and asks_when(query.lower)
     for position, candidate in enumerate(candidates):
         share = keyword_match_score(candidate.keywords, query) if config.keyword_mode != "bm25" else 0.0
         normalised = bm25[candidate.key] / best_bm25 if best_bm25 > 0 else 0.0
@@ -459,7 +498,8 @@ def score_candidates(
                 candidate=candidate,
                 keyword=keyword,
                 vector=vector,
-                relevance=context_relevance(keyword, vector, config.keyword_share, config.vector_share),
+                relevance=context_relevance(keyword, vector, config.keyword_share, config.vector_share)
+                + (config.time_boost if time_question and says_when(candidate.content) else 0.0),
                 recency=recency_score(turn - candidate.turn, config.recency_rate),
                 layer_priority=layer_priority(candidate.layer),
                 penalty=mention_penalty(candidate.mention_count, config.mention_step, config.mention_floor),
