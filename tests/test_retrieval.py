@@ -30,6 +30,7 @@ from personalab.nodes.rules.retrieval import (
     says_when,
     score_candidates,
     select,
+    similarity_tokens,
 )
 
 
@@ -232,6 +233,16 @@ def test_recall_favours_memories_that_say_when_for_a_when_question() -> None:
     assert what[0].relevance == what[1].relevance
     daily = score_candidates([told, other], fused, MatchText.of("When was Jon mentored?"), None, 0, RetrievalConfig())
     assert daily[0].relevance == daily[1].relevance  # a turn's retrieval does not boost
+
+
+def test_near_duplicate_checks_compare_words_not_the_searched_characters() -> None:
+    first, second = (
+        Candidate("memory", 1, "据点的第1条传闻：风沙很大"),
+        Candidate("memory", 2, "据点的第2条传闻：风沙很大"),
+    )
+    assert similarity_tokens(["据点", "据", "点", "fox", "x"]) == {"据点", "fox", "x"}
+    kept, dropped = drop_said_recently([first, second], ["据点的第1条传闻：风沙很大"])
+    assert [c.id for c in kept] == [2] and dropped[0]["id"] == 1
 
 
 def test_cosines_to_many_vectors_match_one_at_a_time() -> None:

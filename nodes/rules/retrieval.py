@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
@@ -62,10 +62,11 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import (
     MatchText,
     count_hits,
+    has_han,
     jaccard,
     keyword_match_score,
     query_tokens,
-    search_tokens,
+    tokenize,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -295,9 +296,16 @@ def fuse(paths: Mapping[str, Sequence[PathHit]], *, rrf_k: int = 60, limit: int 
 # Dedupe (seed 001 记忆去重)
 
 
+def similarity_tokens(tokens: Iterable[str]) -> frozenset[str]:
+    """The tokens that near-duplicate checks compare: words, without the single Chinese characters that keyword
+    search adds (`keywords.search_tokens`): two lines that share their words share most of their characters too,
+    and counting both would make different lines look alike (第1条传闻 / 第2条传闻)."""
+    return frozenset(token for token in tokens if len(token) > 1 or not has_han(token))
+
+
 def _tokens_of(candidate: Candidate) -> frozenset[str]:
     if candidate.tokens is None:
-        candidate.tokens = frozenset(search_tokens(candidate.content))  # as a memory's search text holds them
+        candidate.tokens = similarity_tokens(tokenize(candidate.content))
     return candidate.tokens
 
 
@@ -306,7 +314,7 @@ def drop_said_recently(
 ) -> tuple[list[Candidate], list[dict[str, Any]]]:
     """Seed `DeduplicateMemories`: drop candidates whose Jaccard token similarity with something the
     character said recently is above `threshold`. Returns (kept, dropped with the line's similarity)."""
-    said = [frozenset(search_tokens(line)) for line in recent_lines if line and line.strip()]
+    said = [similarity_tokens(tokenize(line)) for line in recent_lines if line and line.strip()]
     kept: list[Candidate] = []
     dropped: list[dict[str, Any]] = []
     for candidate in candidates:
@@ -697,7 +705,7 @@ def memory_candidate(entry: Any, embedding: np.ndarray | None) -> Candidate:
         tags=tuple(entry.tags or ()),
         mention_count=entry.mention_count,
         embedding=embedding,
-        tokens=frozenset(entry.search_text.split()) if entry.search_text else None,
+        tokens=similarity_tokens(entry.search_text.split()) if entry.search_text else None,
         data={
             "type": entry.type,
             "tags": list(entry.tags or ()),
