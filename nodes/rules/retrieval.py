@@ -437,7 +437,7 @@ def expansion_terms(document: Sequence[str], query: Sequence[str], weight: Mappi
 # Time questions (for recall). A question asking when is answered by a line that says when ("I went there
 # yesterday", "上个月搬的家"), whatever else it shares with the question. Measured on LoCoMo (recall weights, two
 # lines of context, keyword expansion; R@10 first five conversations / other five): no boost .767 / .704; +0.05
-# .771, +0.1 .769 / .718, +0.2 .771 on the first five (0.1 kept: the best R@5); temporal questions .849 → .858 and
+# .771, +0.1 .769 / .717, +0.2 .771 on the first five (0.1 kept: the best R@5); temporal questions .849 → .858 and
 # .628 → .691.
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
