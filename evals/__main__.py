@@ -23,6 +23,7 @@ from personalab.evals import (
     suite,
 )
 from personalab.graph.cli import run_command, sub_parsers
+from personalab.nodes.rules.dialogue_memory import CONTEXT_LINES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     locomo_eval.add_argument("--conversations", type=int, help="only the first N conversations (default: all)")
     locomo_eval.add_argument("--data-dir", help="build the memory store here (default: a temporary directory)")
     locomo_eval.add_argument(
-        "--context-lines", type=int, default=1, help="previous turns stored as each memory's context (0: none)"
+        "--context-lines",
+        type=int,
+        default=CONTEXT_LINES,
+        help=f"previous turns stored as each memory's context (0: none; default {CONTEXT_LINES})",
     )
     locomo_eval.add_argument("--no-dates", action="store_true", help="leave the session date out of the memories")
     locomo_eval.add_argument(

@@ -6,8 +6,8 @@ the turns that hold the evidence.
 
 - Ingestion, as the product ingests dialogue: each conversation is one instance of a real `MemoryStore` (SQLite +
   Chroma in a temporary data directory unless `--data-dir`), each turn one memory made by
-  `nodes.dialogue_memory.dialogue_memories` (speaker, text, the image caption, the session date, the previous
-  turn as context), all of a conversation added in one `add_memories` call (offline embeddings by default).
+  `nodes.dialogue_memory.dialogue_memories` (speaker, text, the image caption, the session date, the two previous
+  turns as context), all of a conversation added in one `add_memories` call (offline embeddings by default).
 - Questions of categories 1–4 (multi-hop, temporal, open-domain, single-hop; category 5, adversarial, has no
   answer in the dialogue) that have evidence are asked through `nodes.retrieval.retrieve` on their own
   conversation's instance with `RetrievalConfig.for_recall()` (`--scene-weights`: the turn's scene weights).
@@ -39,9 +39,11 @@ from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 
 KS = (5, 10, 20)
-GOAL_R10 = 0.70
-# The few ingestion/retrieval choices (own words twice the context's in BM25, the session date in the memory)
-# were chosen on the first five conversations of locomo10.json; the report shows both halves.
+GOAL_R10 = 0.75  # issue 11, all conversations
+GOAL_R10_HELD_OUT = 0.72  # issue 11, the conversations not used to choose the knobs
+# The few ingestion/retrieval choices (own words twice the context's in BM25, the session date in the memory, two
+# lines of context, the recall's keyword expansion) were chosen on the first five conversations of locomo10.json;
+# the report shows both halves.
 TUNING_CONVERSATIONS = 5
 CATEGORIES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 _SESSION = re.compile(r"session_(\d+)")
@@ -390,4 +392,10 @@ def run(args: argparse.Namespace) -> int:
     )
     r10 = product.mean()[1][at10]
     print(f"goal: R@10 at least {GOAL_R10:.2f}: {r10:.3f} — {'met' if r10 >= GOAL_R10 else 'NOT met'}")
+    if len(names) > TUNING_CONVERSATIONS:
+        held = product.mean(conversations=names[TUNING_CONVERSATIONS:])[1][at10]
+        print(
+            f"goal: R@10 on the conversations not used for tuning at least {GOAL_R10_HELD_OUT:.2f}: {held:.3f} — "
+            f"{'met' if held >= GOAL_R10_HELD_OUT else 'NOT met'}"
+        )
     return 0

@@ -12,7 +12,7 @@ answers or evidence. The data is read by path (a folder with `memory_bank_cn.jso
 - Ingestion, as the product ingests dialogue (the way `evals.locomo` does): each user is one instance of a real
   `MemoryStore` (SQLite + Chroma in a temporary folder unless `--data-dir`); each line (the user's query, the
   companion's response) is one memory made by `nodes.rules.dialogue_memory.dialogue_memories` (`[day] speaker:
-  text`, the line before as context), all of a user's in one `add_memories` call.
+  text`, the `CONTEXT_LINES` lines before as context), all of a user's in one `add_memories` call.
 - Each labelled question is asked through `nodes.rules.retrieval.retrieve` on its user's instance with
   `RetrievalConfig.for_recall()`; a retrieved memory stands for its exchange. R@k = the share of a question's
   evidence exchanges among the exchanges of the first k memories, averaged over questions.
@@ -35,7 +35,7 @@ from typing import Any
 
 from personalab.evals.data_dir import data_folder
 from personalab.evals.locomo import percentile
-from personalab.nodes.rules.dialogue_memory import DialogueLine, dialogue_memories
+from personalab.nodes.rules.dialogue_memory import CONTEXT_LINES, DialogueLine, dialogue_memories
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
@@ -192,7 +192,7 @@ def run_eval(dialogues: dict[str, list[Exchange]], probes: Sequence[Probe], data
         started = time.perf_counter()
         with session_scope(url) as session:
             instance = int(create_save(session, None, None, title=user).id)  # type: ignore[arg-type]
-        entries = store.add_memories(instance, dialogue_memories(lines, context_lines=1))
+        entries = store.add_memories(instance, dialogue_memories(lines))
         ingest_s += time.perf_counter() - started
         memories += len(entries)
         exchange_of: dict[Any, str] = {entry.id: key for entry, key in zip(entries, keys, strict=True)}
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         f"{sum(len(p.evidence) for p in probes)} evidence exchanges"
     )
     print(
-        f"memories: one per line ([day] speaker: text, the line before as context); "
+        f"memories: one per line ([day] speaker: text, the {CONTEXT_LINES} lines before as context); "
         f"embeddings: {type(get_embeddings()).__name__}; retrieval: RetrievalConfig.for_recall(), k={max(KS)}"
     )
     with data_folder(args.data_dir, "personalab-probes-cn-") as data:

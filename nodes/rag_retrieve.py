@@ -231,6 +231,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         store,
         instance_id,
         query,
+        message=state["message"],  # the user's own words count beside the rewrite's
         context=dialogue,
         recent_own_lines=own_lines,
         turn=turn,

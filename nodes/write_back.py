@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
-from personalab.nodes.rules.record import record_items
+from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn, story_fields
 from personalab.nodes.story_search import prefetch_next_turn
@@ -144,12 +144,12 @@ def mention_check(state: TurnState) -> dict[str, Any] | None:
 def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """This turn's lines for the dialogue record (applied off the reply's path, on the instance's writer, so the
     next turn of the instance reads them): the host's and the user's lines (the end of the path read this turn)
-    and the reply's, each with the line before it as context. A line already recorded (the user's line a
+    and the reply's, each with the lines before it as context. A line already recorded (the user's line a
     regenerated reply answers again) is not recorded twice (`stores.outbox`)."""
     history = state.get("history") or []
     count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
     asked = [line for line in history[-count:] if line.get("id") is not None]
-    before = history[-count - 1] if len(history) > count else None
+    before = history[max(0, len(history) - count - CONTEXT_LINES) : max(0, len(history) - count)]
     character = state["character"]
     return record_items(
         [*asked, *reply_lines],
@@ -157,7 +157,7 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
         character_role_id=character.get("role_id"),
         character_name=character["name"],
         user_name=state.get("user_name"),
-        previous_line=before,
+        previous_lines=before,
     )
 
 

@@ -13,10 +13,10 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
   returned. `reindex` rebuilds an instance's collections from the database.
 - The keyword/tag index, the instance revisions that keep it current and the kept vectors are
   `stores.memory_index`; every write here that changes what they see bumps the revision in its transaction.
-- A new memory may come with `context`: the text it came after in its source (the previous line of a dialogue,
+- A new memory may come with `context`: the text it came after in its source (the previous lines of a dialogue,
   see `nodes.rules.dialogue_memory`). It is stored and embedded in front of the content, and its words count
-  half as much as the memory's own words in BM25 (`memory_index.search_text`). Measured on LoCoMo (one memory
-  per dialog turn with its session date, recall retrieval, recall@10 over categories 1–4, `evals.locomo`): the
+  half as much as the memory's own words in BM25 (`nodes.rules.keywords.memory_search_text`). Measured on LoCoMo
+  (one memory per dialog turn with its session date, recall retrieval, recall@10 over categories 1–4, `evals.locomo`): the
   turn alone .645, the previous turn added as plain content .692, added as context .711. A later edit
   re-indexes the whole text evenly.
 - Maintenance (seed 001 记忆流转): the store only loads an instance's memories as `LayerMemory` values and
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.keywords import extract_keywords
+from personalab.nodes.rules.keywords import extract_keywords, memory_search_text
 from personalab.nodes.rules.memory_layers import (
     RECORD_LAYER,
     Layer,
@@ -64,7 +64,6 @@ from personalab.stores.memory_index import (
     keep_role,
     kept_index,
     kept_role,
-    search_text,
 )
 from personalab.stores.memory_index import BM25Index as BM25Index  # re-exported: callers patch it here
 from personalab.stores.memory_tables import MemoryEntry
@@ -195,7 +194,7 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
         "line_id": line_id,
-        "search_text": search_text(content, tags, context),
+        "search_text": memory_search_text(content, tags, context),
         **texts,
     }
 
@@ -593,7 +592,7 @@ class MemoryStore:
                     f"memory {memory_id}: record entries (type record) and only they are in layer record"
                 )
             if text_changed:
-                entry.search_text = search_text(entry.content, entry.tags)
+                entry.search_text = memory_search_text(entry.content, entry.tags)
                 bump_revision(session, instance_id)
             entry.user_edited = True
             entry.updated_at = utcnow()

@@ -31,14 +31,18 @@ def new_instance(store: MemoryStore) -> int:
         return create_save(session, None, None).id  # type: ignore[return-value]
 
 
-def test_each_line_becomes_a_conversation_memory_with_the_line_before_as_context() -> None:
+def test_each_line_becomes_a_conversation_memory_with_the_two_lines_before_as_context() -> None:
     items = dialogue_memories(LINES, first_turn=10)
     assert [item["content"] for item in items] == [
         "[3 March, 2023] Aiko: I adopted a grey kitten!",
         "[3 March, 2023] Bram: What did you name it?",
         "[3 March, 2023] Aiko: Pixel. [shares a photo of a kitten on a sofa]",
     ]
-    assert [item["context"] for item in items] == ["", "Aiko: I adopted a grey kitten!", "Bram: What did you name it?"]
+    assert [item["context"] for item in items] == [
+        "",
+        "Aiko: I adopted a grey kitten!",
+        "Aiko: I adopted a grey kitten!\nBram: What did you name it?",
+    ]
     assert [item["turn"] for item in items] == [10, 11, 12]
     assert {item["type"] for item in items} == {"conversation"}
     assert [item["related_character"] for item in items] == ["Aiko", "Bram", "Aiko"]
@@ -46,8 +50,8 @@ def test_each_line_becomes_a_conversation_memory_with_the_line_before_as_context
 
 def test_the_context_window_is_configurable() -> None:
     assert [item["context"] for item in dialogue_memories(LINES, context_lines=0)] == ["", "", ""]
-    two = dialogue_memories(LINES, context_lines=2)[2]["context"]
-    assert two == "Aiko: I adopted a grey kitten!\nBram: What did you name it?"
+    one = dialogue_memories(LINES, context_lines=1)[2]["context"]
+    assert one == "Bram: What did you name it?"
     assert line_text(DialogueLine("", "没有说话人的一句")) == "没有说话人的一句"
 
 
@@ -78,6 +82,59 @@ def test_dialogue_memories_are_found_by_a_question_about_them(store: MemoryStore
     result = retrieve(store, instance, "What is the name of Aiko's kitten?", config=RetrievalConfig.for_recall())
     assert entries[2].id in [item.id for item in result.items[:2]]  # "Pixel." is found through its context
     assert all(entry.mention_count == 0 for entry in store.list_memories(instance))  # recall marks nothing
+
+
+CHAT = [
+    DialogueLine("林澈", "今天风好大，我们找个地方避一避吧。"),
+    DialogueLine("雷娜", "前面那栋楼还算结实。"),
+    DialogueLine("林澈", "我最怕深水，小时候差点淹死在村口的水库里。"),
+    DialogueLine("雷娜", "难怪你每次过河都走得那么慢。"),
+    DialogueLine("林澈", "我们约好了，要是走散了，就在旧水塔下面碰头。"),
+    DialogueLine("雷娜", "好，我记住了。"),
+    *[DialogueLine("林澈" if n % 2 else "雷娜", f"第{n}段路上的沙子又多又烫，你会不会觉得累？") for n in range(8)],
+]
+
+
+def test_a_chinese_question_in_other_words_finds_its_fact(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    entries = store.add_memories(instance, dialogue_memories(CHAT))
+    # 害怕 / 最怕 share only 怕: the characters of the words are searched too; 什么 is not searched for
+    found = retrieve(store, instance, "我最害怕的是什么？", k=3, config=RetrievalConfig.for_recall())
+    assert entries[2].id in [item.id for item in found.items]
+
+
+def test_the_users_own_words_count_beside_a_rewritten_query(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    entries = store.add_memories(instance, dialogue_memories(CHAT))
+    rewrite = "分开以后（上下文：沙子又多又烫）"  # a rewrite that lost the message's words and added the dialogue's
+    alone = retrieve(store, instance, rewrite, k=3, config=RetrievalConfig.for_recall())
+    assert entries[4].id not in [item.id for item in alone.items]
+    message = "万一我们走散了，你会去哪儿碰头等我？"
+    both = retrieve(store, instance, rewrite, message=message, k=3, config=RetrievalConfig.for_recall())
+    assert entries[4].id in [item.id for item in both.items]
+    assert (
+        retrieve(store, instance, message, message=message, k=3, config=RetrievalConfig.for_recall()).query == message
+    )
+
+
+def test_recall_expands_the_keyword_query_with_the_best_matchs_words(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    filler = [DialogueLine("Bram", f"The weather on day {n} was grey and windy.") for n in range(6)]
+    lines = [
+        DialogueLine("Aiko", "Guess what, I got mentored by a business coach yesterday!"),
+        DialogueLine("Bram", "What did the coach teach you?"),
+        DialogueLine("Aiko", "To price my pottery higher and sell it at the Sunday market."),
+        *filler,
+    ]
+    entries = store.add_memories(instance, dialogue_memories(lines, context_lines=0))
+    question = "When did Aiko get mentored?"
+    plain = retrieve(store, instance, question, k=3, config=RetrievalConfig.for_recall(expansion_terms=0))
+    expanded = retrieve(store, instance, question, k=3, config=RetrievalConfig.for_recall())
+    assert plain.items[0].id == expanded.items[0].id == entries[0].id  # the best match stays first
+    # the coach of the best match brings the turn that names the coach without the question's words
+    assert expanded.items[0].breakdown.paths.get("bm25") == 1 and entries[1].id in [i.id for i in expanded.items]
+    assert entries[1].id in [item.id for item in expanded.items if "bm25" in item.breakdown.paths]
+    assert entries[1].id not in [item.id for item in plain.items if "bm25" in item.breakdown.paths]
 
 
 def test_memories_can_be_added_with_precomputed_embeddings(store: MemoryStore) -> None:

@@ -10,6 +10,9 @@ from personalab.nodes.rules.keywords import (
     jaccard,
     keyword_in,
     keyword_match_score,
+    memory_search_text,
+    query_tokens,
+    search_tokens,
     stem,
     text_similarity,
     token_set,
@@ -113,3 +116,37 @@ def test_a_text_of_several_lines_has_the_tokens_of_the_whole_text() -> None:
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         for search in (True, False):
             assert tokenize(text, search=search) == list(_line_tokens(text, search))
+
+
+def test_a_query_loses_its_chinese_question_words_and_recall_framing() -> None:
+    # the answer to 我妹妹叫什么名字 holds her name, not 什么; 还记得…吗 and …来着 only frame the question
+    assert query_tokens("你还记得我妹妹叫什么名字吗？")[:5] == ["你", "我", "妹妹", "叫", "名字"]
+    assert "来" not in query_tokens("我妹妹最爱吃什么来着？") and "最爱" in query_tokens("我妹妹最爱吃什么来着？")
+    # 什么时候 goes whole: search mode would leave 时候, a content word (小时候, 过河的时候)
+    assert "时候" not in query_tokens("我们什么时候去的水库？")
+    crossing = query_tokens("过河的时候我为什么总是犹豫？")
+    assert "时候" in crossing and "为什么" not in crossing
+    assert not {"哪儿", "哪", "谁"} & set(query_tokens("万一我们失散了，你会去哪儿等我？谁留给我的？"))
+
+
+def test_a_query_loses_english_question_framing_and_keeps_its_content() -> None:
+    assert query_tokens("Is it likely that Nate has friends besides Joanna?") == ["nate", "friend", "beside", "joanna"]
+    assert query_tokens("What kind of pot did Mel make?") == ["pot", "mel", "make"]
+    assert query_tokens("Do you like painting?") == ["like", "paint"]  # "like" itself is content
+    assert query_tokens("什么？") == tokenize("什么？")  # nothing but question words: the query as it is
+
+
+def test_search_tokens_add_the_characters_of_chinese_words() -> None:
+    # 害怕 and 最怕, 失散 and 走散 share no word, only a character
+    assert "怕" in search_tokens("我最怕深水") and "怕" in search_tokens("我最害怕的是什么")
+    assert set(search_tokens("要是走散了")) & set(search_tokens("万一我们失散了")) >= {"散"}
+    tokens = search_tokens("上下文")  # search mode gives 上下, 下文, 上下文; each character still counts once
+    assert tokens.count("下") == 1 and tokens[: len(tokenize("上下文"))] == tokenize("上下文")
+    assert "的" not in search_tokens("我的朋友们")  # stop characters stay out
+    assert search_tokens("I painted the lake") == tokenize("I painted the lake")  # English unchanged
+
+
+def test_a_memorys_search_text_weighs_its_own_words_twice_its_context_once() -> None:
+    text = memory_search_text("雷娜：水塔", context="林澈：碰头").split()
+    assert text.count("水塔") == 2 and text.count("碰头") == 1
+    assert memory_search_text("水塔", ["废土"]).split().count("废土") == 1

@@ -29,6 +29,13 @@ def test_record_items_name_every_speaker_and_keep_line_ids() -> None:
     assert [i["line_id"] for i in items] == [7, 8, 9]
     assert {i["type"] for i in items} == {"record"} and {i["layer"] for i in items} == {RECORD_LAYER}
     assert items[1]["context"] == "旁白：夜色降临。"  # the line before, as context
+    assert items[2]["context"] == f"旁白：夜色降临。\n莱姆：{FACT}"  # two lines at most
+    earlier = [
+        {"id": 5, "attribute": "user", "content": "早。"},
+        {"id": 6, "attribute": "assistant", "content": "嗯。", "role_id": 3},
+    ]
+    later = record_items(lines, 3, character_role_id=3, character_name="雷娜", user_name="莱姆", previous_lines=earlier)
+    assert later[0]["context"] == "莱姆：早。\n雷娜：嗯。" and later[1]["context"] == "雷娜：嗯。\n旁白：夜色降临。"
     assert items[1]["importance"] > items[2]["importance"]  # a fact weighs more than small talk
 
 

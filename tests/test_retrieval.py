@@ -15,18 +15,22 @@ from personalab.nodes.rules.retrieval import (
     Scene,
     ScoringWeights,
     analyse_scene,
+    asks_when,
     context_relevance,
     cosine,
     cosines_to,
     diversity_score,
     drop_irrelevant,
     drop_said_recently,
+    expansion_terms,
     fuse,
     layer_priority,
     mention_penalty,
     recency_score,
+    says_when,
     score_candidates,
     select,
+    similarity_tokens,
 )
 
 
@@ -191,6 +195,54 @@ def test_keyword_part_of_relevance_uses_bm25_normalised_by_the_best() -> None:
     assert [s.keyword for s in seed] == [1.0, 0.0]
     with pytest.raises(ValueError, match="keyword mode 'magic'"):
         score_candidates([a], fused, query, None, 0, RetrievalConfig(keyword_mode="magic"))
+
+
+def test_expansion_takes_the_best_matchs_telling_words_the_query_lacks() -> None:
+    document = "jon mentor business mentor dude inspir dance studio the".split()
+    weight = {"mentor": 2.0, "business": 3.0, "dude": 1.0, "inspir": 1.5, "dance": 1.0, "studio": 4.0, "jon": 0.5}
+    # the query's words never come back; a word twice in the document counts twice; a word with no weight never
+    assert expansion_terms(document, ["jon", "dance"], weight, 3) == ["mentor", "studio", "business"]
+    assert expansion_terms(document, ["jon"], weight, 0) == [] and expansion_terms([], ["jon"], weight, 5) == []
+    assert "the" not in expansion_terms(document, [], weight, 20)
+    assert RetrievalConfig().expansion_terms == 0 and RetrievalConfig.for_recall().expansion_terms == 5
+
+
+def test_a_question_asking_when_is_told_from_other_questions() -> None:
+    assert asks_when("When did Caroline go to the support group?") and asks_when("what year did Jon start dancing?")
+    assert asks_when("你什么时候去的水库？") and asks_when("我们是哪一天走散的？")
+    assert not asks_when("What did Caroline research?") and not asks_when("我最害怕的是什么？")
+    assert not asks_when("Whenever you like.")
+
+
+def test_a_memory_that_says_when_names_a_time_in_its_own_line() -> None:
+    assert says_when("Jon: I got mentored by this amazing business dude yesterday!")
+    assert says_when("林澈：上个月我们搬到了旧水塔旁边") and says_when("雷娜：1998年的冬天")
+    assert not says_when("[8 May, 2023] Caroline: I love painting sunsets.")  # when it was said, not what it tells
+    assert not says_when("Jon: We met yesterday.\nGina: I love dancing.")  # the line before is only its context
+    assert not says_when("Gina: Mayonnaise is great.")
+
+
+def test_recall_favours_memories_that_say_when_for_a_when_question() -> None:
+    told = Candidate("memory", 1, "Jon: I got mentored last week.")
+    other = Candidate("memory", 2, "Jon: Mentoring is great.")
+    fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 1.0), PathHit(2, 1.0)]})}
+    config = RetrievalConfig.for_recall()
+    when = score_candidates([told, other], fused, MatchText.of("When was Jon mentored?"), None, 0, config)
+    assert when[0].relevance == pytest.approx(when[1].relevance + 0.1)
+    what = score_candidates([told, other], fused, MatchText.of("Who mentored Jon?"), None, 0, config)
+    assert what[0].relevance == what[1].relevance
+    daily = score_candidates([told, other], fused, MatchText.of("When was Jon mentored?"), None, 0, RetrievalConfig())
+    assert daily[0].relevance == daily[1].relevance  # a turn's retrieval does not boost
+
+
+def test_near_duplicate_checks_compare_words_not_the_searched_characters() -> None:
+    first, second = (
+        Candidate("memory", 1, "据点的第1条传闻：风沙很大"),
+        Candidate("memory", 2, "据点的第2条传闻：风沙很大"),
+    )
+    assert similarity_tokens(["据点", "据", "点", "fox", "x"]) == {"据点", "fox", "x"}
+    kept, dropped = drop_said_recently([first, second], ["据点的第1条传闻：风沙很大"])
+    assert [c.id for c in kept] == [2] and dropped[0]["id"] == 1
 
 
 def test_cosines_to_many_vectors_match_one_at_a_time() -> None:

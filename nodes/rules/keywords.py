@@ -141,6 +141,46 @@ def _line_tokens(text: str, search: bool) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+# What a question asks with, not what its answer holds (the answer to 我妹妹叫什么名字 says 林小满, never 什么):
+# left out of a retrieval's keyword query. Chinese question words and recall framing (还记得…吗, …来着) are cut
+# from the text before segmentation — search mode splits 什么时候 into 什么 + 时候, and 时候 alone is a content
+# word (小时候, 过河的时候); English question words are stop words already, plus the framing of "what kind of",
+# "is it likely that".
+_QUESTION_ZH = re.compile(
+    "记不记得|还记得|记得吗|什么时候|为什么|怎么样|怎么|什么|哪儿|哪里|哪个|哪些|哪|谁|多少|几时|几点|几岁|几次|几个"
+    "|是不是|有没有|来着|吗|呢"
+)
+_QUESTION_EN = re.compile(r"\b(?:likely|kinds? of)\b", re.IGNORECASE)
+
+
+def query_tokens(text: str) -> list[str]:
+    """The keyword tokens of a query (`search_tokens`) without its question words (see `_QUESTION_ZH`): a
+    question asks with them, its answer does not hold them. All of the query's tokens when nothing else is left."""
+    tokens = search_tokens(_QUESTION_EN.sub(" ", _QUESTION_ZH.sub("，", text)))
+    return tokens or search_tokens(text)
+
+
+def search_tokens(text: str) -> list[str]:
+    """The keyword-search tokens of a text: `tokenize`'s, plus the characters of its Chinese words of two or
+    more characters (stop characters left out). 害怕 and 最怕, 失散 and 走散 share no word but a character:
+    the characters let a question find a fact said in other words, the words still rank exact matches first."""
+    tokens = tokenize(text)
+    words = tokenize(text, search=False)  # one segmentation: each character of the text counted once
+    return tokens + [c for word in words if len(word) > 1 and has_han(word) for c in word if c not in CHINESE_STOPWORDS]
+
+
+OWN_TEXT_REPEAT = 2  # a memory with context: its own words are indexed this many times, the context's once
+
+
+def memory_search_text(content: str, tags: Sequence[str] = (), context: str = "") -> str:
+    """The space-separated keyword-search tokens of a memory (`search_tokens` of content + tags, after those of
+    its context if any, its own words `OWN_TEXT_REPEAT` times: they weigh double in BM25)."""
+    own = search_tokens(" ".join([content, *tags]))
+    if not context:
+        return " ".join(own)
+    return " ".join([*search_tokens(context), *own * OWN_TEXT_REPEAT])
+
+
 def token_set(text: str) -> frozenset[str]:
     """The precise-mode token set of `text` (for similarity between two texts)."""
     return frozenset(tokenize(text, search=False))

@@ -8,9 +8,9 @@ as the curated memories, so the daily retrieval searches both through one hybrid
 retrieved record item says ``type: record`` and its ``line_id``, so a caller can tell it from a curated
 memory (e.g. to leave out lines still inside the recent-dialogue window).
 
-Each entry's content is ``speaker：text``; the line said just before it (this turn's or the previous turn's
-last line) is its `context`, stored and embedded in front of it and weighed half in keyword search, as for
-LoCoMo's dialogue memories (`nodes.rules.dialogue_memory`). Its importance is the fact estimate of the line
+Each entry's content is ``speaker：text``; the `CONTEXT_LINES` lines said just before it (this turn's or the
+previous turn's last lines) are its `context`, stored and embedded in front of it and weighed half in keyword
+search, as for LoCoMo's dialogue memories (`nodes.rules.dialogue_memory`, where two lines were measured best). Its importance is the fact estimate of the line
 (`nodes.rules.importance`, at least `MIN_RECORD_IMPORTANCE`), so a line that tells a fact ranks above small talk.
 """
 
@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from personalab.nodes.rules.dialogue_memory import CONTEXT_LINES
 from personalab.nodes.rules.importance import estimate_importance
 from personalab.nodes.rules.memory_layers import RECORD_LAYER, MemoryType
 
 NARRATOR = "旁白"
 USER = "用户"
-CONTEXT_CHARS = 200  # the previous line as context: enough to say what a short answer answers
+CONTEXT_CHARS = 300  # the previous lines as context: enough to say what a short answer answers
 MIN_RECORD_IMPORTANCE = 0.2  # small talk: below a fact, not nothing (what was said may still be asked about)
 
 
@@ -56,18 +57,19 @@ def record_items(
     character_role_id: int | None,
     character_name: str,
     user_name: str | None = None,
-    previous_line: Mapping[str, Any] | None = None,
+    previous_lines: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Memory items (for `stores.memory.MemoryStore.add_memories`) recording `lines` — this turn's lines in
-    order, each a `line` row as a dict with its ``id`` — at `turn`. `previous_line`: the line before the first
-    one (its context). Lines without text are left out."""
+    order, each a `line` row as a dict with its ``id`` — at `turn`. `previous_lines`: the lines before the first
+    one, oldest first (the last `CONTEXT_LINES` of them are its context). Lines without text are left out."""
     items: list[dict[str, Any]] = []
-    before = ""
-    if previous_line is not None and str(previous_line.get("content") or "").strip():
-        who = speaker_of(
-            previous_line, character_role_id=character_role_id, character_name=character_name, user_name=user_name
-        )
-        before = record_text(who, str(previous_line["content"]))
+    before: list[str] = []
+    for previous in previous_lines:
+        if str(previous.get("content") or "").strip():
+            who = speaker_of(
+                previous, character_role_id=character_role_id, character_name=character_name, user_name=user_name
+            )
+            before.append(record_text(who, str(previous["content"])))
     for line in lines:
         text = str(line.get("content") or "").strip()
         if not text:
@@ -79,7 +81,7 @@ def record_items(
         items.append(
             {
                 "content": content,
-                "context": before[-CONTEXT_CHARS:],
+                "context": "\n".join(before[-CONTEXT_LINES:])[-CONTEXT_CHARS:],
                 "type": MemoryType.RECORD.value,
                 "layer": RECORD_LAYER,
                 "importance": max(MIN_RECORD_IMPORTANCE, estimate_importance(text).importance),
@@ -87,5 +89,5 @@ def record_items(
                 "line_id": line.get("id"),
             }
         )
-        before = content
+        before.append(content)
     return items
