@@ -372,6 +372,9 @@ def _one_turn(
             "affection": relationship.get("affection", 0),
             "familiarity": relationship.get("familiarity", 0),
             "fallback": "director" in timings,
+            # what a real model's reply looks like (issue 17): the seed's 【emotion】 format, a progress marker
+            "formatted": any(segment.get("original_emotion") for segment in state.get("reply_lines") or []),
+            "marker": bool((debug.get("progress") or {}).get("markers")),
             "rss_mb": rss_mb(),
             "total_ms": debug.get("total_ms", 0.0),
         }

@@ -134,6 +134,28 @@ def _judge_summary(scores: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def replies(results: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """What the model's replies looked like (issue 17: a real model): turns whose reply kept seed 000's 【emotion】
+    format, turns with a [PROGRESS] marker the parser took, and whole-turn time p50 / p95 (the model included)."""
+    series = [row for r in results for rows in (r.get("series") or {}).values() for row in rows]
+    formatted = sum(1 for row in series if row.get("formatted"))
+    markers = sum(1 for row in series if row.get("marker"))
+    total = [float(row.get("total_ms") or 0.0) for row in series]
+    return {
+        "turns": len(series),
+        "formatted": formatted,
+        "format_rate": _rate(formatted, len(series)),
+        "markers": markers,
+        "marker_rate": _rate(markers, len(series)),
+        "turn_ms_p50": round(percentile(total, 0.5), 1),
+        "turn_ms_p95": round(percentile(total, 0.95), 1),
+    }
+
+
+def _percent(rate: float | None) -> str:
+    return "–" if rate is None else f"{100 * rate:.0f}%"
+
+
 def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     turns = sum(r.get("turns_played", 0) for r in results)
     completed = sum((r.get("director") or {}).get("completed", 0) for r in results)
@@ -162,6 +184,7 @@ def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "history_tokens_max": max(history, default=0),
         "retrieval_timeouts": sum(r.get("retrieval_timeouts", 0) for r in results),
         "latency_ms": latency(results),
+        "replies": replies(results),
         "judge": _judge_summary([j for r in results for j in r.get("judge") or []]),
     }
 
@@ -336,6 +359,16 @@ def markdown(
         "",
         f"Core-memory rewrites: {total['maintenance_accepted']} accepted, {total['maintenance_rejected']} rejected. "
         f"Retrievals that hit the time cap: {total['retrieval_timeouts']}.",
+    ]
+    r = total["replies"]
+    lines += [
+        "",
+        "## Replies",
+        "",
+        "| turns | 【emotion】 format | progress marker | reply checks (memory used) | turn p50 / p95 ms (model included) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| {r['turns']} | {r['formatted']} ({_percent(r['format_rate'])}) | {r['markers']} ({_percent(r['marker_rate'])}) | "
+        f"{total['reply']['passed']}/{total['reply']['checks']} | {r['turn_ms_p50']:,} / {r['turn_ms_p95']:,} |",
     ]
     if total.get("judge"):
         j = total["judge"]

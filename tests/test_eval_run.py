@@ -146,6 +146,10 @@ def test_scenario_runs_end_to_end_with_the_same_scores_twice(
     assert reports[0]["overall"]["latency_ms"]["generate"]["runs"] == 31
     markdown = (tmp_path / "a" / "report.md").read_text(encoding="utf-8")
     assert "| figure | goal | measured | met? |" in markdown and "![relationship](relationship.png)" in markdown
+    # what the replies looked like: the scripted model keeps the 【emotion】 format on every turn
+    replies = reports[0]["overall"]["replies"]
+    assert replies["turns"] == 31 and replies["formatted"] == 31 and replies["format_rate"] == 1.0
+    assert 0 <= replies["markers"] <= 31 and "## Replies" in markdown
 
 
 def test_failed_turn_fails_its_scenario_and_the_others_go_on(
