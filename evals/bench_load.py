@@ -11,14 +11,15 @@ Baseline in the same run: before the load, one instance plays `--turns` turns al
 error or a turn whose output has `error`), turns lost (each instance's stored turn count against the turns it
 played), the client's time per turn p50 / p95 / max alone and under load and their ratio, turns per second. The
 scripted model answers at once, so a turn's time is PersonaLab's and the server's overhead, not a model's.
-With `PERSONALAB_AUTH` set for the server (see README "Users and auth"), `--token USER=TOKEN` gives each user its
-bearer token.
+With `--auth` the server runs with `PERSONALAB_AUTH=tokens` (README "Users and auth") and one token per user, and
+after the load every user must list exactly their own instances.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -120,22 +121,17 @@ class User:
         response.raise_for_status()
         return int(response.json().get("turns") or 0)
 
+    def listed_instances(self) -> set[int]:
+        response = self.http.get("/instances")
+        response.raise_for_status()
+        return {int(item["id"]) for item in response.json()}
+
     def create_threads(self) -> None:
         for instance_id in self.instances:
             body = {"thread_id": thread_id_for(instance_id), "if_exists": "do_nothing"}
             response = self.http.post("/threads", json=body)
             if response.status_code >= 400:
                 raise RuntimeError(f"{self.name}: POST /threads answered {response.status_code}: {response.text[:300]}")
-
-
-def _tokens(pairs: list[str]) -> dict[str, str]:
-    tokens: dict[str, str] = {}
-    for pair in pairs:
-        name, _, token = pair.partition("=")
-        if not name or not token:
-            raise SystemExit(f"--token {pair!r}: expected USER=TOKEN")
-        tokens[name] = token
-    return tokens
 
 
 def _row(label: str, values: list[float]) -> str:
@@ -148,15 +144,18 @@ def _row(label: str, values: list[float]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    tokens = _tokens(args.token or [])
-    names = list(tokens) if tokens else [f"user{n + 1}" for n in range(args.users)]
-    if tokens and len(names) < args.users:
-        raise SystemExit(f"--users {args.users} but only {len(names)} --token given")
-    names = names[: args.users]
+    names = [f"user{n + 1}" for n in range(args.users)]
+    # --auth: the server checks a bearer token per user (PERSONALAB_AUTH=tokens), each user sees only their own
+    tokens = {name: secrets.token_urlsafe(16) for name in names} if args.auth else {}
     repo = Path(args.repo).resolve()
     with ExitStack() as stack:
         folder = stack.enter_context(data_folder(args.data_dir, "personalab-load-"))
         env = {"PERSONALAB_DATA_DIR": str(folder / "data")}
+        if tokens:
+            env.update(
+                PERSONALAB_AUTH="tokens",
+                PERSONALAB_AUTH_TOKENS=",".join(f"{token}:{name}" for name, token in tokens.items()),
+            )
         if args.postgres_url:
             env["PERSONALAB_DATABASE_URL"] = stack.enter_context(postgres_schema(args.postgres_url))
         if args.chroma == "server":
@@ -203,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
             for user in users
             for instance_id in user.instances
         )
+        # with auth, every user lists exactly their own instances (nothing of another user's)
+        crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
         loaded = [ms for user in users for ms in user.times_ms]
         errors = baseline_errors + [error for user in users for error in user.errors]
         turns = len(users) * args.instances * args.turns
@@ -217,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  throughput                    {len(loaded) / wall:.2f} turns/s over {wall:.1f} s")
         print(f"  errors                        {len(errors)}")
         print(f"  turns lost (stored < played)  {lost}")
+        if tokens:
+            print(f"  instances listed across users {crossed}")
         for error in errors[:10]:
             print(f"    {error}")
         if args.json:
@@ -232,9 +235,11 @@ def run(args: argparse.Namespace) -> int:
                 "turns_per_s": len(loaded) / wall,
                 "errors": errors,
                 "turns_lost": lost,
+                "auth": bool(tokens),
+                "crossed": crossed,
             }
             Path(args.json).write_text(json.dumps(summary, ensure_ascii=False, indent=2), encoding="utf-8")
-        return 1 if errors or lost else 0
+        return 1 if errors or lost or crossed else 0
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
@@ -249,7 +254,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
         help="database for a new schema, dropped afterwards; empty: the server's embedded SQLite",
     )
     load.add_argument("--chroma", choices=("server", "embedded"), default="server")
-    load.add_argument("--token", action="append", metavar="USER=TOKEN", help="a user's bearer token (auth on)")
+    load.add_argument(
+        "--auth", action="store_true", help="the server checks a bearer token per user (PERSONALAB_AUTH=tokens)"
+    )
     load.add_argument("--repo", default=".", help="the folder with langgraph.json (default: here)")
     load.add_argument("--data-dir", help="keep the server's data and logs here (default: a temporary directory)")
     load.add_argument("--json", help="also write the figures to this file")

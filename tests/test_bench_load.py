@@ -1,7 +1,7 @@
 """`bench load` (issue 14 Load): users playing at once through `langgraph dev` on PostgreSQL and a Chroma server.
 
-A small run (2 users x 2 instances x 2 turns) of the same command README's figures come from: every turn answered,
-none lost, each user's instances on their own threads. The figures themselves are not asserted (timing)."""
+A small run (2 users x 2 instances x 2 turns, each user with their own bearer token) of the same command README's
+figures come from: every turn answered, none lost, each user sees only their own instances. The figures themselves are not asserted (timing)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def test_users_playing_at_once_through_the_served_graph_lose_nothing(
             "--repo", str(REPO),
             "--data-dir", str(tmp_path / "load"),
             "--json", str(out),
+            "--auth",
         ]
     )  # fmt: skip
     code = args.handler(args)
@@ -39,4 +40,5 @@ def test_users_playing_at_once_through_the_served_graph_lose_nothing(
     assert code == 0, printed + "\n" + (tmp_path / "load" / "server" / "server.log").read_text(errors="replace")
     assert summary["errors"] == [] and summary["turns_lost"] == 0
     assert summary["database"] == "postgresql" and summary["chroma"] == "server"
+    assert summary["auth"] and summary["crossed"] == 0  # each user lists their own instances only
     assert "2 users x 2 instances x 2 turns = 8 turns under load" in printed
