@@ -61,8 +61,8 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
 
 
 def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, line_id: int | None = None) -> None:
-    """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
-    not on the next reply's path."""
+    """The layer flow (its deletions update the kept keyword index), then the index made current at once:
+    between turns, not on the next reply's path."""
     maintain_layers(store, instance_id, turn, summarise=model_summariser(), line_id=line_id)
     store.index(instance_id)
 

@@ -28,8 +28,8 @@ TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to 
 
 
 def remember(store: MemoryStore, instance_id: int, memories: list[dict[str, Any]]) -> None:
-    """Write the turn's memories, then rebuild the instance's keyword index now, between turns, so the next
-    turn's retrieval finds it ready instead of rebuilding it on the reply's path."""
+    """Write the turn's memories (the write updates the process's kept keyword index), then make sure the index
+    is current now, between turns (built here if this process had none), not on the next reply's path."""
     store.add_memories(instance_id, memories)
     store.index(instance_id)
 
