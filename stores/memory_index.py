@@ -2,11 +2,13 @@
 
 Seed 001 记忆检索和匹配算法 (关键词匹配, 标签过滤检索, 向量相似度) and 性能优化策略 (缓存).
 
-- BM25 (rank_bm25's Okapi model over CJK-safe tokens) and the tag index are built once per
-  (database, instance, character) and kept in the process (`IndexKey`). Each write that changes what they
-  see increments the instance's revision (`MemoryIndexState`, `bump_revision`) in the same transaction; a
-  search compares revisions (one primary-key read, `kept_index`) and rebuilds only when they differ, so the
-  kept indexes stay right across processes.
+- The BM25 and tag index of one (database, instance, character) is built once per process (`IndexKey`) and
+  then changed memory by memory (`BM25Index`, `MemoryIndex.apply`), never rebuilt: each write that changes what
+  it sees increments the instance's revision (`MemoryIndexState`, `bump_revision`) in the same transaction, and
+  once committed applies what it wrote to the kept indexes that were at the revision just before
+  (`note_written`). A search compares revisions (one primary-key read, `kept_index`); when the database's moved
+  on without this process (another process wrote), it reads the rows and re-indexes only those that differ
+  (`update_index`), so the kept indexes stay right across processes.
 - Memory tokens are computed at write time (`search_text`, stored as `MemoryEntry.search_text`), so
   building an index reads one column instead of running jieba over every memory. A memory's `context` (the
   line it came after) is indexed once and its own words twice: they weigh double in BM25 (see
@@ -100,7 +102,7 @@ class BM25Index:
     def __init__(
         self,
         ids: Sequence[int] = (),
-        docs: Sequence[Sequence[str]] = (),
+        docs: Sequence[Sequence[str] | str] = (),
         k1: float = BM25_K1,
         b: float = BM25_B,
         epsilon: float = BM25_EPSILON,
@@ -109,7 +111,9 @@ class BM25Index:
         count = len(ids)
         self.ids = np.asarray(ids, dtype=np.int64) if count else np.zeros(0, dtype=np.int64)  # slot → memory id
         self.slot_of: dict[int, int] = {}
-        self.doc_freqs: list[dict[str, int] | None] = []  # slot → token counts (None: a free slot)
+        # slot → the document's tokens, space-separated (None: a free slot); one string per document, not its
+        # counts: a removal recounts them, and a `MemoryIndex` shares the string with its own record of the memory
+        self.texts: list[str | None] = []
         self.free: list[int] = []
         self.total_length = 0
         self.lengths = np.zeros(count, dtype=np.float64)
@@ -117,11 +121,12 @@ class BM25Index:
         self.df_histogram: dict[int, int] = {}  # document frequency → how many tokens have it (the mean IDF)
         rows: dict[str, tuple[list[int], list[int]]] = {}
         for slot, (memory_id, doc) in enumerate(zip(ids, docs, strict=True)):
-            freqs = _counts(doc)
+            text, tokens = _text_and_tokens(doc)
+            freqs = _counts(tokens)
             self.slot_of[int(memory_id)] = slot
-            self.doc_freqs.append(freqs)
-            self.lengths[slot] = len(doc)
-            self.total_length += len(doc)
+            self.texts.append(text)
+            self.lengths[slot] = len(tokens)
+            self.total_length += len(tokens)
             for token, tf in freqs.items():
                 entry = rows.setdefault(token, ([], []))
                 entry[0].append(slot)
@@ -139,23 +144,26 @@ class BM25Index:
 
     # ---- changes -----------------------------------------------------------------------------------
 
-    def add(self, memory_id: int, doc: Sequence[str]) -> None:
-        """Index document `doc` as memory `memory_id` (replacing the memory's earlier document, if any)."""
+    def add(self, memory_id: int, doc: Sequence[str] | str) -> None:
+        """Index document `doc` (its tokens, or them space-separated) as memory `memory_id`, replacing the
+        memory's earlier document, if any."""
         if memory_id in self.slot_of:
             self.remove(memory_id)
+        text, tokens = _text_and_tokens(doc)
+        freqs = _counts(tokens)
         if self.free:
             slot = self.free.pop()
-            self.doc_freqs[slot] = freqs = _counts(doc)
+            self.texts[slot] = text
         else:
-            slot = len(self.doc_freqs)
-            self.doc_freqs.append(freqs := _counts(doc))
+            slot = len(self.texts)
+            self.texts.append(text)
             if slot >= len(self.ids):
                 grow = max(16, len(self.ids))
                 self.ids = np.concatenate([self.ids, np.full(grow, -1, dtype=np.int64)])
                 self.lengths = np.concatenate([self.lengths, np.zeros(grow, dtype=np.float64)])
         self.ids[slot] = memory_id
-        self.lengths[slot] = len(doc)
-        self.total_length += len(doc)
+        self.lengths[slot] = len(tokens)
+        self.total_length += len(tokens)
         self.slot_of[memory_id] = slot
         for token, tf in freqs.items():
             posting = self.postings.get(token)
@@ -169,8 +177,7 @@ class BM25Index:
         slot = self.slot_of.pop(memory_id, None)
         if slot is None:
             return
-        freqs = self.doc_freqs[slot] or {}
-        for token in freqs:
+        for token in _counts((self.texts[slot] or "").split()):
             posting = self.postings[token]
             posting.remove(slot)
             self._move_df(token, posting.n + 1, posting.n)
@@ -179,7 +186,7 @@ class BM25Index:
         self.total_length -= int(self.lengths[slot])
         self.lengths[slot] = 0.0
         self.ids[slot] = -1
-        self.doc_freqs[slot] = None
+        self.texts[slot] = None
         self.free.append(slot)
 
     def _move_df(self, token: str, before: int, after: int) -> None:
@@ -245,6 +252,12 @@ class BM25Index:
         return {int(self.ids[slot]): float(score) for slot, score in zip(hit, scores, strict=True)}
 
 
+def _text_and_tokens(doc: Sequence[str] | str) -> tuple[str, list[str]]:
+    if isinstance(doc, str):
+        return doc, doc.split()
+    return " ".join(doc), list(doc)
+
+
 def _counts(tokens: Sequence[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for token in tokens:
@@ -286,7 +299,7 @@ class MemoryIndex:
         self.revision = revision
         self.lock = threading.RLock()
         self.memories: dict[int, IndexedMemory] = {row.id: row for row in rows}
-        self.bm25 = BM25Index([row.id for row in rows], [row.search_text.split() for row in rows], k1, b)
+        self.bm25 = BM25Index([row.id for row in rows], [row.search_text for row in rows], k1, b)
         self.tags: dict[str, set[int]] = {}  # tag (lower case) → memory ids
         self.tag_forms: dict[str, tuple[bool, frozenset[str]]] = {}  # tag → (is Chinese, tokens) for matching
         self.turns: dict[int, int] = {}  # turn → how many memories have it (the latest turn when one goes)
@@ -309,7 +322,7 @@ class MemoryIndex:
                 if self.memories.get(row.id) != row:
                     self._remove(row.id)
                     self.memories[row.id] = row
-                    self.bm25.add(row.id, row.search_text.split())
+                    self.bm25.add(row.id, row.search_text)
                     self._add_tags_and_turn(row)
             self.revision = revision
 
@@ -436,8 +449,9 @@ def build_index(key: IndexKey, revision: int, rows: Sequence[IndexedMemory]) -> 
 def update_index(kept: MemoryIndex, revision: int, rows: Sequence[IndexedMemory]) -> MemoryIndex:
     """Bring a kept index to `revision`, whose memories are `rows` (another process wrote since it was built):
     only the memories that differ are re-indexed."""
-    changed, removed = kept.differences(rows)
-    kept.apply(changed, removed, revision)
+    with kept.lock:
+        changed, removed = kept.differences(rows)
+        kept.apply(changed, removed, revision)
     return kept
 
 
