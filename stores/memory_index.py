@@ -93,11 +93,13 @@ class BM25Index:
     Why not rank_bm25: it has no way to add or remove a document, so every write meant rebuilding the whole
     corpus (~0.3 s at 10,000 memories; back-to-back turns waited ~160 ms for it at 1,000 turns of history), and its
     `get_scores` loops in Python over every document. Here `add` / `remove` cost the document's own tokens
-    (its postings, document frequencies and length); what depends on the whole corpus is computed when a query
+    (its postings, document frequencies and length; a removal also finds the document in each of its tokens'
+    postings, one NumPy comparison each); what depends on the whole corpus is computed when a query
     asks: the average length from a running total, the mean IDF from a histogram of document frequencies (few
     distinct values), the length norms only for the documents a query token reaches. The scores are
     `BM25Okapi.get_scores`'s numbers for the same documents, whatever the order of adds and removes (tested,
-    `tests/test_memory_index.py`). Documents are kept by memory id in slots; a removed document's slot is reused."""
+    `tests/test_memory_index.py`). Documents are kept by memory id in slots; a removed document's slot is reused.
+    Tokens never contain whitespace (they are `search_text`'s, split on it)."""
 
     def __init__(
         self,
