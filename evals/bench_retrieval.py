@@ -14,9 +14,9 @@ Measured, in one process:
   scene weights, found memories marked as mentioned), round-robin over the instances, each on one instance,
   each with a new query text (its embedding is part of the time). p50 / p95 (nearest rank) of the whole call and
   of its steps (`RetrievalResult.timings_ms`). Goal: p95 ≤ 30 ms (seed 004 asks for < 100 ms).
-- retrieval right after an insert into the same instance: the write moves the instance's revision on, so that
-  retrieval rebuilds the instance's BM25 index (what a turn's retrieval pays after the previous turn stored a
-  memory); `--after-insert` pairs.
+- retrieval right after an insert into the same instance (what a turn's retrieval pays after the previous turn
+  stored a memory): the write applies itself to the process's kept keyword index (`stores.memory_index`), so
+  the retrieval finds it current; `--after-insert` pairs.
 - memory: the process's resident set (VmRSS of /proc/self/status) after the warm-up (one retrieval per
   instance), after the retrievals and after `--inserts` single `add_memory` calls (each embedding its text),
   as growth over the baseline. Goal: < 5 %.
@@ -247,7 +247,7 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
         )
     if after_insert:
         print(
-            f"retrieval right after an insert into its instance (BM25 index rebuilt): "
+            f"retrieval right after an insert into its instance (keyword index updated by the write): "
             f"p50 {percentile(after_insert, 0.5):.1f} ms, p95 {percentile(after_insert, 0.95):.1f} ms "
             f"over {len(after_insert):,}"
         )

@@ -15,7 +15,7 @@ gets the vector of one of them plus a little noise (distinct vectors, an index o
 
 Measured: `--turns` turns through `graph.runner.run_turn` with the offline scripted model, in one process,
 the first one a warm-up left out of the figures. What each turn queues for after it (the event and memory
-writes, index rebuilds, the director's next search) is flushed between turns, outside the timings (a person
+writes, keyword-index updates, the director's next search) is flushed between turns, outside the timings (a person
 takes longer than that to answer); with `--back-to-back` it is not, and the next turn's retrieval waits for it
 (read your writes: the row `wait for own writes`, part of rag_retrieve's time). Per node, p50 / p95 (nearest rank)
 over the turns the node ran in, of

@@ -3,7 +3,7 @@
 
 A stored turn's story state (`story_state`) is brought up to date with what the review and the maintenance
 changed, and the instance's turn lock is released, in one transaction: the next turn of the instance starts from
-all of it. Then the work the turn queued on the background writer (its event, memories, index rebuilds, layer
+all of it. Then the work the turn queued on the background writer (its event, memories, index updates, layer
 maintenance; seed 002 事件写入异步执行), held back while the turn ran so it never took the interpreter from the
 reply, may start; the last of them prunes the instance's checkpoints to the latest (`stores.checkpoints`).
 

@@ -60,8 +60,8 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
 
 
 def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
-    """The layer flow, then the keyword index rebuilt at once (the flow changes memories): between turns,
-    not on the next reply's path."""
+    """The layer flow (its deletions update the kept keyword index), then the index made current at once:
+    between turns, not on the next reply's path."""
     maintain_layers(store, instance_id, turn, summarise=model_summariser())
     store.index(instance_id)
 

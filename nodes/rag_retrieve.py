@@ -287,7 +287,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
 
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
-    # read your writes: the earlier turns' memories, mention marks and index rebuilds of this instance, written
+    # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search

@@ -45,6 +45,11 @@ class LRU(Generic[K, V]):
             for key in [key for key in self._items if keys(key)]:
                 del self._items[key]
 
+    def items(self) -> list[tuple[K, V]]:
+        """The entries now, least recent first (a copy: the map may change while the caller walks it)."""
+        with self._lock:
+            return list(self._items.items())
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

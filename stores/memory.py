@@ -55,15 +55,19 @@ from personalab.stores.memory_index import (
     BM25_B,
     BM25_K1,
     VECTORS,
+    IndexedMemory,
     IndexKey,
     MemoryIndex,
     build_index,
     bump_revision,
     collection_name,
     index_rows,
+    indexed,
     keep_role,
     kept_index,
     kept_role,
+    note_written,
+    update_index,
 )
 from personalab.stores.memory_index import BM25Index as BM25Index  # re-exported: callers patch it here
 from personalab.stores.memory_tables import MemoryEntry
@@ -343,6 +347,10 @@ class MaintenanceBatch:
         )
 
 
+def _indexed(entry: MemoryEntry) -> IndexedMemory:
+    return indexed((entry.id, entry.search_text, entry.tags, entry.turn))
+
+
 def memory_to_dict(entry: MemoryEntry) -> dict[str, Any]:
     """A memory as JSON-ready plain data (no `search_text`)."""
     data = entry.model_dump(exclude={"search_text"})
@@ -494,7 +502,8 @@ class MemoryStore:
             vectors = get_embeddings().embed_documents([p["content"] for p in prepared])
         else:
             vectors = _check_embeddings(embeddings, len(prepared))
-        with session_scope(self._url()) as session:
+        url = self._url()
+        with session_scope(url) as session:
             character = self._character(session, instance_id, character_id)
             collection = self._collection(instance_id, character)
             if embeddings is not None:
@@ -518,7 +527,7 @@ class MemoryStore:
                 entries.append(MemoryEntry(instance_id=instance_id, character_id=character, **columns))
             session.add_all(entries)
             session.flush()
-            bump_revision(session, instance_id)
+            revision = bump_revision(session, instance_id)
             for start in range(0, len(entries), CHROMA_BATCH):
                 chunk = entries[start : start + CHROMA_BATCH]
                 collection.upsert(
@@ -533,6 +542,7 @@ class MemoryStore:
                 VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
             if before_commit is not None:
                 before_commit(session)
+        note_written(url, instance_id, revision, changed={character: [_indexed(e) for e in entries]})
         return entries
 
     def edit_memory(
@@ -580,7 +590,9 @@ class MemoryStore:
             vector = get_embeddings().embed_query(changes["content"])
             if "keywords" not in changes:
                 changes["keywords"] = extract_keywords(changes["content"])
-        with session_scope(self._url()) as session:
+        url = self._url()
+        revision = None
+        with session_scope(url) as session:
             entry = self._entry(session, instance_id, memory_id)
             text_changed = "content" in changes or "tags" in changes
             if "layer" in changes and changes["layer"] != entry.layer:
@@ -593,7 +605,7 @@ class MemoryStore:
                 )
             if text_changed:
                 entry.search_text = memory_search_text(entry.content, entry.tags)
-                bump_revision(session, instance_id)
+                revision = bump_revision(session, instance_id)
             entry.user_edited = True
             entry.updated_at = utcnow()
             session.add(entry)
@@ -609,7 +621,9 @@ class MemoryStore:
                 )
             else:
                 collection.update(ids=[str(entry.id)], metadatas=[self._metadata(entry)])
-            return entry
+        if revision is not None:
+            note_written(url, instance_id, revision, changed={entry.character_id: [_indexed(entry)]})
+        return entry
 
     def set_pinned(self, instance_id: int, memory_id: int, pinned: bool = True) -> MemoryEntry:
         """Pin (seed: isPinned, 不会被删除) or unpin a memory."""
@@ -622,14 +636,16 @@ class MemoryStore:
 
     def delete_memory(self, instance_id: int, memory_id: int) -> None:
         """Delete a memory (by the user) from the database and its vector from Chroma."""
-        with session_scope(self._url()) as session:
+        url = self._url()
+        with session_scope(url) as session:
             entry = self._entry(session, instance_id, memory_id)
             character = entry.character_id
             session.delete(entry)
             session.flush()
-            bump_revision(session, instance_id)
+            revision = bump_revision(session, instance_id)
             self._forget_vectors(instance_id, character, [memory_id])
             self._collection(instance_id, character).delete(ids=[str(memory_id)])
+        note_written(url, instance_id, revision, removed={character: [memory_id]})
 
     def mark_mentioned(
         self,
@@ -754,8 +770,9 @@ class MemoryStore:
 
     def index(self, instance_id: int, character_id: int | None = None) -> MemoryIndex:
         """The current keyword/tag index of a character's memories (`character_id` default: the instance's
-        role), from the process cache unless the instance's revision moved on. `InstanceNotFound` for an
-        unknown instance."""
+        role), kept by the process: this process's writes update it as they commit (`note_written`); when the
+        instance's revision moved on without it (another process wrote), the memories that differ are re-indexed.
+        `InstanceNotFound` for an unknown instance."""
         url = self._url()
         with session_scope(url) as session:
             role = kept_role(url, instance_id)
@@ -764,10 +781,13 @@ class MemoryStore:
             character_id = role if character_id is None else self._check_character(character_id)
             key = IndexKey(url, instance_id, character_id, self.bm25_k1, self.bm25_b)
             revision, kept = kept_index(session, key)
-            if kept is not None:
+            if kept is not None and kept.revision == revision:
                 return kept
             rows = index_rows(session, instance_id, character_id)
-        return build_index(key, revision, rows)  # outside the transaction: no connection held while building
+        # outside the transaction: no connection held while indexing
+        if kept is not None:
+            return update_index(kept, revision, rows)  # another process wrote: re-index what differs
+        return build_index(key, revision, rows)
 
     def embed_query(self, text: str) -> np.ndarray:
         from personalab.stores.embeddings import get_embeddings
@@ -841,7 +861,8 @@ class MemoryStore:
         turns are of their own branch's turns, so the flow picks them up from there."""
         if turn is not None:
             turn = _check_turn(turn)
-        with session_scope(self._url()) as session:
+        url = self._url()
+        with session_scope(url) as session:
             get_save(session, instance_id)
             # the dialogue record is outside the layer flow: never loaded, so never decayed, moved or deleted
             rows = session.exec(
@@ -875,14 +896,18 @@ class MemoryStore:
             now = turn if turn is not None else max((row[7] for row in here), default=0)
             batch = MaintenanceBatch(instance_id, now, memories, types, session, off_branch=len(rows) - len(here))
             yield batch
-            self._write_maintenance(session, batch)
+            revision = self._write_maintenance(session, batch)
+        if revision is not None:
+            note_written(url, instance_id, revision, removed={c: gone for c, _, gone, _ in batch.chroma_work})
 
-    def _write_maintenance(self, session: Session, batch: MaintenanceBatch) -> None:
-        """Delete what the plans faded, then tell Chroma (deletions, and the new layer of moved memories)."""
+    def _write_maintenance(self, session: Session, batch: MaintenanceBatch) -> int | None:
+        """Delete what the plans faded, then tell Chroma (deletions, and the new layer of moved memories).
+        Returns the instance's new revision when memories were deleted."""
         instance_id = batch.instance_id
+        revision = None
         if batch.deleted:
             session.exec(delete(MemoryEntry).where(col(MemoryEntry.id).in_(batch.deleted)))
-            bump_revision(session, instance_id)
+            revision = bump_revision(session, instance_id)
         session.flush()
         for character, updated, gone, moved in batch.chroma_work:
             collection = self._collection(instance_id, character)
@@ -905,6 +930,7 @@ class MemoryStore:
                         for m in relayered
                     ],
                 )
+        return revision
 
     def reindex(self, instance_id: int) -> int:
         """Rebuild the instance's Chroma collections from the database (repair after a crash between the

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from personalab.nodes.maintenance import maintain_layers
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput
+from personalab.nodes.rules.keywords import tokenize
 from personalab.nodes.rules.memory_layers import Layer, LayerConfig, LayerPolicy, MaintenancePlan
 from personalab.nodes.rules.retrieval import Candidate, PathHit, PathQuery, RetrievalConfig, retrieve
 from personalab.stores.db import session_scope
@@ -360,20 +361,34 @@ def test_an_extra_candidate_path_plugs_in(store: MemoryStore) -> None:
         retrieve(store, instance, "龙族", extra_paths={"bm25": worldbook})
 
 
-def test_the_keyword_index_is_cached_and_invalidated_on_write(store: MemoryStore) -> None:
+def test_the_keyword_index_is_kept_and_follows_every_write(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept index is changed by each write of this process (no rebuild), and sees another process's writes:
+    there, only the revision in the database tells, and the search re-indexes what differs."""
     instance = new_instance(store)
-    store.add_memory(instance, "我最喜欢吃鱼干")
+    fish = store.add_memory(instance, "我最喜欢吃鱼干")
     first = store.index(instance)
+    revision = first.revision
     assert store.index(instance) is first  # no rebuild per query
     retrieve(store, instance, "鱼干")  # marking mentions changes no indexed text
-    assert store.index(instance) is first
+    assert store.index(instance) is first and first.revision == revision
+
+    def no_rebuild(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the keyword index was rebuilt")
+
+    monkeypatch.setattr("personalab.stores.memory.BM25Index.__init__", no_rebuild)
     added = store.add_memory(instance, "上周建造了新的防御塔")
     second = store.index(instance)
-    assert second is not first and second.revision > first.revision
+    assert second is first and second.revision > revision
     assert [i for i, _ in second.bm25_search(["防御"], 5)] == [added.id]
+    # another process: its writes reach this one through the database only
+    clear_written = "personalab.stores.memory.note_written"
+    monkeypatch.setattr(clear_written, lambda *args, **kwargs: None)
     other_handle = MemoryStore(db_url=store.db_url, chroma_path=store.chroma_path)
     other_handle.delete_memory(instance, added.id)
     assert store.index(instance).bm25_search(["防御"], 5) == []
+    other_handle.edit_memory(instance, fish.id, content="我最喜欢吃海边的烤鱼")
+    assert store.index(instance).bm25_search(tokenize("鱼干"), 5) == []
+    assert [i for i, _ in store.index(instance).bm25_search(tokenize("海边的烤鱼"), 5)] == [fish.id]
 
 
 def test_bm25_index_scores_are_rank_bm25_scores() -> None:
