@@ -112,13 +112,19 @@ def chroma_server(path: Path, log: Path) -> Iterator[tuple[str, int]]:
 
 
 @contextmanager
-def graph_server(repo: Path, workdir: Path, env: Mapping[str, str]) -> Iterator[str]:
-    """`langgraph dev` serving `repo`'s langgraph.json from `workdir` (its records live there) with the
-    PERSONALAB_* settings in `env`; yields the base URL. The log is `workdir/server.log`."""
+def graph_server(repo: Path, workdir: Path, env: Mapping[str, str], *, inherit_settings: bool = True) -> Iterator[str]:
+    """`langgraph dev` serving `repo`'s langgraph.json from `workdir` (its records live there: a second server
+    started elsewhere never finds them) with the PERSONALAB_* settings in `env`; yields the base URL. The log is
+    `workdir/server.log`. `inherit_settings=False`: no PERSONALAB_* variable of this process reaches the server.
+    `--no-reload`: other files of the tree may change while it runs, and a reload would cut a run off."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = json.loads((repo / "langgraph.json").read_text(encoding="utf-8"))
     (workdir / "langgraph.json").write_text(json.dumps(_absolute(config, repo)), encoding="utf-8")
-    full = {key: value for key, value in os.environ.items() if key not in UNSET}
+    full = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in UNSET and (inherit_settings or not key.startswith("PERSONALAB_"))
+    }
     full.update(LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", **env)
     port = free_port()
     command = [_tool("langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port)]

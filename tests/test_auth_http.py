@@ -7,8 +7,6 @@ after as before. No token or a bad token is a 401, and the bad token is not in t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from personalab.evals.served import graph_server
 from test_library_http import png
-from test_served import UNSET, _absolute, _free_port, _langgraph_cli, _stop, _wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENS = {"alice": "tok-alice-7f3a", "bob": "tok-bob-91c2"}
@@ -32,33 +30,14 @@ def langgraph_dev(root: Path, **settings: str) -> Iterator[tuple[str, Path]]:
     this environment); yields its URL and its log file; stopped (whole process group) after."""
     data = root / "data"
     data.mkdir()
-    workdir = root / "server"
-    workdir.mkdir()
-    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
-    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key not in UNSET and not key.startswith("PERSONALAB_")}
-    env.update(
-        LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", PERSONALAB_DATA_DIR=str(data), **settings
-    )
-    port = _free_port()
-    log_path = root / "server.log"
-    command = [str(_langgraph_cli()), "dev", "--no-browser", "--no-reload", "--port", str(port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, "--config", "langgraph.json"],
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
+    log = root / "server" / "server.log"
     try:
-        _wait_until_up(url, process)
-        yield url, log_path
+        with graph_server(
+            REPO, root / "server", {"PERSONALAB_DATA_DIR": str(data), **settings}, inherit_settings=False
+        ) as url:
+            yield url, log
     finally:
-        _stop(process)
-        print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
+        print(f"--- langgraph dev log ({log}) ---\n{log.read_text(errors='replace') if log.exists() else ''}")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,8 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+from personalab.evals.served import graph_server
 from PIL import Image
-from test_served import UNSET, _absolute, _free_port, _langgraph_cli, _stop, _wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,37 +35,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     root = tmp_path_factory.mktemp("library_http")
     data = root / "data"
     data.mkdir()
-    workdir = root / "server"
-    workdir.mkdir()
-    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
-    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key not in UNSET}
-    env.update(LANGGRAPH_CLI_NO_ANALYTICS="1", LANGGRAPH_NO_VERSION_CHECK="true", PERSONALAB_DATA_DIR=str(data))
-    port = _free_port()
-    log_path = root / "server.log"
-    command = [str(_langgraph_cli()), "dev", "--no-browser", "--no-reload", "--port", str(port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, "--config", "langgraph.json"],
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PERSONALAB_DATA_DIR", str(data))
         patch.delenv("PERSONALAB_DATABASE_URL", raising=False)
         try:
-            _wait_until_up(url, process)
-            yield url, data
+            with graph_server(REPO, root / "server", {"PERSONALAB_DATA_DIR": str(data)}) as url:
+                yield url, data
         finally:
-            _stop(process)
             from personalab.stores.db import dispose_engines
 
             dispose_engines()
-            print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
+            log = root / "server" / "server.log"
+            print(f"--- langgraph dev log ({log}) ---\n{log.read_text(errors='replace') if log.exists() else ''}")
 
 
 @pytest.fixture

@@ -11,19 +11,13 @@ instance 1 already there (ConflictError) and would share that directory with a d
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from personalab.evals.served import graph_server
 from personalab.graph.runner import create_sample_instance
 from personalab.nodes.context import Context
 from personalab.nodes.rules.memory_builder import format_own_line
@@ -33,110 +27,18 @@ from personalab.stores.db import session_scope
 from personalab.stores.history import get_chat_history
 
 REPO = Path(__file__).resolve().parents[1]
-START_TIMEOUT_S = 90.0
-# Variables that would switch the server to a real model, another database or remote tracing.
-UNSET = (
-    "OPENAI_API_KEY",
-    "PERSONALAB_LLM",
-    "PERSONALAB_DATABASE_URL",
-    "PERSONALAB_CHROMA_HOST",
-    "LANGSMITH_TRACING",
-    "LANGCHAIN_TRACING_V2",
-    "LANGSMITH_API_KEY",
-)
-
-
-def _absolute(value: Any) -> Any:
-    """`langgraph.json` with every `./…` path (and `.`) made absolute against the repository."""
-    if isinstance(value, dict):
-        if isinstance(value.get("env"), str):  # a dotenv file name, relative to the config
-            value = {**value, "env": str(REPO / value["env"])}
-        return {key: _absolute(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_absolute(item) for item in value]
-    if isinstance(value, str) and (value == "." or value.startswith(("./", "../"))):
-        return str((REPO / value).resolve()) if ":" not in value else _absolute_spec(value)
-    return value
-
-
-def _absolute_spec(spec: str) -> str:
-    path, _, attribute = spec.rpartition(":")
-    return f"{(REPO / path).resolve()}:{attribute}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _langgraph_cli() -> Path:
-    for candidate in (Path(sys.executable).parent / "langgraph", REPO / ".venv" / "bin" / "langgraph"):
-        if candidate.exists():
-            return candidate
-    pytest.fail("the langgraph CLI is not installed (pip install -e '.[test]')")
 
 
 @pytest.fixture
 def server(data_dir: Path, tmp_path: Path) -> Iterator[str]:
     """`langgraph dev` on a free port with the test's data directory; stopped (whole process group) after."""
-    workdir = tmp_path / "server"
-    workdir.mkdir()
-    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
-    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config)), encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key not in UNSET}
-    env.update(
-        LANGGRAPH_CLI_NO_ANALYTICS="1",
-        LANGGRAPH_NO_VERSION_CHECK="true",
-        PERSONALAB_DATA_DIR=str(data_dir),
-    )
-    port = _free_port()
-    log_path = tmp_path / "server.log"
-    command = [str(_langgraph_cli()), "dev", "--no-browser", "--no-reload", "--port", str(port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, "--config", "langgraph.json"],
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_up(url, process)
-        yield url
+        with graph_server(REPO, tmp_path / "server", {"PERSONALAB_DATA_DIR": str(data_dir)}) as url:
+            yield url
     finally:
-        _stop(process)
         # pytest shows a fixture's teardown output only when the test failed
-        print(f"--- langgraph dev log ({log_path}) ---\n{log_path.read_text(errors='replace')}")
-
-
-def _wait_until_up(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"langgraph dev exited with code {process.returncode} before it was up")
-        try:
-            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"langgraph dev did not answer GET /ok within {START_TIMEOUT_S:g} s")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
-    except ProcessLookupError:
-        pass
+        log = tmp_path / "server" / "server.log"
+        print(f"--- langgraph dev log ({log}) ---\n{log.read_text(errors='replace') if log.exists() else ''}")
 
 
 def _run(client: Any, thread_id: str, instance_id: int, message: str) -> dict[str, Any]:
