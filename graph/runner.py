@@ -22,7 +22,7 @@ from personalab.nodes.rules.errors import InstanceBusy
 from personalab.nodes.state import TurnInput, TurnState
 from personalab.stores.background import turn_running
 from personalab.stores.checkpoints import open_checkpointer, thread_id_for
-from personalab.stores.db import session_scope
+from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.history import get_path_ids
 from personalab.stores.outbox import resume_pending
 from personalab.stores.saves import create_background, create_role, create_save
@@ -135,10 +135,14 @@ def run_turn(
                 for node in chunk:
                     timings[node] = round((now - last) * 1000, 2)
                 last = now
-        except BaseException:
+        except BaseException as exc:
             # Ctrl-C (or any error) that lands outside a node, e.g. while LangGraph waits for a node running in
             # a worker thread: the nodes' own release never ran, so free the instance here, not after the lease
             release_held_lock(instance_id, ctx.database_url)
+            # a store that cannot be written (a full disk: the checkpointer's own connection) is one line
+            unavailable = store_unavailable(exc, ctx.database_url) if isinstance(exc, Exception) else None
+            if unavailable is not None and unavailable is not exc:
+                raise unavailable from exc
             raise
         state = dict(graph.get_state(turn_config(instance_id)).values)
     _freeze_long_lived_objects()

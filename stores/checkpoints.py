@@ -16,7 +16,7 @@ from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from personalab.stores.config import data_dir, database_url
-from personalab.stores.db import schema_lock
+from personalab.stores.db import schema_lock, store_unavailable
 
 # Fixed namespace: the same save id maps to the same thread on every machine.
 INSTANCE_NAMESPACE = uuid.UUID("6f0c1d3e-4f7a-5b2c-9d8e-1a2b3c4d5e6f")
@@ -60,8 +60,12 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
     conn = sqlite3.connect(checkpoint_file(), check_same_thread=False)
     try:
         sqlite_saver = SqliteSaver(conn)
-        sqlite_saver.setup()  # WAL mode
-        conn.execute(SQLITE_SYNC)
+        try:
+            sqlite_saver.setup()  # WAL mode
+            conn.execute(SQLITE_SYNC)
+        except sqlite3.DatabaseError as exc:
+            # a full disk, a read-only or damaged file: one line naming it, not the driver's traceback
+            raise store_unavailable(exc, f"sqlite:///{checkpoint_file()}") or exc from None
         yield sqlite_saver
     finally:
         conn.close()

@@ -184,15 +184,20 @@ SQLITE_UNAVAILABLE = {
     "unable to open database file": "cannot be opened",
     "file is not a database": "is not a database",
     "database disk image is malformed": "is damaged",
+    "database or disk is full": "cannot be written: the disk is full",
+    "disk i/o error": "cannot be written: disk I/O error (a full disk or a failing device)",
 }
 # PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08), refused login (28),
-# no such database (3D000), a read-only server or transaction (25006), no right to write (42501).
+# no such database (3D000), a read-only server or transaction (25006), no right to write (42501), insufficient
+# resources (53: a full disk, 53100; out of memory; too many connections).
 PG_UNAVAILABLE = {
     "08": "cannot be reached",
     "28": "refused the login",
     "3D000": "does not exist",
     "25006": "cannot be written",
     "42501": "cannot be written",
+    "53100": "cannot be written: the server's disk is full",
+    "53": "is out of resources (disk, memory or connections)",
 }
 
 
