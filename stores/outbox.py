@@ -3,8 +3,12 @@ the `outbox` table (`stores.outbox_tables`).
 
 - **Queued in the turn's transaction.** `queue_writes` inserts the rows (one executemany) in the transaction that
   stores what they come from: the reply's lines and turn record (`write_back`: the event, the dialogue record, the
-  mention marks), the review's effects (`review`: the turn's memories). A crash after that commit loses none of
-  them; a turn that fails before it queues none.
+  mention marks, and the turn's review itself), the review's effects (`review`: the turn's memories). A crash after
+  that commit loses none of them; a turn that fails before it queues none.
+- **The review, held for its node.** The queued review (`review_write`) is claimed in this process's name for
+  `REVIEW_HOLD_S`; drains pass over it without stopping. The review node settles it in the transaction of its
+  effects (`store_turn_review`); a process that died first has its holds released at the next start-up on the host
+  (`release_dead_holds`; elsewhere the hold lapses), and the outbox then reviews the turn with seed 003's rules.
 - **Applied at least once, in order per instance.** `apply_soon` puts a drain of the instance's rows on the
   instance's background writer (`stores.background`: after the turn that queued them ends, waited for by the
   instance's next turn: read your writes). A drain applies the instance's due rows oldest first and stops at the
@@ -181,7 +185,7 @@ def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
     turn = StoredTurn.model_validate(row.payload)
     # at recovery there is no model call: the rules review the turn (seed 003's rule mode)
     _, plan, memories = review_outcome(get_review_pipeline(EventBus(), mode="rule"), turn)
-    with session_scope(store.db_url) as session:
+    with session_scope(store._url()) as session:
         store_turn_review(session, turn, plan, memories)
         mark(session)
 
