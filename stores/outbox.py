@@ -45,7 +45,7 @@ from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
 from personalab.stores.background import run_in_background
-from personalab.stores.db import session_scope
+from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.events import write_event
 from personalab.stores.failpoints import failpoint
 from personalab.stores.memory import MemoryStore
@@ -433,7 +433,10 @@ def resume_pending(database_url: str | None = None, chroma: str | None = None) -
         release_dead_holds(database_url)
         instances = pending_instances(database_url)
     except Exception as exc:  # noqa: BLE001
-        log.warning("pending outbox writes not resumed: %s", exc)
+        # a database that cannot be opened or written now: the command's own first store call says so in one
+        # line (the CLI's contract); a warning here would be a second
+        level = logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING
+        log.log(level, "pending outbox writes not resumed: %s", exc)
         return []
     path = chroma or chroma_path()
     for instance_id in instances:

@@ -379,7 +379,7 @@ def test_the_deadline_holds_while_the_server_pings_before_its_first_chunk(
 def test_slow_maintenance_and_llm_review_get_only_what_is_left_of_the_deadline(
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "2")
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "6")
     monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "1")
     monkeypatch.setenv("PERSONALAB_REVIEW_MODE", "llm")
     instance = create_sample_instance(sqlite_url)
