@@ -35,8 +35,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from personalab.evals.bench_load import postgres_schema
-from personalab.evals.data_dir import data_folder
+from personalab.evals.data_dir import data_folder, postgres_schema
 from personalab.evals.report import percentile
 
 PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
@@ -109,37 +108,18 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
         users = list(
             session.exec(select(Line).where(col(Line.save_id) == instance_id, col(Line.content) == fact)).all()
         )
-        # the killed turn's reply: the lines from its user line down to the reply line its turn record names
-        records = (
-            list(
-                session.exec(
-                    select(TurnRecord).where(
-                        col(TurnRecord.save_id) == instance_id,
-                        col(TurnRecord.user_line_id) == users[0].id,
-                        col(TurnRecord.reply_line_id).is_not(None),
-                    )
-                ).all()
-            )
-            if users
-            else []
-        )
-        replies: list[Line] = []
+        # every turn record of the instance, read once: the killed turn's are those of its user line
+        all_records = list(session.exec(select(TurnRecord).where(col(TurnRecord.save_id) == instance_id)).all())
+        answered_records = [r for r in all_records if r.reply_line_id is not None]
+        records = [r for r in answered_records if users and r.user_line_id == users[0].id]
+        reply_lines: list[Line] = []
         for record in records:
             line = session.get(Line, record.reply_line_id)
             chain: list[Line] = []
             while line is not None and line.id != users[0].id:
                 chain.append(line)
                 line = session.get(Line, line.parent_line_id) if line.parent_line_id is not None else None
-            replies.extend(reversed(chain))
-        turns = [r.turn for r in session.exec(select(TurnRecord).where(col(TurnRecord.save_id) == instance_id)).all()]
-        answered = [
-            r.turn
-            for r in session.exec(
-                select(TurnRecord).where(
-                    col(TurnRecord.save_id) == instance_id, col(TurnRecord.reply_line_id).is_not(None)
-                )
-            ).all()
-        ]
+            reply_lines.extend(reversed(chain))
         pending = session.exec(
             select(OutboxWrite).where(
                 col(OutboxWrite.instance_id) == instance_id, col(OutboxWrite.applied_at).is_(None)
@@ -153,7 +133,6 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
     if phase in STORED and not users:
         lost += 1
         problems.append("the user line is gone")
-    reply_lines = replies
     if len(records) > 1:
         duplicated += len(records) - 1
         problems.append(f"the turn was answered {len(records)} times")
@@ -163,7 +142,7 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
     if phase not in STORED and reply_lines:
         problems.append("a reply was stored for a turn killed before its reply")
         duplicated += len(reply_lines)
-    repeated = [turn for turn, count in Counter(answered).items() if count > 1]
+    repeated = [turn for turn, count in Counter(r.turn for r in answered_records).items() if count > 1]
     if repeated:
         duplicated += len(repeated)
         problems.append(f"turn numbers answered twice: {repeated}")
@@ -199,7 +178,7 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
         "lines_duplicated": duplicated,
         "memories_lost": memories_lost,
         "memories_duplicated": memories_duplicated,
-        "turn_records": len(turns),
+        "turn_records": len(all_records),
         "problems": problems,
     }
 

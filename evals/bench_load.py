@@ -22,15 +22,13 @@ import json
 import secrets
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
-from personalab.evals.data_dir import data_folder
+from personalab.evals.data_dir import data_folder, postgres_schema
 from personalab.evals.filler import filler_lines
 from personalab.evals.report import percentile
 from personalab.evals.served import chroma_server, graph_server
@@ -38,24 +36,6 @@ from personalab.graph.runner import load_sample
 from personalab.stores.checkpoints import thread_id_for
 
 ASSISTANT = "personalab"
-
-
-@contextmanager
-def postgres_schema(base_url: str) -> Iterator[str]:
-    """A new schema of `base_url`'s database, as the URL the server connects with; dropped afterwards."""
-    import psycopg
-
-    conninfo = base_url.replace("postgresql+psycopg://", "postgresql://", 1)
-    schema = f"load_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in base_url else "?"
-    driver = base_url.replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        yield f"{driver}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 class User:

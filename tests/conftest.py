@@ -8,7 +8,6 @@ skip, except on CI (`CI=true`), where they fail.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,17 +61,11 @@ def postgres_url() -> Iterator[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"PostgreSQL at {PG_BASE} is unreachable on CI: {problem}")
         pytest.skip(f"PostgreSQL unreachable: {problem}")
-    import psycopg
+    from personalab.evals.data_dir import postgres_schema
 
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    plain = PG_BASE.replace("+psycopg", "")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = f"{PG_BASE}?options=-csearch_path%3D{schema}"
-    yield url
-    _dispose(url)
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with postgres_schema(PG_BASE, prefix="t_") as url:
+        yield url
+        _dispose(url)  # before the schema is dropped
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
