@@ -9,7 +9,9 @@ then every user plays `--turns` rounds over their instances, one turn at a time 
 
 Baseline in the same run: before the load, one instance plays `--turns` turns alone (after a warm-up turn, left out). Reported: errors (an HTTP
 error or a turn whose output has `error`), turns lost (each instance's stored turn count against the turns it
-played), the client's time per turn p50 / p95 / max alone and under load and their ratio, turns per second. The
+played), the client's time per turn p50 / p95 / max alone and under load and their ratio, the graph's own time per
+turn and that time without the reply's model call (`debug.turn_time` of each answer: PersonaLab's per-turn overhead,
+server-side, without the run queue), turns per second. The
 scripted model answers at once, so a turn's time is PersonaLab's and the server's overhead, not a model's.
 With `--auth` the server runs with `PERSONALAB_AUTH=tokens` (README "Users and auth") and one token per user, and
 after the load every user must list exactly their own instances.
@@ -47,6 +49,8 @@ class User:
         self.http = httpx.Client(base_url=url, headers=self.headers, timeout=120)
         self.instances: list[int] = []
         self.times_ms: list[float] = []
+        self.graph_ms: list[float] = []  # the graph's own time per turn (debug.turn_time), server-side
+        self.overhead_ms: list[float] = []  # … without the reply's model call: PersonaLab's per-turn overhead
         self.errors: list[str] = []
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +97,10 @@ class User:
                 self.errors.append(f"instance {instance_id}: {output.get('error') or 'no reply'}")
                 return
             self.times_ms.append(elapsed)
+            clock = (output.get("debug") or {}).get("turn_time") or {}
+            if "graph_ms" in clock:
+                self.graph_ms.append(float(clock["graph_ms"]))
+                self.overhead_ms.append(float(clock["without_reply_model_ms"]))
         except httpx.HTTPError as exc:
             self.errors.append(f"instance {instance_id}: {type(exc).__name__}: {exc}")
 
@@ -121,6 +129,13 @@ def _row(label: str, values: list[float]) -> str:
         f"  {label:<28} n={len(values):<5} p50 {percentile(values, 0.5):8.1f}  p95 {percentile(values, 0.95):8.1f}"
         f"  max {max(values):8.1f} ms"
     )
+
+
+def _figures(alone: list[float], loaded: list[float]) -> dict[str, dict[str, float]]:
+    return {
+        "alone": {"p50": percentile(alone, 0.5), "p95": percentile(alone, 0.95)} if alone else {},
+        "load": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95)} if loaded else {},
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,8 +172,9 @@ def run(args: argparse.Namespace) -> int:
         for n in range(args.turns + 1):
             alone.turn(alone.instances[0], lines[n])
         baseline, baseline_errors = list(alone.times_ms[1:]), list(alone.errors)
-        alone.times_ms.clear()
-        alone.errors.clear()
+        baseline_graph, baseline_overhead = list(alone.graph_ms[1:]), list(alone.overhead_ms[1:])
+        for kept in (alone.times_ms, alone.graph_ms, alone.overhead_ms, alone.errors):
+            kept.clear()
 
         counter = iter(range(args.turns + 1, len(lines)))
         take = threading.Lock()
@@ -185,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
         # with auth, every user lists exactly their own instances (nothing of another user's)
         crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
         loaded = [ms for user in users for ms in user.times_ms]
+        loaded_graph = [ms for user in users for ms in user.graph_ms]
+        loaded_overhead = [ms for user in users for ms in user.overhead_ms]
         errors = baseline_errors + [error for user in users for error in user.errors]
         turns = len(users) * args.instances * args.turns
         ratio = percentile(loaded, 0.5) / percentile(baseline, 0.5) if baseline and loaded else float("nan")
@@ -192,9 +210,16 @@ def run(args: argparse.Namespace) -> int:
             f"\n{len(users)} users x {args.instances} instances x {args.turns} turns = {turns} turns under load, "
             f"scripted model, {'PostgreSQL' if args.postgres_url else 'SQLite'}, Chroma {args.chroma}"
         )
+        print("client time per turn (runs/wait: the server's run queue, the graph, its checkpoint writes):")
         print(_row("one instance alone", baseline))
         print(_row("under load (per turn)", loaded))
         print(f"  p50 under load / alone        {ratio:.2f}x")
+        print("server side, the graph's own time per turn (debug.turn_time: history_fetch to end_turn):")
+        print(_row("one instance alone", baseline_graph))
+        print(_row("under load (per turn)", loaded_graph))
+        print("… without the reply's model call (PersonaLab's per-turn overhead):")
+        print(_row("one instance alone", baseline_overhead))
+        print(_row("under load (per turn)", loaded_overhead))
         print(f"  throughput                    {len(loaded) / wall:.2f} turns/s over {wall:.1f} s")
         print(f"  errors                        {len(errors)}")
         print(f"  turns lost (stored < played)  {lost}")
@@ -212,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
                 "alone_ms": {"p50": percentile(baseline, 0.5), "p95": percentile(baseline, 0.95)},
                 "load_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "max": max(loaded or [0])},
                 "ratio_p50": ratio,
+                "graph_ms": _figures(baseline_graph, loaded_graph),
+                "overhead_ms": _figures(baseline_overhead, loaded_overhead),
                 "turns_per_s": len(loaded) / wall,
                 "errors": errors,
                 "turns_lost": lost,

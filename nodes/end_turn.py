@@ -15,6 +15,7 @@ next turn, which starts from the stored story state (`history_fetch.kept_state`)
 from __future__ import annotations
 
 import functools
+import time
 from typing import Protocol
 
 from langgraph.runtime import Runtime
@@ -38,7 +39,20 @@ def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     turn_ended(instance_id)
     # the thread keeps only its latest checkpoint: the story state lives in `story_state` (issue 14)
     prune_after_turn(instance_id, ctx.database_url)
-    return {"lock_token": None}
+    return {"lock_token": None, "debug": {"turn_time": turn_time(state)}}
+
+
+def turn_time(state: TurnState) -> dict[str, float]:
+    """`debug.turn_time`: the graph's own time for the turn, from `history_fetch` to the end of `end_turn`, and
+    that time without the reply's model call: PersonaLab's per-turn overhead wherever the graph runs (a served
+    graph's run queue and checkpoint writes around the nodes are not in it). Issue 14 Load."""
+    clock = dict((state.get("debug") or {}).get("turn_time") or {})
+    started = clock.get("started_at")
+    if started is None:  # a state from before this field: nothing to report
+        return {}
+    graph_ms = round((time.time() - float(started)) * 1000, 2)
+    model_ms = float(clock.get("reply_model_ms") or 0.0)
+    return {"graph_ms": graph_ms, "without_reply_model_ms": round(graph_ms - model_ms, 2)}
 
 
 class Node(Protocol):

@@ -141,6 +141,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     late = False
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
     failpoint("before_model")
+    model_started = time.time()
     reader = _StreamReader(shown.stream(prompt.messages))
     try:
         for chunk in reader.chunks(until):
@@ -166,6 +167,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "prompt": prompt.debug,
         "finish_reason": finish,
         "deadline": _deadline_debug(deadline_at, until),
+        "turn_time": {"reply_model_ms": round((time.time() - model_started) * 1000, 2)},
     }
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if late:

@@ -9,6 +9,7 @@ Nothing is written when the input is bad: the message and every host line are ch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -271,6 +272,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "debug": {
             "reset": True,
             "instance_id": instance_id,
+            # the graph's own time for this turn, read by `end_turn` (`debug.turn_time`): wall clock, since a
+            # served graph may run the nodes in different threads
+            "turn_time": {"started_at": time.time()},
             "history": {
                 "path_lines": len(path),
                 "lines_read": len(history),

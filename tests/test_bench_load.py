@@ -42,3 +42,7 @@ def test_users_playing_at_once_through_the_served_graph_lose_nothing(
     assert summary["database"] == "postgresql" and summary["chroma"] == "server"
     assert summary["auth"] and summary["crossed"] == 0  # each user lists their own instances only
     assert "2 users x 2 instances x 2 turns = 8 turns under load" in printed
+    # the server-side per-turn time came back with every turn (the graph's own, and without the model's call)
+    overhead, graph = summary["overhead_ms"], summary["graph_ms"]
+    assert overhead["alone"] and overhead["load"] and graph["load"]
+    assert 0 < overhead["load"]["p50"] <= graph["load"]["p50"] <= summary["load_ms"]["p50"]

@@ -106,6 +106,10 @@ def test_host_lines_go_into_the_tree_before_the_users_line(sqlite_url: str) -> N
     assert first[1].script_role_id == "guard"
     # the character sees the scene as a context block before the user's words
     assert state["debug"]["prompt"]["tail"]["tokens"] > 0
+    # the graph times itself (what a served graph's operator reads: issue 14 Load), within run_turn's own clock
+    clock = state["debug"]["turn_time"]
+    assert 0 <= clock["reply_model_ms"] <= clock["graph_ms"] <= state["debug"]["total_ms"]
+    assert clock["without_reply_model_ms"] == round(clock["graph_ms"] - clock["reply_model_ms"], 2)
 
 
 def test_progress_markers_update_the_plot_and_are_stripped(sqlite_url: str) -> None:
