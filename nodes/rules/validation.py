@@ -13,12 +13,13 @@ neither text nor true/false, `Whole` a number without a fraction (7.0 is 7).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import annotated_types
 from personalab.nodes.rules.errors import InvalidInput
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 
@@ -34,6 +35,25 @@ def json_type(value: object) -> str:
         float: "number",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no text, not even writable as UTF-8
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone surrogate (JSON's "\\ud800", or bytes that were not UTF-8 on the command line):
+    no database stores it and no terminal can be sent it."""
+    return _SURROGATE.search(text) is not None
+
+
+def bad_character(text: str) -> str | None:
+    """What makes `text` unstorable text, or None: a NUL character (PostgreSQL refuses it in text) or a lone
+    surrogate."""
+    if "\x00" in text:
+        return "a NUL character"
+    if has_surrogate(text):
+        return "a lone surrogate (not text)"
+    return None
 
 
 def _whole(value: Any) -> Any:
@@ -84,6 +104,17 @@ class Entry(BaseModel):
     # Validation (`model_validate`, a nested entry) goes straight to pydantic, not through this constructor:
     # the marker pydantic's own RootModel sets on its `__init__`.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        """Every text of an entry (a field, or an item of a list field) is storable text: no NUL character, no
+        lone surrogate (issue 14: a typed-in entry is held to what an imported file is)."""
+        for text in value if isinstance(value, tuple | list) else (value,):
+            bad = bad_character(text) if isinstance(text, str) else None
+            if bad:
+                raise PydanticCustomError("unstorable_text", "contains {bad}", {"bad": bad})
+        return value
 
     @classmethod
     def parse(cls, data: Any, where: str) -> Self:
