@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
@@ -66,7 +66,7 @@ class LimitedBodyRoute(APIRoute):
     """A route whose JSON body is read up to its limit (`BODY_LIMIT_KEY` in `openapi_extra`, else
     `MAX_JSON_BODY_BYTES`) before FastAPI parses it. Routes without a body parameter are as FastAPI makes them."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         if self.body_field is None:
             return handler

@@ -7,6 +7,12 @@ unknown keys. This ASGI middleware reads the body of every request that starts r
 (runs, threads' runs, crons, batches, assistants) and answers 422 naming the field, before the run, thread or
 assistant exists. It is installed on the app of langgraph.json's `http.app`, whose middleware the server applies
 to its own routes too.
+
+The same middleware checks a run's `input` (`check_run_input`, issue 14 hostile values): only the graph's input
+fields (`TurnInput`), an `instance_id` / `reply_to` / `branch_from` that is a whole number from 0 to 2147483647, and
+a message, user name and host lines the turn could store (text without NUL characters or lone surrogates, within
+`PERSONALAB_MAX_MESSAGE_CHARS`, `PERSONALAB_MAX_USER_NAME_CHARS`, `PERSONALAB_MAX_HOST_LINES`): anything else is a
+422 naming `input.<field>` before the run exists, where the run would otherwise be made and fail inside.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from personalab.nodes.context import RUN_KNOBS, SERVER_FIELDS, validate_run_context
+from personalab.nodes.context import RUN_KNOBS, SERVER_FIELDS, Context, validate_run_context
+from personalab.nodes.history_fetch import check_turn_input, check_user_name
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import bad_character, json_type
+from personalab.nodes.state import TurnInput
+from personalab.stores.db import INTEGER_MAX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,10 +53,56 @@ def check_run_body(body: Any) -> None:
     _check_one(body, "")
 
 
+_INPUT_FIELDS = tuple(TurnInput.__annotations__)
+_ID_FIELDS = ("instance_id", "reply_to", "branch_from")
+
+
+def check_run_input(run_input: Any, where: str = "input") -> None:
+    """Refuse a served run's `input` the turn could not take (`InvalidInput` naming `where.<field>`); None (a run
+    that resumes or only streams) passes. Whether the instance exists, is the caller's and is the thread's is the
+    auth's and the graph's."""
+    if run_input is None:
+        return
+    if not isinstance(run_input, dict):
+        raise InvalidInput(f"{where} must be an object with the turn's fields, got {json_type(run_input)}")
+    unknown = sorted(set(run_input) - set(_INPUT_FIELDS))
+    if unknown:
+        raise InvalidInput(f"{where}.{unknown[0]} is not an input of the turn (fields: {', '.join(_INPUT_FIELDS)})")
+    for name in _ID_FIELDS:
+        value = run_input.get(name)
+        if value is None and name != "instance_id":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INTEGER_MAX:
+            raise InvalidInput(f"{where}.{name} must be a whole number from 0 to {INTEGER_MAX}, got {json_type(value)}")
+    ctx = Context()
+    message = run_input.get("message")
+    if message is None and run_input.get("reply_to") is not None:
+        message = "-"  # a regenerate's message is its stored user line
+    for name, value in (("message", message), ("user_name", run_input.get("user_name"))):
+        bad = bad_character(value) if isinstance(value, str) else None
+        if bad:
+            raise InvalidInput(f"{where}.{name} contains {bad}")
+    try:
+        check_turn_input(message, run_input.get("lines_before"), ctx.max_message_chars, ctx.max_host_lines)
+    except InvalidInput as exc:
+        text = str(exc)
+        field = "lines_before" if text.startswith(("lines_before", "line")) else "message"
+        raise InvalidInput(f"{where}.{field}: {text}") from None
+    try:
+        check_user_name(run_input.get("user_name"), ctx.max_user_name_chars)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}.user_name: {exc}") from None
+
+
 def _check_one(body: Any, prefix: str) -> None:
     if not isinstance(body, dict):
         return  # not a run payload: the server's own validation answers
     validate_run_context(body.get("context"), where=f"{prefix}context")
+    if "input" in body:
+        check_run_input(body["input"], where=f"{prefix}input")
+    payload = body.get("payload")  # a cron's run
+    if isinstance(payload, dict) and "input" in payload:
+        check_run_input(payload["input"], where=f"{prefix}payload.input")
     config = body.get("config")
     configurable = config.get("configurable") if isinstance(config, dict) else None
     if isinstance(configurable, dict):

@@ -30,6 +30,7 @@ from personalab.graph.http.guards import LimitedBodyRoute, PathId, QueryId
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import bad_character
 from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
 from personalab.stores.worldbook_files import MAX_IMPORT_BYTES, export_sillytavern, export_worldbook, import_worldbook
@@ -188,6 +189,9 @@ def list_knowledge(
     visible: bool = False,
     tag: str | None = None,
 ) -> list[dict[str, Any]]:
+    bad = bad_character(tag) if tag is not None else None
+    if bad:
+        raise InvalidInput(f"field 'tag' contains {bad}")
     return api.list_knowledge_entries(
         character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
     )
