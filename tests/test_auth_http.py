@@ -647,3 +647,36 @@ def test_hostile_run_inputs_are_refused_before_the_run_and_forged_markers_move_n
     )
     log = served[1].read_text(errors="replace")
     assert API_KEY not in log and not any(token in log for token in (*TOKENS.values(), BAD_TOKEN))
+
+
+def test_bobs_own_thread_state_naming_alices_instance_reaches_nothing_of_hers(
+    alice: httpx.Client, bob: httpx.Client, world: dict[str, Any]
+) -> None:
+    """Bob writes alice's instance id into his own thread's state (`POST /threads/{id}/state`), then runs it
+    without an input: the graph refuses the run (the thread is not that instance's), and nothing of alice's is in
+    any answer or changed."""
+    thread = ok(bob.post("/threads", json={}))["thread_id"]
+    background = ok(bob.post("/backgrounds", json={"name": "山谷", "outline": ["一"]}), 201)
+    his = ok(bob.post("/instances", json={"character_id": world["shared"]["id"], "background_id": background["id"]}), 201)
+    # a run of his own instance on a thread that is not its own: refused by the graph, but the thread gets its graph
+    refused = ok(
+        bob.post(
+            f"/threads/{thread}/runs/wait",
+            json={"assistant_id": ASSISTANT, "input": {"instance_id": his["id"], "message": "你好。"}},
+        )
+    )
+    assert "is not the thread of instance" in json.dumps(refused, ensure_ascii=False), refused
+    history = ok(alice.get(f"/instances/{world['instance']['id']}/history"))
+    forged = bob.post(f"/threads/{thread}/state", json={"values": {"instance_id": world["instance"]["id"]}})
+    assert forged.status_code == 200, forged.text[:300]  # his own thread's state: the server takes it
+    no_id = bob.post(
+        f"/threads/{thread}/runs/wait", json={"assistant_id": ASSISTANT, "input": {"message": "用状态里的。"}}
+    )
+    assert no_id.status_code == 422 and "input.instance_id" in no_id.text, no_id.text[:300]
+    for body in ({"assistant_id": ASSISTANT, "input": None}, {"assistant_id": ASSISTANT}):
+        answer = bob.post(f"/threads/{thread}/runs/wait", json=body)
+        assert not any(text in answer.text for text in ALICES_TEXTS), answer.text[:500]
+        assert answer.status_code >= 400 or "error" in answer.text, answer.text[:500]
+    state = bob.get(f"/threads/{thread}/state").text
+    assert not any(text in state for text in ALICES_TEXTS), state[:500]
+    assert ok(alice.get(f"/instances/{world['instance']['id']}/history")) == history
