@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from test_cards import b64
+from test_cards import png as card_png
 from test_library_http import png
 
 TOKENS = {"alice": "tok-alice-hostile", "bob": "tok-bob-hostile"}
@@ -270,6 +272,10 @@ CASES: list[Case] = [
         "name",
     ),
     ("POST", "/cards/import", "bob", {"content": b"{" * 100_000}, 422, "the card"),
+    # PNG cards: a chara chunk that is not base64 JSON, one whose JSON holds a NUL, one whose name is too long
+    ("POST", "/cards/import", "bob", {"content": card_png({"chara": "not base64!"})}, 422, "the card"),
+    ("POST", "/cards/import", "bob", {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": NUL}})})}, 422, "NUL"),
+    ("POST", "/cards/import", "bob", {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": "x" * 501}})})}, 422, "name"),
     ("POST", "/cards/import", "bob", {"content": b" " * (20 * 1024 * 1024 + 1)}, 422, "over the import limit"),
     *_id_cases("GET", CHAR + "/card", "character_id", "b_character", "a_character"),
     ("GET", "/characters/{b_character}/card?format=v9", "bob", {}, 422, "format"),
@@ -595,6 +601,24 @@ def test_a_hostile_request_is_a_4xx_naming_the_field_and_changes_nothing(
     for user in ("alice", "bob"):  # nothing of the other user's in the answer
         if user != who:
             assert f"{user}的" not in answer
+    assert snapshot() == before
+
+
+def test_a_host_line_may_not_name_another_users_private_character(world: dict[str, Any]) -> None:
+    """A host line (`lines_before`) of bob's instance naming alice's private character is refused as a character
+    that does not exist (no use, no probe); alice's shared character may be named. Nothing is written."""
+    from personalab.nodes.rules.errors import InvalidInput
+    from personalab.stores.db import session_scope
+    from personalab.stores.saves import append_lines
+
+    before = snapshot()
+    line = {"attribute": "system", "content": "她走了进来。", "role_id": world["a_character"]}
+    with pytest.raises(InvalidInput, match=f"role_id {world['a_character']} is not a stored character"):
+        with session_scope() as session:
+            append_lines(session, world["b_instance"], [line])
+    with pytest.raises(RuntimeError, match="rolled back"), session_scope() as session:
+        append_lines(session, world["b_instance"], [{**line, "role_id": world["a_shared"]}])
+        raise RuntimeError("rolled back")
     assert snapshot() == before
 
 
