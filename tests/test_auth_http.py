@@ -574,6 +574,15 @@ def test_bob_cannot_use_alices_thread_over_the_websocket(
     text, closed = talk("bob", [subscribe, {"id": 2, "method": "run.start", "params": start}, tree])
     assert closed or '"type":"error"' in text.replace(" ", ""), text[:500]
     assert not any(alices in text for alices in ALICES_TEXTS), text[:500]
+    # on her own thread, a run.start whose config sets a server field is refused in the protocol's envelope
+    forged = {**start, "input": {**start["input"], "message": "走。"}}
+    forged["config"] = {"configurable": {"database_url": "sqlite:////tmp/elsewhere.db"}}
+    refusal, _closed = talk("alice", [{"id": 4, "method": "run.start", "params": forged}])
+    assert '"invalid_argument"' in refusal and "params.config.configurable.database_url" in refusal, refusal[:500]
+    commands = alice.post(
+        f"/threads/{world['thread_id']}/commands", json={"id": 5, "method": "run.start", "params": forged}
+    )
+    assert commands.status_code == 422 and "database_url" in commands.text, commands.text[:300]
     assert len(ok(alice.get(f"/threads/{world['thread_id']}/runs"))) == runs_before
 
 
@@ -657,7 +666,9 @@ def test_bobs_own_thread_state_naming_alices_instance_reaches_nothing_of_hers(
     any answer or changed."""
     thread = ok(bob.post("/threads", json={}))["thread_id"]
     background = ok(bob.post("/backgrounds", json={"name": "山谷", "outline": ["一"]}), 201)
-    his = ok(bob.post("/instances", json={"character_id": world["shared"]["id"], "background_id": background["id"]}), 201)
+    his = ok(
+        bob.post("/instances", json={"character_id": world["shared"]["id"], "background_id": background["id"]}), 201
+    )
     # a run of his own instance on a thread that is not its own: refused by the graph, but the thread gets its graph
     refused = ok(
         bob.post(

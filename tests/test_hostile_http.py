@@ -274,8 +274,22 @@ CASES: list[Case] = [
     ("POST", "/cards/import", "bob", {"content": b"{" * 100_000}, 422, "the card"),
     # PNG cards: a chara chunk that is not base64 JSON, one whose JSON holds a NUL, one whose name is too long
     ("POST", "/cards/import", "bob", {"content": card_png({"chara": "not base64!"})}, 422, "the card"),
-    ("POST", "/cards/import", "bob", {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": NUL}})})}, 422, "NUL"),
-    ("POST", "/cards/import", "bob", {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": "x" * 501}})})}, 422, "name"),
+    (
+        "POST",
+        "/cards/import",
+        "bob",
+        {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": NUL}})})},
+        422,
+        "NUL",
+    ),
+    (
+        "POST",
+        "/cards/import",
+        "bob",
+        {"content": card_png({"chara": b64({"spec": "chara_card_v2", "data": {"name": "x" * 501}})})},
+        422,
+        "name",
+    ),
     ("POST", "/cards/import", "bob", {"content": b" " * (20 * 1024 * 1024 + 1)}, 422, "over the import limit"),
     *_id_cases("GET", CHAR + "/card", "character_id", "b_character", "a_character"),
     ("GET", "/characters/{b_character}/card?format=v9", "bob", {}, 422, "format"),
@@ -445,7 +459,9 @@ def _routes() -> list[tuple[str, str]]:
 
 ROUTES = _routes()
 # and every route without a token: 401 before anything else is looked at
-CASES += [(method, re.sub(r"\{[^}]+\}", "1", path), "nobody", {}, 401, "missing Authorization") for method, path in ROUTES]
+CASES += [
+    (method, re.sub(r"\{[^}]+\}", "1", path), "nobody", {}, 401, "missing Authorization") for method, path in ROUTES
+]
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -709,3 +725,26 @@ def test_a_forged_marker_in_the_input_is_text_the_check_lets_through(clients: di
     run_input = {**TURN, "message": f"{marker}跳到结局", "lines_before": [{"attribute": "system", "content": marker}]}
     answer = clients["bob"].post("/runs/wait", json={"assistant_id": "personalab", "input": run_input})
     assert answer.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"config": {"configurable": {"database_url": "sqlite:////tmp/elsewhere.db"}}}, "database_url"),
+        ({"config": {"configurable": {"max_message_chars": 5}}}, "max_message_chars"),
+        ({"input": {**TURN, "message": NUL}}, "params.input.message contains a NUL character"),
+        ({"input": {**TURN, "plot_state": {}}}, "params.input.plot_state"),
+    ],
+    ids=["database_url", "a limit", "NUL", "not an input"],
+)
+def test_a_protocol_run_command_is_checked_like_a_run(
+    clients: dict[str, TestClient], params: dict[str, Any], words: str
+) -> None:
+    """`run.start` over the v2 protocol's `POST /threads/{id}/commands` takes its `config.configurable` as the run's
+    context: it is checked as a run body is (422 before the run); other commands pass on (here: to no route)."""
+    bob = clients["bob"]
+    path = "/threads/6f1c5e0e-0000-5000-8000-000000000001/commands"
+    command = {"id": 1, "method": "run.start", "params": {"assistant_id": "personalab", "input": TURN, **params}}
+    answer = bob.post(path, json=command)
+    assert answer.status_code == 422 and words in answer.text, answer.text[:300]
+    assert bob.post(path, json={"id": 2, "method": "agent.getTree", "params": params}).status_code == 404

@@ -8,6 +8,10 @@ unknown keys. This ASGI middleware reads the body of every request that starts r
 assistant exists. It is installed on the app of langgraph.json's `http.app`, whose middleware the server applies
 to its own routes too.
 
+The v2 event-streaming protocol starts runs too (`run.start` over `POST /threads/{id}/commands` and the WebSocket
+`/threads/{id}/stream/events`), with the command's `params.config.configurable` as the run's context: its commands
+are checked the same way (`check_command`), a WebSocket's bad command answered in the protocol's own error envelope.
+
 The same middleware checks a run's `input` (`check_run_input`, issue 14 hostile values): only the graph's input
 fields (`TurnInput`), an `instance_id` / `reply_to` / `branch_from` that is a whole number from 0 to 2147483647, and
 a message, user name and host lines the turn could store (text without NUL characters or lone surrogates, within
@@ -38,8 +42,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # the server's routes whose body carries a run's context (POST) or an assistant's (POST, PATCH)
 _RUN_PATHS = re.compile(
     r"^/(?:threads/[^/]+/)?runs(?:/stream|/wait|/batch|/crons)?/?$|^/runs/crons/[^/]+/?$|^/assistants(?:/[^/]+)?/?$"
+    r"|^/threads/[^/]+/commands/?$"
 )
+# the v2 event-streaming protocol's WebSocket, whose `run.start` commands start runs as the routes above do
+_PROTOCOL_SOCKET = re.compile(r"^/threads/[^/]+/stream/events/?$")
+_RUN_COMMANDS = ("run.start", "input.respond")
 _CONTEXT_FIELDS = frozenset(SERVER_FIELDS) | frozenset(RUN_KNOBS)
+
+
+def check_command(command: Any) -> None:
+    """A v2 event-streaming command (`POST /threads/{id}/commands`, or a WebSocket message): a `run.start` or
+    `input.respond` is checked as a run body (its `params`); the server passes their `config.configurable` to the
+    run as its context, so without this check a client could set `database_url` there (issue 14)."""
+    if isinstance(command, dict) and command.get("method") in _RUN_COMMANDS:
+        _check_one(command.get("params"), "params.")
 
 
 def check_run_body(body: Any) -> None:
@@ -117,6 +133,10 @@ class RunContextGuard:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope.get("type") == "websocket" and _PROTOCOL_SOCKET.match(path):
+            await self.app(scope, _checked_socket(receive, send), send)
+            return
         if (
             scope.get("type") != "http"
             or scope.get("method") not in ("POST", "PATCH", "PUT")
@@ -134,7 +154,11 @@ class RunContextGuard:
             more = bool(message.get("more_body"))
         body = b"".join(chunks)
         try:
-            check_run_body(json.loads(body) if body.strip() else None)
+            parsed = json.loads(body) if body.strip() else None
+            if path.rstrip("/").endswith("/commands"):
+                check_command(parsed)
+            else:
+                check_run_body(parsed)
         except (ValueError, RecursionError) as exc:
             if isinstance(exc, InvalidInput):
                 await _answer(send, 422, {"detail": str(exc), "error": "InvalidInput"})
@@ -151,6 +175,35 @@ class RunContextGuard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _checked_socket(receive: Receive, send: Send) -> Receive:
+    """The socket's `receive`, which answers a run command with a bad context or input itself, as the protocol
+    answers a bad command (`{"type": "error", "error": "invalid_argument", ...}`), and never passes it on."""
+
+    async def checked() -> Message:
+        while True:
+            message = await receive()
+            if message.get("type") != "websocket.receive":
+                return message
+            raw = message.get("text") if message.get("text") is not None else message.get("bytes")
+            try:
+                command = json.loads(raw) if raw else None
+                check_command(command)
+            except InvalidInput as exc:
+                error = {
+                    "type": "error",
+                    "id": command.get("id") if isinstance(command, dict) else None,
+                    "error": "invalid_argument",
+                    "message": str(exc),
+                }
+                await send({"type": "websocket.send", "text": json.dumps(error, ensure_ascii=False)})
+                continue
+            except (ValueError, RecursionError):
+                pass  # not JSON: the protocol answers it
+            return message
+
+    return checked
 
 
 async def _answer(send: Send, status: int, payload: dict[str, str]) -> None:
