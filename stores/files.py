@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import bad_character
 
-_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no text, not even writable as UTF-8
 MAX_JSON_DEPTH = 64  # our formats need 5 levels, SillyTavern files and character cards fewer than 10
 READ_CHUNK = 1 << 20
 
@@ -178,21 +177,6 @@ def parse_json(text: str, source: str) -> Any:
         raise InvalidInput(f"{source} is nested deeper than {MAX_JSON_DEPTH} levels") from None
     check_json_tree(value, source)
     return value
-
-
-def has_surrogate(text: str) -> bool:
-    """Whether `text` holds a lone surrogate (JSON's "\\ud800", or bytes that were not UTF-8 on the command line):
-    no database stores it and no terminal can be sent it."""
-    return _SURROGATE.search(text) is not None
-
-
-def bad_character(text: str) -> str | None:
-    """What makes `text` unstorable text, or None: a NUL character or a lone surrogate."""
-    if "\x00" in text:
-        return "a NUL character"
-    if has_surrogate(text):
-        return "a lone surrogate (not text)"
-    return None
 
 
 def check_json_tree(value: Any, source: str) -> None:

@@ -16,6 +16,7 @@ from personalab.nodes.rules.validation import json_type
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.files import bad_character
 from personalab.stores.tables import Background, Line, OutlinePoint, Role, Save, utcnow
+from sqlalchemy import or_
 from sqlmodel import Session, col, select
 
 LINE_FIELDS = (
@@ -122,13 +123,20 @@ def validate_line(line: Mapping[str, Any], where: str) -> None:
         )
 
 
-def check_roles(session: Session, lines: Sequence[Mapping[str, Any]], known: int | None = None) -> None:
+def check_roles(
+    session: Session, lines: Sequence[Mapping[str, Any]], known: int | None = None, owner: str | None = None
+) -> None:
     """`InvalidInput` naming the first line whose `role_id` is no stored character (`known`: an id already
-    known to exist, such as the instance's own character, not looked up again)."""
+    known to exist, such as the instance's own character, not looked up again). With `owner` (the instance's
+    user, issue 14) only characters that user sees count: their own and shared ones; another user's private
+    character is answered as one that does not exist, so a host line can neither use nor probe it."""
     wanted = {line["role_id"] for line in lines if line.get("role_id") is not None} - {known}
     # an id out of the column's range names no character, and PostgreSQL would refuse to even compare it
     ask = [role_id for role_id in wanted if INTEGER_MIN <= role_id <= INTEGER_MAX]
-    found = set(session.exec(select(Role.id).where(col(Role.id).in_(ask))).all()) if ask else set()
+    query = select(Role.id).where(col(Role.id).in_(ask))
+    if owner is not None:
+        query = query.where(or_(col(Role.owner) == owner, col(Role.shared) == True))  # noqa: E712 - SQL
+    found = set(session.exec(query).all()) if ask else set()
     for index, line in enumerate(lines, start=1):
         role_id = line.get("role_id")
         if role_id is not None and role_id != known and role_id not in found:
@@ -145,7 +153,7 @@ def append_lines(
     items = list(lines)
     for index, item in enumerate(items):
         validate_line(item, f"line {index + 1} of {len(items)}")
-    check_roles(session, items, known=save.role_id)
+    check_roles(session, items, known=save.role_id, owner=save.owner)
     parent = save.last_message_id if parent_line_id is None else parent_line_id
     if parent is not None:
         parent_line = session.get(Line, parent)

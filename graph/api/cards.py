@@ -17,7 +17,13 @@ import json
 import os
 from typing import Any
 
-from personalab.graph.api.library import CharacterInput, create_character, delete_character, get_character
+from personalab.graph.api.library import (
+    CharacterInput,
+    create_character,
+    delete_character,
+    get_character,
+    validate_model,
+)
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.cards import (
     MAX_CARD_BYTES,
@@ -79,23 +85,11 @@ def import_card_bytes(
 def _import(card: Card, where: str, database_url: str | None, owner: str | None = None) -> CardImported:
     check_card(card, where)
     fields = character_fields(card)
-    character = create_character(
-        CharacterInput(
-            name=fields["name"],
-            description=fields["description"],
-            persona=fields["persona"],
-            traits=fields["traits"],
-            backstory=fields["backstory"],
-            motives=fields["motives"],
-            greetings=fields["greetings"],
-            example_dialogue=fields["example_dialogue"],
-            system_prompt=fields["system_prompt"],
-            post_history_instructions=fields["post_history_instructions"],
-            avatar=avatar_png(card),
-        ),
-        owner=owner,
-        database_url=database_url,
-    )
+    names = ("name", "description", "persona", "traits", "backstory", "motives", "greetings", "example_dialogue")
+    data = {name: fields[name] for name in (*names, "system_prompt", "post_history_instructions")}
+    # a card's text over the library's limits is refused naming the field, as a typed-in character is
+    character_input = validate_model(CharacterInput, {**data, "avatar": avatar_png(card)}, where)
+    character = create_character(character_input, owner=owner, database_url=database_url)
     try:
         with session_scope(database_url) as session:
             done = attach_card(session, character.id, card)

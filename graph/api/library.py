@@ -30,7 +30,7 @@ from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound, Invali
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.stores import library as store
 from personalab.stores.background import flush_event_writes, turn_ended
-from personalab.stores.db import session_scope
+from personalab.stores.db import INTEGER_MAX, session_scope
 from personalab.stores.files import bad_character, read_json, write_file
 from personalab.stores.history import forget_paths
 from personalab.stores.memory import MemoryStore
@@ -39,7 +39,7 @@ from personalab.stores.settings import settings
 from personalab.stores.tables import Background, OutlinePoint, Role, Save, utcnow
 from personalab.stores.turn_tables import StoryState
 from personalab.stores.turns import acquire_turn_lock, branch_story_states, release_turn_lock
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
@@ -48,6 +48,12 @@ MAX_AVATAR_BYTES = 5 * 1024 * 1024
 EXPORT_FORMAT = "personalab-instance"
 EXPORT_VERSION = 1
 MAX_EXPORT_BYTES = 200 * 1024 * 1024
+# issue 14, hostile values: a name is a line of a list, a text field a card's longest (SillyTavern descriptions run
+# to some 10,000 characters); past these a request is refused naming the field instead of stored
+MAX_NAME_CHARS = 500
+MAX_OUTLINE_POINT_CHARS = 2_000
+MAX_TEXT_CHARS = 200_000
+MAX_GREETINGS = 200
 
 
 class InUse(InvalidInput):
@@ -70,9 +76,11 @@ def _name(value: str) -> str:
     return value.strip()
 
 
-Text = Annotated[str, AfterValidator(_text)]
-Name = Annotated[str, AfterValidator(_name)]
-Outline = Annotated[list[Name], Field(min_length=MIN_OUTLINE, max_length=MAX_OUTLINE)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_text)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_name)]
+PointText = Annotated[str, Field(max_length=MAX_OUTLINE_POINT_CHARS), AfterValidator(_name)]
+Outline = Annotated[list[PointText], Field(min_length=MIN_OUTLINE, max_length=MAX_OUTLINE)]
+Greetings = Annotated[list[Text], Field(max_length=MAX_GREETINGS)]
 
 
 class _Input(BaseModel):
@@ -92,14 +100,14 @@ class CharacterInput(_Input):
     """Backstory (背景故事): seeds the core memory's identity."""
     motives: Text = ""
     """Core motives (核心动机): seed the core memory's goals."""
-    greetings: list[Text] = Field(default_factory=list)
+    greetings: Greetings = Field(default_factory=list)
     """Opening lines; the first (or the one chosen at instance creation) is the instance's first line."""
     example_dialogue: Text = ""
     system_prompt: Text = ""
     post_history_instructions: Text = ""
     avatar: bytes | None = None
     """The avatar image's bytes (PNG, JPEG, GIF, WebP…); stored with the character."""
-    shared: bool = False
+    shared: StrictBool = False
     """Every user may see the character and start instances with it (issue 14); only its owner changes it."""
 
 
@@ -112,13 +120,13 @@ class CharacterEdit(_Input):
     traits: Text | None = None
     backstory: Text | None = None
     motives: Text | None = None
-    greetings: list[Text] | None = None
+    greetings: Greetings | None = None
     example_dialogue: Text | None = None
     system_prompt: Text | None = None
     post_history_instructions: Text | None = None
     avatar: bytes | None = None
-    remove_avatar: bool = False
-    shared: bool | None = None
+    remove_avatar: StrictBool = False
+    shared: StrictBool | None = None
 
 
 class Character(BaseModel):
@@ -143,7 +151,7 @@ class Character(BaseModel):
     """Ids of the instances that use the character (a user sees only their own)."""
     owner: str | None = None
     """The user it belongs to (None: the local operator's)."""
-    shared: bool = False
+    shared: StrictBool = False
 
 
 class BackgroundInput(_Input):
@@ -152,7 +160,7 @@ class BackgroundInput(_Input):
     name: Name
     world_setting: Text = ""
     outline: Outline
-    shared: bool = False
+    shared: StrictBool = False
     """Every user may see the background and start instances in it (issue 14); only its owner changes it."""
 
 
@@ -162,8 +170,8 @@ class BackgroundEdit(_Input):
     name: Name | None = None
     world_setting: Text | None = None
     outline: Outline | None = None
-    apply_to_instances: bool = False
-    shared: bool | None = None
+    apply_to_instances: StrictBool = False
+    shared: StrictBool | None = None
 
 
 class BackgroundOut(BaseModel):
@@ -175,17 +183,17 @@ class BackgroundOut(BaseModel):
     updated_at: datetime | None
     instances: list[int]
     owner: str | None = None
-    shared: bool = False
+    shared: StrictBool = False
 
 
 class InstanceInput(_Input):
     """A new instance of a character in a background (seed 002 会话实例 创建)."""
 
-    character_id: int = Field(ge=0)
-    background_id: int = Field(ge=0)
+    character_id: int = Field(ge=0, le=INTEGER_MAX)
+    background_id: int = Field(ge=0, le=INTEGER_MAX)
     title: Text = ""
     """Default: "<character> · <background>"."""
-    greeting: int = Field(default=0, ge=0)
+    greeting: int = Field(default=0, ge=0, le=INTEGER_MAX)
     """Which of the character's greetings opens the instance (0: the first)."""
 
 
@@ -234,7 +242,7 @@ class ImportResult(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def _validate(model: type[M], data: Any, what: str) -> M:
+def validate_model(model: type[M], data: Any, what: str) -> M:
     """`model` of `data`; `InvalidInput` naming the first bad field (`what.field: problem`)."""
     if isinstance(data, model):
         data = data.model_dump(exclude_unset=True)
@@ -349,7 +357,7 @@ def create_character(
     data: CharacterInput | Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
 ) -> Character:
     """Store a new character (seed 002 创建角色), `owner`'s."""
-    item = _validate(CharacterInput, data, "character")
+    item = validate_model(CharacterInput, data, "character")
     mime = check_avatar(item.avatar) if item.avatar is not None else None
     with session_scope(database_url) as session:
         role = Role(
@@ -398,7 +406,7 @@ def edit_character(
 ) -> Character:
     """Change the given fields (seed 002 编辑角色). Running instances see the new definition from their next turn;
     their core memory, already grown from the old persona, is theirs and stays."""
-    edit = _validate(CharacterEdit, changes, "character")
+    edit = validate_model(CharacterEdit, changes, "character")
     mime = check_avatar(edit.avatar) if edit.avatar is not None else None
     with session_scope(database_url) as session:
         role = _role(session, character_id, owner, change=True)
@@ -493,7 +501,7 @@ def create_background(
     data: BackgroundInput | Mapping[str, Any], *, owner: str | None = None, database_url: str | None = None
 ) -> BackgroundOut:
     """Store a new background (seed 002 创建背景), `owner`'s."""
-    item = _validate(BackgroundInput, data, "background")
+    item = validate_model(BackgroundInput, data, "background")
     with session_scope(database_url) as session:
         background = Background(
             name=item.name, world_setting=item.world_setting, owner=owner, shared=item.shared or None
@@ -543,7 +551,7 @@ def edit_background(
     """Change the given fields (seed 002 编辑背景). Instances that already have a plot state keep it (their story
     is under way) unless `apply_to_instances`: then each one's current story state (its current branch's) gets
     the new outline, every point keeping its status by index; instances without a turn yet start from the new outline anyway."""
-    edit = _validate(BackgroundEdit, changes, "background")
+    edit = validate_model(BackgroundEdit, changes, "background")
     with session_scope(database_url) as session:
         background = _background_row(session, background_id, owner, change=True)
         if edit.name is not None:
@@ -710,7 +718,7 @@ def create_instance(
     opened by the character's greeting (`{{char}}` / `{{user}}` replaced); the plot starts at point 1 and the core
     memory is seeded from the persona at the first turn. `owner`'s, of a character and background that are theirs
     or shared."""
-    item = _validate(InstanceInput, data, "instance")
+    item = validate_model(InstanceInput, data, "instance")
     with session_scope(database_url) as session:
         role = _role(session, item.character_id, owner)
         background = _background_row(session, item.background_id, owner)
@@ -772,7 +780,7 @@ def initial_core_memory_of(instance_id: int, *, database_url: str | None = None)
 def rename_instance(
     instance_id: int, title: str, *, owner: str | None = None, database_url: str | None = None
 ) -> Instance:
-    name = _validate(_Title, {"title": title}, "instance").title
+    name = validate_model(_Title, {"title": title}, "instance").title
     with session_scope(database_url) as session:
         save = owned_save(session, instance_id, owner)
         save.title = name
@@ -895,7 +903,7 @@ def import_instance_data(
     new copies. All or nothing: a bad document is one `InvalidInput` naming what is wrong, and nothing is stored.
     Everything it makes is `owner`'s (whatever the file says); it reuses only a character or background `owner`
     sees."""
-    doc = _validate(_ExportFile, document, "file")
+    doc = validate_model(_ExportFile, document, "file")
     character_created = background_created = False
     with session_scope(database_url) as session:
         roles: dict[int, int] = {}
@@ -908,7 +916,7 @@ def import_instance_data(
                 table = Role.__table__  # type: ignore[attr-defined]
                 values = {k: store._from_json(table, k, v) for k, v in fields.items() if k in table.c}
                 role = Role(**values)
-                role.name = _validate(_Title, {"title": role.name or ""}, "file.character.name").title
+                role.name = validate_model(_Title, {"title": role.name or ""}, "file.character.name").title
                 role.owner = owner
                 session.add(role)
                 session.flush()
@@ -919,7 +927,7 @@ def import_instance_data(
         if doc.background is not None:
             background = _matching_background(session, doc.background, owner)
             if background is None:
-                outline = _validate(
+                outline = validate_model(
                     BackgroundInput,
                     {
                         "name": doc.background.get("name", ""),

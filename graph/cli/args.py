@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import has_surrogate
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
-from personalab.stores.files import has_surrogate, parse_json
+from personalab.stores.files import parse_json
 
 PATH_ARGUMENTS = {"file"}  # a file name is bytes to the system: not UTF-8 is fine there
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
+from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.worldbook import router as worldbook_router
@@ -18,6 +19,8 @@ app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
 # a served run's context may set the run knobs only (issue 14); the server applies this app's middleware to all
 app.add_middleware(RunContextGuard)
+# with auth on, the development server's unauthenticated routes (/internal/*, /deploy) are closed (issue 14)
+app.add_middleware(DevRoutesGuard)
 app.include_router(library_router)
 app.include_router(dialogue.router)
 app.include_router(worldbook_router)

@@ -25,15 +25,19 @@ from typing import Any
 
 from fastapi import APIRouter, status
 from personalab.graph.api import dialogue as api
+from personalab.graph.http.guards import LimitedBodyRoute, PathId
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
+from personalab.nodes.history_fetch import check_turn_input, check_user_name
 from personalab.nodes.rules import errors
-from personalab.nodes.rules.errors import PersonaLabError
+from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
+from personalab.nodes.rules.validation import bad_character
 from personalab.stores.checkpoints import thread_id_for
+from personalab.stores.db import INTEGER_MAX
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-router = APIRouter()
+router = APIRouter(route_class=LimitedBodyRoute)
 TAGS: list[str | Any] = ["dialogue"]
 
 
@@ -43,53 +47,55 @@ def _url() -> str | None:
 
 class LineBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, description="A line of the instance.")
+    line_id: int = Field(ge=0, le=INTEGER_MAX, description="A line of the instance.")
 
 
 class RegenerateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    line_id: int | None = Field(default=None, ge=0, description="The user line to answer again (default: the last).")
+    line_id: int | None = Field(
+        default=None, ge=0, le=INTEGER_MAX, description="The user line to answer again (default: the last)."
+    )
 
 
 class EditBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, description="The user line of the current branch to replace.")
+    line_id: int = Field(ge=0, le=INTEGER_MAX, description="The user line of the current branch to replace.")
     text: str = Field(description="The new text of the line.")
     user_name: str | None = None
 
 
 @router.get("/instances/{instance_id}/history", tags=TAGS)
-def get_history(owner: Owner, instance_id: int, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
+def get_history(owner: Owner, instance_id: PathId, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
     return api.history(instance_id, offset=offset, limit=limit, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/lines/{line_id}/siblings", tags=TAGS)
-def get_siblings(owner: Owner, instance_id: int, line_id: int) -> dict[str, Any]:
+def get_siblings(owner: Owner, instance_id: PathId, line_id: PathId) -> dict[str, Any]:
     return api.siblings(instance_id, line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/story-state", tags=TAGS)
-def get_story_state(owner: Owner, instance_id: int) -> dict[str, Any]:
+def get_story_state(owner: Owner, instance_id: PathId) -> dict[str, Any]:
     return api.story_state(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/rewind", tags=TAGS)
-def post_rewind(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
+def post_rewind(owner: Owner, instance_id: PathId, body: LineBody) -> dict[str, Any]:
     return api.rewind(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/swipe", tags=TAGS)
-def post_swipe(owner: Owner, instance_id: int, body: LineBody) -> dict[str, Any]:
+def post_swipe(owner: Owner, instance_id: PathId, body: LineBody) -> dict[str, Any]:
     return api.swipe(instance_id, body.line_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/sessions", tags=TAGS)
-def get_sessions(owner: Owner, instance_id: int) -> list[dict[str, Any]]:
+def get_sessions(owner: Owner, instance_id: PathId) -> list[dict[str, Any]]:
     return api.sessions(instance_id, owner=owner, database_url=_url())
 
 
 @router.post("/instances/{instance_id}/sessions", status_code=status.HTTP_201_CREATED, tags=TAGS)
-def post_session(owner: Owner, instance_id: int) -> dict[str, Any]:
+def post_session(owner: Owner, instance_id: PathId) -> dict[str, Any]:
     return api.new_session(instance_id, owner=owner, database_url=_url())
 
 
@@ -115,13 +121,29 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
 
 
 @router.post("/instances/{instance_id}/regenerate", tags=TAGS)
-async def post_regenerate(owner: Owner, instance_id: int, body: RegenerateBody) -> dict[str, Any]:
+async def post_regenerate(owner: Owner, instance_id: PathId, body: RegenerateBody) -> dict[str, Any]:
     target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, owner=owner, database_url=_url())
     return await _run_on_thread(instance_id, {"reply_to": target}, owner)
 
 
+def _check_edit(body: EditBody) -> None:
+    """The new line's text and name as a turn takes them (nodes/history_fetch.py), refused before the run starts
+    (`InvalidInput` naming the field): no thread or run is made for a line that could not be stored."""
+    ctx = Context()
+    for name, value in (("text", body.text), ("user_name", body.user_name)):
+        bad = bad_character(value) if value is not None else None
+        if bad:
+            raise InvalidInput(f"field {name!r} contains {bad}")
+    try:
+        check_turn_input(body.text, None, ctx.max_message_chars)
+        check_user_name(body.user_name, ctx.max_user_name_chars)
+    except InvalidInput as exc:
+        raise InvalidInput(f"field {'user_name' if str(exc).startswith('user_name') else 'text'!r}: {exc}") from None
+
+
 @router.post("/instances/{instance_id}/edit", tags=TAGS)
-async def post_edit(owner: Owner, instance_id: int, body: EditBody) -> dict[str, Any]:
+async def post_edit(owner: Owner, instance_id: PathId, body: EditBody) -> dict[str, Any]:
+    _check_edit(body)
     parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, owner=owner, database_url=_url())
     run_input: dict[str, Any] = {"message": body.text, "branch_from": parent}
     if body.user_name is not None:

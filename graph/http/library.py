@@ -22,6 +22,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import library as api
+from personalab.graph.http.guards import (
+    BODY_LIMIT_KEY,
+    MAX_CHARACTER_BODY_BYTES,
+    LimitedBodyRoute,
+    PathId,
+    QueryId,
+)
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
@@ -29,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
-router = APIRouter()
+router = APIRouter(route_class=LimitedBodyRoute)
 
 
 def _url() -> str | None:
@@ -70,23 +77,30 @@ def list_characters(owner: Owner) -> list[api.Character]:
     return api.list_characters(owner=owner, database_url=_url())
 
 
-@router.post("/characters", status_code=status.HTTP_201_CREATED, tags=["characters"])
+@router.post(
+    "/characters",
+    status_code=status.HTTP_201_CREATED,
+    tags=["characters"],
+    openapi_extra={BODY_LIMIT_KEY: MAX_CHARACTER_BODY_BYTES},
+)
 def create_character(owner: Owner, body: CharacterBody) -> api.Character:
     return api.create_character(_with_avatar(body), owner=owner, database_url=_url())
 
 
 @router.get("/characters/{character_id}", tags=["characters"])
-def get_character(owner: Owner, character_id: int) -> api.Character:
+def get_character(owner: Owner, character_id: PathId) -> api.Character:
     return api.get_character(character_id, owner=owner, database_url=_url())
 
 
-@router.patch("/characters/{character_id}", tags=["characters"])
-def edit_character(owner: Owner, character_id: int, body: CharacterEditBody) -> api.Character:
+@router.patch(
+    "/characters/{character_id}", tags=["characters"], openapi_extra={BODY_LIMIT_KEY: MAX_CHARACTER_BODY_BYTES}
+)
+def edit_character(owner: Owner, character_id: PathId, body: CharacterEditBody) -> api.Character:
     return api.edit_character(character_id, _with_avatar(body), owner=owner, database_url=_url())
 
 
 @router.delete("/characters/{character_id}", tags=["characters"])
-def delete_character(owner: Owner, character_id: int, cascade: bool = False) -> api.Deleted:
+def delete_character(owner: Owner, character_id: PathId, cascade: bool = False) -> api.Deleted:
     return api.delete_character(character_id, cascade=cascade, owner=owner, database_url=_url())
 
 
@@ -96,13 +110,13 @@ def delete_character(owner: Owner, character_id: int, cascade: bool = False) -> 
     response_class=Response,
     responses={200: {"content": {"image/*": {}}, "description": "the avatar image"}},
 )
-def get_avatar(owner: Owner, character_id: int) -> Response:
+def get_avatar(owner: Owner, character_id: PathId) -> Response:
     data, mime = api.character_avatar(character_id, owner=owner, database_url=_url())
     return Response(content=data, media_type=mime)
 
 
 @router.put("/characters/{character_id}/avatar", tags=["characters"])
-async def put_avatar(owner: Owner, character_id: int, request: Request) -> api.Character:
+async def put_avatar(owner: Owner, character_id: PathId, request: Request) -> api.Character:
     """Upload the avatar as the request's raw body (any image type Pillow reads), at most `MAX_AVATAR_BYTES`."""
     chunks: list[bytes] = []
     size = 0
@@ -117,7 +131,7 @@ async def put_avatar(owner: Owner, character_id: int, request: Request) -> api.C
 
 
 @router.delete("/characters/{character_id}/avatar", tags=["characters"])
-def delete_avatar(owner: Owner, character_id: int) -> api.Character:
+def delete_avatar(owner: Owner, character_id: PathId) -> api.Character:
     return api.edit_character(character_id, {"remove_avatar": True}, owner=owner, database_url=_url())
 
 
@@ -135,17 +149,17 @@ def create_background(owner: Owner, body: api.BackgroundInput) -> api.Background
 
 
 @router.get("/backgrounds/{background_id}", tags=["backgrounds"])
-def get_background(owner: Owner, background_id: int) -> api.BackgroundOut:
+def get_background(owner: Owner, background_id: PathId) -> api.BackgroundOut:
     return api.get_background(background_id, owner=owner, database_url=_url())
 
 
 @router.patch("/backgrounds/{background_id}", tags=["backgrounds"])
-def edit_background(owner: Owner, background_id: int, body: api.BackgroundEdit) -> api.BackgroundOut:
+def edit_background(owner: Owner, background_id: PathId, body: api.BackgroundEdit) -> api.BackgroundOut:
     return api.edit_background(background_id, body, owner=owner, database_url=_url())
 
 
 @router.delete("/backgrounds/{background_id}", tags=["backgrounds"])
-def delete_background(owner: Owner, background_id: int, cascade: bool = False) -> api.Deleted:
+def delete_background(owner: Owner, background_id: PathId, cascade: bool = False) -> api.Deleted:
     return api.delete_background(background_id, cascade=cascade, owner=owner, database_url=_url())
 
 
@@ -153,9 +167,7 @@ def delete_background(owner: Owner, background_id: int, cascade: bool = False) -
 
 
 @router.get("/instances", tags=["instances"])
-def list_instances(
-    owner: Owner, character_id: int | None = None, background_id: int | None = None
-) -> list[api.Instance]:
+def list_instances(owner: Owner, character_id: QueryId = None, background_id: QueryId = None) -> list[api.Instance]:
     return api.list_instances(character_id=character_id, background_id=background_id, owner=owner, database_url=_url())
 
 
@@ -164,28 +176,33 @@ def create_instance(owner: Owner, body: api.InstanceInput) -> api.Instance:
     return api.create_instance(body, owner=owner, database_url=_url())
 
 
-@router.post("/instances/import", status_code=status.HTTP_201_CREATED, tags=["instances"])
+@router.post(
+    "/instances/import",
+    status_code=status.HTTP_201_CREATED,
+    tags=["instances"],
+    openapi_extra={BODY_LIMIT_KEY: api.MAX_EXPORT_BYTES},
+)
 def import_instance(owner: Owner, document: dict[str, Any]) -> api.ImportResult:
     """A new instance from a document of `GET /instances/{id}/export`."""
     return api.import_instance_data(document, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}", tags=["instances"])
-def get_instance(owner: Owner, instance_id: int) -> api.Instance:
+def get_instance(owner: Owner, instance_id: PathId) -> api.Instance:
     return api.get_instance(instance_id, owner=owner, database_url=_url())
 
 
 @router.patch("/instances/{instance_id}", tags=["instances"])
-def rename_instance(owner: Owner, instance_id: int, body: RenameBody) -> api.Instance:
+def rename_instance(owner: Owner, instance_id: PathId, body: RenameBody) -> api.Instance:
     return api.rename_instance(instance_id, body.title, owner=owner, database_url=_url())
 
 
 @router.delete("/instances/{instance_id}", tags=["instances"])
-def delete_instance(owner: Owner, instance_id: int) -> api.Deleted:
+def delete_instance(owner: Owner, instance_id: PathId) -> api.Deleted:
     return api.delete_instance(instance_id, owner=owner, database_url=_url())
 
 
 @router.get("/instances/{instance_id}/export", tags=["instances"])
-def export_instance(owner: Owner, instance_id: int) -> dict[str, Any]:
+def export_instance(owner: Owner, instance_id: PathId) -> dict[str, Any]:
     """The instance as one JSON document (seed 004 记忆导出和备份)."""
     return api.export_instance_data(instance_id, owner=owner, database_url=_url())

@@ -26,16 +26,18 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
 from personalab.graph.api import knowledge as api
+from personalab.graph.http.guards import LimitedBodyRoute, PathId, QueryId
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.validation import bad_character
 from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
 from personalab.stores.worldbook_files import MAX_IMPORT_BYTES, export_sillytavern, export_worldbook, import_worldbook
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
-router = APIRouter()
+router = APIRouter(route_class=LimitedBodyRoute)
 
 
 def _url() -> str | None:
@@ -77,7 +79,7 @@ async def import_card(owner: Owner, request: Request, name: str = "the card") ->
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
 )
-def export_card(owner: Owner, character_id: int, format: str = "png") -> Response:  # noqa: A002 - the query's name
+def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Response:  # noqa: A002 - the query's name
     data, media_type = cards_api.export_card_bytes(character_id, format, owner=owner, database_url=_url())
     return Response(content=data, media_type=media_type)
 
@@ -87,7 +89,7 @@ def export_card(owner: Owner, character_id: int, format: str = "png") -> Respons
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    owner: Owner, request: Request, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, request: Request, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
     await run_in_threadpool(_check, owner, character_id, instance_id, True)
@@ -111,8 +113,8 @@ async def import_book(
 def export_book(
     owner: Owner,
     format: str = "personalab",  # noqa: A002 - the query's name
-    character_id: int | None = None,
-    instance_id: int | None = None,
+    character_id: QueryId = None,
+    instance_id: QueryId = None,
 ) -> dict[str, Any]:
     """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
     _check(owner, character_id, instance_id, False)
@@ -130,21 +132,21 @@ class SettingsBody(BaseModel):
     budget_share: float | None = Field(default=None, description="share of the context window, (0, 1]")
     max_tokens: int | None = Field(default=None, description="token cap of the world book")
     scan_depth: int | None = Field(default=None, description="recent lines scanned for keys")
-    recursive: bool | None = None
+    recursive: StrictBool | None = None
     max_recursion_steps: int | None = None
-    case_sensitive: bool | None = None
-    match_whole_words: bool | None = None
-    clear: bool = False
+    case_sensitive: StrictBool | None = None
+    match_whole_words: StrictBool | None = None
+    clear: StrictBool = False
 
 
 @router.get("/worldbook/settings", tags=["worldbook"])
-def get_settings(owner: Owner, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
+def get_settings(owner: Owner, character_id: QueryId = None, instance_id: QueryId = None) -> dict[str, Any]:
     return api.worldbook_settings(character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url())
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
 def put_settings(
-    owner: Owner, body: SettingsBody, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, body: SettingsBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
     return api.update_worldbook_settings(
@@ -161,7 +163,7 @@ class KnowledgeBody(BaseModel):
     content: str
     importance: float = 0.5
     keywords: list[str] = Field(default_factory=list)
-    enabled: bool = True
+    enabled: StrictBool = True
 
 
 class KnowledgeEditBody(BaseModel):
@@ -170,7 +172,7 @@ class KnowledgeEditBody(BaseModel):
     content: str | None = None
     importance: float | None = None
     keywords: list[str] | None = None
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
 
 
 class TagsBody(BaseModel):
@@ -182,11 +184,14 @@ class TagsBody(BaseModel):
 @router.get("/knowledge", tags=["knowledge"])
 def list_knowledge(
     owner: Owner,
-    character_id: int | None = None,
-    instance_id: int | None = None,
+    character_id: QueryId = None,
+    instance_id: QueryId = None,
     visible: bool = False,
     tag: str | None = None,
 ) -> list[dict[str, Any]]:
+    bad = bad_character(tag) if tag is not None else None
+    if bad:
+        raise InvalidInput(f"field 'tag' contains {bad}")
     return api.list_knowledge_entries(
         character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
     )
@@ -194,7 +199,7 @@ def list_knowledge(
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
 def add_knowledge(
-    owner: Owner, body: KnowledgeBody, character_id: int | None = None, instance_id: int | None = None
+    owner: Owner, body: KnowledgeBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     return api.add_knowledge_entry(
         **body.model_dump(), character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url()
@@ -202,12 +207,12 @@ def add_knowledge(
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
-def get_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+def get_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
     return api.get_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
-def edit_knowledge(owner: Owner, entry_id: int, body: KnowledgeEditBody) -> dict[str, Any]:
+def edit_knowledge(owner: Owner, entry_id: PathId, body: KnowledgeEditBody) -> dict[str, Any]:
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
@@ -216,10 +221,10 @@ def edit_knowledge(owner: Owner, entry_id: int, body: KnowledgeEditBody) -> dict
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
-def delete_knowledge(owner: Owner, entry_id: int) -> dict[str, Any]:
+def delete_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
     return api.delete_knowledge_entry(entry_id, owner=owner, database_url=_url())
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
-def tag_knowledge(owner: Owner, entry_id: int, body: TagsBody) -> dict[str, Any]:
+def tag_knowledge(owner: Owner, entry_id: PathId, body: TagsBody) -> dict[str, Any]:
     return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, owner=owner, database_url=_url())

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Self
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number
+from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, check_storable
 from personalab.nodes.rules.worldbook import Content, Keywords, check_one_scope, contains_keyword, scope_label
 from pydantic import Field, StringConstraints, model_validator
 
@@ -145,4 +145,6 @@ def format_knowledge_block(knowledge: Iterable[ScoredKnowledge | KnowledgeEntry]
 def validate_knowledge(entry: KnowledgeEntry | Mapping[str, Any], where: str) -> KnowledgeEntry:
     """The entry as it can be stored (a mapping is validated here); `InvalidInput` naming `where` and the
     field. Every rule of a knowledge entry is its model's."""
-    return entry if isinstance(entry, KnowledgeEntry) else KnowledgeEntry.parse(entry, where)
+    checked = entry if isinstance(entry, KnowledgeEntry) else KnowledgeEntry.parse(entry, where)
+    check_storable(checked, where)
+    return checked

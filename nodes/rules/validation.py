@@ -13,6 +13,7 @@ neither text nor true/false, `Whole` a number without a fraction (7.0 is 7).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
@@ -34,6 +35,25 @@ def json_type(value: object) -> str:
         float: "number",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no text, not even writable as UTF-8
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone surrogate (JSON's "\\ud800", or bytes that were not UTF-8 on the command line):
+    no database stores it and no terminal can be sent it."""
+    return _SURROGATE.search(text) is not None
+
+
+def bad_character(text: str) -> str | None:
+    """What makes `text` unstorable text, or None: a NUL character (PostgreSQL refuses it in text) or a lone
+    surrogate."""
+    if "\x00" in text:
+        return "a NUL character"
+    if has_surrogate(text):
+        return "a lone surrogate (not text)"
+    return None
 
 
 def _whole(value: Any) -> Any:
@@ -89,6 +109,17 @@ class Entry(BaseModel):
     def parse(cls, data: Any, where: str) -> Self:
         """`data` (a mapping or a row) as this entry; `InvalidInput` naming `where` and the field."""
         return validated(cls, data, where)
+
+
+def check_storable(entry: BaseModel, where: str) -> None:
+    """`InvalidInput` naming `where` and the field when a text of `entry` (a field, or an item of a list field)
+    holds a NUL character, which PostgreSQL refuses in text (issue 14: a typed-in entry is held to what an imported
+    file is). Lone surrogates are refused by pydantic's own string validation. Called where entries are written, not
+    where stored rows are read back (a turn reads thousands)."""
+    for name, value in entry.__dict__.items():
+        for text in value if isinstance(value, tuple | list) else (value,):
+            if type(text) is str and "\x00" in text:
+                raise InvalidInput(f"{where}: field '{name}' contains a NUL character")
 
 
 def validated(model: type[M], data: Any, where: str, error: type[InvalidInput] = InvalidInput) -> M:

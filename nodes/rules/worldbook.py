@@ -55,7 +55,7 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import has_unspaced_script
 from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.review.effects import GAP_THRESHOLDS
-from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole
+from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole, check_storable
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Strict, StringConstraints, model_validator
 
 TriggerType = Literal["keyword", "semantic", "temporal", "emotional"]
@@ -1198,6 +1198,7 @@ def validate_entry(entry: WorldbookEntry | Mapping[str, Any], where: str) -> Wor
     emotional entry an emotion; a constant entry needs none). `InvalidInput` naming `where` and the field."""
     if not isinstance(entry, WorldbookEntry):
         entry = WorldbookEntry.parse(entry, where)
+    check_storable(entry, where)
     if entry.constant:
         return entry
     if entry.trigger_type == "keyword" and not entry.keywords:
