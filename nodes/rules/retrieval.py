@@ -479,13 +479,14 @@ def says_when(content: str) -> bool:
 
 
 # Who said it (for recall). A question that names a person asks, nearly always, about what that person said:
-# "What did Lily say about the sword?", "莱姆的妹妹几岁？" (on LoCoMo, 1,964 of 2,047 evidence lines of the questions
-# naming one of the two speakers are that speaker's). The other speaker's lines around them share the topic's words
-# (they ask about it, they answer it) and, with two lines of context, much of the text; a small bonus for the named
-# speaker's own lines lets the answer outrank the echo. Measured on LoCoMo (recall weights, two lines of context,
-# expansion, time boost; R@10 first five conversations / other five): no bonus .769 / .717; +0.05 .777 / .743;
-# +0.1 .791 / .751; +0.15 .794 / .753; +0.2 .794 / .754; +0.3 .794 / .754; +0.5 .785 / .750 (0.2 kept: R@5 .688
-# against .683 at 0.15). Recall only: in a turn the user names whom they talk to, not whose words they ask about.
+# "What did Lily say about the sword?", "莱姆的妹妹几岁？" (on LoCoMo's first five conversations, 930 of 967 evidence
+# lines of the questions naming one of the two speakers are that speaker's). The other speaker's lines around them
+# share the topic's words (they ask about it, they answer it) and, with two lines of context, much of the text; a small
+# bonus for the named speaker's own lines lets the answer outrank the echo. Measured on LoCoMo (recall weights, two
+# lines of context, expansion, time boost; R@10 first five conversations / other five): no bonus .769 / .717; +0.05
+# .777 / .743; +0.1 .791 / .751; +0.15 .794 / .753; +0.2 .794 / .754; +0.3 .794 / .754; +0.5 .785 / .750 (0.2 kept:
+# the middle of the plateau from 0.15 to 0.3). Recall only: in a turn the user names whom they talk to, not whose words they ask
+# about.
 
 
 def names_speaker(speaker: str, query: MatchText) -> bool:
