@@ -485,8 +485,8 @@ def says_when(content: str) -> bool:
 # bonus for the named speaker's own lines lets the answer outrank the echo. Measured on LoCoMo (recall weights, two
 # lines of context, expansion, time boost; R@10 first five conversations / other five): no bonus .769 / .717; +0.05
 # .777 / .743; +0.1 .791 / .751; +0.15 .794 / .753; +0.2 .794 / .754; +0.3 .794 / .754; +0.5 .785 / .750 (0.2 kept:
-# the middle of the plateau from 0.15 to 0.3). Recall only: in a turn the user names whom they talk to, not whose words they ask
-# about.
+# the middle of the plateau from 0.15 to 0.3). Recall only: in a turn the user names whom they talk to, not whose
+# words they ask about.
 
 
 def names_speaker(speaker: str, query: MatchText) -> bool:
