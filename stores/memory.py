@@ -236,6 +236,7 @@ class MemoryRow(NamedTuple):
     pinned: bool
     user_edited: bool
     line_id: int | None
+    related_character: str  # who said it, for a dialogue line (recall favours the speaker a question names)
 
 
 @dataclass(frozen=True)

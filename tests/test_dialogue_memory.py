@@ -137,6 +137,48 @@ def test_recall_expands_the_keyword_query_with_the_best_matchs_words(store: Memo
     assert entries[1].id not in [item.id for item in plain.items if "bm25" in item.breakdown.paths]
 
 
+def test_recall_favours_the_lines_of_the_speaker_a_question_names(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    weather = [DialogueLine("Bram", f"The weather on day {n} was windy.") for n in range(3)]
+    lines = [
+        DialogueLine("Aiko", "I adopted a grey kitten on Sunday, from the shelter by the river."),
+        *weather,
+        DialogueLine("Bram", "The shelter by the river? Aiko, I adopted my dog there!"),  # echoes the question's words
+        *weather,
+    ]
+    entries = store.add_memories(instance, dialogue_memories(lines, context_lines=0))
+    question = "What did Aiko adopt from the shelter?"
+    plain = retrieve(store, instance, question, k=2, config=RetrievalConfig.for_recall(speaker_boost=0.0))
+    assert [item.id for item in plain.items] == [entries[4].id, entries[0].id]  # Bram's echo first
+    named = retrieve(store, instance, question, k=2, config=RetrievalConfig.for_recall())
+    assert [item.id for item in named.items] == [entries[0].id, entries[4].id]  # what Aiko said comes first
+    assert named.items[0].breakdown.context_relevance == pytest.approx(plain.items[1].breakdown.context_relevance + 0.2)
+    # someone else named ("Ai" is not "Aiko"): ranked as without the bonus
+    other = retrieve(store, instance, "What did Ai adopt from the shelter?", k=2, config=RetrievalConfig.for_recall())
+    assert [item.id for item in other.items] == [entries[4].id, entries[0].id]
+    # a turn's retrieval does not favour a named speaker: in a turn a name is whom the user talks to
+    assert RetrievalConfig().speaker_boost == 0.0
+
+
+def test_a_chinese_question_names_a_speaker_inside_its_words(store: MemoryStore) -> None:
+    instance = new_instance(store)
+    weather = [DialogueLine("雷娜", f"第{n}天的天气很好。") for n in range(3)]
+    lines = [
+        DialogueLine("莱姆", "我妹妹小雨上六年级了。"),
+        *weather,
+        DialogueLine("雷娜", "莱姆，你妹妹小雨真可爱，我也有个妹妹。"),
+        *weather,
+    ]
+    entries = store.add_memories(instance, dialogue_memories(lines, context_lines=0))
+    question = "莱姆的妹妹小雨上几年级？"  # 莱姆 is named with no space around it
+    plain = retrieve(store, instance, question, k=2, config=RetrievalConfig.for_recall(speaker_boost=0.0))
+    named = retrieve(store, instance, question, k=2, config=RetrievalConfig.for_recall())
+    assert [item.id for item in named.items] == [item.id for item in plain.items] == [entries[0].id, entries[4].id]
+    before = [item.breakdown.context_relevance for item in plain.items]
+    after = [item.breakdown.context_relevance for item in named.items]
+    assert after == pytest.approx([before[0] + 0.2, before[1]])  # 莱姆's line favoured, 雷娜's (naming 莱姆) not
+
+
 def test_memories_can_be_added_with_precomputed_embeddings(store: MemoryStore) -> None:
     instance = new_instance(store)
     vectors = np.eye(2, 512, dtype=np.float32)

@@ -27,6 +27,7 @@ def test_record_items_name_every_speaker_and_keep_line_ids() -> None:
     items = record_items(lines, 2, character_role_id=3, character_name="雷娜", user_name="莱姆")
     assert [i["content"] for i in items] == ["旁白：夜色降临。", f"莱姆：{FACT}", "雷娜：【温柔】真可爱。"]
     assert [i["line_id"] for i in items] == [7, 8, 9]
+    assert [i["related_character"] for i in items] == ["旁白", "莱姆", "雷娜"]  # who said it (recall favours a named one)
     assert {i["type"] for i in items} == {"record"} and {i["layer"] for i in items} == {RECORD_LAYER}
     assert items[1]["context"] == "旁白：夜色降临。"  # the line before, as context
     assert items[2]["context"] == f"旁白：夜色降临。\n莱姆：{FACT}"  # two lines at most

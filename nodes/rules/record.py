@@ -87,6 +87,7 @@ def record_items(
                 "importance": max(MIN_RECORD_IMPORTANCE, estimate_importance(text).importance),
                 "turn": turn,
                 "line_id": line.get("id"),
+                "related_character": speaker,
             }
         )
         before.append(content)
