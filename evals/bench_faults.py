@@ -17,6 +17,13 @@ a turn on the instance, retrying while it is busy, and checks the store:
   left unapplied;
 - time until the instance works again: from the kill to the end of the first turn that succeeds after it (this
   process has played a turn before the first kill, so its own start-up is not counted).
+
+The database down mid-turn (`db_down_<point>`, PostgreSQL): the turn process stops itself at the failpoint
+(`PERSONALAB_FAILPOINT_ACTION=stop`), the database goes away for it and for this process (`evals/outage.py`: both
+reach the server through a relay that refuses new connections while the server ends the relayed ones), the turn
+goes on into the outage and ends, then the database comes back. Points: `before_model`, `after_reply`,
+`during_writes` (above). Besides the checks above (the point decides which): the turn ended with one line and exit
+2, or, when its reply was stored, as a turn (exit 0, nothing on stderr); the time is from the database's return.
 Goal: 0 lost, 0 duplicated, usable within 5 s. The scripted model answers (no model time).
 """
 
@@ -28,6 +35,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,10 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from personalab.evals.data_dir import data_folder, postgres_schema
+from personalab.evals.outage import PostgresLink, postgres_link
 from personalab.evals.report import percentile
 
-PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
+KILL_PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
+# the database down from a phase of the turn on (PostgreSQL): `db_down_<failpoint>`
+OUTAGE_PHASES = ("db_down_before_model", "db_down_after_reply", "db_down_during_writes")
+PHASES = KILL_PHASES + OUTAGE_PHASES
 STORED = ("after_reply", "during_writes")  # phases after the reply's commit: everything of the turn must be kept
+OUTAGE_MAX_S = 60.0  # a turn still running this long after the database went away is reported as hung
 USABLE_GOAL_S = 5.0
 PLACES = ("旧水塔下面", "据点的地窖里", "铁皮箱底层", "北墙的砖缝里", "废车的后座下")
 
@@ -64,14 +77,15 @@ def _cli() -> str:
     return str(here) if here.exists() else "personalab"
 
 
-def _recover(url: str, instance_id: int) -> tuple[float, str | None]:
-    """Open the graph and play a turn until one is accepted; (seconds spent, error if none succeeded in 60 s)."""
+def _recover(url: str, instance_id: int, since: float | None = None) -> tuple[float, str | None]:
+    """Open the graph and play a turn until one is accepted; (seconds from `since`, default now, to the end of that
+    turn; error if none succeeded in 60 s)."""
     from personalab.graph.runner import run_turn, turn_graph
     from personalab.nodes.context import Context
     from personalab.nodes.rules.errors import InstanceBusy
     from personalab.stores.background import flush_event_writes
 
-    started = time.monotonic()
+    started = time.monotonic() if since is None else since
     problem: str | None = None
     while time.monotonic() - started < 60:
         try:
@@ -88,6 +102,69 @@ def _recover(url: str, instance_id: int) -> tuple[float, str | None]:
     spent = time.monotonic() - started
     flush_event_writes()
     return spent, problem
+
+
+def _failpoint(phase: str) -> str:
+    """The failpoint a phase acts at: `db_down_after_reply` → `after_reply`."""
+    return phase.removeprefix("db_down_")
+
+
+def _wait_stopped(turn: subprocess.Popen[str], timeout: float) -> bool:
+    """Wait until the turn process stops itself at its failpoint (True) or ends first (False, its exit code kept)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(turn.pid, os.WUNTRACED | os.WNOHANG)
+        if pid == 0:
+            time.sleep(0.01)
+            continue
+        if os.WIFSTOPPED(status):
+            return True
+        turn.returncode = os.waitstatus_to_exitcode(status)
+        return False
+    return False
+
+
+def _outage_turn(link: PostgresLink, instance_id: int, fact: str, phase: str) -> tuple[list[str], float]:
+    """A `personalab turn` process that stops at the phase's failpoint; the database goes away (`link.down()`), the
+    process goes on into the outage until it ends, then the database comes back. Returns what was wrong with how
+    the turn ended and the time the database came back (time.monotonic())."""
+    point = _failpoint(phase)
+    problems: list[str] = []
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        turn = subprocess.Popen(
+            [_cli(), "turn", "--instance", str(instance_id), fact],
+            env={**os.environ, "PERSONALAB_FAILPOINT": point, "PERSONALAB_FAILPOINT_ACTION": "stop"},
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+        stopped = _wait_stopped(turn, 600)
+        if stopped:
+            link.down()
+            os.kill(turn.pid, signal.SIGCONT)
+        try:
+            code = turn.wait(timeout=OUTAGE_MAX_S)
+        except subprocess.TimeoutExpired:
+            turn.kill()
+            code = turn.wait()
+            problems.append(f"the turn still ran {OUTAGE_MAX_S:g} s into the outage")
+        link.up()
+        back = time.monotonic()
+        err.seek(0)
+        lines = [line for line in err.read().splitlines() if line.strip()]
+    if not stopped:
+        problems.append(f"not stopped at {point} (exit {code}): {' | '.join(lines)[-300:]}")
+    # the user's contract: the turn ends with one line (exit 2) or, when its reply was stored and only the writes
+    # after it met the outage, as a turn (exit 0, the writes wait in the outbox); never a traceback
+    elif code == 2:
+        if len(lines) != 1 or not lines[0].startswith("personalab: error: "):
+            problems.append(f"the failed turn printed {len(lines)} lines: {' | '.join(lines)[-500:]}")
+    elif code == 0 and point in STORED:
+        if lines:
+            problems.append(f"the turn printed {len(lines)} lines on stderr: {' | '.join(lines)[-500:]}")
+    else:
+        problems.append(f"the turn ended with exit {code}: {' | '.join(lines)[-500:]}")
+    return problems, back
 
 
 def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
@@ -184,10 +261,21 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
 
 
 def run_campaign(
-    database: str, url: str, folder: Path, trials: int, phases: tuple[str, ...], progress: bool = True
+    database: str,
+    url: str,
+    folder: Path,
+    trials: int,
+    phases: tuple[str, ...],
+    progress: bool = True,
+    link: PostgresLink | None = None,
 ) -> list[dict[str, Any]]:
-    """Every phase `trials` times on one database; a result per kill."""
+    """Every phase `trials` times on one database; a result per kill or outage. With `link` (PostgreSQL) `url` is
+    the database by way of it, for this process and the turns' alike, and the outage phases take it down."""
     from personalab.graph.runner import create_sample_instance
+
+    outages = [phase for phase in phases if phase in OUTAGE_PHASES]
+    if outages and link is None:
+        raise ValueError(f"{', '.join(outages)}: the database down mid-turn needs a PostgreSQL link")
 
     env = {
         "PERSONALAB_DATA_DIR": str(folder),
@@ -205,20 +293,24 @@ def run_campaign(
             for phase in phases:
                 number = len(results) + 1
                 fact = f"第{number}条：我把编号{1000 + number}的钥匙藏在了{PLACES[number % len(PLACES)]}。"
-                killed = subprocess.run(
-                    [_cli(), "turn", "--instance", str(instance_id), fact],
-                    env={**os.environ, "PERSONALAB_FAILPOINT": phase},
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
-                reached = killed.returncode == -signal.SIGKILL
-                usable_s, problem = _recover(url, instance_id)
-                checked = _check(url, instance_id, fact, phase)
-                if not reached:
-                    checked["problems"].insert(
-                        0, f"not killed at {phase} (exit {killed.returncode}): {killed.stderr[-300:]}"
+                if phase in OUTAGE_PHASES:
+                    assert link is not None
+                    ended, back = _outage_turn(link, instance_id, fact, phase)
+                    usable_s, problem = _recover(url, instance_id, since=back)  # from the database's return
+                else:
+                    killed = subprocess.run(
+                        [_cli(), "turn", "--instance", str(instance_id), fact],
+                        env={**os.environ, "PERSONALAB_FAILPOINT": phase, "PERSONALAB_FAILPOINT_ACTION": "kill"},
+                        capture_output=True,
+                        text=True,
+                        timeout=600,
                     )
+                    ended = []
+                    if killed.returncode != -signal.SIGKILL:
+                        ended = [f"not killed at {phase} (exit {killed.returncode}): {killed.stderr[-300:]}"]
+                    usable_s, problem = _recover(url, instance_id)
+                checked = _check(url, instance_id, fact, _failpoint(phase))
+                checked["problems"][:0] = ended
                 if problem:
                     checked["problems"].append(f"the instance did not work again: {problem}")
                 results.append(
@@ -258,6 +350,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     phases = tuple(args.phases.split(",")) if args.phases else PHASES
+    args.outage_trials = args.trials if args.outage_trials is None else args.outage_trials
     unknown = [phase for phase in phases if phase not in PHASES]
     if unknown:
         raise SystemExit(f"--phases: unknown {', '.join(unknown)}; allowed: {', '.join(PHASES)}")
@@ -268,14 +361,32 @@ def run(args: argparse.Namespace) -> int:
             folder = stack.enter_context(
                 data_folder(args.data_dir and f"{args.data_dir}/{database}", "personalab-faults-")
             )
+            link: PostgresLink | None = None
+            mine = phases
             if database == "sqlite":
                 url = f"sqlite:///{(folder / 'personalab.db').resolve()}"
+                # an embedded file has no server to lose: its nearest fault, a file that cannot be written, is
+                # the full disk of tests/test_disk_full.py
+                mine = tuple(phase for phase in phases if phase not in OUTAGE_PHASES)
             elif database == "postgres":
                 url = stack.enter_context(postgres_schema(args.postgres_url))
+                if any(phase in OUTAGE_PHASES for phase in phases):
+                    link = stack.enter_context(postgres_link(url))
+                    url = link.url_through(url)
             else:
                 raise SystemExit(f"--databases: unknown {database!r}; allowed: sqlite, postgres")
-            print(f"{database}: {args.trials} trial(s) x {len(phases)} phases, kill -9 at each")
-            results.extend(run_campaign(database, url, folder, args.trials, phases))
+            if not mine:
+                continue
+            kills = [phase for phase in mine if phase not in OUTAGE_PHASES]
+            outages = [phase for phase in mine if phase in OUTAGE_PHASES]
+            print(
+                f"{database}: {args.trials} trial(s) x {len(kills)} phases with kill -9"
+                + (f", {args.outage_trials} x {len(outages)} with the database down" if outages else "")
+            )
+            if kills:
+                results.extend(run_campaign(database, url, folder, args.trials, tuple(kills), link=link))
+            if outages:
+                results.extend(run_campaign(database, url, folder, args.outage_trials, tuple(outages), link=link))
     rows = summarize(results)
     print(
         "\n| database | phase | trials | lines lost | lines duplicated | memories lost | memories duplicated | usable again p50 / max |"
@@ -290,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
     slow = [r for r in results if r["usable_s"] > USABLE_GOAL_S]
     print(
         f"\ngoal: 0 lost, 0 duplicated, usable within {USABLE_GOAL_S:g} s — "
-        f"{len(results)} kills, {len(failed)} with a problem, {len(slow)} slower than the goal"
+        f"{len(results)} kills and outages, {len(failed)} with a problem, {len(slow)} slower than the goal"
     )
     if args.json:
         Path(args.json).write_text(
@@ -301,8 +412,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
-    faults = kinds.add_parser("faults", help="kill -9 at every phase of a turn; lines and memories lost or duplicated")
+    faults = kinds.add_parser(
+        "faults",
+        help="kill -9 at every phase of a turn, and the database down mid-turn; lines and memories lost or duplicated",
+    )
     faults.add_argument("--trials", type=int, default=20, help="kills per phase and database")
+    faults.add_argument(
+        "--outage-trials", type=int, help="outages per db_down phase (PostgreSQL; default: --trials)"
+    )
     faults.add_argument("--phases", help=f"comma-separated, of: {', '.join(PHASES)} (default: all)")
     faults.add_argument("--databases", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
     faults.add_argument(

@@ -86,8 +86,10 @@ def _engine(url: str) -> Engine:
     @event.listens_for(engine, "handle_error")
     def _unavailable(context: ExceptionContext) -> BaseException | None:
         # a read-only file or folder, a missing server: one line for the user, not a driver's traceback
-        if context.is_pre_ping or context.is_disconnect:
+        if context.is_pre_ping:
             return None  # the pool reconnects; its own handling must see the driver's error
+        # a connection the server ended (restarted, down) is still invalidated and replaced at the next checkout
+        # (SQLAlchemy does so whatever this returns); the statement that met it fails as a store that went away
         return store_unavailable(context.original_exception, str(engine.url))
 
     try:
@@ -187,11 +189,15 @@ SQLITE_UNAVAILABLE = {
     "database or disk is full": "cannot be written: the disk is full",
     "disk i/o error": "cannot be written: disk I/O error (a full disk or a failing device)",
 }
-# PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08), refused login (28),
+# PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08, and 57P01-57P03: the
+# server ended the connection or accepts none now), refused login (28),
 # no such database (3D000), a read-only server or transaction (25006), no right to write (42501), insufficient
 # resources (53: a full disk, 53100; out of memory; too many connections).
 PG_UNAVAILABLE = {
     "08": "cannot be reached",
+    "57P01": "cannot be reached",  # the server ended the connection: shut down, restarted, or by an operator
+    "57P02": "cannot be reached",  # crash shutdown
+    "57P03": "cannot be reached",  # starting up or shutting down: no connection now
     "28": "refused the login",
     "3D000": "does not exist",
     "25006": "cannot be written",

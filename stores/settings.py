@@ -60,6 +60,7 @@ EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeVa
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
 Failpoint = Annotated[Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)]
+FailpointAction = Annotated[Literal["kill", "stop"], BeforeValidator(_lower)]
 
 
 class Settings(BaseSettings):
@@ -227,6 +228,11 @@ class Settings(BaseSettings):
         description="Fault tests only (`bench faults`): the process kills itself (SIGKILL) when a turn reaches this"
         " point: before_model, mid_stream (after the reply's first chunk), after_reply (stored, its writes queued),"
         " during_writes (after the first queued write is applied). Empty: never.",
+    )
+    failpoint_action: FailpointAction = Field(
+        "kill",
+        description="Fault tests only: what the process does at PERSONALAB_FAILPOINT: kill (SIGKILL itself) or stop"
+        " (SIGSTOP itself, so the test can take the database away and then continue it with SIGCONT).",
     )
     session_pause: Number = Field(
         30,

@@ -65,10 +65,11 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
             get_save(session, save_id)
             session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.expires_at) < now))
             held = session.exec(select(TurnLock).where(col(TurnLock.save_id) == save_id)).first()
-            if held is not None and holder_is_gone(held.holder):
-                # a process of this host that died holding the lock (kill -9, OOM): free it now, not after its
-                # lease, so the instance is usable again at once (issue 14 fault tests)
-                log.warning("instance %s: taking over the turn lock of %s, which is gone", save_id, held.holder)
+            if held is not None and (holder_is_gone(held.holder) or _ended_here(held)):
+                # a process of this host that died holding the lock (kill -9, OOM), or a turn of this process that
+                # ended without its release (the database was down then): free it now, not after its lease, so the
+                # instance is usable again at once (issue 14 fault tests)
+                log.warning("instance %s: taking over the turn lock of %s, whose turn is over", save_id, held.holder)
                 session.expunge(held)  # the new lock row takes its key in this transaction
                 session.exec(
                     delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == held.token)
@@ -87,6 +88,15 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
     _start_heartbeat(save_id, token, lease_seconds, url)
     turn_started(save_id)
     return token
+
+
+def _ended_here(lock: TurnLock) -> bool:
+    """A lock taken by this process whose turn is over: its heartbeat is stopped (the release stops it first), so
+    the release itself failed. A live turn of this process keeps its lock (its heartbeat runs)."""
+    if lock.holder != holder_name():
+        return False
+    with _beats_lock:
+        return lock.token not in _beats
 
 
 def _start_heartbeat(save_id: int, token: str, lease_seconds: float, url: str | None) -> None:
@@ -166,17 +176,25 @@ def release_held_lock(save_id: int, url: str | None = None) -> bool:
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
     """Release the lock of a turn that ends here (no reply stored, or it failed before the reply)."""
-    # the heartbeat stops first: if the database is gone the lock must lapse by itself, not be kept alive
+    # the heartbeat stops first: if the database is gone the lock must lapse by itself, not be kept alive, and this
+    # process's next turn of the instance takes it over at once (`_ended_here`)
     _stop_heartbeat(token)
-    with session_scope(url) as session:
-        drop_turn_lock(session, save_id, token)
-    turn_ended(save_id)
+    try:
+        with session_scope(url) as session:
+            drop_turn_lock(session, save_id, token)
+    finally:
+        _forget(token)
+        turn_ended(save_id)
 
 
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
     session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
     _stop_heartbeat(token)
+    _forget(token)
+
+
+def _forget(token: str) -> None:
     with _held_lock:
         for key in [key for key, held in _held.items() if held == token]:
             del _held[key]
