@@ -18,10 +18,11 @@ a turn on the instance, retrying while it is busy, and checks the store:
 - time until the instance works again: from the kill to the end of the first turn that succeeds after it (this
   process has played a turn before the first kill, so its own start-up is not counted).
 
-The database down mid-turn (`db_down_<point>`, PostgreSQL): the turn process stops itself at the failpoint
-(`PERSONALAB_FAILPOINT_ACTION=stop`), the database goes away for it and for this process (`evals/outage.py`: both
-reach the server through a relay that refuses new connections while the server ends the relayed ones), the turn
-goes on into the outage and ends, then the database comes back. Points: `before_model`, `after_reply`,
+The database down mid-turn (`db_down_<point>`): the turn process stops itself at the failpoint
+(`PERSONALAB_FAILPOINT_ACTION=stop`), the database goes away (`evals/outage.py`: PostgreSQL for the turn and for this
+process, both reaching the server through a relay that refuses new connections while the server ends the relayed
+ones; SQLite: another process holds the file's write lock longer than the turn waits for it), the turn goes on into
+the outage and ends, then the database comes back. Points: `before_model`, `after_reply`,
 `during_writes` (above). Besides the checks above (the point decides which): the turn ended with one line and exit
 2, or, when its reply was stored, as a turn (exit 0, nothing on stderr); the time is from the database's return.
 Goal: 0 lost, 0 duplicated, usable within 5 s. The scripted model answers (no model time).
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from personalab.evals.data_dir import data_folder, postgres_schema
-from personalab.evals.outage import PostgresLink, postgres_link
+from personalab.evals.outage import PostgresLink, SqliteWriteLock, postgres_link
 from personalab.evals.report import percentile
 
 KILL_PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
@@ -124,16 +125,25 @@ def _wait_stopped(turn: subprocess.Popen[str], timeout: float) -> bool:
     return False
 
 
-def _outage_turn(link: PostgresLink, instance_id: int, fact: str, phase: str) -> tuple[list[str], float]:
+Outage = PostgresLink | SqliteWriteLock
+# what a line about the outage says (a traceback, a driver's or the store's error)
+FAULT_WORDS = ("traceback", "error", "database", "connection", "psycopg", "sqlalchemy", "sqlite", "locked")
+SQLITE_TURN_WAIT_S = 2.0  # the turn process's PERSONALAB_SQLITE_BUSY_TIMEOUT in the SQLite outages (default 30 s)
+
+
+def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple[list[str], float]:
     """A `personalab turn` process that stops at the phase's failpoint; the database goes away (`link.down()`), the
     process goes on into the outage until it ends, then the database comes back. Returns what was wrong with how
     the turn ended and the time the database came back (time.monotonic())."""
     point = _failpoint(phase)
     problems: list[str] = []
+    env = {**os.environ, "PERSONALAB_FAILPOINT": point, "PERSONALAB_FAILPOINT_ACTION": "stop"}
+    if isinstance(link, SqliteWriteLock):
+        env["PERSONALAB_SQLITE_BUSY_TIMEOUT"] = str(SQLITE_TURN_WAIT_S)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         turn = subprocess.Popen(
             [_cli(), "turn", "--instance", str(instance_id), fact],
-            env={**os.environ, "PERSONALAB_FAILPOINT": point, "PERSONALAB_FAILPOINT_ACTION": "stop"},
+            env=env,
             stdout=out,
             stderr=err,
             text=True,
@@ -152,18 +162,20 @@ def _outage_turn(link: PostgresLink, instance_id: int, fact: str, phase: str) ->
         back = time.monotonic()
         err.seek(0)
         lines = [line for line in err.read().splitlines() if line.strip()]
-    if not stopped:
-        problems.append(f"not stopped at {point} (exit {code}): {' | '.join(lines)[-300:]}")
     # the user's contract: the turn ends with one line (exit 2) or, when its reply was stored and only the writes
-    # after it met the outage, as a turn (exit 0, the writes wait in the outbox); never a traceback
-    elif code == 2:
-        if len(lines) != 1 or not lines[0].startswith("personalab: error: "):
-            problems.append(f"the failed turn printed {len(lines)} lines: {' | '.join(lines)[-500:]}")
-    elif code == 0 and point in STORED:
-        if lines:
-            problems.append(f"the turn printed {len(lines)} lines on stderr: {' | '.join(lines)[-500:]}")
-    else:
-        problems.append(f"the turn ended with exit {code}: {' | '.join(lines)[-500:]}")
+    # after it met the outage, as a turn (exit 0, the writes wait in the outbox); never a traceback. The turn's own
+    # warnings (a progress marker past the outline) are not the outage's and may stay.
+    errors = [line for line in lines if line.startswith("personalab: error: ")]
+    noise = [line for line in lines if line not in errors and any(word in line.lower() for word in FAULT_WORDS)]
+    shown = " | ".join(lines)[-500:]
+    if not stopped:
+        problems.append(f"not stopped at {point} (exit {code}): {shown}")
+    elif code == 2 and (len(errors) != 1 or noise):
+        problems.append(f"the failed turn printed {len(errors) + len(noise)} lines about it: {shown}")
+    elif code == 0 and point in STORED and (errors or noise):
+        problems.append(f"the turn printed {len(errors) + len(noise)} lines about the outage: {shown}")
+    elif code != 2 and not (code == 0 and point in STORED):
+        problems.append(f"the turn ended with exit {code}: {shown}")
     return problems, back
 
 
@@ -225,7 +237,12 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
         problems.append(f"turn numbers answered twice: {repeated}")
     if pending:
         memories_lost += len(pending)
-        problems.append(f"{len(pending)} queued writes never applied")
+        held = "; ".join(
+            f"{row.key} (attempts {row.attempts}, claimed by {row.claimed_by} for"
+            f" {(row.claimed_until or 0) - time.time():.0f} s, {row.last_error})"
+            for row in pending
+        )
+        problems.append(f"{len(pending)} queued writes never applied: {held[:600]}")
     if phase in STORED and users and reply_lines:
         store = MemoryStore(db_url=url)
         recorded = Counter(m.line_id for m in store.list_memories(instance_id, type="record"))
@@ -267,15 +284,16 @@ def run_campaign(
     trials: int,
     phases: tuple[str, ...],
     progress: bool = True,
-    link: PostgresLink | None = None,
+    link: Outage | None = None,
 ) -> list[dict[str, Any]]:
-    """Every phase `trials` times on one database; a result per kill or outage. With `link` (PostgreSQL) `url` is
-    the database by way of it, for this process and the turns' alike, and the outage phases take it down."""
+    """Every phase `trials` times on one database; a result per kill or outage. The outage phases take the
+    database away with `link`: for PostgreSQL a `PostgresLink` (`url` is the database by way of it, for this
+    process and the turns' alike), for SQLite a `SqliteWriteLock` on `url`'s file."""
     from personalab.graph.runner import create_sample_instance
 
     outages = [phase for phase in phases if phase in OUTAGE_PHASES]
     if outages and link is None:
-        raise ValueError(f"{', '.join(outages)}: the database down mid-turn needs a PostgreSQL link")
+        raise ValueError(f"{', '.join(outages)}: the database down mid-turn needs a link (evals/outage.py)")
 
     env = {
         "PERSONALAB_DATA_DIR": str(folder),
@@ -361,13 +379,11 @@ def run(args: argparse.Namespace) -> int:
             folder = stack.enter_context(
                 data_folder(args.data_dir and f"{args.data_dir}/{database}", "personalab-faults-")
             )
-            link: PostgresLink | None = None
-            mine = phases
+            link: Outage | None = None
             if database == "sqlite":
                 url = f"sqlite:///{(folder / 'personalab.db').resolve()}"
-                # an embedded file has no server to lose: its nearest fault, a file that cannot be written, is
-                # the full disk of tests/test_disk_full.py
-                mine = tuple(phase for phase in phases if phase not in OUTAGE_PHASES)
+                # no server to lose: another process holds the file's write lock (evals/outage.py)
+                link = SqliteWriteLock(str(folder / "personalab.db"))
             elif database == "postgres":
                 url = stack.enter_context(postgres_schema(args.postgres_url))
                 if any(phase in OUTAGE_PHASES for phase in phases):
@@ -375,10 +391,8 @@ def run(args: argparse.Namespace) -> int:
                     url = link.url_through(url)
             else:
                 raise SystemExit(f"--databases: unknown {database!r}; allowed: sqlite, postgres")
-            if not mine:
-                continue
-            kills = [phase for phase in mine if phase not in OUTAGE_PHASES]
-            outages = [phase for phase in mine if phase in OUTAGE_PHASES]
+            kills = [phase for phase in phases if phase not in OUTAGE_PHASES]
+            outages = [phase for phase in phases if phase in OUTAGE_PHASES]
             print(
                 f"{database}: {args.trials} trial(s) x {len(kills)} phases with kill -9"
                 + (f", {args.outage_trials} x {len(outages)} with the database down" if outages else "")

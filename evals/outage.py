@@ -1,16 +1,24 @@
-"""A PostgreSQL server that goes away and comes back, for one test's connections only (issue 14 fault tests:
-the database down in the middle of a turn). The shared server cannot be stopped (other work uses it), so the
+"""The database going away in the middle of a turn and coming back (issue 14 fault tests), for one test only.
+
+PostgreSQL: a server that goes away and comes back for the test's connections. The shared server cannot be stopped (other work uses it), so the
 processes under test reach it through `PostgresLink`, a TCP relay on loopback, and the outage is real at both
 ends of their connections:
 - `down()`: the relay stops listening (a new connection is refused, as by a stopped server), the server ends the
   backends of every relayed connection with `pg_terminate_backend` (the client reads what a shutting-down server
   sends: FATAL 57P01 "terminating connection due to administrator command", then the end of the connection);
 - `up()`: the relay listens again on the same port; nothing else of the server changed.
+
+SQLite, an embedded file, has no server to lose; the nearest real fault is another process holding the file's write
+lock (a backup, a `sqlite3` shell's open transaction, a long `doctor --repair`) for longer than a turn waits for it
+(`PERSONALAB_SQLITE_BUSY_TIMEOUT`): `SqliteWriteLock.down()` takes it (`BEGIN IMMEDIATE` in this process: reads go
+on, as WAL allows, every write waits and then fails), `up()` gives it back.
 """
 
 from __future__ import annotations
 
+import random
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +27,29 @@ from contextlib import contextmanager
 from sqlalchemy import make_url
 
 TERMINATED_WAIT_S = 2.0  # how long down() waits for the server to end the relayed backends
+
+
+class SqliteWriteLock:
+    """Another process's write lock on the SQLite file `path`, taken by `down()` and given back by `up()`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._holder: sqlite3.Connection | None = None
+
+    def down(self) -> int:
+        holder = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        self._holder = holder
+        return 1
+
+    def up(self) -> None:
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+    def close(self) -> None:
+        self.up()
 
 
 class PostgresLink:
@@ -40,10 +71,7 @@ class PostgresLink:
 
     def up(self) -> None:
         """Listen (again, on the same port) and relay every connection to the server."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
+        listener = _listener(self.port)
         self.port = listener.getsockname()[1]
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), name="pg-link-accept", daemon=True).start()
@@ -103,6 +131,33 @@ class PostgresLink:
                 self._pairs.append((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pump, args=(source, sink), name="pg-link-pump", daemon=True).start()
+
+
+def _listener(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:`port`, or on a free port below the ephemeral range when `port` is 0: while
+    the relay is down its port is free, and an ephemeral one could meanwhile be taken by any outgoing connection."""
+    low = _ephemeral_low()
+    candidates = [port] * 50 if port else [random.randrange(max(1024, low - 12000), low) for _ in range(50)]
+    for candidate in candidates:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("127.0.0.1", candidate))
+        except OSError:
+            listener.close()
+            time.sleep(0.1 if port else 0)
+            continue
+        listener.listen(64)
+        return listener
+    raise OSError(f"no port to listen on (tried {sorted(set(candidates))[:5]} …)")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ranges:
+            return int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

@@ -81,13 +81,13 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
     if conninfo:
         from personalab.stores.pg_checkpoints import ReconnectingAsyncPostgresSaver
 
-        saver = await ReconnectingAsyncPostgresSaver.connect(conninfo)
+        pg_saver = await ReconnectingAsyncPostgresSaver.connect(conninfo)
         try:
             with schema_lock():  # one creator at a time, as in open_checkpointer
-                await saver.setup()
-            yield saver
+                await pg_saver.setup()
+            yield pg_saver
         finally:
-            await saver.conn.close()
+            await pg_saver.conn.close()
         return
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 

@@ -30,6 +30,7 @@ from personalab.stores import (  # noqa: F401
     worldbook_tables,
 )
 from personalab.stores.config import database_url
+from personalab.stores.settings import settings
 from sqlalchemy import event, inspect, make_url, text
 from sqlalchemy.engine import Engine, ExceptionContext
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -66,7 +67,9 @@ _making_lock = threading.Lock()
 @lru_cache(maxsize=16)
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # how long a statement waits for another process's write lock before "database is locked"
+        busy = settings().sqlite_busy_timeout
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -188,6 +191,7 @@ SQLITE_UNAVAILABLE = {
     "database disk image is malformed": "is damaged",
     "database or disk is full": "cannot be written: the disk is full",
     "disk i/o error": "cannot be written: disk I/O error (a full disk or a failing device)",
+    "database is locked": "is locked by another process (waited PERSONALAB_SQLITE_BUSY_TIMEOUT for its write lock)",
 }
 # PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08, and 57P01-57P03: the
 # server ended the connection or accepts none now), refused login (28),

@@ -64,7 +64,9 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 300.0  # the longest wait between two attempts of a failing write
 CLAIM_S = 30.0  # how long a claim keeps other processes off a row (a crashed applier's claim lapses then)
 KEEP_APPLIED = timedelta(days=1)  # applied rows are kept this long (what was written, for an operator), then purged
-_PROCESS = uuid.uuid4().hex[:12]  # this process's claims
+# this process's claims, `host:pid:<process>:<claim>` (`holder_name`): a claim left by a process of this host that is
+# gone (killed, or ended while the database was down) is taken over at once instead of after CLAIM_S
+_PROCESS = uuid.uuid4().hex[:12]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,9 +258,17 @@ def backoff_s(attempts: int) -> float:
     return float(min(MAX_BACKOFF_S, 2 ** max(0, attempts - 1)))
 
 
-def _claim(url: str | None, row_id: int, token: str, now: float, force: bool) -> bool:
+def _dead_claim(claimed_by: str | None) -> str | None:
+    """`claimed_by` if it is the claim of a process of this host that is gone (`_PROCESS`), else None."""
+    parts = (claimed_by or "").rsplit(":", 2)
+    return claimed_by if len(parts) == 3 and holder_is_gone(parts[0]) else None
+
+
+def _claim(url: str | None, row_id: int, token: str, now: float, force: bool, stale: str | None = None) -> bool:
     due = [col(OutboxWrite.id) == row_id, col(OutboxWrite.applied_at).is_(None)]
     free = (col(OutboxWrite.claimed_until).is_(None)) | (col(OutboxWrite.claimed_until) < now)
+    if stale is not None:  # a dead process's claim (`_dead_claim`), still that one when this UPDATE runs
+        free = free | (col(OutboxWrite.claimed_by) == stale)
     with session_scope(url) as session:
         result = session.exec(
             update(OutboxWrite)
@@ -347,8 +357,8 @@ def _apply_next(
     if row is None or row.id is None:
         return None
     now = time.time()
-    token = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
-    if not _claim(database_url, row.id, token, now, force):
+    token = f"{holder_name()}:{_PROCESS}:{uuid.uuid4().hex[:8]}"
+    if not _claim(database_url, row.id, token, now, force, stale=_dead_claim(row.claimed_by)):
         # another process applies it (come back when its claim lapses), or it waits for its backoff
         claimed = row.claimed_until if row.claimed_until is not None and row.claimed_until >= now else None
         if force:

@@ -223,6 +223,12 @@ class Settings(BaseSettings):
         " heartbeat every third of it), so only a crashed holder's lock lapses, after at most this long (at once"
         " when the holder was a process of this host that is gone).",
     )
+    sqlite_busy_timeout: Number = Field(
+        30,
+        gt=0,
+        description="Seconds a statement on the SQLite database waits while another process holds its write lock (a"
+        " backup, a `sqlite3` shell's open transaction); then the command fails with one line: the database is locked.",
+    )
     failpoint: Failpoint = Field(
         "",
         description="Fault tests only (`bench faults`): the process kills itself (SIGKILL) when a turn reaches this"

@@ -29,6 +29,7 @@ _held: dict[tuple[str, int], str] = {}
 _held_lock = threading.Lock()  # turns of other instances run in other threads: no iteration while one adds
 # the heartbeat of each held lock (by token): set the event to stop it
 _beats: dict[str, threading.Event] = {}
+_acquiring: set[str] = set()  # tokens of locks being taken, not yet with their heartbeat
 _beats_lock = threading.Lock()
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
     and a crashed holder's lock lapses within one lease, at once if it was a process of this host (issue 14)."""
     token = uuid.uuid4().hex
     now = time.time()
+    with _beats_lock:
+        _acquiring.add(token)  # live from its commit on, before its heartbeat starts (`_ended_here`)
     try:
         with session_scope(url) as session:
             get_save(session, save_id)
@@ -81,8 +84,12 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
                     save_id=save_id, token=token, expires_at=now + lease_seconds, holder=holder_name(), acquired_at=now
                 )
             )
-    except IntegrityError as exc:
-        raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
+    except BaseException as exc:
+        with _beats_lock:
+            _acquiring.discard(token)
+        if isinstance(exc, IntegrityError):
+            raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
+        raise
     with _held_lock:
         _held[(url or "", save_id)] = token
     _start_heartbeat(save_id, token, lease_seconds, url)
@@ -96,13 +103,14 @@ def _ended_here(lock: TurnLock) -> bool:
     if lock.holder != holder_name():
         return False
     with _beats_lock:
-        return lock.token not in _beats
+        return lock.token not in _beats and lock.token not in _acquiring
 
 
 def _start_heartbeat(save_id: int, token: str, lease_seconds: float, url: str | None) -> None:
     stop = threading.Event()
     with _beats_lock:
         _beats[token] = stop
+        _acquiring.discard(token)
     thread = threading.Thread(
         target=_heartbeat, args=(save_id, token, lease_seconds, url, stop), name=f"turn-lock-{save_id}", daemon=True
     )

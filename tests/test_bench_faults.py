@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from personalab.evals.bench_faults import KILL_PHASES, OUTAGE_PHASES, run_campaign
-from personalab.evals.outage import postgres_link
+from personalab.evals.outage import SqliteWriteLock, postgres_link
 
 
 def test_a_turn_killed_at_any_phase_loses_and_duplicates_nothing(db_url: str, data_dir: Path) -> None:
@@ -24,17 +24,20 @@ def test_a_turn_killed_at_any_phase_loses_and_duplicates_nothing(db_url: str, da
 
 
 def test_the_database_going_down_at_any_phase_of_a_turn_loses_and_duplicates_nothing(
-    postgres_url: str, data_dir: Path
+    db_url: str, data_dir: Path
 ) -> None:
-    """A `personalab turn` stopped at the phase, PostgreSQL taken away from it (and from this process), continued:
-    it ends in one line (exit 2) or, its reply stored, as a turn; then the database comes back and the instance
-    plays on, the failed turn's lines and memories each stored once (before the fixes: psycopg's "error ignored
-    terminating Pipeline", the review's and the outbox's log lines, a SQL dump of a cut connection on stderr)."""
-    with postgres_link(postgres_url) as link:
-        url = link.url_through(postgres_url)
-        results = run_campaign(
-            "postgres", url, data_dir, trials=1, phases=OUTAGE_PHASES, progress=False, link=link
-        )
+    """A `personalab turn` stopped at the phase, the database taken away (PostgreSQL: from it and from this process;
+    SQLite: another process holds the file's write lock), continued: it ends in one line (exit 2) or, its reply
+    stored, as a turn; then the database comes back and the instance plays on, the failed turn's lines and
+    memories each stored once. Before the fixes: psycopg's "error ignored terminating Pipeline", the review's and
+    the outbox's log lines, a SQL dump of a cut connection, SQLite's "database is locked" traceback."""
+    if db_url.startswith("postgresql"):
+        with postgres_link(db_url) as link:
+            url = link.url_through(db_url)
+            results = run_campaign("postgres", url, data_dir, 1, OUTAGE_PHASES, progress=False, link=link)
+    else:
+        lock = SqliteWriteLock(db_url.removeprefix("sqlite:///"))
+        results = run_campaign("sqlite", db_url, data_dir, 1, OUTAGE_PHASES, progress=False, link=lock)
     assert [r["phase"] for r in results] == list(OUTAGE_PHASES)
     for result in results:
         assert result["problems"] == [], result
