@@ -24,7 +24,7 @@ process, both reaching the server through a relay that refuses new connections w
 ones; SQLite: another process holds the file's write lock longer than the turn waits for it), the turn goes on into
 the outage and ends, then the database comes back. Points: `before_model`, `after_reply`,
 `during_writes` (above). Besides the checks above (the point decides which): the turn ended with one line and exit
-2, or, when its reply was stored, as a turn (exit 0, nothing on stderr); the time is from the database's return.
+2, or, when its reply was stored, as a turn (exit 0, no line about the outage); the time is from the database's return.
 Goal: 0 lost, 0 duplicated, usable within 5 s. The scripted model answers (no model time).
 """
 
@@ -131,10 +131,10 @@ FAULT_WORDS = ("traceback", "error", "database", "connection", "psycopg", "sqlal
 SQLITE_TURN_WAIT_S = 2.0  # the turn process's PERSONALAB_SQLITE_BUSY_TIMEOUT in the SQLite outages (default 30 s)
 
 
-def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple[list[str], float]:
+def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple[list[str], float, int]:
     """A `personalab turn` process that stops at the phase's failpoint; the database goes away (`link.down()`), the
     process goes on into the outage until it ends, then the database comes back. Returns what was wrong with how
-    the turn ended and the time the database came back (time.monotonic())."""
+    the turn ended, the time the database came back (time.monotonic()) and the turn's exit code."""
     point = _failpoint(phase)
     problems: list[str] = []
     env = {**os.environ, "PERSONALAB_FAILPOINT": point, "PERSONALAB_FAILPOINT_ACTION": "stop"}
@@ -176,7 +176,7 @@ def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple
         problems.append(f"the turn printed {len(errors) + len(noise)} lines about the outage: {shown}")
     elif code != 2 and not (code == 0 and point in STORED):
         problems.append(f"the turn ended with exit {code}: {shown}")
-    return problems, back
+    return problems, back, code
 
 
 def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
@@ -313,7 +313,7 @@ def run_campaign(
                 fact = f"第{number}条：我把编号{1000 + number}的钥匙藏在了{PLACES[number % len(PLACES)]}。"
                 if phase in OUTAGE_PHASES:
                     assert link is not None
-                    ended, back = _outage_turn(link, instance_id, fact, phase)
+                    ended, back, code = _outage_turn(link, instance_id, fact, phase)
                     usable_s, problem = _recover(url, instance_id, since=back)  # from the database's return
                 else:
                     killed = subprocess.run(
@@ -323,7 +323,7 @@ def run_campaign(
                         text=True,
                         timeout=600,
                     )
-                    ended = []
+                    ended, code = [], killed.returncode
                     if killed.returncode != -signal.SIGKILL:
                         ended = [f"not killed at {phase} (exit {killed.returncode}): {killed.stderr[-300:]}"]
                     usable_s, problem = _recover(url, instance_id)
@@ -332,7 +332,14 @@ def run_campaign(
                 if problem:
                     checked["problems"].append(f"the instance did not work again: {problem}")
                 results.append(
-                    {"database": database, "phase": phase, "trial": trial + 1, "usable_s": usable_s, **checked}
+                    {
+                        "database": database,
+                        "phase": phase,
+                        "trial": trial + 1,
+                        "exit": code,
+                        "usable_s": usable_s,
+                        **checked,
+                    }
                 )
                 if progress:
                     mark = "ok" if not checked["problems"] else "PROBLEM: " + "; ".join(checked["problems"])
