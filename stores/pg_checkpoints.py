@@ -1,6 +1,7 @@
 """The PostgreSQL checkpointers (stores/checkpoints.py opens them): LangGraph's savers on one connection each that
 is checked before use and made again when the server ended it (issue 14 fault tests: the database down mid-turn).
-Imported only when the database is PostgreSQL."""
+Imported only when the database is PostgreSQL. The savers override `_cursor`, the one way LangGraph's savers reach
+their connection in langgraph-checkpoint-postgres 3.2 (the range pyproject.toml pins): check it on an upgrade."""
 
 from __future__ import annotations
 
