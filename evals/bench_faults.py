@@ -393,9 +393,6 @@ def run(args: argparse.Namespace) -> int:
                 link = SqliteWriteLock(str(folder / "personalab.db"))
             elif database == "postgres":
                 url = stack.enter_context(postgres_schema(args.postgres_url))
-                if any(phase in OUTAGE_PHASES for phase in phases):
-                    link = stack.enter_context(postgres_link(url))
-                    url = link.url_through(url)
             else:
                 raise SystemExit(f"--databases: unknown {database!r}; allowed: sqlite, postgres")
             kills = [phase for phase in phases if phase not in OUTAGE_PHASES]
@@ -405,8 +402,11 @@ def run(args: argparse.Namespace) -> int:
                 + (f", {args.outage_trials} x {len(outages)} with the database down" if outages else "")
             )
             if kills:
-                results.extend(run_campaign(database, url, folder, args.trials, tuple(kills), link=link))
+                results.extend(run_campaign(database, url, folder, args.trials, tuple(kills)))
             if outages:
+                if database == "postgres":  # the outages' processes reach the server through the relay only
+                    link = stack.enter_context(postgres_link(url))
+                    url = link.url_through(url)
                 results.extend(run_campaign(database, url, folder, args.outage_trials, tuple(outages), link=link))
     rows = summarize(results)
     print(
