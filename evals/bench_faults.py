@@ -17,6 +17,14 @@ a turn on the instance, retrying while it is busy, and checks the store:
   left unapplied;
 - time until the instance works again: from the kill to the end of the first turn that succeeds after it (this
   process has played a turn before the first kill, so its own start-up is not counted).
+
+The database down mid-turn (`db_down_<point>`): the turn process stops itself at the failpoint
+(`PERSONALAB_FAILPOINT_ACTION=stop`), the database goes away (`evals/outage.py`: PostgreSQL for the turn and for this
+process, both reaching the server through a relay that refuses new connections while the server ends the relayed
+ones; SQLite: another process holds the file's write lock longer than the turn waits for it), the turn goes on into
+the outage and ends, then the database comes back. Points: `before_model`, `after_reply`,
+`during_writes` (above). Besides the checks above (the point decides which): the turn ended with one line and exit
+2, or, when its reply was stored, as a turn (exit 0, no line about the outage); the time is from the database's return.
 Goal: 0 lost, 0 duplicated, usable within 5 s. The scripted model answers (no model time).
 """
 
@@ -28,6 +36,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,10 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from personalab.evals.data_dir import data_folder, postgres_schema
+from personalab.evals.outage import PostgresLink, SqliteWriteLock, postgres_link
 from personalab.evals.report import percentile
 
-PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
+KILL_PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
+# the database down from a phase of the turn on (PostgreSQL): `db_down_<failpoint>`
+OUTAGE_PHASES = ("db_down_before_model", "db_down_after_reply", "db_down_during_writes")
+PHASES = KILL_PHASES + OUTAGE_PHASES
 STORED = ("after_reply", "during_writes")  # phases after the reply's commit: everything of the turn must be kept
+OUTAGE_MAX_S = 60.0  # a turn still running this long after the database went away is reported as hung
 USABLE_GOAL_S = 5.0
 PLACES = ("旧水塔下面", "据点的地窖里", "铁皮箱底层", "北墙的砖缝里", "废车的后座下")
 
@@ -64,14 +78,15 @@ def _cli() -> str:
     return str(here) if here.exists() else "personalab"
 
 
-def _recover(url: str, instance_id: int) -> tuple[float, str | None]:
-    """Open the graph and play a turn until one is accepted; (seconds spent, error if none succeeded in 60 s)."""
+def _recover(url: str, instance_id: int, since: float | None = None) -> tuple[float, str | None]:
+    """Open the graph and play a turn until one is accepted; (seconds from `since`, default now, to the end of that
+    turn; error if none succeeded in 60 s)."""
     from personalab.graph.runner import run_turn, turn_graph
     from personalab.nodes.context import Context
     from personalab.nodes.rules.errors import InstanceBusy
     from personalab.stores.background import flush_event_writes
 
-    started = time.monotonic()
+    started = time.monotonic() if since is None else since
     problem: str | None = None
     while time.monotonic() - started < 60:
         try:
@@ -88,6 +103,80 @@ def _recover(url: str, instance_id: int) -> tuple[float, str | None]:
     spent = time.monotonic() - started
     flush_event_writes()
     return spent, problem
+
+
+def _failpoint(phase: str) -> str:
+    """The failpoint a phase acts at: `db_down_after_reply` → `after_reply`."""
+    return phase.removeprefix("db_down_")
+
+
+def _wait_stopped(turn: subprocess.Popen[str], timeout: float) -> bool:
+    """Wait until the turn process stops itself at its failpoint (True) or ends first (False, its exit code kept)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(turn.pid, os.WUNTRACED | os.WNOHANG)
+        if pid == 0:
+            time.sleep(0.01)
+            continue
+        if os.WIFSTOPPED(status):
+            return True
+        turn.returncode = os.waitstatus_to_exitcode(status)
+        return False
+    return False
+
+
+Outage = PostgresLink | SqliteWriteLock
+# what a line about the outage says (a traceback, a driver's or the store's error)
+FAULT_WORDS = ("traceback", "error", "database", "connection", "psycopg", "sqlalchemy", "sqlite", "locked")
+SQLITE_TURN_WAIT_S = 2.0  # the turn process's PERSONALAB_SQLITE_BUSY_TIMEOUT in the SQLite outages (default 30 s)
+
+
+def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple[list[str], float, int]:
+    """A `personalab turn` process that stops at the phase's failpoint; the database goes away (`link.down()`), the
+    process goes on into the outage until it ends, then the database comes back. Returns what was wrong with how
+    the turn ended, the time the database came back (time.monotonic()) and the turn's exit code."""
+    point = _failpoint(phase)
+    problems: list[str] = []
+    env = {**os.environ, "PERSONALAB_FAILPOINT": point, "PERSONALAB_FAILPOINT_ACTION": "stop"}
+    if isinstance(link, SqliteWriteLock):
+        env["PERSONALAB_SQLITE_BUSY_TIMEOUT"] = str(SQLITE_TURN_WAIT_S)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        turn = subprocess.Popen(
+            [_cli(), "turn", "--instance", str(instance_id), fact],
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+        stopped = _wait_stopped(turn, 600)
+        if stopped:
+            link.down()
+            os.kill(turn.pid, signal.SIGCONT)
+        try:
+            code = turn.wait(timeout=OUTAGE_MAX_S)
+        except subprocess.TimeoutExpired:
+            turn.kill()
+            code = turn.wait()
+            problems.append(f"the turn still ran {OUTAGE_MAX_S:g} s into the outage")
+        link.up()
+        back = time.monotonic()
+        err.seek(0)
+        lines = [line for line in err.read().splitlines() if line.strip()]
+    # the user's contract: the turn ends with one line (exit 2) or, when its reply was stored and only the writes
+    # after it met the outage, as a turn (exit 0, the writes wait in the outbox); never a traceback. The turn's own
+    # warnings (a progress marker past the outline) are not the outage's and may stay.
+    errors = [line for line in lines if line.startswith("personalab: error: ")]
+    noise = [line for line in lines if line not in errors and any(word in line.lower() for word in FAULT_WORDS)]
+    shown = " | ".join(lines)[-500:]
+    if not stopped:
+        problems.append(f"not stopped at {point} (exit {code}): {shown}")
+    elif code == 2 and (len(errors) != 1 or noise):
+        problems.append(f"the failed turn printed {len(errors) + len(noise)} lines about it: {shown}")
+    elif code == 0 and point in STORED and (errors or noise):
+        problems.append(f"the turn printed {len(errors) + len(noise)} lines about the outage: {shown}")
+    elif code != 2 and not (code == 0 and point in STORED):
+        problems.append(f"the turn ended with exit {code}: {shown}")
+    return problems, back, code
 
 
 def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
@@ -148,7 +237,12 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
         problems.append(f"turn numbers answered twice: {repeated}")
     if pending:
         memories_lost += len(pending)
-        problems.append(f"{len(pending)} queued writes never applied")
+        held = "; ".join(
+            f"{row.key} (attempts {row.attempts}, claimed by {row.claimed_by} for"
+            f" {(row.claimed_until or 0) - time.time():.0f} s, {row.last_error})"
+            for row in pending
+        )
+        problems.append(f"{len(pending)} queued writes never applied: {held[:600]}")
     if phase in STORED and users and reply_lines:
         store = MemoryStore(db_url=url)
         recorded = Counter(m.line_id for m in store.list_memories(instance_id, type="record"))
@@ -184,10 +278,22 @@ def _check(url: str, instance_id: int, fact: str, phase: str) -> dict[str, Any]:
 
 
 def run_campaign(
-    database: str, url: str, folder: Path, trials: int, phases: tuple[str, ...], progress: bool = True
+    database: str,
+    url: str,
+    folder: Path,
+    trials: int,
+    phases: tuple[str, ...],
+    progress: bool = True,
+    link: Outage | None = None,
 ) -> list[dict[str, Any]]:
-    """Every phase `trials` times on one database; a result per kill."""
+    """Every phase `trials` times on one database; a result per kill or outage. The outage phases take the
+    database away with `link`: for PostgreSQL a `PostgresLink` (`url` is the database by way of it, for this
+    process and the turns' alike), for SQLite a `SqliteWriteLock` on `url`'s file."""
     from personalab.graph.runner import create_sample_instance
+
+    outages = [phase for phase in phases if phase in OUTAGE_PHASES]
+    if outages and link is None:
+        raise ValueError(f"{', '.join(outages)}: the database down mid-turn needs a link (evals/outage.py)")
 
     env = {
         "PERSONALAB_DATA_DIR": str(folder),
@@ -205,24 +311,35 @@ def run_campaign(
             for phase in phases:
                 number = len(results) + 1
                 fact = f"第{number}条：我把编号{1000 + number}的钥匙藏在了{PLACES[number % len(PLACES)]}。"
-                killed = subprocess.run(
-                    [_cli(), "turn", "--instance", str(instance_id), fact],
-                    env={**os.environ, "PERSONALAB_FAILPOINT": phase},
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
-                reached = killed.returncode == -signal.SIGKILL
-                usable_s, problem = _recover(url, instance_id)
-                checked = _check(url, instance_id, fact, phase)
-                if not reached:
-                    checked["problems"].insert(
-                        0, f"not killed at {phase} (exit {killed.returncode}): {killed.stderr[-300:]}"
+                if phase in OUTAGE_PHASES:
+                    assert link is not None
+                    ended, back, code = _outage_turn(link, instance_id, fact, phase)
+                    usable_s, problem = _recover(url, instance_id, since=back)  # from the database's return
+                else:
+                    killed = subprocess.run(
+                        [_cli(), "turn", "--instance", str(instance_id), fact],
+                        env={**os.environ, "PERSONALAB_FAILPOINT": phase, "PERSONALAB_FAILPOINT_ACTION": "kill"},
+                        capture_output=True,
+                        text=True,
+                        timeout=600,
                     )
+                    ended, code = [], killed.returncode
+                    if killed.returncode != -signal.SIGKILL:
+                        ended = [f"not killed at {phase} (exit {killed.returncode}): {killed.stderr[-300:]}"]
+                    usable_s, problem = _recover(url, instance_id)
+                checked = _check(url, instance_id, fact, _failpoint(phase))
+                checked["problems"][:0] = ended
                 if problem:
                     checked["problems"].append(f"the instance did not work again: {problem}")
                 results.append(
-                    {"database": database, "phase": phase, "trial": trial + 1, "usable_s": usable_s, **checked}
+                    {
+                        "database": database,
+                        "phase": phase,
+                        "trial": trial + 1,
+                        "exit": code,
+                        "usable_s": usable_s,
+                        **checked,
+                    }
                 )
                 if progress:
                     mark = "ok" if not checked["problems"] else "PROBLEM: " + "; ".join(checked["problems"])
@@ -258,6 +375,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     phases = tuple(args.phases.split(",")) if args.phases else PHASES
+    args.outage_trials = args.trials if args.outage_trials is None else args.outage_trials
     unknown = [phase for phase in phases if phase not in PHASES]
     if unknown:
         raise SystemExit(f"--phases: unknown {', '.join(unknown)}; allowed: {', '.join(PHASES)}")
@@ -268,14 +386,28 @@ def run(args: argparse.Namespace) -> int:
             folder = stack.enter_context(
                 data_folder(args.data_dir and f"{args.data_dir}/{database}", "personalab-faults-")
             )
+            link: Outage | None = None
             if database == "sqlite":
                 url = f"sqlite:///{(folder / 'personalab.db').resolve()}"
+                # no server to lose: another process holds the file's write lock (evals/outage.py)
+                link = SqliteWriteLock(str(folder / "personalab.db"))
             elif database == "postgres":
                 url = stack.enter_context(postgres_schema(args.postgres_url))
             else:
                 raise SystemExit(f"--databases: unknown {database!r}; allowed: sqlite, postgres")
-            print(f"{database}: {args.trials} trial(s) x {len(phases)} phases, kill -9 at each")
-            results.extend(run_campaign(database, url, folder, args.trials, phases))
+            kills = [phase for phase in phases if phase not in OUTAGE_PHASES]
+            outages = [phase for phase in phases if phase in OUTAGE_PHASES]
+            print(
+                f"{database}: {args.trials} trial(s) x {len(kills)} phases with kill -9"
+                + (f", {args.outage_trials} x {len(outages)} with the database down" if outages else "")
+            )
+            if kills:
+                results.extend(run_campaign(database, url, folder, args.trials, tuple(kills)))
+            if outages:
+                if database == "postgres":  # the outages' processes reach the server through the relay only
+                    link = stack.enter_context(postgres_link(url))
+                    url = link.url_through(url)
+                results.extend(run_campaign(database, url, folder, args.outage_trials, tuple(outages), link=link))
     rows = summarize(results)
     print(
         "\n| database | phase | trials | lines lost | lines duplicated | memories lost | memories duplicated | usable again p50 / max |"
@@ -290,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
     slow = [r for r in results if r["usable_s"] > USABLE_GOAL_S]
     print(
         f"\ngoal: 0 lost, 0 duplicated, usable within {USABLE_GOAL_S:g} s — "
-        f"{len(results)} kills, {len(failed)} with a problem, {len(slow)} slower than the goal"
+        f"{len(results)} kills and outages, {len(failed)} with a problem, {len(slow)} slower than the goal"
     )
     if args.json:
         Path(args.json).write_text(
@@ -301,8 +433,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
-    faults = kinds.add_parser("faults", help="kill -9 at every phase of a turn; lines and memories lost or duplicated")
+    faults = kinds.add_parser(
+        "faults",
+        help="kill -9 at every phase of a turn, and the database down mid-turn; lines and memories lost or duplicated",
+    )
     faults.add_argument("--trials", type=int, default=20, help="kills per phase and database")
+    faults.add_argument(
+        "--outage-trials", type=int, help="outages per db_down phase (PostgreSQL; default: --trials)"
+    )
     faults.add_argument("--phases", help=f"comma-separated, of: {', '.join(PHASES)} (default: all)")
     faults.add_argument("--databases", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
     faults.add_argument(

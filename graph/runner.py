@@ -138,7 +138,10 @@ def run_turn(
         except BaseException as exc:
             # Ctrl-C (or any error) that lands outside a node, e.g. while LangGraph waits for a node running in
             # a worker thread: the nodes' own release never ran, so free the instance here, not after the lease
-            release_held_lock(instance_id, ctx.database_url)
+            try:
+                release_held_lock(instance_id, ctx.database_url)
+            except Exception:  # noqa: BLE001 - the database is gone too: the run's own error is the one to raise
+                pass  # the next turn takes the lock over at once (stores.turns)
             # a store that cannot be written (a full disk: the checkpointer's own connection) is one line
             unavailable = store_unavailable(exc, ctx.database_url) if isinstance(exc, Exception) else None
             if unavailable is not None and unavailable is not exc:

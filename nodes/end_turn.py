@@ -78,8 +78,8 @@ def releasing_on_failure(node: Node) -> Node:
 
 
 def _release_quietly(instance_id: int, token: str, database_url: str | None) -> None:
-    # the turn's own error is what the caller must see; a release that fails too (the database is gone) leaves
-    # the lock to its lease
+    # the turn's own error is what the caller must see; a release that fails too (the database is gone) leaves the
+    # lock row, which the next turn takes over at once (this process's, or any after this process ended: stores.turns)
     try:
         release_turn_lock(instance_id, token, database_url)
     except Exception:  # noqa: BLE001

@@ -15,8 +15,8 @@ from personalab.nodes.rules.review.effects import relationship_event
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import review_outcome
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn
-from personalab.stores.db import session_scope
-from personalab.stores.outbox import apply_soon, store_turn_review
+from personalab.stores.db import session_scope, store_unavailable
+from personalab.stores.outbox import apply_soon, review_failed, store_turn_review
 
 log = logging.getLogger(__name__)
 TURN_EVENT_BUS = EventBus()  # host code in the same process subscribes here to every turn's review events
@@ -28,13 +28,13 @@ def review(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
 
 def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
     turn = state["turn"]
+    leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
     try:
         pipeline = get_review_pipeline(
             TURN_EVENT_BUS,
             mode=ctx.review_mode,
             llm=get_chat_model("review", until=state.get("deadline_at")) if ctx.review_mode == "llm" else None,
         )
-        leaf = ((state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")])[-1]
         reviewed = stored_turn(state, leaf)
         output, plan, memories = review_outcome(pipeline, reviewed)
         with session_scope(ctx.database_url) as session:
@@ -46,7 +46,12 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
             suggestion_id = saved["worldbook_suggestion"].id if saved["worldbook_suggestion"] else None
         apply_soon(ctx.database_url, state["instance_id"])
     except Exception as exc:  # noqa: BLE001 - the turn is stored; a review problem must not lose it
-        log.error("review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
+        # the turn's queued review (stored with the reply) is the outbox's now: the rules review the turn
+        if leaf is not None:
+            review_failed(ctx.database_url, state["instance_id"], leaf)
+        # a database that is down fails the turn at its end anyway: that error is the one line, not this
+        level = logging.DEBUG if store_unavailable(exc, ctx.database_url) is not None else logging.ERROR
+        log.log(level, "review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
     change = relationship_event(turn, output.relationship_delta)
     return {

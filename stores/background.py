@@ -147,8 +147,13 @@ def run_in_background(fn: Any, *args: Any, after_turn_of: int | None = None, **k
 
 
 def _log_failure(future: Future[Any]) -> None:
-    if future.exception() is not None:
-        log.error("background store write failed: %s", future.exception())
+    exc = future.exception()
+    if exc is not None:
+        from personalab.stores.db import store_unavailable  # lazily: this module needs no database
+
+        # a database that is down: its own turn (or the outbox, which keeps the write) says so; not a second line
+        level = logging.DEBUG if store_unavailable(exc) is not None else logging.ERROR
+        log.log(level, "background store write failed: %s", exc)
 
 
 def pending_writes(instance_id: int | None) -> int:

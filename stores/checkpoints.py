@@ -48,12 +48,15 @@ def open_checkpointer(url: str | None = None) -> Iterator[BaseCheckpointSaver]:
     """A synchronous checkpointer on the configured database (SQLite file or PostgreSQL)."""
     conninfo = _postgres_conninfo(url or database_url())
     if conninfo:
-        from langgraph.checkpoint.postgres import PostgresSaver
+        from personalab.stores.pg_checkpoints import ReconnectingPostgresSaver
 
-        with PostgresSaver.from_conn_string(conninfo) as saver:
+        saver = ReconnectingPostgresSaver(conninfo)
+        try:
             with schema_lock(url):  # concurrent first setups collide like concurrent CREATE TABLEs (stores.db)
                 saver.setup()
             yield saver
+        finally:
+            saver.conn.close()
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -76,12 +79,15 @@ async def make_checkpointer() -> AsyncIterator[BaseCheckpointSaver]:
     """The checkpointer factory of `langgraph.json` (`langgraph dev` and a deployed graph API)."""
     conninfo = _postgres_conninfo(database_url())
     if conninfo:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from personalab.stores.pg_checkpoints import ReconnectingAsyncPostgresSaver
 
-        async with AsyncPostgresSaver.from_conn_string(conninfo) as saver:
+        pg_saver = await ReconnectingAsyncPostgresSaver.connect(conninfo)
+        try:
             with schema_lock():  # one creator at a time, as in open_checkpointer
-                await saver.setup()
-            yield saver
+                await pg_saver.setup()
+            yield pg_saver
+        finally:
+            await pg_saver.conn.close()
         return
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 

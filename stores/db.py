@@ -30,6 +30,7 @@ from personalab.stores import (  # noqa: F401
     worldbook_tables,
 )
 from personalab.stores.config import database_url
+from personalab.stores.settings import settings
 from sqlalchemy import event, inspect, make_url, text
 from sqlalchemy.engine import Engine, ExceptionContext
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -66,7 +67,9 @@ _making_lock = threading.Lock()
 @lru_cache(maxsize=16)
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # how long a statement waits for another process's write lock before "database is locked"
+        busy = settings().sqlite_busy_timeout
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -86,8 +89,10 @@ def _engine(url: str) -> Engine:
     @event.listens_for(engine, "handle_error")
     def _unavailable(context: ExceptionContext) -> BaseException | None:
         # a read-only file or folder, a missing server: one line for the user, not a driver's traceback
-        if context.is_pre_ping or context.is_disconnect:
+        if context.is_pre_ping:
             return None  # the pool reconnects; its own handling must see the driver's error
+        # a connection the server ended (restarted, down) is still invalidated and replaced at the next checkout
+        # (SQLAlchemy does so whatever this returns); the statement that met it fails as a store that went away
         return store_unavailable(context.original_exception, str(engine.url))
 
     try:
@@ -186,12 +191,17 @@ SQLITE_UNAVAILABLE = {
     "database disk image is malformed": "is damaged",
     "database or disk is full": "cannot be written: the disk is full",
     "disk i/o error": "cannot be written: disk I/O error (a full disk or a failing device)",
+    "database is locked": "is locked by another process (waited PERSONALAB_SQLITE_BUSY_TIMEOUT for its write lock)",
 }
-# PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08), refused login (28),
+# PostgreSQL's SQLSTATE classes and codes for "not this input's fault": no connection (08, and 57P01-57P03: the
+# server ended the connection or accepts none now), refused login (28),
 # no such database (3D000), a read-only server or transaction (25006), no right to write (42501), insufficient
 # resources (53: a full disk, 53100; out of memory; too many connections).
 PG_UNAVAILABLE = {
     "08": "cannot be reached",
+    "57P01": "cannot be reached",  # the server ended the connection: shut down, restarted, or by an operator
+    "57P02": "cannot be reached",  # crash shutdown
+    "57P03": "cannot be reached",  # starting up or shutting down: no connection now
     "28": "refused the login",
     "3D000": "does not exist",
     "25006": "cannot be written",

@@ -8,7 +8,9 @@ the `outbox` table (`stores.outbox_tables`).
 - **The review, held for its node.** The queued review (`review_write`) is claimed in this process's name for
   `REVIEW_HOLD_S`; drains pass over it without stopping. The review node settles it in the transaction of its
   effects (`store_turn_review`); a process that died first has its holds released at the next start-up on the host
-  (`release_dead_holds`; elsewhere the hold lapses), and the outbox then reviews the turn with seed 003's rules.
+  (`release_dead_holds`; elsewhere the hold lapses), and the outbox then reviews the turn with seed 003's rules. A
+  review node that failed (the database went down after the reply) has its hold released by the process's next
+  drain of the instance (`review_failed`), once the database answers, not after `REVIEW_HOLD_S`.
 - **Applied at least once, in order per instance.** `apply_soon` puts a drain of the instance's rows on the
   instance's background writer (`stores.background`: after the turn that queued them ends, waited for by the
   instance's next turn: read your writes). A drain applies the instance's due rows oldest first and stops at the
@@ -62,7 +64,9 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 300.0  # the longest wait between two attempts of a failing write
 CLAIM_S = 30.0  # how long a claim keeps other processes off a row (a crashed applier's claim lapses then)
 KEEP_APPLIED = timedelta(days=1)  # applied rows are kept this long (what was written, for an operator), then purged
-_PROCESS = uuid.uuid4().hex[:12]  # this process's claims
+# this process's claims, `host:pid:<process>:<claim>` (`holder_name`): a claim left by a process of this host that is
+# gone (killed, or ended while the database was down) is taken over at once instead of after CLAIM_S
+_PROCESS = uuid.uuid4().hex[:12]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,6 +100,39 @@ def apply_soon(database_url: str | None, instance_id: int) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Applying
+
+
+# Queued reviews whose review node failed in this process (database url, review key): released by the next drain.
+_unsettled: set[tuple[str, str]] = set()
+_unsettled_lock = threading.Lock()
+
+
+def review_failed(database_url: str | None, instance_id: int, line_id: int) -> None:
+    """The review node of the turn whose reply is `line_id` failed before settling its queued review: release the
+    review's hold on the instance's next drain (queued now; retried while the database is down), so the outbox
+    reviews the turn with the rules at once instead of after REVIEW_HOLD_S (issue 14: the database down mid-turn)."""
+    with _unsettled_lock:
+        _unsettled.add((database_url or "", review_key(instance_id, line_id)))
+    apply_soon(database_url, instance_id)
+
+
+def _release_unsettled(database_url: str | None) -> None:
+    with _unsettled_lock:
+        keys = [key for url, key in _unsettled if url == (database_url or "")]
+    if not keys:
+        return
+    with session_scope(database_url) as session:
+        session.exec(
+            update(OutboxWrite)
+            .where(
+                col(OutboxWrite.key).in_(keys),
+                col(OutboxWrite.applied_at).is_(None),
+                col(OutboxWrite.claimed_by) == f"{REVIEW_HOLD}{holder_name()}",
+            )
+            .values(claimed_by=None, claimed_until=None)
+        )
+    with _unsettled_lock:
+        _unsettled.difference_update((database_url or "", key) for key in keys)
 
 
 def _apply_event(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
@@ -221,9 +258,17 @@ def backoff_s(attempts: int) -> float:
     return float(min(MAX_BACKOFF_S, 2 ** max(0, attempts - 1)))
 
 
-def _claim(url: str | None, row_id: int, token: str, now: float, force: bool) -> bool:
+def _dead_claim(claimed_by: str | None) -> str | None:
+    """`claimed_by` if it is the claim of a process of this host that is gone (`_PROCESS`), else None."""
+    parts = (claimed_by or "").rsplit(":", 2)
+    return claimed_by if len(parts) == 3 and holder_is_gone(parts[0]) else None
+
+
+def _claim(url: str | None, row_id: int, token: str, now: float, force: bool, stale: str | None = None) -> bool:
     due = [col(OutboxWrite.id) == row_id, col(OutboxWrite.applied_at).is_(None)]
     free = (col(OutboxWrite.claimed_until).is_(None)) | (col(OutboxWrite.claimed_until) < now)
+    if stale is not None:  # a dead process's claim (`_dead_claim`), still that one when this UPDATE runs
+        free = free | (col(OutboxWrite.claimed_by) == stale)
     with session_scope(url) as session:
         result = session.exec(
             update(OutboxWrite)
@@ -266,10 +311,13 @@ def drain_instance(
     applied, failed = 0, 0
     while True:
         try:
+            _release_unsettled(database_url)
             step = _apply_next(store, database_url, instance_id, force)
         except Exception as exc:  # noqa: BLE001 - the database is down: the rows wait in it
-            log.warning(
-                "instance %s: queued writes not read (retried in %.0f s): %s", instance_id, DATABASE_RETRY_S, exc
+            # a database that is down is the failed turn's one line (the CLI's contract), not a warning per retry
+            level = logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING
+            log.log(
+                level, "instance %s: queued writes not read (retried in %.0f s): %s", instance_id, DATABASE_RETRY_S, exc
             )
             _retry_at(database_url, chroma, instance_id, time.time() + DATABASE_RETRY_S)
             return {"applied": applied, "failed": failed + 1, "waiting": 1}
@@ -309,8 +357,8 @@ def _apply_next(
     if row is None or row.id is None:
         return None
     now = time.time()
-    token = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
-    if not _claim(database_url, row.id, token, now, force):
+    token = f"{holder_name()}:{_PROCESS}:{uuid.uuid4().hex[:8]}"
+    if not _claim(database_url, row.id, token, now, force, stale=_dead_claim(row.claimed_by)):
         # another process applies it (come back when its claim lapses), or it waits for its backoff
         claimed = row.claimed_until if row.claimed_until is not None and row.claimed_until >= now else None
         if force:
@@ -326,7 +374,8 @@ def _apply_next(
         if when is None:
             log.error("instance %s: queued write %s (%s) refused, set aside: %s", instance_id, row.id, row.key, exc)
             return "set aside", None  # out of the way: the drain goes on with the next
-        log.warning(
+        log.log(
+            logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING,
             "instance %s: queued write %s (%s) failed, retried in %.0f s: %s",
             instance_id,
             row.id,

@@ -60,6 +60,7 @@ EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeVa
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
 Failpoint = Annotated[Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)]
+FailpointAction = Annotated[Literal["kill", "stop"], BeforeValidator(_lower)]
 
 
 class Settings(BaseSettings):
@@ -222,11 +223,22 @@ class Settings(BaseSettings):
         " heartbeat every third of it), so only a crashed holder's lock lapses, after at most this long (at once"
         " when the holder was a process of this host that is gone).",
     )
+    sqlite_busy_timeout: Number = Field(
+        30,
+        gt=0,
+        description="Seconds a statement on the SQLite database waits while another process holds its write lock (a"
+        " backup, a `sqlite3` shell's open transaction); then the command fails with one line: the database is locked.",
+    )
     failpoint: Failpoint = Field(
         "",
         description="Fault tests only (`bench faults`): the process kills itself (SIGKILL) when a turn reaches this"
         " point: before_model, mid_stream (after the reply's first chunk), after_reply (stored, its writes queued),"
         " during_writes (after the first queued write is applied). Empty: never.",
+    )
+    failpoint_action: FailpointAction = Field(
+        "kill",
+        description="Fault tests only: what the process does at PERSONALAB_FAILPOINT: kill (SIGKILL itself) or stop"
+        " (SIGSTOP itself, so the test can take the database away and then continue it with SIGCONT).",
     )
     session_pause: Number = Field(
         30,

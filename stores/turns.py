@@ -29,6 +29,7 @@ _held: dict[tuple[str, int], str] = {}
 _held_lock = threading.Lock()  # turns of other instances run in other threads: no iteration while one adds
 # the heartbeat of each held lock (by token): set the event to stop it
 _beats: dict[str, threading.Event] = {}
+_acquiring: set[str] = set()  # tokens of locks being taken, not yet with their heartbeat
 _beats_lock = threading.Lock()
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,18 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
     and a crashed holder's lock lapses within one lease, at once if it was a process of this host (issue 14)."""
     token = uuid.uuid4().hex
     now = time.time()
+    with _beats_lock:
+        _acquiring.add(token)  # live from its commit on, before its heartbeat starts (`_ended_here`)
     try:
         with session_scope(url) as session:
             get_save(session, save_id)
             session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.expires_at) < now))
             held = session.exec(select(TurnLock).where(col(TurnLock.save_id) == save_id)).first()
-            if held is not None and holder_is_gone(held.holder):
-                # a process of this host that died holding the lock (kill -9, OOM): free it now, not after its
-                # lease, so the instance is usable again at once (issue 14 fault tests)
-                log.warning("instance %s: taking over the turn lock of %s, which is gone", save_id, held.holder)
+            if held is not None and (holder_is_gone(held.holder) or _ended_here(held)):
+                # a process of this host that died holding the lock (kill -9, OOM), or a turn of this process that
+                # ended without its release (the database was down then): free it now, not after its lease, so the
+                # instance is usable again at once (issue 14 fault tests)
+                log.warning("instance %s: taking over the turn lock of %s, whose turn is over", save_id, held.holder)
                 session.expunge(held)  # the new lock row takes its key in this transaction
                 session.exec(
                     delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == held.token)
@@ -80,8 +84,12 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
                     save_id=save_id, token=token, expires_at=now + lease_seconds, holder=holder_name(), acquired_at=now
                 )
             )
-    except IntegrityError as exc:
-        raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
+    except BaseException as exc:
+        with _beats_lock:
+            _acquiring.discard(token)
+        if isinstance(exc, IntegrityError):
+            raise InstanceBusy(f"instance {save_id} is busy: another turn is running") from exc
+        raise
     with _held_lock:
         _held[(url or "", save_id)] = token
     _start_heartbeat(save_id, token, lease_seconds, url)
@@ -89,10 +97,20 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
     return token
 
 
+def _ended_here(lock: TurnLock) -> bool:
+    """A lock taken by this process whose turn is over: its heartbeat is stopped (the release stops it first), so
+    the release itself failed. A live turn of this process keeps its lock (its heartbeat runs)."""
+    if lock.holder != holder_name():
+        return False
+    with _beats_lock:
+        return lock.token not in _beats and lock.token not in _acquiring
+
+
 def _start_heartbeat(save_id: int, token: str, lease_seconds: float, url: str | None) -> None:
     stop = threading.Event()
     with _beats_lock:
         _beats[token] = stop
+        _acquiring.discard(token)
     thread = threading.Thread(
         target=_heartbeat, args=(save_id, token, lease_seconds, url, stop), name=f"turn-lock-{save_id}", daemon=True
     )
@@ -166,17 +184,25 @@ def release_held_lock(save_id: int, url: str | None = None) -> bool:
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:
     """Release the lock of a turn that ends here (no reply stored, or it failed before the reply)."""
-    # the heartbeat stops first: if the database is gone the lock must lapse by itself, not be kept alive
+    # the heartbeat stops first: if the database is gone the lock must lapse by itself, not be kept alive, and this
+    # process's next turn of the instance takes it over at once (`_ended_here`)
     _stop_heartbeat(token)
-    with session_scope(url) as session:
-        drop_turn_lock(session, save_id, token)
-    turn_ended(save_id)
+    try:
+        with session_scope(url) as session:
+            drop_turn_lock(session, save_id, token)
+    finally:
+        _forget(token)
+        turn_ended(save_id)
 
 
 def drop_turn_lock(session: Session, save_id: int, token: str) -> None:
     """Release inside the caller's transaction, so the reply and the release commit together."""
     session.exec(delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == token))
     _stop_heartbeat(token)
+    _forget(token)
+
+
+def _forget(token: str) -> None:
     with _held_lock:
         for key in [key for key, held in _held.items() if held == token]:
             del _held[key]

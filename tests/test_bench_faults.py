@@ -1,6 +1,7 @@
-"""kill -9 at every phase of a turn (issue 14 fault tests), through the campaign `./run bench faults` runs in CI with
-20 trials each: here one kill per phase on SQLite and PostgreSQL — nothing lost, nothing written twice, the instance
-works again (a dead holder's lock is taken over at once). No time is asserted here; CI's full run checks the 5 s goal.
+"""kill -9 at every phase of a turn, and the database down mid-turn (issue 14 fault tests), through the campaign
+`./run bench faults` runs in CI with 20 trials each: here one kill per phase on SQLite and PostgreSQL and one outage
+per phase on PostgreSQL — nothing lost, nothing written twice, the failed turn ends in one line, the instance works
+again (a dead holder's lock is taken over at once). No time is asserted here; CI's full run reports the 5 s goal.
 """
 
 from __future__ import annotations
@@ -8,13 +9,36 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from personalab.evals.bench_faults import PHASES, run_campaign
+from personalab.evals.bench_faults import KILL_PHASES, OUTAGE_PHASES, run_campaign
+from personalab.evals.outage import SqliteWriteLock, postgres_link
 
 
 def test_a_turn_killed_at_any_phase_loses_and_duplicates_nothing(db_url: str, data_dir: Path) -> None:
     database = "postgres" if db_url.startswith("postgresql") else "sqlite"
-    results = run_campaign(database, db_url, data_dir, trials=1, phases=PHASES, progress=False)
-    assert [r["phase"] for r in results] == list(PHASES)
+    results = run_campaign(database, db_url, data_dir, trials=1, phases=KILL_PHASES, progress=False)
+    assert [r["phase"] for r in results] == list(KILL_PHASES)
+    for result in results:
+        assert result["problems"] == [], result
+        assert result["lines_lost"] == result["lines_duplicated"] == 0
+        assert result["memories_lost"] == result["memories_duplicated"] == 0
+
+
+def test_the_database_going_down_at_any_phase_of_a_turn_loses_and_duplicates_nothing(
+    db_url: str, data_dir: Path
+) -> None:
+    """A `personalab turn` stopped at the phase, the database taken away (PostgreSQL: from it and from this process;
+    SQLite: another process holds the file's write lock), continued: it ends in one line (exit 2) or, its reply
+    stored, as a turn; then the database comes back and the instance plays on, the failed turn's lines and
+    memories each stored once. Before the fixes: psycopg's "error ignored terminating Pipeline", the review's and
+    the outbox's log lines, a SQL dump of a cut connection, SQLite's "database is locked" traceback."""
+    if db_url.startswith("postgresql"):
+        with postgres_link(db_url) as link:
+            url = link.url_through(db_url)
+            results = run_campaign("postgres", url, data_dir, 1, OUTAGE_PHASES, progress=False, link=link)
+    else:
+        lock = SqliteWriteLock(db_url.removeprefix("sqlite:///"))
+        results = run_campaign("sqlite", db_url, data_dir, 1, OUTAGE_PHASES, progress=False, link=lock)
+    assert [r["phase"] for r in results] == list(OUTAGE_PHASES)
     for result in results:
         assert result["problems"] == [], result
         assert result["lines_lost"] == result["lines_duplicated"] == 0
