@@ -246,6 +246,30 @@ def build_fixture(store: Any, url: str, memories: int, instances: int, pool: int
     }
 
 
+def existing_fixture(url: str) -> dict[str, Any] | None:
+    """The fixture an earlier run left in `--data-dir` (its instances, memories and record entries), or None: a
+    second run there measures again without building 100,000 memories anew (e.g. two versions of the code, runs
+    alternating; the earlier runs' mention marks and inserts stay)."""
+    from personalab.nodes.rules.memory_layers import MemoryType
+    from personalab.stores.db import session_scope
+    from personalab.stores.memory_tables import MemoryEntry
+    from personalab.stores.tables import Save
+    from sqlalchemy import func
+    from sqlmodel import col, select
+
+    with session_scope(url) as session:
+        ids = [
+            int(i)
+            for i in session.exec(select(Save.id).where(col(Save.title).startswith("bench ")).order_by(col(Save.id)))
+        ]
+        if not ids:
+            return None
+        counted = select(func.count()).select_from(MemoryEntry).where(col(MemoryEntry.instance_id).in_(ids))
+        memories = int(session.exec(counted).one())
+        record = int(session.exec(counted.where(MemoryEntry.type == MemoryType.RECORD.value)).one())
+    return {"instances": ids, "memories": memories, "record": record}
+
+
 def run(args: argparse.Namespace) -> int:
     for name in ("memories", "instances", "pool", "retrievals"):
         if getattr(args, name) < 1:
@@ -270,18 +294,28 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
 
     url = f"sqlite:///{data / 'personalab.db'}"
     store = MemoryStore(db_url=url, chroma_path=str(data / "chroma"))
-    fixture = build_fixture(store, url, args.memories, args.instances, args.pool)
-    instances: list[int] = fixture["instances"]
-    print(
-        f"bench retrieval: {args.memories:,} memories over {len(instances)} instances "
-        f"({fixture['record']:,} of them dialogue-record entries, the rest curated); "
-        f"{fixture['distinct']:,} distinct texts embedded, each memory's vector = its text's + noise "
-        f"(σ {NOISE} per dimension), bulk-added with MemoryStore.add_memories(embeddings=...)"
-    )
-    print(
-        f"  fixture: embedding {fixture['embed_s']:.1f} s, store {fixture['store_s']:.1f} s "
-        f"({1000 * fixture['store_s'] / args.memories:.2f} ms per memory); data dir {data}"
-    )
+    kept = existing_fixture(url) if (data / "personalab.db").exists() else None
+    if kept is not None:
+        instances: list[int] = kept["instances"]
+        print(
+            f"bench retrieval: {kept['memories']:,} memories over {len(instances)} instances "
+            f"({kept['record']:,} of them dialogue-record entries, the rest curated), the fixture of an earlier run "
+            f"kept in {data}"
+        )
+    else:
+        fixture = build_fixture(store, url, args.memories, args.instances, args.pool)
+        instances = fixture["instances"]
+        print(
+            f"bench retrieval: {args.memories:,} memories over {len(instances)} instances "
+            f"({fixture['record']:,} of them dialogue-record entries, the rest curated); "
+            f"{fixture['distinct']:,} distinct texts embedded, each memory's vector = its text's + noise "
+            f"(σ {NOISE} per dimension), bulk-added with MemoryStore.add_memories(embeddings=...)"
+        )
+        print(
+            f"  fixture: embedding {fixture['embed_s']:.1f} s, store {fixture['store_s']:.1f} s "
+            f"({1000 * fixture['store_s'] / args.memories:.2f} ms per memory); data dir {data}"
+        )
+    per = sum(store.count(instance) for instance in instances) // len(instances)
 
     rng = random.Random(23)
     serial = 0
@@ -324,7 +358,6 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
         store.add_memory(instance, f"{memory_text(rng)}（刚写入{n}）", type="event")
         after_insert.append(one(instance)[0])
 
-    per = args.memories // len(instances)
     print(
         f"retrieval on one instance (~{per:,} memories; its own Chroma collection and BM25 index), query "
         f"embedding included, RetrievalConfig() (scene weights, marks mentioned): {len(totals):,} retrievals"

@@ -841,17 +841,25 @@ class MemoryStore:
     ) -> dict[int, np.ndarray]:
         """Stored embeddings of `memory_ids` (those Chroma has). With `documents` (each memory's current text),
         a vector this process read before for the same memory and text is used without asking Chroma: every
-        turn's retrieval needs the vectors of its candidates, and most were candidates before."""
+        turn's retrieval needs the vectors of its candidates, and most were candidates before. The vectors read
+        are kept with those texts (a memory's text and vector are written together, in the database and Chroma);
+        only without `documents` are Chroma's own documents read to keep them with (reading them takes several
+        times longer than the vectors: ~15 against ~2.5 ms for 70 memories)."""
         if not memory_ids:
             return {}
         place = (self._chroma_path(), collection_name(instance_id, character_id))
         found, missing = VECTORS.split(place, memory_ids, documents)
         if missing:
-            got = self._collection(instance_id, character_id).get(
-                ids=[str(i) for i in missing], include=["embeddings", "documents"]
-            )
-            for key, vector, document in zip(got["ids"], got["embeddings"], got["documents"], strict=True):
-                found[int(key)] = VECTORS.keep(place, int(key), document, vector)
+            collection = self._collection(instance_id, character_id)
+            ids = [str(i) for i in missing]
+            if documents is not None and all(i in documents for i in missing):
+                got = collection.get(ids=ids, include=["embeddings"])
+                texts = [documents[int(key)] for key in got["ids"]]
+            else:
+                got = collection.get(ids=ids, include=["embeddings", "documents"])
+                texts = got["documents"]
+            for key, vector, text in zip(got["ids"], got["embeddings"], texts, strict=True):
+                found[int(key)] = VECTORS.keep(place, int(key), text, vector)
         return found
 
     def load(self, instance_id: int, memory_ids: Sequence[int]) -> dict[int, MemoryRow]:
