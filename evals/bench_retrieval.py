@@ -258,10 +258,8 @@ def existing_fixture(url: str) -> dict[str, Any] | None:
     from sqlmodel import col, select
 
     with session_scope(url) as session:
-        ids = [
-            int(i)
-            for i in session.exec(select(Save.id).where(col(Save.title).startswith("bench ")).order_by(col(Save.id)))
-        ]
+        saves = session.exec(select(Save.id).where(col(Save.title).startswith("bench ")).order_by(col(Save.id)))
+        ids = [int(i) for i in saves if i is not None]
         if not ids:
             return None
         counted = select(func.count()).select_from(MemoryEntry).where(col(MemoryEntry.instance_id).in_(ids))
