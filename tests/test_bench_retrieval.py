@@ -56,11 +56,34 @@ def test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals(
     # active, the older ones situational
     layers = [m.layer for m in curated[:29]]
     assert layers == ["situational"] * 19 + ["active"] * 10
+
+    # a second run in the same folder measures on the fixture the first left (no second fixture)
+    again = [
+        "bench",
+        "retrieval",
+        "--retrievals",
+        "3",
+        "--inserts",
+        "0",
+        "--after-insert",
+        "0",
+        "--data-dir",
+        str(data),
+    ]
+    assert main(again) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"306 memories over 3 instances (213 of them dialogue-record entries, the rest curated), the fixture of an earlier run kept in {data}"
+        in out
+    )
+    assert re.search(r"RetrievalConfig\(\) \(scene weights, marks mentioned\): 3 retrievals$", out, re.M)
     assert mentioned > 0  # the retrievals ran the turn's path, marking what they found
 
 
 def test_bench_retrieval_rejects_impossible_sizes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "retrieval", "--memories", "5", "--instances", "10"]) == 2
-    assert capsys.readouterr().err.strip() == "personalab-evals: error: --memories (5) must be at least --instances (10)"
+    assert (
+        capsys.readouterr().err.strip() == "personalab-evals: error: --memories (5) must be at least --instances (10)"
+    )
     assert main(["bench", "retrieval", "--retrievals", "0"]) == 2
     assert capsys.readouterr().err.strip() == "personalab-evals: error: --retrievals must be at least 1, got 0"
