@@ -2,12 +2,23 @@
 
 Fixture (in a temporary data directory unless `--data-dir`): `--memories` memories spread evenly over
 `--instances` instances (each a role's save), in the store's own layout — the database, one Chroma collection
-per instance and character, one BM25 index per instance built on first use. Texts are role-play memories made
-from templates (every one distinct). The offline model embeds a memory in about 5–10 ms here, so 100,000 of
-them would take longer than the benchmark: `--pool` distinct template texts are embedded, and a memory gets the
-vector of its template text plus a little noise (distinct vectors, an index of the real size), added in bulk
-through `MemoryStore.add_memories(..., embeddings=...)`. Its text is the template text plus its day, so BM25
-sees distinct documents.
+per instance and character, one BM25 index per instance built on first use. Each instance's memories are what a
+long play-through leaves, in the product's proportion (issue 11: the dialogue record is searched beside the
+curated memories):
+- the dialogue record (`nodes.rules.record`): one entry per line of every turn — the user's line and one or two
+  of the character's (as `bench turn`'s turns: 2.5 lines a turn on average) — of type and layer ``record``, its
+  content ``speaker：text``, the two lines before it as its context, its line id, its importance the line's fact
+  estimate (at least `MIN_RECORD_IMPORTANCE`);
+- the curated memories: one a turn, of which the layer flow keeps at most the layers' capacities
+  (`LayerConfig()`: 10 active, 50 situational, 200 event log, 1,000 archive; the newest in the shallowest).
+So an instance of 10,000 memories is a play-through of ~3,500 turns: 1,260 curated memories and ~8,740 record
+entries. Texts are role-play memories and lines made from templates (every memory's text distinct). The offline
+model embeds a text in about 5–10 ms here, so 100,000 of them would take longer than the benchmark: `--pool`
+distinct template texts are embedded (curated memories and lines alike), and a memory gets the vector of its
+template text plus a little noise (distinct vectors, an index of the real size; a record entry's context is not
+in its vector), added in bulk through `MemoryStore.add_memories(..., embeddings=...)`. A curated memory's text is
+its template text plus its day, a record entry's its line with the lines before it, so BM25 sees distinct
+documents.
 
 Measured, in one process:
 - latency: `--retrievals` calls of `nodes.retrieval.retrieve` with the turn's defaults (`RetrievalConfig()`:
@@ -37,6 +48,7 @@ from typing import Any
 import numpy as np
 from personalab.evals.data_dir import data_folder
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.memory_layers import Layer, LayerConfig
 from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 
 GOAL_P95_MS = 30.0
@@ -59,7 +71,16 @@ QUERIES = [
     "谁{deed}{thing}？",
     "上次在{place}发生了什么",
 ]
-LAYERS = ["active", "situational", "event_log", "archive"]
+REPLIES = [
+    "{place}？那里不安全，但我跟你去。",
+    "{thing}我已经藏好了，放心。",
+    "我在{place}见过{who}的记号。",
+    "{who}拿走了{thing}，我亲眼看见的。",
+    "走吧，天快黑了，{place}晚上更危险。",
+    "别担心{thing}，{who}会帮我们的。",
+]
+LINES_PER_TURN = 2.5  # the user's line and one or two of the character's
+CURATED_LAYERS = [(layer.value, LayerConfig().policy(layer).capacity) for layer in Layer]  # shallowest first
 TYPES = ["event", "conversation", "action", "observation", "emotion", "relationship"]
 
 
@@ -110,41 +131,141 @@ def _instances(url: str, count: int) -> list[int]:
     return ids
 
 
+def reply_text(rng: random.Random) -> str:
+    return rng.choice(REPLIES).format(place=rng.choice(PLACES), thing=rng.choice(THINGS), who=rng.choice(WHO))
+
+
+def curated_count(memories: int) -> int:
+    """How many of an instance's `memories` are curated in a play-through (module docstring): one a turn beside
+    its LINES_PER_TURN record entries, at most the layers' capacities."""
+    return min(round(memories / (1 + LINES_PER_TURN)), sum(capacity for _, capacity in CURATED_LAYERS))
+
+
+def curated_layers(count: int) -> list[str]:
+    """The layers of `count` curated memories, oldest first: the newest fill the shallowest layer."""
+    layers: list[str] = []
+    for layer, capacity in CURATED_LAYERS:
+        layers[:0] = [layer] * min(capacity, count - len(layers))
+    return ["archive"] * (count - len(layers)) + layers
+
+
+def play_through(rng: random.Random, count: int, character: str, user_lines: list[str], replies: list[str]) -> Any:
+    """An instance's `count` memories as a play-through leaves them (module docstring): (items, the pool text of
+    each item, for its vector)."""
+    from personalab.nodes.rules.importance import estimate_importance
+    from personalab.nodes.rules.record import MIN_RECORD_IMPORTANCE, record_text
+
+    curated = curated_count(count)
+    recorded = count - curated
+    items: list[dict[str, Any]] = []
+    texts: list[str] = []
+    before: list[str] = []
+    turn, line_id = 0, 0
+    while len(items) < recorded:
+        turn += 1
+        lines = [("用户", rng.choice(user_lines))]
+        lines += [(character, rng.choice(replies)) for _ in range(rng.choice((1, 2)))]
+        for speaker, text in lines[: recorded - len(items)]:
+            line_id += 1
+            content = record_text(speaker, text)
+            items.append(
+                {
+                    "content": content,
+                    "context": "\n".join(before[-2:]),
+                    "type": "record",
+                    "layer": "record",
+                    "importance": max(MIN_RECORD_IMPORTANCE, _importance(text, estimate_importance)),
+                    "turn": turn,
+                    "line_id": line_id,
+                }
+            )
+            texts.append(text)
+            before.append(content)
+    turns = max(turn, 1)
+    for position, layer in enumerate(curated_layers(curated)):
+        # one memory of every few turns, the newest of the last turn
+        at = max(1, turns - (curated - 1 - position) * turns // max(curated, 1))
+        text = rng.choice(user_lines)
+        items.append(
+            {
+                "content": f"第{at // 20 + 1}天：{text}",
+                "type": rng.choice(TYPES),
+                "layer": layer,
+                "importance": round(rng.random(), 2),
+                "tags": [rng.choice(THINGS)] if rng.random() < 0.1 else [],
+                "turn": at,
+            }
+        )
+        texts.append(text)
+    return items, texts
+
+
+_importances: dict[str, float] = {}
+
+
+def _importance(text: str, estimate: Any) -> float:
+    if text not in _importances:
+        _importances[text] = float(estimate(text).importance)
+    return _importances[text]
+
+
 def build_fixture(store: Any, url: str, memories: int, instances: int, pool: int) -> dict[str, Any]:
-    """The instances and their memories (module docstring); returns the instance ids and the build times."""
+    """The instances and their memories (module docstring); returns the instance ids, the counts and the build
+    times."""
     from personalab.stores.embeddings import get_embeddings
 
     rng = random.Random(11)
     started = time.perf_counter()
-    distinct = list(dict.fromkeys(memory_text(rng) for _ in range(pool * 3)))[:pool]
+    # the pool: the user's lines (also the curated memories' texts) and the character's, each text once
+    user_lines = list(dict.fromkeys(memory_text(rng) for _ in range(pool * 3)))[: max(1, pool - pool // 4)]
+    replies = list(dict.fromkeys(reply_text(rng) for _ in range(pool * 3)))[: max(1, pool // 4)]
+    distinct = user_lines + replies
     base = np.asarray(get_embeddings().embed_documents(distinct), dtype=np.float64)
+    row_of = {text: row for row, text in enumerate(distinct)}
     embed_s = time.perf_counter() - started
     ids = _instances(url, instances)
     noise_rng = np.random.default_rng(5)
     started = time.perf_counter()
     per_instance = [memories // instances + (1 if n < memories % instances else 0) for n in range(instances)]
-    for instance, count in zip(ids, per_instance, strict=True):
+    record = 0
+    for n, (instance, count) in enumerate(zip(ids, per_instance, strict=True)):
+        every, texts = play_through(rng, count, f"角色{n + 1}", user_lines, replies)
+        record += sum(item["type"] == "record" for item in every)
         for start in range(0, count, ADD_BATCH):
-            size = min(ADD_BATCH, count - start)
-            picks = [rng.randrange(len(distinct)) for _ in range(size)]
-            items = []
-            for offset, pick in enumerate(picks):
-                turn = start + offset
-                tags = [rng.choice(THINGS)] if rng.random() < 0.1 else []
-                items.append(
-                    {
-                        "content": f"第{turn // 20 + 1}天：{distinct[pick]}",
-                        "type": rng.choice(TYPES),
-                        "layer": rng.choice(LAYERS),
-                        "importance": round(rng.random(), 2),
-                        "tags": tags,
-                        "turn": turn,
-                    }
-                )
-            vectors = base[picks] + noise_rng.normal(0.0, NOISE, size=(size, base.shape[1]))
+            items = every[start : start + ADD_BATCH]
+            picks = [row_of[text] for text in texts[start : start + ADD_BATCH]]
+            vectors = base[picks] + noise_rng.normal(0.0, NOISE, size=(len(items), base.shape[1]))
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             store.add_memories(instance, items, embeddings=vectors)
-    return {"instances": ids, "distinct": len(distinct), "embed_s": embed_s, "store_s": time.perf_counter() - started}
+    return {
+        "instances": ids,
+        "distinct": len(distinct),
+        "record": record,
+        "embed_s": embed_s,
+        "store_s": time.perf_counter() - started,
+    }
+
+
+def existing_fixture(url: str) -> dict[str, Any] | None:
+    """The fixture an earlier run left in `--data-dir` (its instances, memories and record entries), or None: a
+    second run there measures again without building 100,000 memories anew (e.g. two versions of the code, runs
+    alternating; the earlier runs' mention marks and inserts stay)."""
+    from personalab.nodes.rules.memory_layers import MemoryType
+    from personalab.stores.db import session_scope
+    from personalab.stores.memory_tables import MemoryEntry
+    from personalab.stores.tables import Save
+    from sqlalchemy import func
+    from sqlmodel import col, select
+
+    with session_scope(url) as session:
+        saves = session.exec(select(Save.id).where(col(Save.title).startswith("bench ")).order_by(col(Save.id)))
+        ids = [int(i) for i in saves if i is not None]
+        if not ids:
+            return None
+        counted = select(func.count()).select_from(MemoryEntry).where(col(MemoryEntry.instance_id).in_(ids))
+        memories = int(session.exec(counted).one())
+        record = int(session.exec(counted.where(MemoryEntry.type == MemoryType.RECORD.value)).one())
+    return {"instances": ids, "memories": memories, "record": record}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,17 +292,28 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
 
     url = f"sqlite:///{data / 'personalab.db'}"
     store = MemoryStore(db_url=url, chroma_path=str(data / "chroma"))
-    fixture = build_fixture(store, url, args.memories, args.instances, args.pool)
-    instances: list[int] = fixture["instances"]
-    print(
-        f"bench retrieval: {args.memories:,} memories over {len(instances)} instances; "
-        f"{fixture['distinct']:,} distinct texts embedded, each memory's vector = its text's + noise "
-        f"(σ {NOISE} per dimension), bulk-added with MemoryStore.add_memories(embeddings=...)"
-    )
-    print(
-        f"  fixture: embedding {fixture['embed_s']:.1f} s, store {fixture['store_s']:.1f} s "
-        f"({1000 * fixture['store_s'] / args.memories:.2f} ms per memory); data dir {data}"
-    )
+    kept = existing_fixture(url) if (data / "personalab.db").exists() else None
+    if kept is not None:
+        instances: list[int] = kept["instances"]
+        print(
+            f"bench retrieval: {kept['memories']:,} memories over {len(instances)} instances "
+            f"({kept['record']:,} of them dialogue-record entries, the rest curated), the fixture of an earlier run "
+            f"kept in {data}"
+        )
+    else:
+        fixture = build_fixture(store, url, args.memories, args.instances, args.pool)
+        instances = fixture["instances"]
+        print(
+            f"bench retrieval: {args.memories:,} memories over {len(instances)} instances "
+            f"({fixture['record']:,} of them dialogue-record entries, the rest curated); "
+            f"{fixture['distinct']:,} distinct texts embedded, each memory's vector = its text's + noise "
+            f"(σ {NOISE} per dimension), bulk-added with MemoryStore.add_memories(embeddings=...)"
+        )
+        print(
+            f"  fixture: embedding {fixture['embed_s']:.1f} s, store {fixture['store_s']:.1f} s "
+            f"({1000 * fixture['store_s'] / args.memories:.2f} ms per memory); data dir {data}"
+        )
+    per = sum(store.count(instance) for instance in instances) // len(instances)
 
     rng = random.Random(23)
     serial = 0
@@ -224,7 +356,6 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
         store.add_memory(instance, f"{memory_text(rng)}（刚写入{n}）", type="event")
         after_insert.append(one(instance)[0])
 
-    per = args.memories // len(instances)
     print(
         f"retrieval on one instance (~{per:,} memories; its own Chroma collection and BM25 index), query "
         f"embedding included, RetrievalConfig() (scene weights, marks mentioned): {len(totals):,} retrievals"

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import ConfigError
+from personalab.stores.lru import LRU
 from personalab.stores.settings import settings
 
 
@@ -144,3 +145,28 @@ def get_embeddings() -> Embeddings:
         check_embedding_ctx_length=False,
         **endpoint,
     )
+
+
+# Stored texts' vectors, by text, for the configured model (issue 11: a stored text's vector is computed once). A
+# turn's memory is the text of its event, and a write that is applied again (the outbox, at least once) embeds the
+# same texts again: both take the vector kept here. Cleared when the configured model changes.
+STORED_TEXTS_KEPT = 4096
+_stored: LRU[str, np.ndarray] = LRU(STORED_TEXTS_KEPT)  # float64 arrays: 4 KiB a USE vector (a list: ~16 KiB)
+_stored_model: list[Embeddings] = []  # the model the kept vectors are of
+_stored_lock = threading.Lock()
+
+
+def embed_stored_texts(texts: list[str]) -> list[list[float]]:
+    """The configured model's vectors of texts to store (passages, not queries), one per text: a text whose vector
+    this process computed before is not embedded again, and the others (each once) are embedded in one call."""
+    embeddings = get_embeddings()
+    with _stored_lock:
+        if not _stored_model or _stored_model[0] is not embeddings:
+            _stored.clear()
+            _stored_model[:] = [embeddings]
+    known = {text: vector for text in texts if (vector := _stored.get(text)) is not None}
+    missing = list(dict.fromkeys(text for text in texts if text not in known))
+    if missing:
+        for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
+            known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
+    return [known[text].tolist() for text in texts]

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.injection import used_memory_ids
@@ -48,14 +48,15 @@ from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
 from personalab.stores.background import run_in_background
 from personalab.stores.db import session_scope, store_unavailable
+from personalab.stores.embeddings import embed_stored_texts
 from personalab.stores.events import write_event
 from personalab.stores.failpoints import failpoint
-from personalab.stores.memory import MemoryStore
+from personalab.stores.memory import MemoryStore, mark_mentioned_in, stored_text
 from personalab.stores.outbox_tables import OutboxWrite
 from personalab.stores.review import save_review_effects
 from personalab.stores.tables import utcnow
 from personalab.stores.turns import holder_is_gone, holder_name
-from personalab.stores.vectors import chroma_path
+from personalab.stores.vectors import chroma_path, get_collection
 from sqlalchemy import delete, func, insert, not_, or_, update
 from sqlmodel import Session, col, select
 
@@ -92,14 +93,27 @@ def queue_writes(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
+# Drains queued by `apply_soon` that have not started: a drain reads the rows when it starts, so one waiting drain
+# applies every row committed before it; a second one (the review node's, after write-back's) would only look.
+_waiting_drains: set[tuple[str, int]] = set()
+_waiting_lock = threading.Lock()
+
+
 def apply_soon(database_url: str | None, instance_id: int) -> None:
-    """Drain the instance's queued writes on its background writer (once the running turn ends). The Chroma store
-    is resolved now, where the turn runs."""
+    """Drain the instance's queued writes on its background writer (once the running turn ends), unless a drain
+    of the instance is queued already and has not started (it will see these rows). The Chroma store is resolved
+    now, where the turn runs."""
+    key = (database_url or "", instance_id)
+    with _waiting_lock:
+        if key in _waiting_drains:
+            return
+        _waiting_drains.add(key)
     run_in_background(drain_instance, database_url, chroma_path(), instance_id, after_turn_of=instance_id)
 
 
-# --------------------------------------------------------------------------------------------------
-# Applying
+def _drain_started(database_url: str | None, instance_id: int) -> None:
+    with _waiting_lock:
+        _waiting_drains.discard((database_url or "", instance_id))
 
 
 # Queued reviews whose review node failed in this process (database url, review key): released by the next drain.
@@ -133,6 +147,10 @@ def _release_unsettled(database_url: str | None) -> None:
         )
     with _unsettled_lock:
         _unsettled.difference_update((database_url or "", key) for key in keys)
+
+
+# --------------------------------------------------------------------------------------------------
+# Applying
 
 
 def _apply_event(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
@@ -258,26 +276,6 @@ def backoff_s(attempts: int) -> float:
     return float(min(MAX_BACKOFF_S, 2 ** max(0, attempts - 1)))
 
 
-def _dead_claim(claimed_by: str | None) -> str | None:
-    """`claimed_by` if it is the claim of a process of this host that is gone (`_PROCESS`), else None."""
-    parts = (claimed_by or "").rsplit(":", 2)
-    return claimed_by if len(parts) == 3 and holder_is_gone(parts[0]) else None
-
-
-def _claim(url: str | None, row_id: int, token: str, now: float, force: bool, stale: str | None = None) -> bool:
-    due = [col(OutboxWrite.id) == row_id, col(OutboxWrite.applied_at).is_(None)]
-    free = (col(OutboxWrite.claimed_until).is_(None)) | (col(OutboxWrite.claimed_until) < now)
-    if stale is not None:  # a dead process's claim (`_dead_claim`), still that one when this UPDATE runs
-        free = free | (col(OutboxWrite.claimed_by) == stale)
-    with session_scope(url) as session:
-        result = session.exec(
-            update(OutboxWrite)
-            .where(*due, free, *([] if force else [col(OutboxWrite.next_attempt_at) <= now]))
-            .values(claimed_by=token, claimed_until=now + CLAIM_S)
-        )
-        return bool(result.rowcount)
-
-
 SET_ASIDE = "set aside"  # `claimed_by` of a row whose write itself is refused: drains skip it, doctor reports it
 REVIEW_HOLD = "review-hold:"  # `claimed_by` prefix of a queued review held for its review node (+ host:pid)
 REVIEW_HOLD_S = 120.0  # longer than any turn's deadline: a live review node always settles its review first
@@ -300,6 +298,17 @@ def _failed(url: str | None, row_id: int, token: str, exc: BaseException) -> flo
         return None if refused else row.next_attempt_at
 
 
+class Step(NamedTuple):
+    """What one step of a drain did: rows applied, rows set aside, and why it stopped early ("failed": a row failed
+    and waits for its retry; "held": the oldest row is claimed by another process or not due yet; None: it did not)
+    with when to try again."""
+
+    applied: int
+    set_aside: int
+    stopped: str | None = None
+    when: float | None = None
+
+
 def drain_instance(
     database_url: str | None, chroma: str | None, instance_id: int, *, force: bool = False
 ) -> dict[str, Any]:
@@ -307,12 +316,13 @@ def drain_instance(
     retried after its backoff; claimed by another live process; not due yet). `force`: do not wait for the
     backoff (`doctor --repair`). Returns {"applied", "failed", "waiting"}. A database that cannot be reached is
     tried again after DATABASE_RETRY_S."""
+    _drain_started(database_url, instance_id)
     store = MemoryStore(db_url=database_url, chroma_path=chroma)
     applied, failed = 0, 0
     while True:
         try:
             _release_unsettled(database_url)
-            step = _apply_next(store, database_url, instance_id, force)
+            step = _apply_due(store, database_url, instance_id, force)
         except Exception as exc:  # noqa: BLE001 - the database is down: the rows wait in it
             # a database that is down is the failed turn's one line (the CLI's contract), not a warning per retry
             level = logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING
@@ -323,27 +333,25 @@ def drain_instance(
             return {"applied": applied, "failed": failed + 1, "waiting": 1}
         if step is None:
             return {"applied": applied, "failed": failed, "waiting": 0}
-        outcome, when = step
-        if outcome in ("applied", "set aside"):
-            applied += outcome == "applied"
-            failed += outcome == "set aside"
+        applied += step.applied
+        failed += step.set_aside
+        if step.stopped is None:
             continue
-        failed += outcome == "failed"
-        if when is not None:
-            _retry_at(database_url, chroma, instance_id, when)
+        failed += step.stopped == "failed"
+        if step.when is not None:
+            _retry_at(database_url, chroma, instance_id, step.when)
         return {"applied": applied, "failed": failed, "waiting": 1}
 
 
 DATABASE_RETRY_S = 5.0
+BATCH_ROWS = 64  # queued writes applied together at most (a turn queues 3-4; a restart may find many)
 
 
-def _apply_next(
-    store: MemoryStore, database_url: str | None, instance_id: int, force: bool
-) -> tuple[str, float | None] | None:
-    """Apply the instance's oldest queued write: None when there is none, else ("applied" | "set aside" | "failed" |
-    "held", when to try again)."""
+def _apply_due(store: MemoryStore, database_url: str | None, instance_id: int, force: bool) -> Step | None:
+    """Apply the instance's oldest queued writes: up to BATCH_ROWS of them together (`_apply_together`), a queued
+    review alone. None when there is none."""
     with session_scope(database_url) as session:
-        row = session.exec(
+        due = session.exec(
             select(OutboxWrite)
             .where(
                 col(OutboxWrite.instance_id) == instance_id,
@@ -352,40 +360,278 @@ def _apply_next(
                 _not_held(time.time()),
             )
             .order_by(col(OutboxWrite.id))
-            .limit(1)
-        ).first()
-    if row is None or row.id is None:
+            .limit(BATCH_ROWS)
+        ).all()
+    if not due:
         return None
+    # a queued review is applied alone (it queues the turn's memories, a later row); the rows before it together
+    cut = next((n for n, row in enumerate(due) if row.kind not in TOGETHER), len(due))
+    batch = list(due[: max(1, cut)])
+    # the leading events are claimed first, the rest when they are marked applied (`_apply_together`): a process
+    # killed in between (fault tests: `during_writes`) leaves the rest free for the next process at once
+    lead = next((n for n, row in enumerate(batch) if row.kind != "event"), len(batch))
     now = time.time()
     token = f"{holder_name()}:{_PROCESS}:{uuid.uuid4().hex[:8]}"
-    if not _claim(database_url, row.id, token, now, force, stale=_dead_claim(row.claimed_by)):
-        # another process applies it (come back when its claim lapses), or it waits for its backoff
-        claimed = row.claimed_until if row.claimed_until is not None and row.claimed_until >= now else None
-        if force:
-            return "held", None
-        return "held", max(row.next_attempt_at, claimed or 0.0)
-    try:
-        APPLIERS[row.kind](store, row, _marker(row.id, token))
-    except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
+    claimed = _claim_in_order(database_url, batch[: lead or len(batch)], token, now, force)
+    if not claimed:
+        # another process applies the oldest (come back when its claim lapses), or it waits for its backoff
+        first = batch[0]
+        held = first.claimed_until if first.claimed_until is not None and first.claimed_until >= now else None
+        return Step(0, 0, "held", None if force else max(first.next_attempt_at, held or 0.0))
+    if claimed[0].kind in TOGETHER:
+        later = batch[lead:] if lead and len(claimed) == lead else []
         try:
-            when = _failed(database_url, row.id, token, exc)
-        except Exception:  # noqa: BLE001 - the database went too: its claim lapses, the row waits
-            when = time.time() + DATABASE_RETRY_S
-        if when is None:
-            log.error("instance %s: queued write %s (%s) refused, set aside: %s", instance_id, row.id, row.key, exc)
-            return "set aside", None  # out of the way: the drain goes on with the next
-        log.log(
-            logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING,
-            "instance %s: queued write %s (%s) failed, retried in %.0f s: %s",
-            instance_id,
-            row.id,
-            row.key,
-            max(0.0, when - time.time()),
-            exc,
+            return _apply_together(store, database_url, claimed, later, token, now, force)
+        except Exception as exc:  # noqa: BLE001 - applied one by one below: the failing row keeps its error
+            log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(claimed), exc)
+    return _apply_one_by_one(store, database_url, instance_id, claimed, token)
+
+
+def _dead_claim(claimed_by: str | None) -> str | None:
+    """`claimed_by` if it is the claim of a process of this host that is gone (`_PROCESS`), else None."""
+    parts = (claimed_by or "").rsplit(":", 2)
+    return claimed_by if len(parts) == 3 and holder_is_gone(parts[0]) else None
+
+
+def _claim_in_order(
+    url: str | None, rows: Sequence[OutboxWrite], token: str, now: float, force: bool
+) -> list[OutboxWrite]:
+    """Claim `rows` (one conditional UPDATE, atomic on SQLite and PostgreSQL) and return the oldest ones up to the
+    first this drain could not claim (another process holds it, or it is not due): a later write is never applied
+    before an earlier one. The claims beyond that are given back."""
+    ids = [row.id for row in rows if row.id is not None]
+    if not ids:
+        return []
+    with session_scope(url) as session:
+        return _claim_prefix(session, rows, ids, token, now, force)
+
+
+def _claim_prefix(
+    session: Session, rows: Sequence[OutboxWrite], ids: list[int], token: str, now: float, force: bool
+) -> list[OutboxWrite]:
+    free = (col(OutboxWrite.claimed_until).is_(None)) | (col(OutboxWrite.claimed_until) < now)
+    # dead processes' claims (`_dead_claim`), still theirs when this UPDATE runs, are taken over at once
+    stale = sorted({claim for row in rows if (claim := _dead_claim(row.claimed_by)) is not None})
+    if stale:
+        free = free | col(OutboxWrite.claimed_by).in_(stale)
+    result = session.exec(
+        update(OutboxWrite)
+        .where(
+            col(OutboxWrite.id).in_(ids),
+            col(OutboxWrite.applied_at).is_(None),
+            free,
+            *([] if force else [col(OutboxWrite.next_attempt_at) <= now]),
         )
-        return "failed", when
-    failpoint("during_writes")  # fault tests: one write applied, the turn's others still queued
-    return "applied", None
+        .values(claimed_by=token, claimed_until=now + CLAIM_S)
+    )
+    if result.rowcount == len(ids):
+        return list(rows)
+    mine = set(
+        session.exec(select(OutboxWrite.id).where(col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token))
+    )
+    prefix: list[OutboxWrite] = []
+    for row in rows:
+        if row.id not in mine:
+            break
+        prefix.append(row)
+    beyond = [row_id for row_id in mine if row_id not in {row.id for row in prefix}]
+    if beyond:
+        session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id).in_(beyond), col(OutboxWrite.claimed_by) == token)
+            .values(claimed_by=None, claimed_until=None)
+        )
+    return prefix
+
+
+def _release(url: str | None, row_ids: Sequence[int | None], token: str) -> None:
+    """Give back this drain's claims on rows it will not apply now (they are the next drain's)."""
+    ids = [row_id for row_id in row_ids if row_id is not None]
+    if not ids:
+        return
+    with session_scope(url) as session:
+        session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token)
+            .values(claimed_by=None, claimed_until=None)
+        )
+
+
+def _apply_one_by_one(
+    store: MemoryStore, database_url: str | None, instance_id: int, rows: Sequence[OutboxWrite], token: str
+) -> Step:
+    """Apply claimed rows one at a time, in order, each in its own transaction; stop at the first that fails (its
+    error and backoff kept, the later rows' claims given back). A row the stores refuse is set aside and the next
+    goes on."""
+    applied, set_aside = 0, 0
+    for position, row in enumerate(rows):
+        assert row.id is not None
+        try:
+            APPLIERS[row.kind](store, row, _marker(row.id, token))
+        except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
+            try:
+                when = _failed(database_url, row.id, token, exc)
+            except Exception:  # noqa: BLE001 - the database went too: its claim lapses, the row waits
+                when = time.time() + DATABASE_RETRY_S
+            if when is None:
+                log.error("instance %s: queued write %s (%s) refused, set aside: %s", instance_id, row.id, row.key, exc)
+                set_aside += 1
+                continue  # out of the way: the drain goes on with the next
+            log.log(
+                logging.DEBUG if store_unavailable(exc, database_url) is not None else logging.WARNING,
+                "instance %s: queued write %s (%s) failed, retried in %.0f s: %s",
+                instance_id,
+                row.id,
+                row.key,
+                max(0.0, when - time.time()),
+                exc,
+            )
+            try:
+                _release(database_url, [later.id for later in rows[position + 1 :]], token)
+            except Exception:  # noqa: BLE001 - the database went: the claims lapse
+                pass
+            return Step(applied, set_aside, "failed", when)
+        applied += 1
+        failpoint("during_writes")  # fault tests: one write applied, the turn's others still queued
+    return Step(applied, set_aside)
+
+
+TOGETHER = ("event", "record", "memory", "mention")  # the kinds `_apply_together` applies
+
+
+def _apply_together(
+    store: MemoryStore,
+    database_url: str | None,
+    claimed: Sequence[OutboxWrite],
+    later: Sequence[OutboxWrite],
+    token: str,
+    now: float,
+    force: bool,
+) -> Step:
+    """Apply claimed rows of the kinds in TOGETHER, and the `later` rows after them (claimed here), as the rows one
+    by one would, at the cost of about one write: every text to embed (events, fresh record entries, fresh
+    memories; a turn's memory is its event's text) in one embeddings call, a text embedded before not again
+    (`embed_stored_texts`); the leading events upserted by collection and marked applied in one transaction (fault
+    tests: `during_writes` comes after it), the `later` rows claimed; then the rest in one transaction
+    (`MemoryStore.add_memories`: one upsert of the instance's new memories and record entries, the mention marks,
+    the later events, every row marked applied). A failure before the first commit is raised (the caller applies
+    the claimed rows one by one); after it, the rest are applied one by one here."""
+    instance_id = claimed[0].instance_id
+    lead = next((n for n, row in enumerate(claimed) if row.kind != "event"), len(claimed))
+    plan = _fresh_items(store, instance_id, [*claimed[lead:], *later])
+    events = [row.payload for row in [*claimed, *later] if row.kind == "event"]
+    vectors = embed_stored_texts([event["text"] for event in events] + [stored_text(item) for item in plan])
+    event_vectors = dict(zip((event["id"] for event in events), vectors, strict=False))
+    rest = list(claimed[lead:])
+    if lead:
+        _upsert_events(store, [row.payload for row in claimed[:lead]], event_vectors)
+        with session_scope(database_url) as session:
+            _mark_applied(session, claimed[:lead], token)
+        failpoint("during_writes")  # fault tests: the turn's event applied, its other writes still queued (free)
+        rest = _claim_in_order(database_url, later, token, now, force)
+    if not rest:
+        return Step(lead, 0)
+    try:
+        if len(rest) < len(claimed) - lead + len(later):  # another process holds some of them: the rows claimed
+            plan = _fresh_items(store, instance_id, rest)
+        _apply_rest(store, rest, plan, event_vectors, token)
+    except Exception as exc:  # noqa: BLE001 - one by one: the failing row keeps its error, the others go on
+        log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rest), exc)
+        step = _apply_one_by_one(store, database_url, instance_id, rest, token)
+        return Step(lead + step.applied, step.set_aside, step.stopped, step.when)
+    if not lead:
+        failpoint("during_writes")
+    return Step(lead + len(rest), 0)
+
+
+def _fresh_items(store: MemoryStore, instance_id: int, rows: Sequence[OutboxWrite]) -> list[dict[str, Any]]:
+    """The record entries and memories the rows store that are not stored yet, in order: the checks of
+    `_apply_record` and `_apply_memories`, each earlier row of `rows` counted as written."""
+    lines = [item.get("line_id") for row in rows if row.kind in ("record", "memory") for item in row.payload["items"]]
+    recorded = store.recorded_line_ids(instance_id, [line for line in lines if line])
+    stored = store.stored_contents(instance_id, [line for line in lines if line is not None])
+    items: list[dict[str, Any]] = []
+    for row in rows:
+        if row.kind == "record":
+            fresh = [item for item in row.payload["items"] if item.get("line_id") not in recorded]
+            recorded |= {item["line_id"] for item in fresh if item.get("line_id")}
+        elif row.kind == "memory":
+            fresh = [
+                item
+                for item in row.payload["items"]
+                if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored
+            ]
+        else:
+            continue
+        stored |= {(item.get("line_id"), stored_text(item)) for item in fresh}
+        items.extend(fresh)
+    return items
+
+
+def _apply_rest(
+    store: MemoryStore,
+    rows: Sequence[OutboxWrite],
+    items: Sequence[dict[str, Any]],
+    event_vectors: Mapping[str, Any],
+    token: str,
+) -> None:
+    """The claimed rows after the leading events, in one transaction: their fresh memories and record entries
+    (`items`, one upsert), the mention marks, their events, every row marked applied."""
+    instance_id = rows[0].instance_id
+    # mention checks: the memories each reply used (the keywords of each, before the transaction)
+    mentions = [
+        (
+            used_memory_ids(data["retrieved"], data["reply"], message=data["message"], ignore=data["ignore"]),
+            data["turn"],
+        )
+        for data in (row.payload for row in rows if row.kind == "mention")
+    ]
+    events = [row.payload for row in rows if row.kind == "event"]
+
+    def finish(session: Session) -> None:
+        for used, turn in mentions:
+            mark_mentioned_in(session, instance_id, used, turn, once_per_turn=True)
+        _upsert_events(store, events, event_vectors)
+        _mark_applied(session, rows, token)
+
+    if items:
+        vectors = embed_stored_texts([stored_text(item) for item in items])  # known: no model call
+        store.add_memories(instance_id, items, embeddings=vectors, embedded_by_store=True, before_commit=finish)
+    else:
+        with session_scope(store._url()) as session:
+            finish(session)
+    if any(row.kind == "memory" for row in rows):
+        try:  # the keyword index of the new memories for the next turn (a cache: its failure is only logged)
+            store.index(instance_id)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("instance %s: keyword index not rebuilt after its memories: %s", instance_id, exc)
+
+
+def _upsert_events(store: MemoryStore, events: Sequence[Mapping[str, Any]], vectors: Mapping[str, Any]) -> None:
+    """Upsert events by their ids (`write_event`'s store, with the vectors known), one call per story collection."""
+    by_collection: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for event in events:  # an event queued twice is upserted once (Chroma refuses one id twice in a call)
+        by_collection.setdefault(event["collection"], {})[event["id"]] = event
+    for name, by_id in by_collection.items():
+        group = list(by_id.values())
+        get_collection(name, store._chroma_path())._collection.upsert(
+            ids=[event["id"] for event in group],
+            embeddings=[vectors[event["id"]] for event in group],
+            metadatas=[event["metadata"] for event in group],
+            documents=[event["text"] for event in group],
+        )
+
+
+def _mark_applied(session: Session, rows: Sequence[OutboxWrite], token: str) -> None:
+    """Mark the rows applied in the caller's transaction, only while every claim is still this drain's."""
+    ids = [row.id for row in rows]
+    done = session.exec(
+        update(OutboxWrite)
+        .where(col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token)
+        .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
+    )
+    if done.rowcount != len(ids):
+        raise ClaimLost(f"outbox writes {ids} were claimed by another process")
 
 
 # One retry timer per (database, instance): the earliest time its drain is wanted again.

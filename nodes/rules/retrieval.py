@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -302,7 +303,19 @@ def similarity_tokens(tokens: Iterable[str]) -> frozenset[str]:
     """The tokens that near-duplicate checks compare: words, without the single Chinese characters that keyword
     search adds (`keywords.search_tokens`): two lines that share their words share most of their characters too,
     and counting both would make different lines look alike (第1条传闻 / 第2条传闻)."""
-    return frozenset(token for token in tokens if len(token) > 1 or not has_han(token))
+    return frozenset(token for token in set(tokens) if len(token) > 1 or not _han_character(token))
+
+
+@lru_cache(maxsize=65_536)
+def _han_character(token: str) -> bool:
+    return has_han(token)
+
+
+@lru_cache(maxsize=4096)  # ~4 KiB each
+def stored_similarity_tokens(search_text: str) -> frozenset[str]:
+    """`similarity_tokens` of a stored memory's search text, kept per text: the same memories are candidates turn
+    after turn (a dialogue-record entry's text, with its context, has some 40 tokens)."""
+    return similarity_tokens(search_text.split())
 
 
 def _tokens_of(candidate: Candidate) -> frozenset[str]:
@@ -740,7 +753,7 @@ def memory_candidate(entry: Any, embedding: np.ndarray | None) -> Candidate:
         tags=tuple(entry.tags or ()),
         mention_count=entry.mention_count,
         embedding=embedding,
-        tokens=similarity_tokens(entry.search_text.split()) if entry.search_text else None,
+        tokens=stored_similarity_tokens(entry.search_text) if entry.search_text else None,
         data={
             "type": entry.type,
             "tags": list(entry.tags or ()),

@@ -1,0 +1,134 @@
+"""A turn's queued writes applied together (issue 11, back-to-back turns): one embeddings call for every text the
+turn stores (its event, its record lines, its memory, which is the event's text, embedded once), one Chroma upsert
+per collection, and still every write once, in order. Real SQLite and PostgreSQL, real Chroma, the offline USE model
+(wrapped to count its calls), the offline scripted chat model."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chromadb.api.models.Collection import Collection
+from langchain_core.embeddings import Embeddings
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.stores import embeddings as embeddings_module
+from personalab.stores import outbox
+from personalab.stores.background import flush_event_writes
+from personalab.stores.memory import MemoryStore
+from test_outbox import FACT, _never_applied, assert_each_write_once, rows
+
+
+class CountingEmbeddings(Embeddings):
+    """The configured model, each call of it recorded (the texts it was given)."""
+
+    def __init__(self, model: Embeddings) -> None:
+        self.model = model
+        self.calls: list[list[str]] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return self.model.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.model.embed_query(text)
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> CountingEmbeddings:
+    """Stored texts' embeddings counted (`embed_stored_texts`, which the writes use); nothing kept from before."""
+    model = CountingEmbeddings(embeddings_module.get_embeddings())
+    monkeypatch.setattr(embeddings_module, "get_embeddings", lambda: model)
+    return model
+
+
+@pytest.fixture
+def upserts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The collection of every Chroma upsert, in order."""
+    seen: list[str] = []
+    real = Collection.upsert
+
+    def counted(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        seen.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "upsert", counted)
+    return seen
+
+
+def test_a_turns_writes_take_one_embeddings_call_and_one_upsert_per_collection(
+    db_url: str, data_dir: Path, counting: CountingEmbeddings, upserts: list[str]
+) -> None:
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, context):
+        run_turn(graph, context, instance, "你好，雷娜。")
+        flush_event_writes()
+        counting.calls.clear()
+        upserts.clear()
+        told = run_turn(graph, context, instance, FACT)
+        flush_event_writes()
+    # the turn's writes: its event, its record lines (the user's and the reply's), its memory (the event's text)
+    assert len(counting.calls) == 1, counting.calls
+    (texts,) = counting.calls
+    assert len(texts) == len(set(texts))  # each text once
+    store = MemoryStore(db_url=db_url)
+    reply_line = told["debug"]["reply_line_ids"][-1]
+    memory = [m for m in store.list_memories(instance) if m.line_id == reply_line]
+    assert memory and memory[0].content in texts and memory[0].content.startswith("第2轮")
+    record = [m for m in store.list_memories(instance, type="record") if m.turn == 2]
+    assert {m.content for m in record} <= set(texts) and any(FACT in m.content for m in record)
+    # one upsert of the story's events, one of the instance's memories and record entries
+    assert sorted(Counter(upserts).values()) == [1, 1], upserts
+    assert not rows(db_url, instance, applied=False)
+    assert_each_write_once(db_url, instance)
+
+
+def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied_again_embed_nothing(
+    db_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, counting: CountingEmbeddings
+) -> None:
+    instance = create_sample_instance(db_url)
+    with monkeypatch.context() as dying:
+        _never_applied(dying)  # a process that died after its replies: three turns' writes wait
+        with turn_graph(Context(database_url=db_url)) as (graph, context):
+            for message in ("你好，雷娜。", FACT, "我们继续赶路吧。"):
+                run_turn(graph, context, instance, message)
+        flush_event_writes()
+    queued = rows(db_url, instance, applied=False)
+    assert {row.kind for row in queued} == {"event", "record", "memory", "mention"} or len(queued) >= 9
+    counting.calls.clear()
+    assert outbox.apply_pending(db_url)["applied"] == len(queued)
+    assert len(counting.calls) == 1, counting.calls  # the three turns' texts in one call
+    assert not rows(db_url, instance, applied=False)
+    assert_each_write_once(db_url, instance)
+    store = MemoryStore(db_url=db_url)
+    assert {1, 2, 3} <= {m.turn for m in store.list_memories(instance)}
+    assert any(FACT in m.content for m in store.list_memories(instance, type="record"))
+
+    # applied again (a crash after the write, before the mark): nothing stored twice, no text embedded again
+    from personalab.stores.db import session_scope
+    from personalab.stores.outbox_tables import OutboxWrite
+    from sqlalchemy import update
+    from sqlmodel import col
+
+    before = {m.id: (m.mention_count, m.content) for m in store.list_memories(instance, include_record=True)}
+    with session_scope(db_url) as session:
+        session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id).in_([row.id for row in queued]))
+            .values(applied_at=None, claimed_by=None, claimed_until=None)
+        )
+    counting.calls.clear()
+    assert outbox.apply_pending(db_url)["applied"] == len(queued)
+    assert counting.calls == []
+    assert {m.id: (m.mention_count, m.content) for m in store.list_memories(instance, include_record=True)} == before
+    assert_each_write_once(db_url, instance)
+
+
+def test_a_stored_texts_vector_is_computed_once(counting: CountingEmbeddings) -> None:
+    first = embeddings_module.embed_stored_texts(["雷娜把旧地图藏在了铁轨桥下。", "莱姆：我们去黑市。"])
+    again = embeddings_module.embed_stored_texts(["莱姆：我们去黑市。", "莱姆：我们去黑市。", "新的一句。"])
+    assert counting.calls == [["雷娜把旧地图藏在了铁轨桥下。", "莱姆：我们去黑市。"], ["新的一句。"]]
+    assert again[0] == again[1] == first[1]
+    assert again[2] == counting.model.embed_documents(["新的一句。"])[0]
