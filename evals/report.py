@@ -99,6 +99,7 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "error": result.get("error"),
         "turns": result.get("turns_played", 0),
         "instances": result.get("instances"),
+        "via": result.get("via", "inprocess"),
         "retrieved": by_distance(checks_of([result], "retrieved")),
         "prompt_lacks": _pass_fail(checks_of([result], "prompt_lacks")),
         "reply": _pass_fail(checks_of([result], "reply")),
@@ -282,6 +283,13 @@ def prompt_budget() -> int:
     return int(current.head_tokens + current.middle_tokens + current.retrieved_tokens + current.tail_tokens)
 
 
+_VIA = {
+    "inprocess": "in-process (--via inprocess)",
+    "cli": "as one `personalab turn --json` process each (--via cli)",
+    "served": "through `langgraph dev` (--via served)",
+}
+
+
 def markdown(
     results: Sequence[dict[str, Any]],
     total: dict[str, Any],
@@ -292,7 +300,8 @@ def markdown(
     lines = ["# PersonaLab evaluation report", ""]
     lines.append(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · model {meta.get('model_label') or meta.get('model')} · "
-        f"{total['scenarios']} scenario(s), {total['turns']:,} turns · parallel {meta.get('parallel')}"
+        f"{total['scenarios']} scenario(s), {total['turns']:,} turns · parallel {meta.get('parallel')} · "
+        f"turns played {_VIA.get(str(meta.get('via') or 'inprocess'), meta.get('via'))}"
     )
     lines += ["", "## Summary", "", "| figure | goal | measured | met? |", "| --- | --- | --- | --- |"]
     for row in [*extra_rows, *goals(total)]:
