@@ -219,6 +219,8 @@ def play_scenario(
         "error": None,
         "probes": [],
         "secrets": {"said": len(scenario.secrets), "leaks": []},
+        # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
+        "other_instances": {"memories": 0, "foreign": []},
         "maintenance": {"accepted": 0, "rejected": 0, "errors": 0},
         "forged_markers": {"sent": 0, "honoured": 0},
         "retrieval_timeouts": 0,
@@ -324,6 +326,7 @@ def _one_turn(
             result["secrets"]["leaks"].append(
                 {"secret": index, "instance": log.number, "turn": log.turn, "regions": regions}
             )
+    _count_foreign_memories(state, log, result["other_instances"])
     if step.kind == "probe":
         checks = score_probe(step, state, log)
         probe = {"instance": log.number, "turn": log.turn, "where": step.where, "probe": step.message, "checks": checks}
@@ -358,6 +361,30 @@ def _one_turn(
             "total_ms": debug.get("total_ms", 0.0),
         }
     )
+
+
+def _count_foreign_memories(state: dict[str, Any], log: InstanceLog, tally: dict[str, Any]) -> None:
+    """The long-term memories the turn retrieved (`state.retrieved`, kind memory) whose stored instance is another
+    than the turn's: read from the scenario's database, the same in every mode (the director's layer of other
+    instances' story events is a separate, labelled block, not counted here)."""
+    ids = sorted(
+        {int(item["id"]) for item in state.get("retrieved") or [] if item.get("kind") == "memory" and item.get("id")}
+    )
+    if not ids:
+        return
+    from personalab.stores.memory_tables import MemoryEntry
+    from sqlmodel import col, select
+
+    with session_scope() as session:
+        owners = dict(
+            session.exec(select(MemoryEntry.id, MemoryEntry.instance_id).where(col(MemoryEntry.id).in_(ids))).all()
+        )
+    tally["memories"] += len(ids)
+    for memory_id in ids:
+        if owners.get(memory_id) != log.instance_id:
+            tally["foreign"].append(
+                {"instance": log.number, "turn": log.turn, "memory": memory_id, "of_instance": owners.get(memory_id)}
+            )
 
 
 def _director_summary(logs: Sequence[InstanceLog], points: int, stall_turns: int) -> dict[str, Any]:

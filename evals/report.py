@@ -1,7 +1,7 @@
 """The report of a batch evaluation run (issue 12): `report.json`, `report.md` and PNG plots in the output folder.
 
 Per scenario and overall: probe hit rate by distance between the fact and its probe (turns); secrets leaked
-(goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
+(goal 0); memories of another instance retrieved (goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
 markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
 history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns.
 """
@@ -104,6 +104,7 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "prompt_lacks": _pass_fail(checks_of([result], "prompt_lacks")),
         "reply": _pass_fail(checks_of([result], "reply")),
         "secrets": {"said": secrets.get("said", 0), "leaked": len(secrets.get("leaks", []))},
+        "other_instances": _other_instances([result]),
         "director": result.get("director") or {},
         "forged_markers": result.get("forged_markers") or {},
         "maintenance": result.get("maintenance") or {},
@@ -116,6 +117,15 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "retrieval_timeouts": result.get("retrieval_timeouts", 0),
         "judge": _judge_summary(result.get("judge") or []),
         "wall_s": result.get("wall_s"),
+    }
+
+
+def _other_instances(results: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Long-term memories retrieved into the prompts, and how many of them belong to another instance."""
+    tallies = [r.get("other_instances") or {} for r in results]
+    return {
+        "memories": sum(int(t.get("memories", 0)) for t in tallies),
+        "foreign": sum(len(t.get("foreign", [])) for t in tallies),
     }
 
 
@@ -173,6 +183,7 @@ def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "reply": _pass_fail(checks_of(results, "reply")),
         "secrets_said": sum((r.get("secrets") or {}).get("said", 0) for r in results),
         "secrets_leaked": sum(len((r.get("secrets") or {}).get("leaks", [])) for r in results),
+        "other_instances": _other_instances(results),
         "forged_markers_sent": sum((r.get("forged_markers") or {}).get("sent", 0) for r in results),
         "forged_markers_honoured": sum((r.get("forged_markers") or {}).get("honoured", 0) for r in results),
         "completed_per_10_turns": round(10 * completed / turns, 3) if turns else 0.0,
@@ -228,6 +239,15 @@ def goals(total: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": lacks["passed"] == lacks["checks"],
             }
         )
+    others = total["other_instances"]
+    rows.append(
+        {
+            "figure": "memories of another instance in the prompt",
+            "goal": "0",
+            "measured": f"{others['foreign']} (of {others['memories']:,} memories retrieved)",
+            "met": others["foreign"] == 0,
+        }
+    )
     rows.append(
         {
             "figure": "secrets leaked into another instance's prompt",

@@ -148,6 +148,7 @@ class CliTurns:
         if not isinstance(state, dict) or code not in (0, 1):
             problem = self.err.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             raise RuntimeError(f"personalab turn exited with code {code}: {problem[-1] if problem else text[:300]}")
+        state.setdefault("retrieved", state.get("retrieved_events"))  # the command's name for the state's field
         return state
 
     def rss_mb(self) -> float:

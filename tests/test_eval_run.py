@@ -580,7 +580,7 @@ background: {sample: wasteland}
 instances: 2
 turns:
   - user: 我叫阿杰，我最喜欢的食物是红烧肉。
-  - filler: 2
+  - filler: 1
     seed: 3
   - probe: 你还记得我最喜欢吃什么吗？
     expect: {retrieved: [红烧肉]}
@@ -593,7 +593,8 @@ secrets:
 def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
     via: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # one turn of recent dialogue: the fact, 3 turns back, can only reach the prompt through the retrieved region
+    # one turn of recent dialogue: the fact, 2 turns back, can only reach the prompt through the retrieved region;
+    # each turn of `cli` is a process of its own, so the probe reads what earlier processes wrote
     monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "1")
     path = write(tmp_path / "via_small.yaml", VIA_SMALL)
     out = tmp_path / "out"
@@ -602,9 +603,10 @@ def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     scenario = report["scenarios"][0]
     assert report["meta"]["via"] == via and scenario["via"] == via
-    assert scenario["status"] == "ok" and scenario["turns"] == 2 * 4 + 1, scenario["error"]
+    assert scenario["status"] == "ok" and scenario["turns"] == 2 * 3 + 1, scenario["error"]
     # each instance's probe: the fact of its own dialogue, in the retrieved region
     assert scenario["retrieved"]["all"] == {"hits": 2, "checks": 2, "rate": 1.0, "in_prompt": 2}
-    # instance 1's secret: never in instance 2's prompt (every turn checked)
+    # instance 1's secret: never in instance 2's prompt (every turn checked); no memory of another instance either
     assert scenario["secrets"] == {"said": 1, "leaked": 0}
+    assert scenario["other_instances"]["foreign"] == 0 and scenario["other_instances"]["memories"] > 0
     assert f"--via {via}" in (out / "report.md").read_text(encoding="utf-8")
