@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return open_turns(via, folder=folder, rag_timeout_s=float(job["rag_timeout_s"]), repo=repo)
 
     result = play_scenario(scenario, turns, PlayOptions(stop=stop, on_turn=tick, judge=judge))
+    result.setdefault("via", via)  # also when the set-up failed, before any turn
     flush_event_writes()
     write_json(Path(job["result"]), result)
     return 0
