@@ -3,10 +3,11 @@
 Each scenario gets its own character and background (so its director archive, one Chroma collection per
 character + background, and its memories are its own), world-book / knowledge entries, and `instances` conversation
 instances. Secrets are said first, in their instance; then the script's steps are played in lockstep: step k in
-instance 1, 2, …, N, then step k + 1. Every turn goes through `graph.runner.run_turn` on the same compiled graph and
-checkpointer as the CLI, the demo and the benchmarks; after each turn the writes it queued (event, memory, index
-rebuild) are flushed, so a probe sees every earlier turn's writes (the engine's own read-your-writes covers the
-director; the flush covers the memory retrieval and keeps runs deterministic).
+instance 1, 2, …, N, then step k + 1. How a turn is played is `--via` (evals/via.py): in this process through
+`graph.runner.run_turn` on the same compiled graph and checkpointer as the CLI, the demo and the benchmarks (after each
+turn the writes it queued are flushed, so a probe sees every earlier turn's writes and runs stay deterministic), as
+one `personalab turn --json` process per turn, or through the served graph (`langgraph dev`); every way gives the
+turn's final state (reply, prompt with its regions, debug), scored the same way.
 
 A scenario is one unit of parallel work: `evals.runs` plays each in a process of its own on a data folder of its
 own (`evals.worker`), several at a time (`--parallel`), and the instances of one scenario play in one thread, so
@@ -16,48 +17,32 @@ model the same scenario gives the same scores.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
 from personalab.evals.scenario import Scenario, Step, expand_turns
-from personalab.graph.runner import load_sample, run_turn
+from personalab.evals.via import Turns
+from personalab.graph.runner import load_sample
 from personalab.nodes.rules.plot import extract_progress
-from personalab.stores.background import flush_event_writes
 from personalab.stores.db import session_scope
 from personalab.stores.saves import create_background, create_role, create_save
 from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry
 
 CHARS_PER_TOKEN = 1.5  # the product's counter (nodes/rules/prompt_assembly.py RegionBudgets)
-_flush_lock = threading.Lock()  # flush_event_writes pops a shared list: one flusher at a time
 
 
 class Interrupted(Exception):
     """The run was asked to stop (Ctrl-C) between two turns."""
 
 
-def rss_mb() -> float:
-    """Resident memory of this process in MiB (Linux /proc; 0 where it cannot be read)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as handle:
-            pages = int(handle.read().split()[1])
-        return round(pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024), 1)
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def tokens(messages: Sequence[dict[str, Any]]) -> int:
     plain = [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))} for m in messages]
     return int(count_tokens_approximately(plain, chars_per_token=CHARS_PER_TOKEN)) if plain else 0
-
-
-def flush_writes() -> None:
-    with _flush_lock:
-        flush_event_writes()
 
 
 # --- setting a scenario up ----------------------------------------------------------------------------------
@@ -215,21 +200,12 @@ class TurnFailed(Exception):
     pass
 
 
-def _send(graph: Any, ctx: Any, log: InstanceLog, step: Step, user_name: str | None) -> dict[str, Any]:
-    return run_turn(
-        graph,
-        ctx,
-        log.instance_id,
-        step.message,
-        lines_before=list(step.lines_before) or None,
-        user_name=user_name,
-        selected_choice={"level": step.choice} if step.choice else None,
-        time_gap=step.gap,
-    )
-
-
-def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions) -> dict[str, Any]:
-    """Play `scenario` and return its result (status ok / failed / interrupted with everything measured)."""
+def play_scenario(
+    scenario: Scenario, open_turns: Callable[[], AbstractContextManager[Turns]], options: PlayOptions
+) -> dict[str, Any]:
+    """Play `scenario` and return its result (status ok / failed / interrupted with everything measured).
+    `open_turns` opens the way its turns are played (evals.via: in this process, one `personalab turn` process
+    each, or the served graph), once the scenario is set up."""
     started = time.perf_counter()
     steps = expand_turns(scenario)
     result: dict[str, Any] = {
@@ -243,6 +219,8 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
         "error": None,
         "probes": [],
         "secrets": {"said": len(scenario.secrets), "leaks": []},
+        # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
+        "other_instances": {"memories": 0, "foreign": []},
         "maintenance": {"accepted": 0, "rejected": 0, "errors": 0},
         "forged_markers": {"sent": 0, "honoured": 0},
         "retrieval_timeouts": 0,
@@ -263,14 +241,17 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
         plan.append((Step(kind="secret", message=secret.user, where="secrets"), [logs[secret.instance - 1]]))
     plan.extend((step, logs) for step in steps)
     user_name = scenario.user_name or options.user_name
+    stall_turns = 0
     try:
-        for step, players in plan:
-            for log in players:
-                if options.stop.is_set():
-                    raise Interrupted()
-                _one_turn(scenario, graph, ctx, step, log, user_name, setup, result, options)
-                if options.on_turn:
-                    options.on_turn()
+        with open_turns() as turns:
+            result["via"], stall_turns = turns.via, turns.stall_turns
+            for step, players in plan:
+                for log in players:
+                    if options.stop.is_set():
+                        raise Interrupted()
+                    _one_turn(scenario, turns, step, log, user_name, setup, result, options)
+                    if options.on_turn:
+                        options.on_turn()
     except Interrupted:
         result["status"] = "interrupted"
     except TurnFailed as exc:
@@ -278,7 +259,7 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
     except Exception as exc:  # noqa: BLE001 - one scenario's error (bad input, a bug) must not stop the others
         result["status"], result["error"] = "failed", f"{scenario.source}: {type(exc).__name__}: {exc}"
     result["turns_played"] = sum(log.turn for log in logs)
-    result["director"] = _director_summary(logs, len(setup.outline), ctx.stall_turns)
+    result["director"] = _director_summary(logs, len(setup.outline), stall_turns)
     result["series"] = {str(log.number): log.series for log in logs}
     result["wall_s"] = round(time.perf_counter() - started, 2)
     return result
@@ -286,8 +267,7 @@ def play_scenario(scenario: Scenario, graph: Any, ctx: Any, options: PlayOptions
 
 def _one_turn(
     scenario: Scenario,
-    graph: Any,
-    ctx: Any,
+    turns: Turns,
     step: Step,
     log: InstanceLog,
     user_name: str | None,
@@ -297,10 +277,11 @@ def _one_turn(
 ) -> None:
     where = f"{scenario.source}: instance {log.number}, turn {log.turn + 1} ({step.where})"
     try:
-        state = _send(graph, ctx, log, step, user_name)
+        state = turns.send(log.instance_id, step, user_name)
     except Exception as exc:
+        if options.stop.is_set():  # Ctrl-C reached the turn's own process (or the server) too
+            raise Interrupted() from exc
         raise TurnFailed(f"{where}: {type(exc).__name__}: {exc}") from exc
-    flush_writes()
     if state.get("error"):
         raise TurnFailed(f"{where}: the turn failed: {state['error']}")
     log.turn += 1
@@ -345,6 +326,7 @@ def _one_turn(
             result["secrets"]["leaks"].append(
                 {"secret": index, "instance": log.number, "turn": log.turn, "regions": regions}
             )
+    _count_foreign_memories(state, log, result["other_instances"])
     if step.kind == "probe":
         checks = score_probe(step, state, log)
         probe = {"instance": log.number, "turn": log.turn, "where": step.where, "probe": step.message, "checks": checks}
@@ -375,10 +357,34 @@ def _one_turn(
             # what a real model's reply looks like (issue 17): the seed's 【emotion】 format, a progress marker
             "formatted": any(segment.get("original_emotion") for segment in state.get("reply_lines") or []),
             "marker": bool((debug.get("progress") or {}).get("markers")),
-            "rss_mb": rss_mb(),
+            "rss_mb": turns.rss_mb(),
             "total_ms": debug.get("total_ms", 0.0),
         }
     )
+
+
+def _count_foreign_memories(state: dict[str, Any], log: InstanceLog, tally: dict[str, Any]) -> None:
+    """The long-term memories the turn retrieved (`state.retrieved`, kind memory) whose stored instance is another
+    than the turn's: read from the scenario's database, the same in every mode (the director's layer of other
+    instances' story events is a separate, labelled block, not counted here)."""
+    ids = sorted(
+        {int(item["id"]) for item in state.get("retrieved") or [] if item.get("kind") == "memory" and item.get("id")}
+    )
+    if not ids:
+        return
+    from personalab.stores.memory_tables import MemoryEntry
+    from sqlmodel import col, select
+
+    with session_scope() as session:
+        owners = dict(
+            session.exec(select(MemoryEntry.id, MemoryEntry.instance_id).where(col(MemoryEntry.id).in_(ids))).all()
+        )
+    tally["memories"] += len(ids)
+    for memory_id in ids:
+        if owners.get(memory_id) != log.instance_id:
+            tally["foreign"].append(
+                {"instance": log.number, "turn": log.turn, "memory": memory_id, "of_instance": owners.get(memory_id)}
+            )
 
 
 def _director_summary(logs: Sequence[InstanceLog], points: int, stall_turns: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The report of a batch evaluation run (issue 12): `report.json`, `report.md` and PNG plots in the output folder.
 
 Per scenario and overall: probe hit rate by distance between the fact and its probe (turns); secrets leaked
-(goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
+(goal 0); memories of another instance retrieved (goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
 markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
 history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns.
 """
@@ -99,10 +99,12 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "error": result.get("error"),
         "turns": result.get("turns_played", 0),
         "instances": result.get("instances"),
+        "via": result.get("via", "inprocess"),
         "retrieved": by_distance(checks_of([result], "retrieved")),
         "prompt_lacks": _pass_fail(checks_of([result], "prompt_lacks")),
         "reply": _pass_fail(checks_of([result], "reply")),
         "secrets": {"said": secrets.get("said", 0), "leaked": len(secrets.get("leaks", []))},
+        "other_instances": _other_instances([result]),
         "director": result.get("director") or {},
         "forged_markers": result.get("forged_markers") or {},
         "maintenance": result.get("maintenance") or {},
@@ -115,6 +117,15 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "retrieval_timeouts": result.get("retrieval_timeouts", 0),
         "judge": _judge_summary(result.get("judge") or []),
         "wall_s": result.get("wall_s"),
+    }
+
+
+def _other_instances(results: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Long-term memories retrieved into the prompts, and how many of them belong to another instance."""
+    tallies = [r.get("other_instances") or {} for r in results]
+    return {
+        "memories": sum(int(t.get("memories", 0)) for t in tallies),
+        "foreign": sum(len(t.get("foreign", [])) for t in tallies),
     }
 
 
@@ -172,6 +183,7 @@ def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "reply": _pass_fail(checks_of(results, "reply")),
         "secrets_said": sum((r.get("secrets") or {}).get("said", 0) for r in results),
         "secrets_leaked": sum(len((r.get("secrets") or {}).get("leaks", [])) for r in results),
+        "other_instances": _other_instances(results),
         "forged_markers_sent": sum((r.get("forged_markers") or {}).get("sent", 0) for r in results),
         "forged_markers_honoured": sum((r.get("forged_markers") or {}).get("honoured", 0) for r in results),
         "completed_per_10_turns": round(10 * completed / turns, 3) if turns else 0.0,
@@ -227,6 +239,15 @@ def goals(total: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": lacks["passed"] == lacks["checks"],
             }
         )
+    others = total["other_instances"]
+    rows.append(
+        {
+            "figure": "memories of another instance in the prompt",
+            "goal": "0",
+            "measured": f"{others['foreign']} (of {others['memories']:,} memories retrieved)",
+            "met": others["foreign"] == 0,
+        }
+    )
     rows.append(
         {
             "figure": "secrets leaked into another instance's prompt",
@@ -282,6 +303,13 @@ def prompt_budget() -> int:
     return int(current.head_tokens + current.middle_tokens + current.retrieved_tokens + current.tail_tokens)
 
 
+_VIA = {
+    "inprocess": "in-process (--via inprocess)",
+    "cli": "as one `personalab turn --json` process each (--via cli)",
+    "served": "through `langgraph dev` (--via served)",
+}
+
+
 def markdown(
     results: Sequence[dict[str, Any]],
     total: dict[str, Any],
@@ -292,7 +320,8 @@ def markdown(
     lines = ["# PersonaLab evaluation report", ""]
     lines.append(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · model {meta.get('model_label') or meta.get('model')} · "
-        f"{total['scenarios']} scenario(s), {total['turns']:,} turns · parallel {meta.get('parallel')}"
+        f"{total['scenarios']} scenario(s), {total['turns']:,} turns · parallel {meta.get('parallel')} · "
+        f"turns played {_VIA.get(str(meta.get('via') or 'inprocess'), meta.get('via'))}"
     )
     lines += ["", "## Summary", "", "| figure | goal | measured | met? |", "| --- | --- | --- | --- |"]
     for row in [*extra_rows, *goals(total)]:

@@ -1,4 +1,5 @@
-"""`personalab eval run PATH... [--parallel N] [--out DIR] [--model scripted|openai] [--judge] [--resume]`.
+"""`personalab eval run PATH... [--parallel N] [--out DIR] [--model scripted|openai] [--judge] [--resume]
+[--via inprocess|cli|served]`.
 
 Validates every scenario file first (one line naming file, path and problem, exit 2), then plays them (evals.play),
 several scenarios at a time, with a progress bar. Each scenario plays in a process of its own (`evals.worker`) on
@@ -6,7 +7,9 @@ a fresh embedded data folder of its own, `<data>/<name>` (SQLite + Chroma + chec
 so scenarios played at the same time share no process-wide state (environment, settings, engines, Chroma clients,
 caches, background writers). Each finished scenario's result is written at once to `OUT/results/<name>.json`, so
 Ctrl-C keeps what is done and `--resume` plays only the rest; the report (`report.md`, `report.json`, PNG plots)
-is written from every result in `OUT/results` at the end, and after an interruption too.
+is written from every result in `OUT/results` at the end, and after an interruption too. `--via` says how the turns
+are played (evals/via.py): in the scenario's process (default), one `personalab turn --json` process per turn, or
+through `langgraph dev`.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ WORKER = ("-m", "personalab.evals.worker")  # what `sys.executable` runs to play
 COMMAND_LINE: list[str] = []  # the command as typed (set by evals.__main__), for the resume hint
 
 
-def scenario_digest(scenario: Scenario) -> str:
-    """What a finished result was played from: a changed file is played again on --resume."""
-    data = scenario.model_dump(mode="json", exclude={"source"})
+def scenario_digest(scenario: Scenario, via: str = "inprocess") -> str:
+    """What a finished result was played from: a changed file (or another --via) is played again on --resume."""
+    data: dict[str, Any] = scenario.model_dump(mode="json", exclude={"source"})
+    if via != "inprocess":  # the digests of earlier in-process results stay valid
+        data["via"] = via
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
@@ -78,6 +83,8 @@ def play_all(
     rag_timeout_s: float = DEFAULT_RAG_TIMEOUT_S,
     progress: bool = True,
     argv: Sequence[str] = (),
+    via: str = "inprocess",
+    repo: Path | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Play the scenarios not already finished in `out` (with `resume`), each in a process of its own
     (`evals.worker`) with its own data folder `<data>/<name>`, `parallel` processes at a time; returns (every
@@ -88,7 +95,7 @@ def play_all(
         check_samples(scenario)
     out.mkdir(parents=True, exist_ok=True)
     done = finished_results(out) if resume else {}
-    digests = {s.name: scenario_digest(s) for s in scenarios}
+    digests = {s.name: scenario_digest(s, via) for s in scenarios}
     kept = {
         name: r
         for name, r in done.items()
@@ -104,7 +111,7 @@ def play_all(
     results: dict[str, dict[str, Any]] = dict(kept)
     with data_folder(data_dir, "personalab-eval-") as data:
         bar = _progress_bar(total, progress)
-        players = Players(bar, model=model, judge=judge, rag_timeout_s=rag_timeout_s)
+        players = Players(bar, model=model, judge=judge, rag_timeout_s=rag_timeout_s, via=via, repo=repo)
         pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="eval")
         futures: dict[Future[dict[str, Any]], Scenario] = {
             pool.submit(players.play, scenario, data.resolve() / _safe(scenario.name)): scenario for scenario in todo
@@ -153,8 +160,18 @@ def _safe(name: str) -> str:
 class Players:
     """The processes playing scenarios (one per scenario, `evals.worker`) and the progress bar they tick."""
 
-    def __init__(self, bar: Any, *, model: str, judge: bool, rag_timeout_s: float) -> None:
+    def __init__(
+        self,
+        bar: Any,
+        *,
+        model: str,
+        judge: bool,
+        rag_timeout_s: float,
+        via: str = "inprocess",
+        repo: Path | None = None,
+    ) -> None:
         self.bar, self.model, self.judge, self.rag_timeout_s = bar, model, judge, rag_timeout_s
+        self.via, self.repo = via, repo
         self.interrupted = False
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen[str]] = set()
@@ -180,6 +197,8 @@ class Players:
                 "result": str(result_path),
                 "judge": self.judge,
                 "rag_timeout_s": self.rag_timeout_s,
+                "via": self.via,
+                "repo": str(self.repo) if self.repo else None,
             },
         )
         with self._lock, open(log_path, "w", encoding="utf-8") as log:
@@ -311,6 +330,13 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {out}: not a folder")
+    repo = None
+    if args.via == "served":
+        from personalab.evals.via import default_repo
+
+        repo = Path(args.repo).resolve() if args.repo else default_repo()
+        if not (repo / "langgraph.json").is_file():
+            raise InvalidInput(f"--repo {repo}: no langgraph.json there (the folder the served graph is started from)")
     results, interrupted = play_all(
         scenarios,
         out,
@@ -322,10 +348,13 @@ def _run(args: argparse.Namespace) -> int:
         rag_timeout_s=args.rag_timeout or DEFAULT_RAG_TIMEOUT_S,
         progress=not args.no_progress,
         argv=COMMAND_LINE,
+        via=args.via,
+        repo=repo,
     )
     from personalab.evals.report import write_report
 
-    summary = write_report(results, out, meta={"model": args.model, "parallel": args.parallel, "judge": args.judge})
+    meta = {"model": args.model, "parallel": args.parallel, "judge": args.judge, "via": args.via}
+    summary = write_report(results, out, meta=meta)
     for line in summary:
         print(line)
     if interrupted:
@@ -350,5 +379,13 @@ def register(kinds: argparse._SubParsersAction) -> None:
         type=float,
         help=f"retrieval cap per turn in seconds (default {DEFAULT_RAG_TIMEOUT_S:g}: a loaded machine must not change scores)",
     )
+    run_parser.add_argument(
+        "--via",
+        choices=["inprocess", "cli", "served"],
+        default="inprocess",
+        help="how each turn is played: in the scenario's process (default), a `personalab turn --json` process "
+        "each, or through `langgraph dev` (LangGraph HTTP API)",
+    )
+    run_parser.add_argument("--repo", help="with --via served: the folder with langgraph.json (default: the package's tree)")
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     run_parser.set_defaults(handler=run)

@@ -115,7 +115,7 @@ def chroma_server(path: Path, log: Path) -> Iterator[tuple[str, int]]:
 def graph_server(repo: Path, workdir: Path, env: Mapping[str, str], *, inherit_settings: bool = True) -> Iterator[str]:
     """`langgraph dev` serving `repo`'s langgraph.json from `workdir` (its records live there: a second server
     started elsewhere never finds them) with the PERSONALAB_* settings in `env`; yields the base URL. The log is
-    `workdir/server.log`. `inherit_settings=False`: no PERSONALAB_* variable of this process reaches the server.
+    `workdir/server.log`, the server's process id `workdir/server.pid`. `inherit_settings=False`: no PERSONALAB_* variable of this process reaches the server.
     `--no-reload`: other files of the tree may change while it runs, and a reload would cut a run off."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = json.loads((repo / "langgraph.json").read_text(encoding="utf-8"))
@@ -130,6 +130,7 @@ def graph_server(repo: Path, workdir: Path, env: Mapping[str, str], *, inherit_s
     command = [_tool("langgraph"), "dev", "--no-browser", "--no-reload", "--port", str(port)]
     log = workdir / "server.log"
     with _process([*command, "--config", "langgraph.json"], cwd=workdir, env=full, log=log) as process:
+        (workdir / "server.pid").write_text(str(process.pid), encoding="ascii")
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(f"{url}/ok", process, "langgraph dev", log)
         yield url

@@ -5,7 +5,9 @@ environment (`PERSONALAB_DATA_DIR`, `PERSONALAB_LLM`; no `PERSONALAB_DATABASE_UR
 scenarios played at the same time share nothing: not the environment or the settings read from it, not the
 engines, Chroma clients and collections cached per path, not the warm-up, the background writers or the
 checkpointer. JOB is a JSON file: {"scenario": the validated scenario, "result": where to write the result,
-"judge": bool, "rag_timeout_s": float}. The process writes one line `turn` per turn played to its standard output
+"judge": bool, "rag_timeout_s": float, "via": "inprocess" | "cli" | "served", "repo": the langgraph.json folder for
+served}. The scenario is set up here (Python API); its turns are played in this process, or one `personalab turn`
+process each, or by a `langgraph dev` this process starts (evals/via.py). The process writes one line `turn` per turn played to its standard output
 (the parent's progress bar; anything else the process prints goes to standard error), and the result (evals.play)
 to the result file. SIGINT (Ctrl-C, or the parent passing it on) stops the scenario at the next turn: the result
 is then `interrupted`.
@@ -20,7 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 TICK = "turn"
 
@@ -45,8 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from personalab.evals.play import PlayOptions, play_scenario
     from personalab.evals.runs import write_json
     from personalab.evals.scenario import Scenario
-    from personalab.graph.runner import turn_graph
-    from personalab.nodes.context import Context
+    from personalab.evals.via import open_turns
     from personalab.stores.background import flush_event_writes
     from personalab.stores.embeddings import get_embeddings
     from personalab.stores.settings import settings
@@ -58,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the scripted model writes an out-of-range marker on purpose every 12 turns (the ignored path); its
         # warning per turn would fill the scenario's log
         logging.getLogger("personalab.nodes.progress_parse").setLevel(logging.ERROR)
-    get_embeddings().embed_query("预热")  # the model loads once, before any turn's retrieval cap runs
+    via = str(job.get("via") or "inprocess")
+    if via == "inprocess":
+        get_embeddings().embed_query("预热")  # the model loads once, before any turn's retrieval cap runs
     judge = None
     if job.get("judge"):
         from personalab.evals.judge import Judge
@@ -68,8 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     def tick() -> None:
         ticks.write(TICK + "\n")
 
-    with turn_graph(Context(rag_timeout_s=float(job["rag_timeout_s"]))) as (graph, ctx):
-        result = play_scenario(scenario, graph, ctx, PlayOptions(stop=stop, on_turn=tick, judge=judge))
+    folder = Path(settings().data_dir)
+    repo = Path(job["repo"]) if job.get("repo") else None
+
+    def turns() -> Any:
+        return open_turns(via, folder=folder, rag_timeout_s=float(job["rag_timeout_s"]), repo=repo)
+
+    result = play_scenario(scenario, turns, PlayOptions(stop=stop, on_turn=tick, judge=judge))
+    result.setdefault("via", via)  # also when the set-up failed, before any turn
     flush_event_writes()
     write_json(Path(job["result"]), result)
     return 0

@@ -571,3 +571,42 @@ def test_a_scenario_process_that_dies_is_reported_with_the_end_of_its_log(
             "Traceback (most recent call last): | MemoryError: gone"
         )
         assert f"FAILED {scenario['name']}: {scenario['error']}" in stdout
+
+
+VIA_SMALL = """
+name: via_small
+character: {sample: wasteland}
+background: {sample: wasteland}
+instances: 2
+turns:
+  - user: 我叫阿杰，我最喜欢的食物是红烧肉。
+  - filler: 1
+    seed: 3
+  - probe: 你还记得我最喜欢吃什么吗？
+    expect: {retrieved: [红烧肉]}
+secrets:
+  - {instance: 1, user: 我的保险箱密码是蓝色钥匙四七二, phrase: 蓝色钥匙}
+"""
+
+
+@pytest.mark.parametrize("via", ["cli", "served"])
+def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
+    via: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one turn of recent dialogue: the fact, 2 turns back, can only reach the prompt through the retrieved region;
+    # each turn of `cli` is a process of its own, so the probe reads what earlier processes wrote
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "1")
+    path = write(tmp_path / "via_small.yaml", VIA_SMALL)
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "eval", "run", str(path), "--out", str(out), "--via", via, "--no-progress")
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    scenario = report["scenarios"][0]
+    assert report["meta"]["via"] == via and scenario["via"] == via
+    assert scenario["status"] == "ok" and scenario["turns"] == 2 * 3 + 1, scenario["error"]
+    # each instance's probe: the fact of its own dialogue, in the retrieved region
+    assert scenario["retrieved"]["all"] == {"hits": 2, "checks": 2, "rate": 1.0, "in_prompt": 2}
+    # instance 1's secret: never in instance 2's prompt (every turn checked); no memory of another instance either
+    assert scenario["secrets"] == {"said": 1, "leaked": 0}
+    assert scenario["other_instances"]["foreign"] == 0 and scenario["other_instances"]["memories"] > 0
+    assert f"--via {via}" in (out / "report.md").read_text(encoding="utf-8")

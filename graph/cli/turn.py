@@ -35,6 +35,7 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
         "turn": state.get("turn"),
         "reply": state.get("reply"),
         "reply_lines": state.get("reply_lines"),
+        "reply_raw": state.get("reply_raw"),  # the model's own text, [PROGRESS] markers included
         "error": state.get("error"),
         "model": state.get("model"),
         "plot_state": state.get("plot_state"),
