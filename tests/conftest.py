@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,10 @@ def sqlite_url(data_dir: Path) -> Iterator[str]:
     _dispose(url)
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
+@contextmanager
+def postgres_test_schema() -> Iterator[str]:
+    """A new PostgreSQL schema for a test (or a module), dropped afterwards; PostgreSQL unreachable fails on CI and
+    skips elsewhere."""
     problem = _pg_reachable()
     if problem:
         if os.environ.get("CI") == "true":
@@ -66,6 +69,12 @@ def postgres_url() -> Iterator[str]:
     with postgres_schema(PG_BASE, prefix="t_") as url:
         yield url
         _dispose(url)  # before the schema is dropped
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    with postgres_test_schema() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -471,15 +470,9 @@ def database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     if request.param == "sqlite":
         yield None
         return
-    from conftest import PG_BASE, _pg_reachable
-    from personalab.evals.data_dir import postgres_schema
+    from conftest import postgres_test_schema
 
-    problem = _pg_reachable()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL at {PG_BASE} is unreachable on CI: {problem}")
-        pytest.skip(f"PostgreSQL unreachable: {problem}")
-    with postgres_schema(PG_BASE, prefix="t_") as url:
+    with postgres_test_schema() as url:
         yield url
 
 
