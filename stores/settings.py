@@ -64,7 +64,7 @@ FailpointAction = Annotated[Literal["kill", "stop"], BeforeValidator(_lower)]
 
 
 class Settings(BaseSettings):
-    """PersonaLab's configuration from the environment (README "Configuration"); `settings()` reads it."""
+    """PersonaLab's configuration from the environment (docs/configuration.md); `settings()` reads it."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -438,7 +438,7 @@ def settings() -> Settings:
 
 
 def settings_table() -> str:
-    """README's configuration table (markdown rows: variable | meaning | default), generated from `Settings`."""
+    """The configuration table of docs/configuration.md (markdown rows: variable | meaning | default), from `Settings`."""
     rows = ["| variable | meaning | default |", "| --- | --- | --- |"]
     for field, info in Settings.model_fields.items():
         default = info.default

@@ -245,6 +245,7 @@ def test_the_cli_reports_a_bad_variable_in_one_line_and_exits_2(tmp_path: Path) 
     assert done.stderr == ("personalab: error: PERSONALAB_CHROMA_PORT='abc': expected a whole number from 1 to 65535\n")
 
 
-def test_readme_configuration_table_is_the_settings_table() -> None:
-    """README's table is produced from the settings model, so the documentation cannot drift from the code."""
-    assert settings_table().strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+def test_configuration_table_is_the_settings_table() -> None:
+    """docs/configuration.md's table is produced from the settings model, so the documentation cannot drift from the
+    code."""
+    assert settings_table().strip() in (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
