@@ -90,3 +90,42 @@ def _dispose(_url: str) -> None:
 
     cancel_retries()  # a queued write's retry must not reach the next test's database
     dispose_engines()
+
+
+# --- markers: the quick tests and the rest (registered in pyproject.toml; docs/testing.md) -------------------------
+# `./run test-quick` = `./run test -m "not (postgres or served or faults or browser or slow)"`. Applied here, from
+# the fixtures a test uses and from the lists below, so no test file needs to name them.
+
+# files whose every test starts `langgraph dev` (or another server process)
+SERVED_FILES = {"test_served.py", "test_auth_http.py", "test_dialogue_served.py", "test_outbox_served.py", "test_bench_load.py"}
+# fixtures that start one
+SERVED_FIXTURES = {"server", "served"}
+# files of the fault campaign: kill -9, the database taken away, a full disk
+FAULT_FILES = {"test_bench_faults.py", "test_database_down.py", "test_disk_full.py"}
+# files and tests that take more than about 5 s on the 2-core development machine (measured with
+# `./run test --durations=0`; a whole file when most of its tests are slow)
+SLOW_FILES: set[str] = set()
+SLOW_TESTS: set[str] = set()
+
+
+def _param_is_postgres(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(value == "postgres" for value in callspec.params.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test `postgres`, `served`, `faults`, `browser` or `slow` from what it uses (see the lists above)."""
+    for item in items:
+        file = item.path.name
+        name = getattr(item, "originalname", item.name)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "postgres_url" in fixtures or _param_is_postgres(item) or file == "test_bench_load.py":
+            item.add_marker(pytest.mark.postgres)
+        if file in SERVED_FILES or fixtures & SERVED_FIXTURES or "langgraph_dev" in name or "served" in name:
+            item.add_marker(pytest.mark.served)
+        if file in FAULT_FILES or "killed" in name:
+            item.add_marker(pytest.mark.faults)
+        if file.startswith("test_browser") or fixtures & {"page", "browser"}:
+            item.add_marker(pytest.mark.browser)
+        if file in SLOW_FILES or f"{file}::{name}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
