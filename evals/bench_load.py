@@ -13,7 +13,7 @@ played), the client's time per turn p50 / p95 / max alone and under load and the
 turn and that time without the reply's model call (`debug.turn_time` of each answer: PersonaLab's per-turn overhead,
 server-side, without the run queue), turns per second. The
 scripted model answers at once, so a turn's time is PersonaLab's and the server's overhead, not a model's.
-With `--auth` the server runs with `PERSONALAB_AUTH=tokens` (README "Users and auth") and one token per user, and
+With `--auth` the server runs with `PERSONALAB_AUTH=tokens` (docs/deployment.md "Users and auth") and one token per user, and
 after the load every user must list exactly their own instances.
 """
 

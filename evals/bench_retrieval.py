@@ -21,7 +21,7 @@ its template text plus its day, a record entry's its line with the lines before 
 documents.
 
 Measured, in one process:
-- latency: `--retrievals` calls of `nodes.retrieval.retrieve` with the turn's defaults (`RetrievalConfig()`:
+- latency: `--retrievals` calls of `nodes.rules.retrieval.retrieve` with the turn's defaults (`RetrievalConfig()`:
   scene weights, found memories marked as mentioned), round-robin over the instances, each on one instance,
   each with a new query text (its embedding is part of the time). p50 / p95 (nearest rank) of the whole call and
   of its steps (`RetrievalResult.timings_ms`). Goal: p95 ≤ 30 ms (seed 004 asks for < 100 ms).

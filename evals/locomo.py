@@ -6,10 +6,10 @@ the turns that hold the evidence.
 
 - Ingestion, as the product ingests dialogue: each conversation is one instance of a real `MemoryStore` (SQLite +
   Chroma in a temporary data directory unless `--data-dir`), each turn one memory made by
-  `nodes.dialogue_memory.dialogue_memories` (speaker, text, the image caption, the session date, the two previous
+  `nodes.rules.dialogue_memory.dialogue_memories` (speaker, text, the image caption, the session date, the two previous
   turns as context), all of a conversation added in one `add_memories` call (offline embeddings by default).
 - Questions of categories 1–4 (multi-hop, temporal, open-domain, single-hop; category 5, adversarial, has no
-  answer in the dialogue) that have evidence are asked through `nodes.retrieval.retrieve` on their own
+  answer in the dialogue) that have evidence are asked through `nodes.rules.retrieval.retrieve` on their own
   conversation's instance with `RetrievalConfig.for_recall()` (`--scene-weights`: the turn's scene weights).
 - Score: turn-level evidence recall@k = the share of a question's evidence turns among the first k memories,
   averaged over questions; overall and per category. Evidence ids are normalised (``"D8:6; D9:17"`` is two ids,
@@ -219,7 +219,7 @@ def conversation_lines(conversation: LocomoConversation, *, dates: bool = True) 
 
 def bm25_baseline(conversation: LocomoConversation) -> Any:
     """rank_bm25's `BM25Okapi` with its defaults over one document per turn, ``speaker: text``, tokenised with
-    the product's tokeniser (`nodes.keywords.tokenize`: stop words out, lower case, light stemming)."""
+    the product's tokeniser (`nodes.rules.keywords.tokenize`: stop words out, lower case, light stemming)."""
     from rank_bm25 import BM25Okapi
 
     return BM25Okapi([tokenize(f"{turn.speaker}: {turn.text}") for turn in conversation.turns])
@@ -250,7 +250,7 @@ def run_eval(
     progress: Any = None,
 ) -> dict[str, Any]:
     """Ingest every conversation into its own instance of a `MemoryStore` in `data`, ask each question of
-    categories 1–4 that has evidence through `nodes.retrieval.retrieve`, and score both the product and the
+    categories 1–4 that has evidence through `nodes.rules.retrieval.retrieve`, and score both the product and the
     BM25 baseline. Returns the tables, timings and counts."""
     from personalab.stores.memory import MemoryStore
 
@@ -329,10 +329,10 @@ def run(args: argparse.Namespace) -> int:
     context = f"the {args.context_lines} previous turn(s) as context" if args.context_lines else "no context"
     print(
         f"memories: one per turn (speaker: text + image caption{' + session date' if not args.no_dates else ''}), "
-        f"{context} (nodes.dialogue_memory); embeddings: {embeddings}"
+        f"{context} (nodes.rules.dialogue_memory); embeddings: {embeddings}"
     )
     weights = "the scene's weights (turn default)" if args.scene_weights else "RetrievalConfig.for_recall()"
-    print(f"retrieval: nodes.retrieval.retrieve on stores.memory.MemoryStore, {weights}, k={max(KS)}")
+    print(f"retrieval: nodes.rules.retrieval.retrieve on stores.memory.MemoryStore, {weights}, k={max(KS)}")
 
     def progress(conversation: LocomoConversation, count: int) -> None:
         if args.verbose:

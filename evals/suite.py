@@ -1,11 +1,11 @@
-"""`personalab eval all --out DIR [--locomo PATH] [--quick]`: every figure README states, in one command (issue 12).
+"""`personalab eval all --out DIR [--locomo PATH] [--quick]`: the benchmark figures (docs/benchmarks/) in one command (issue 12).
 
 Runs, one after the other and each in a new process (a benchmark's figures depend on what its process has loaded):
 the benchmarks (`bench builder`, `history`, `turn`, `retrieval`, `cold`), LoCoMo retrieval recall (`eval locomo`,
 when `--locomo PATH` names the file) and the shipped scenario suite (`eval run shipped`). Each one's output is kept
 in `DIR/<name>.txt` (the suite's report in `DIR/scenarios/`); `DIR/report.md` starts with the summary table
 (figure, goal, measured, met?) read from their goal lines, and says which goals were missed and which runs failed.
-`--quick` uses smaller fixtures (minutes instead of tens of minutes; the figures are then not README's).
+`--quick` uses smaller fixtures (minutes instead of tens of minutes; the figures are then not the logged ones).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Configuration, from the settings (stores/settings.py, the environment as it is a
 A bad value raises `ConfigError` (a ValueError) naming the variable, the value and what is allowed.
 
 The scripted model tells requests apart by the purpose marker each system prompt starts with
-(nodes/prompts.py), and answers:
+(nodes/rules/prompts.py), and answers:
 - reply: one to three `【emotion】content<tts>(action)` segments in Chinese, built from the user's message and the
   turn (from the head's 【当前轮次】 line), with `[PROGRESS:i:status]` markers on a 6-turn cycle — turn 6k+1
   `in_progress` of the current point (at the start), 6k+2 `completed` (at the end), then none for 4 turns, so
@@ -65,7 +65,7 @@ ANSWER_TOKEN_CAPS = {
 def get_chat_model(
     purpose: str = prompts.PURPOSE_REPLY, *, until: float | None = None, max_tokens: int | None = None
 ) -> BaseChatModel:
-    """The chat model for `purpose` (one of nodes.prompts.PURPOSES), configured from the settings (module doc).
+    """The chat model for `purpose` (one of nodes.rules.prompts.PURPOSES), configured from the settings (module doc).
 
     `until`: the time (`time.time()`) the request must end by — the turn's deadline (nodes/rules/deadline.py);
     the request's timeout is what is left, at most PERSONALAB_LLM_TIMEOUT, and a request made with (almost)

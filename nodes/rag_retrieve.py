@@ -1,7 +1,7 @@
 """RAG retrieval (seed 002 需求3; seeds 001 + 004): the character's long-term memory of this instance, the
 world book and the knowledge library, fused into one injection under the retrieved region's token budget.
 
-- memories: `nodes.retrieval.retrieve` — BM25, vector, tag and world-book paths over this instance only,
+- memories: `nodes.rules.retrieval.retrieve` — BM25, vector, tag and world-book paths over this instance only,
   fused, then scene-weighted scoring, mention penalty, dedupe against what the character said recently, every item with its breakdown;
   each path keeps to the memories of the branch the turn continues (`BranchMemories`, seed 000's tree);
 - world book (seed 004): keyword / semantic / temporal / emotional triggers on the recent lines;

@@ -7,7 +7,7 @@ and stored texts get e5's "query: " / "passage: " roles), and ``fused``, both: e
 by 1/√2 and concatenated (896 dimensions), so the cosine of two fused vectors is the mean of the two models'
 cosines. Optional upgrade: any OpenAI-compatible embeddings endpoint, chosen with `PERSONALAB_EMBEDDINGS=openai`.
 Vectors of one model cannot be compared with another's: after changing the setting, rebuild an instance's
-vectors (`MemoryStore.reindex`). LoCoMo figures of the three offline choices: README.
+vectors (`MemoryStore.reindex`). LoCoMo figures of the three offline choices: docs/benchmarks/.
 
 """
 

@@ -1,4 +1,4 @@
-"""Dialogue lines as memories (nodes.dialogue_memory) and what the store does with them: a context stored in front
+"""Dialogue lines as memories (nodes.rules.dialogue_memory) and what the store does with them: a context stored in front
 of the memory and weighing half in BM25, and bulk adds with precomputed embeddings (SQLite and PostgreSQL, real
 Chroma in the tmp data dir)."""
 

@@ -1,7 +1,7 @@
 """What the served API refuses before a route runs (issue 14, hostile values and users kept apart).
 
 - **Ids** in a path or query (`PathId`, `QueryId`): whole numbers from 0 to 2147483647, the range of an INTEGER
-  column on every backend (README "Bad input everywhere else"); others are a 422 naming the parameter, where
+  column on every backend (docs/cli.md "Bad input"); others are a 422 naming the parameter, where
   PostgreSQL would refuse to even compare them (a 500) and SQLite overflow.
 - **JSON bodies** of PersonaLab's routes (`LimitedBodyRoute`): at most `MAX_JSON_BODY_BYTES` (a character with a
   base64 avatar: `MAX_CHARACTER_BODY_BYTES`; an instance import: `library.MAX_EXPORT_BYTES`), refused with a 413 naming the limit as soon as the `Content-Length` or the bytes read

@@ -31,7 +31,7 @@ The estimate: no signal but ``first_person`` → 0 (small talk: nothing to raise
 `FACT_THRESHOLD` (0.6: seed 001's archive threshold, so a fact memory can reach the archive instead of fading).
 
 Measured on held-out sentences (not used to write these rules; `tests/test_importance.py` prints precision and
-recall): see the README.
+recall): see docs/architecture.md (Fact importance).
 """
 
 from __future__ import annotations

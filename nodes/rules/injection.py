@@ -8,7 +8,7 @@ Decided here:
 - Items are given ranked (best first) within their section; an item that does not fit is skipped and
   the next ones are still tried, so a short memory can use what a long one could not.
 - Tokens are counted with langchain-core's `count_tokens_approximately` on the assembled text, at
-  `CHARS_PER_TOKEN` = 1.5 characters per token (the team's default in `nodes.prompt_assembly.RegionBudgets`:
+  `CHARS_PER_TOKEN` = 1.5 characters per token (the team's default in `nodes.rules.prompt_assembly.RegionBudgets`:
   langchain's default of 4 is for English and would let Chinese text overrun the budget ~2.5x; pass
   `token_counter` to count otherwise). An item costs what it adds to the count of its position's text (its line, plus the section header
   and `【group】` line it opens), so the included items' costs add up exactly to `tokens_used`.

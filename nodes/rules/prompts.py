@@ -1,7 +1,7 @@
 """Every LLM instruction text of the turn graph (seed 002), in Chinese; logic modules format these, never inline text.
 
 Purpose marker: each system prompt starts with `purpose_marker(purpose)` (`〔PersonaLab任务：reply〕` ...).
-It tells the offline scripted model (graph/llm.py) which kind of request it got, without guessing from the
+It tells the offline scripted model (nodes/scripted_llm.py) which kind of request it got, without guessing from the
 wording; a real model just reads one harmless line. `detect_purpose` is its inverse.
 """
 
