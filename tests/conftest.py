@@ -108,9 +108,10 @@ SLOW_FILES: set[str] = set()
 SLOW_TESTS: set[str] = set()
 
 
-def _param_is_postgres(item: pytest.Item) -> bool:
+def _has_param(item: pytest.Item, value: str) -> bool:
+    """The test runs with a parameter of this value (`db_url`'s "postgres", `eval run`'s way "served")."""
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(value == "postgres" for value in callspec.params.values())
+    return callspec is not None and any(isinstance(param, str) and param == value for param in callspec.params.values())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -119,9 +120,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         file = item.path.name
         name = getattr(item, "originalname", item.name)
         fixtures = set(getattr(item, "fixturenames", ()))
-        if "postgres_url" in fixtures or _param_is_postgres(item) or file == "test_bench_load.py":
+        if "postgres_url" in fixtures or _has_param(item, "postgres") or file == "test_bench_load.py":
             item.add_marker(pytest.mark.postgres)
-        if file in SERVED_FILES or fixtures & SERVED_FIXTURES or "langgraph_dev" in name or "served" in name:
+        if file in SERVED_FILES or fixtures & SERVED_FIXTURES or "langgraph_dev" in name or _has_param(item, "served"):
             item.add_marker(pytest.mark.served)
         if file in FAULT_FILES or "killed" in name:
             item.add_marker(pytest.mark.faults)
