@@ -1,6 +1,7 @@
-"""The `personalab` console script: `personalab eval …` and `personalab bench …` go to the evaluations
-(`personalab.evals.__main__`, imported only then), every other command to the product's CLI
-(`personalab.graph.cli.main`). The product never imports the evaluations (import-linter: graph ✗→ evals)."""
+"""`personalab eval …` and `personalab bench …`: the evaluations' commands, found by the product's CLI as entry
+points of the group `personalab.commands` (pyproject.toml) and loaded only when one of them runs. The product never
+imports the evaluations (import-linter: graph ✗→ evals); `personalab-evals …` and `python -m personalab.evals …` run
+the same commands directly."""
 
 from __future__ import annotations
 
@@ -10,15 +11,11 @@ from collections.abc import Sequence
 EVAL_COMMANDS = ("eval", "bench")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in EVAL_COMMANDS:
-        from personalab.evals.__main__ import main as evals_main
+def main(argv: Sequence[str] | None = None, prog: str = "personalab") -> int:
+    """Run `argv` (its first word `eval` or `bench`) as the evaluations' command line."""
+    from personalab.evals.__main__ import main as evals_main
 
-        return evals_main(args, prog="personalab")
-    from personalab.graph.cli import main as product_main
-
-    return product_main(args)
+    return evals_main(list(sys.argv[1:] if argv is None else argv), prog=prog)
 
 
 if __name__ == "__main__":

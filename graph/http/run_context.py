@@ -26,12 +26,12 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from personalab.graph.api.schemas.common import INTEGER_MAX
 from personalab.nodes.context import RUN_KNOBS, SERVER_FIELDS, Context, validate_run_context
-from personalab.nodes.history_fetch import check_turn_input, check_user_name
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.validation import bad_character, json_type
 from personalab.nodes.state import TurnInput
-from personalab.stores.db import INTEGER_MAX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
