@@ -168,3 +168,10 @@ def test_the_host_app_example_runs_on_the_api_only(tmp_path: Path) -> None:
     assert total >= 5 and 3 <= after < total
     assert "next turn 2" in out
     assert "instances: [1]" in out
+
+
+def test_the_doors_integer_bounds_are_the_databases() -> None:
+    from personalab.graph.api.schemas import common
+    from personalab.stores import db
+
+    assert (common.INTEGER_MIN, common.INTEGER_MAX) == (db.INTEGER_MIN, db.INTEGER_MAX)

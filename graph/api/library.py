@@ -22,6 +22,7 @@ API, kept as wrappers for one release.
 from __future__ import annotations
 
 import base64
+import builtins
 import io
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -481,7 +482,7 @@ class Instances(_Area):
         with self._session() as session:
             return rows.instance_owner(session, instance_id)
 
-    def ids(self) -> list[int]:
+    def ids(self) -> builtins.list[int]:  # `list` is the method above here
         """The ids of the caller's instances (the operator: every instance)."""
         with self._session() as session:
             return rows.instance_ids(session, self.owner)
