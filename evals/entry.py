@@ -12,10 +12,16 @@ EVAL_COMMANDS = ("eval", "bench")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "personalab") -> int:
-    """Run `argv` (its first word `eval` or `bench`) as the evaluations' command line."""
-    from personalab.evals.__main__ import main as evals_main
+    """Run `argv` whose first word is `eval` or `bench` as the evaluations' command line; any other (the previous
+    release's console script passed every command here) goes to the product's CLI."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in EVAL_COMMANDS:
+        from personalab.evals.__main__ import main as evals_main
 
-    return evals_main(list(sys.argv[1:] if argv is None else argv), prog=prog)
+        return evals_main(args, prog=prog)
+    from personalab.graph.cli import main as product_main
+
+    return product_main(args)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,9 @@ def delete_character_row(session: Session, character_id: int) -> None:
     session.flush()
 
 
-def matching_character(session: Session, data: Mapping[str, Any], keys: Iterable[str], owner: str | None) -> Role | None:
+def matching_character(
+    session: Session, data: Mapping[str, Any], keys: Iterable[str], owner: str | None
+) -> Role | None:
     """A stored character `owner` sees whose `keys` equal the exported `data`'s (an import into the database it
     came from reuses its character instead of copying it)."""
     from personalab.stores.library import row_to_json  # its module opens the checkpointer: only for an import
@@ -202,15 +204,15 @@ def _is_id(value: Any) -> bool:
 def instance_row(session: Session, instance_id: int, owner: str | None = None) -> Save:
     """The instance `instance_id` if it is `owner`'s (the operator: any); `InstanceNotFound` naming the id for one
     that does not exist or is another user's."""
-    save = session.get(Save, instance_id) if _is_id(instance_id) else None
-    if save is None or not owns(save, owner):
+    row = session.get(Save, instance_id) if _is_id(instance_id) else None
+    if row is None or not owns(row, owner):
         raise InstanceNotFound(f"instance {instance_id} does not exist")
-    return save
+    return row
 
 
 def instance_owner(session: Session, instance_id: int) -> tuple[bool, str | None]:
-    save = session.get(Save, instance_id) if _is_id(instance_id) else None
-    return (save is not None, save.owner if save is not None else None)
+    instance_row = session.get(Save, instance_id) if _is_id(instance_id) else None
+    return (instance_row is not None, instance_row.owner if instance_row is not None else None)
 
 
 def instance_ids(session: Session, owner: str | None) -> list[int]:
@@ -227,18 +229,18 @@ def instance_rows(
         chosen.append(col(Save.role_id) == character_id)
     if background_id is not None:
         chosen.append(col(Save.background_id) == background_id)
-    saves = list(session.exec(select(Save).where(*chosen).order_by(col(Save.id).desc())).all())
-    return saves, select(Save.id).where(*chosen)
+    listed = list(session.exec(select(Save).where(*chosen).order_by(col(Save.id).desc())).all())
+    return listed, select(Save.id).where(*chosen)
 
 
-def instance_summaries(session: Session, saves: Sequence[Save], scope: Any) -> list[dict[str, Any]]:
-    """What the instance list shows of each of `saves` (`scope`: their ids, a list or a select): character and
+def instance_summaries(session: Session, listed: Sequence[Save], scope: Any) -> list[dict[str, Any]]:
+    """What the instance list shows of each of `listed` (`scope`: their ids, a list or a select): character and
     background names, the story state of the current branch and when its turn ran, or the outline of an instance
     not played yet; each read for all of them in one grouped query (listing many costs what listing one does)."""
-    if not saves:
+    if not listed:
         return []
-    role_ids = {save.role_id for save in saves if save.role_id is not None}
-    background_ids = {save.background_id for save in saves if save.background_id is not None}
+    role_ids = {instance_row.role_id for instance_row in listed if instance_row.role_id is not None}
+    background_ids = {instance_row.background_id for instance_row in listed if instance_row.background_id is not None}
     roles = dict(session.exec(select(Role.id, Role.name).where(col(Role.id).in_(role_ids))).all()) if role_ids else {}
     backgrounds = (
         dict(session.exec(select(Background.id, Background.name).where(col(Background.id).in_(background_ids))).all())
@@ -246,31 +248,37 @@ def instance_summaries(session: Session, saves: Sequence[Save], scope: Any) -> l
         else {}
     )
     branches = branch_story_states(session, scope)  # the current branch's, after a rewind or swipe
-    unplayed = {save.background_id for save in saves if save.id not in branches and save.background_id in backgrounds}
+    unplayed = {
+        instance_row.background_id
+        for instance_row in listed
+        if instance_row.id not in branches and instance_row.background_id in backgrounds
+    }
     outlines: dict[int, list[str]] = {}
     if unplayed:
         points = select(OutlinePoint).where(col(OutlinePoint.background_id).in_(unplayed))
         for point in session.exec(points.order_by(col(OutlinePoint.background_id), col(OutlinePoint.position))).all():
             outlines.setdefault(point.background_id, []).append(point.content)
     found = []
-    for save in saves:
-        assert save.id is not None
-        state, when = branches.get(save.id, (None, None))
+    for instance_row in listed:
+        assert instance_row.id is not None
+        state, when = branches.get(instance_row.id, (None, None))
         last: datetime | None = when
         found.append(
             {
-                "id": save.id,
-                "title": save.title,
-                "character_id": save.role_id,
-                "character_name": roles.get(save.role_id) if save.role_id is not None else None,
-                "background_id": save.background_id,
-                "background_name": backgrounds.get(save.background_id) if save.background_id is not None else None,
-                "created_at": save.created_at,
+                "id": instance_row.id,
+                "title": instance_row.title,
+                "character_id": instance_row.role_id,
+                "character_name": roles.get(instance_row.role_id) if instance_row.role_id is not None else None,
+                "background_id": instance_row.background_id,
+                "background_name": backgrounds.get(instance_row.background_id)
+                if instance_row.background_id is not None
+                else None,
+                "created_at": instance_row.created_at,
                 "last_turn_at": last,
                 "turns": int(state.turn) if state is not None else 0,
                 "plot_state": (state.state.get("plot_state") if state is not None else None) or None,
-                "outline": outlines.get(save.background_id) if save.background_id is not None else None,
-                "owner": save.owner,
+                "outline": outlines.get(instance_row.background_id) if instance_row.background_id is not None else None,
+                "owner": instance_row.owner,
             }
         )
     return found

@@ -68,9 +68,7 @@ def test_a_cascading_delete_is_one_transaction(db_url: str) -> None:
         api.characters.get(character_id)
 
 
-def test_a_card_import_that_fails_at_its_book_leaves_no_character(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_card_import_that_fails_at_its_book_leaves_no_character(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The character, its world book and the card are one transaction: a failure storing the book rolls the
     character back too."""
     import json
@@ -127,7 +125,11 @@ def test_eval_and_bench_come_from_the_entry_points(tmp_path: Path) -> None:
     assert {point.name for point in entry_points(group="personalab.commands")} >= {"eval", "bench"}
     env = _env(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-c", "import sys; from personalab.graph.cli import main; sys.exit(main(['bench', '--help']))"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from personalab.graph.cli import main; sys.exit(main(['bench', '--help']))",
+        ],
         capture_output=True,
         text=True,
         env=env,

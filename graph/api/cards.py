@@ -74,10 +74,10 @@ class Cards(_Area):
         # a card's text over the library's limits is refused naming the field, as a typed-in character is
         character_input = validate_model(CharacterInput, {**data, "avatar": avatar_png(card)}, where)
         with self._session() as session:  # the character, its world book and the card: all or nothing
-            role = Characters(self.caller).add(session, character_input)
-            assert role.id is not None
-            done = attach_card(session, role.id, card)
-            character_id, name = role.id, role.name
+            character_row = Characters(self.caller).add(session, character_input)
+            assert character_row.id is not None
+            done = attach_card(session, character_row.id, card)
+            character_id, name = character_row.id, character_row.name
         book = None
         if done.book is not None:
             book = {

@@ -386,12 +386,19 @@ def _dialogue(owner: str | None, database_url: str | None) -> Dialogue:
 
 
 def history(
-    instance_id: int, *, offset: int = 0, limit: int = DEFAULT_PAGE, owner: str | None = None, database_url: str | None = None
+    instance_id: int,
+    *,
+    offset: int = 0,
+    limit: int = DEFAULT_PAGE,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     return _dialogue(owner, database_url).history(instance_id, offset=offset, limit=limit)
 
 
-def siblings(instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
+def siblings(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     return _dialogue(owner, database_url).siblings(instance_id, line_id)
 
 
@@ -399,11 +406,15 @@ def story_state(instance_id: int, *, owner: str | None = None, database_url: str
     return _dialogue(owner, database_url).story_state(instance_id)
 
 
-def rewind(instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
+def rewind(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     return _dialogue(owner, database_url).rewind(instance_id, line_id)
 
 
-def swipe(instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:
+def swipe(
+    instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
+) -> dict[str, Any]:
     return _dialogue(owner, database_url).swipe(instance_id, line_id)
 
 
@@ -427,7 +438,9 @@ def regenerate(
     owner: str | None = None,
 ) -> dict[str, Any]:
     url = context.database_url if context is not None else None
-    return _dialogue(owner, url).regenerate(instance_id, line_id=line_id, graph=graph, context=context, on_token=on_token)
+    return _dialogue(owner, url).regenerate(
+        instance_id, line_id=line_id, graph=graph, context=context, on_token=on_token
+    )
 
 
 def edit(

@@ -121,20 +121,20 @@ class _Area:
         return session_scope(self.database_url)
 
 
-def _character(session: Any, role: Role, owner: str | None) -> Character:
-    assert role.id is not None
+def _character(session: Any, character_row: Role, owner: str | None) -> Character:
+    assert character_row.id is not None
     return Character(
-        id=role.id,
-        name=role.name,
-        **{name: getattr(role, name) or "" for name in CHARACTER_TEXT},
-        greetings=list(role.greetings or []),
-        avatar_mime=role.avatar_mime if role.avatar_image else None,
-        avatar_bytes=len(role.avatar_image or b""),
-        created_at=role.created_at,
-        updated_at=role.updated_at,
-        instances=rows.instances_of_character(session, role.id, owner),
-        owner=role.owner,
-        shared=bool(role.shared),
+        id=character_row.id,
+        name=character_row.name,
+        **{name: getattr(character_row, name) or "" for name in CHARACTER_TEXT},
+        greetings=list(character_row.greetings or []),
+        avatar_mime=character_row.avatar_mime if character_row.avatar_image else None,
+        avatar_bytes=len(character_row.avatar_image or b""),
+        created_at=character_row.created_at,
+        updated_at=character_row.updated_at,
+        instances=rows.instances_of_character(session, character_row.id, owner),
+        owner=character_row.owner,
+        shared=bool(character_row.shared),
     )
 
 
@@ -178,7 +178,10 @@ class Characters(_Area):
     def list(self) -> list[Character]:
         """Every character the caller sees (their own and the shared ones; the operator: all)."""
         with self._session() as session:
-            return [_character(session, role, self.owner) for role in rows.character_rows(session, self.owner)]
+            return [
+                _character(session, character_row, self.owner)
+                for character_row in rows.character_rows(session, self.owner)
+            ]
 
     def get(self, character_id: int) -> Character:
         with self._session() as session:
@@ -187,10 +190,10 @@ class Characters(_Area):
     def avatar(self, character_id: int) -> tuple[bytes, str]:
         """The character's avatar image and its MIME type; `NotFound` when it has none."""
         with self._session() as session:
-            role = rows.character_row(session, character_id, self.owner)
-            if not role.avatar_image:
+            character_row = rows.character_row(session, character_id, self.owner)
+            if not character_row.avatar_image:
                 raise NotFound(f"character {character_id} has no avatar")
-            return bytes(role.avatar_image), role.avatar_mime or "application/octet-stream"
+            return bytes(character_row.avatar_image), character_row.avatar_mime or "application/octet-stream"
 
     def edit(self, character_id: int, changes: CharacterEdit | Mapping[str, Any]) -> Character:
         """Change the given fields (seed 002 编辑角色). Running instances see the new definition from their next
@@ -198,7 +201,7 @@ class Characters(_Area):
         edit = validate_model(CharacterEdit, changes, "character")
         mime = check_avatar(edit.avatar) if edit.avatar is not None else None
         with self._session() as session:
-            role = rows.character_row(session, character_id, self.owner, change=True)
+            character_row = rows.character_row(session, character_id, self.owner, change=True)
             values = {
                 name: value
                 for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
@@ -208,8 +211,8 @@ class Characters(_Area):
                 values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
             elif edit.remove_avatar:
                 values |= {"avatar_image": None, "avatar_mime": None}
-            rows.change_row(session, role, values)
-            return _character(session, role, self.owner)
+            rows.change_row(session, character_row, values)
+            return _character(session, character_row, self.owner)
 
     def delete(self, character_id: int, *, cascade: bool = False) -> Deleted:
         """Delete a character (seed 002 删除角色). Refused (`InUse`, naming them) while instances use it, unless
@@ -308,11 +311,11 @@ def _plot_progress(plot_state: Mapping[str, Any] | None) -> PlotProgress | None:
     )
 
 
-def _instances(session: Any, saves: Sequence[Save], scope: Any) -> list[Instance]:
-    """`saves` as the list shows them (seed 002 查看会话实例列表): turns, plot progress and last turn time of the
+def _instances(session: Any, listed: Sequence[Save], scope: Any) -> list[Instance]:
+    """`listed` as the list shows them (seed 002 查看会话实例列表): turns, plot progress and last turn time of the
     current branch (seed 000 + 002: after a rewind, swipe or edit, those of the branch point)."""
     found = []
-    for item in rows.instance_summaries(session, saves, scope):
+    for item in rows.instance_summaries(session, listed, scope):
         plot_state, outline = item.pop("plot_state"), item.pop("outline")
         if plot_state is None and outline:
             plot_state = new_plot_state(outline)
@@ -320,9 +323,9 @@ def _instances(session: Any, saves: Sequence[Save], scope: Any) -> list[Instance
     return found
 
 
-def _instance(session: Any, save: Save) -> Instance:
-    assert save.id is not None
-    return _instances(session, [save], [save.id])[0]
+def _instance(session: Any, instance_row: Save) -> Instance:
+    assert instance_row.id is not None
+    return _instances(session, [instance_row], [instance_row.id])[0]
 
 
 @contextmanager
@@ -344,7 +347,9 @@ def _locked(instance_ids: Sequence[int], database_url: str | None) -> Iterator[N
         raise
 
 
-def _delete_instances_in(session: Any, instance_ids: Sequence[int]) -> tuple[dict[str, int], list[tuple[int, Any, Any]]]:
+def _delete_instances_in(
+    session: Any, instance_ids: Sequence[int]
+) -> tuple[dict[str, int], list[tuple[int, Any, Any]]]:
     """Every row of the instances, in the caller's transaction: the rows deleted per table, and each instance's
     (id, character, background) for the vectors to delete after the commit."""
     from personalab.stores import library as store
@@ -352,8 +357,8 @@ def _delete_instances_in(session: Any, instance_ids: Sequence[int]) -> tuple[dic
     total: dict[str, int] = {}
     gone = []
     for instance_id in instance_ids:
-        save = get_save(session, instance_id)
-        gone.append((instance_id, save.role_id, save.background_id))
+        instance_row = get_save(session, instance_id)
+        gone.append((instance_id, instance_row.role_id, instance_row.background_id))
         for table, count in store.delete_instance_rows(session, instance_id).items():
             total[table] = total.get(table, 0) + count
     return total, gone
@@ -388,16 +393,22 @@ def _delete_library_item(area: _Area, kind: str, row_id: int, cascade: bool) -> 
     if others:
         raise InUse(f"{kind} {row_id} is used by {others} instance(s) of other users: unshare it instead")
     if users and not cascade:
-        raise InUse(f"{kind} {row_id} is used by instance(s) {', '.join(map(str, users))}: delete them first or use cascade")
+        raise InUse(
+            f"{kind} {row_id} is used by instance(s) {', '.join(map(str, users))}: delete them first or use cascade"
+        )
     flush_event_writes()  # a queued event or memory write must not land after the delete
     with _locked(users, area.database_url):
         with area._session() as session:
             # checked again under the locks: an instance made meanwhile would otherwise block the delete
-            now = (rows.instances_of_character if kind == "character" else rows.instances_of_background)(session, row_id)
+            now = (rows.instances_of_character if kind == "character" else rows.instances_of_background)(
+                session, row_id
+            )
             if set(now) - set(users):
                 raise InUse(f"{kind} {row_id} got new instance(s) {', '.join(map(str, sorted(set(now) - set(users))))}")
             counts, gone = _delete_instances_in(session, users)
-            for table, count in store.delete_library_rows(session, "role" if kind == "character" else "background", row_id).items():
+            for table, count in store.delete_library_rows(
+                session, "role" if kind == "character" else "background", row_id
+            ).items():
                 counts[table] = counts.get(table, 0) + count
             (rows.delete_character_row if kind == "character" else rows.delete_background_row)(session, row_id)
     _after_delete(gone, area.database_url)
@@ -414,35 +425,42 @@ class Instances(_Area):
         background that are theirs or shared."""
         item = validate_model(InstanceInput, data, "instance")
         with self._session() as session:
-            role = rows.character_row(session, item.character_id, self.owner)
+            character_row = rows.character_row(session, item.character_id, self.owner)
             background = rows.background_row(session, item.background_id, self.owner)
-            greetings = list(role.greetings or [])
+            greetings = list(character_row.greetings or [])
             if greetings and item.greeting >= len(greetings):
                 raise InvalidInput(
                     f"instance.greeting: {item.greeting} is out of range (the character has {len(greetings)})"
                 )
             if not greetings and item.greeting:
-                raise InvalidInput(f"instance.greeting: character {role.id} has no greetings")
-            title = item.title.strip() or f"{role.name} · {background.name}"
-            save = create_save(session, role.id, background.id, title=title)
-            assert save.id is not None
-            rows.change_row(session, save, {"owner": self.owner}, stamp=False)
+                raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
+            title = item.title.strip() or f"{character_row.name} · {background.name}"
+            instance_row = create_save(session, character_row.id, background.id, title=title)
+            assert instance_row.id is not None
+            rows.change_row(session, instance_row, {"owner": self.owner}, stamp=False)
             if greetings and greetings[item.greeting].strip():
-                text = substitute(greetings[item.greeting], role.name, DEFAULT_USER_NAME)
+                text = substitute(greetings[item.greeting], character_row.name, DEFAULT_USER_NAME)
                 append_lines(
                     session,
-                    save.id,
-                    [{"attribute": "assistant", "content": text, "role_id": role.id, "display_name": role.name}],
+                    instance_row.id,
+                    [
+                        {
+                            "attribute": "assistant",
+                            "content": text,
+                            "role_id": character_row.id,
+                            "display_name": character_row.name,
+                        }
+                    ],
                 )
-            return _instance(session, save)
+            return _instance(session, instance_row)
 
     def list(self, *, character_id: int | None = None, background_id: int | None = None) -> list[Instance]:
         """Every instance of the caller (the operator: all; of one character and/or background), newest first,
         with title, character, background, created, and the last turn time, turns and plot progress of its
         current branch (seed 002 查看会话实例列表)."""
         with self._session() as session:
-            saves, scope = rows.instance_rows(session, self.owner, character_id, background_id)
-            return _instances(session, saves, scope)
+            listed, scope = rows.instance_rows(session, self.owner, character_id, background_id)
+            return _instances(session, listed, scope)
 
     def get(self, instance_id: int) -> Instance:
         with self._session() as session:
@@ -463,13 +481,15 @@ class Instances(_Area):
 
         sample = load_sample("seed_multi_character.json")
         with self._session() as session:
-            role = create_role(session, **sample["role"])
+            character_row = create_role(session, **sample["role"])
             background = create_background(session, **sample["background"])
-            save = create_save(session, role.id, background.id, title="seed 000 example 2")
-            lines = [{**line, "role_id": role.id} if line.get("role_id") == 1 else line for line in sample["lines"]]
-            assert save.id is not None and role.id is not None
-            append_lines(session, save.id, lines)
-            return save.id, role.id
+            instance_row = create_save(session, character_row.id, background.id, title="seed 000 example 2")
+            lines = [
+                {**line, "role_id": character_row.id} if line.get("role_id") == 1 else line for line in sample["lines"]
+            ]
+            assert instance_row.id is not None and character_row.id is not None
+            append_lines(session, instance_row.id, lines)
+            return instance_row.id, character_row.id
 
     def check(self, instance_id: int) -> None:
         """`InstanceNotFound` unless instance `instance_id` exists and is the caller's."""
@@ -490,16 +510,18 @@ class Instances(_Area):
     def initial_core_memory(self, instance_id: int) -> dict[str, Any]:
         """The core memory the instance starts from (seeded from its character's persona)."""
         with self._session() as session:
-            save = rows.instance_row(session, instance_id, self.owner)
-            role = session.get(Role, save.role_id) if save.role_id is not None else None
-            return seeded_core_memory(role.name if role else "角色", role.model_dump() if role else {})
+            instance_row = rows.instance_row(session, instance_id, self.owner)
+            character_row = session.get(Role, instance_row.role_id) if instance_row.role_id is not None else None
+            return seeded_core_memory(
+                character_row.name if character_row else "角色", character_row.model_dump() if character_row else {}
+            )
 
     def rename(self, instance_id: int, title: str) -> Instance:
         name = validate_model(InstanceTitle, {"title": title}, "instance").title
         with self._session() as session:
-            save = rows.instance_row(session, instance_id, self.owner)
-            rows.change_row(session, save, {"title": name})
-            return _instance(session, save)
+            instance_row = rows.instance_row(session, instance_id, self.owner)
+            rows.change_row(session, instance_row, {"title": name})
+            return _instance(session, instance_row)
 
     def delete(self, instance_id: int) -> Deleted:
         """Delete an instance with everything of it (seed 002 删除会话实例): its rows in every table that points
@@ -524,15 +546,17 @@ class Instances(_Area):
         self.check(instance_id)
         flush_event_writes()
         with self._session() as session:
-            save = get_save(session, instance_id)
-            role = session.get(Role, save.role_id) if save.role_id is not None else None
-            background = session.get(Background, save.background_id) if save.background_id is not None else None
+            instance_row = get_save(session, instance_id)
+            character_row = session.get(Role, instance_row.role_id) if instance_row.role_id is not None else None
+            background = (
+                session.get(Background, instance_row.background_id) if instance_row.background_id is not None else None
+            )
             document: dict[str, Any] = {
                 "format": EXPORT_FORMAT,
                 "version": EXPORT_VERSION,
                 "exported_at": datetime.now(UTC).isoformat(),
-                "instance": store.row_to_json(save),
-                "character": store.row_to_json(role) if role else None,
+                "instance": store.row_to_json(instance_row),
+                "character": store.row_to_json(character_row) if character_row else None,
                 "background": (
                     {**store.row_to_json(background), "outline": rows.outline(session, background.id)}
                     if background and background.id is not None
@@ -540,7 +564,7 @@ class Instances(_Area):
                 ),
                 "tables": store.export_rows(session, instance_id),
             }
-        document["events"] = store.instance_events(instance_id, save.role_id, save.background_id)
+        document["events"] = store.instance_events(instance_id, instance_row.role_id, instance_row.background_id)
         return document
 
     def export(self, instance_id: int, path: str | Path, *, overwrite: bool = False) -> Path:
@@ -570,19 +594,19 @@ class Instances(_Area):
             backgrounds: dict[int, int] = {}
             role_id = background_id = None
             if doc.character is not None:
-                role = rows.matching_character(session, doc.character, ROLE_DEFINITION, self.owner)
-                if role is None:
+                character_row = rows.matching_character(session, doc.character, ROLE_DEFINITION, self.owner)
+                if character_row is None:
                     fields = {k: v for k, v in doc.character.items() if k not in ("id", "owner", "shared")}
                     table = Role.__table__  # type: ignore[attr-defined]
                     values = {k: store._from_json(table, k, v) for k, v in fields.items() if k in table.c}
                     values["name"] = validate_model(
                         InstanceTitle, {"title": values.get("name") or ""}, "file.character.name"
                     ).title
-                    role = rows.add_character(session, values, self.owner)
+                    character_row = rows.add_character(session, values, self.owner)
                     character_created = True
-                role_id = role.id
+                role_id = character_row.id
                 if isinstance(doc.character.get("id"), int):
-                    roles[doc.character["id"]] = int(role.id)  # type: ignore[arg-type]
+                    roles[doc.character["id"]] = int(character_row.id)  # type: ignore[arg-type]
             if doc.background is not None:
                 background = rows.matching_background(session, doc.background, self.owner)
                 if background is None:
@@ -602,20 +626,20 @@ class Instances(_Area):
                 background_id = background.id
                 if isinstance(doc.background.get("id"), int):
                     backgrounds[doc.background["id"]] = int(background.id)  # type: ignore[arg-type]
-            save = create_save(session, role_id, background_id, title=str(doc.instance.get("title") or ""))
-            assert save.id is not None
+            instance_row = create_save(session, role_id, background_id, title=str(doc.instance.get("title") or ""))
+            assert instance_row.id is not None
             stamps = {
                 key: store._from_json(Save.__table__, key, doc.instance[key])  # type: ignore[attr-defined]
                 for key in ("created_at", "updated_at")
                 if doc.instance.get(key)
             }
             maps = store.import_rows(
-                session, save.id, doc.tables, roles=roles, backgrounds=backgrounds, owner=self.owner
+                session, instance_row.id, doc.tables, roles=roles, backgrounds=backgrounds, owner=self.owner
             )
             leaf = doc.instance.get("last_message_id")
             rows.change_row(
                 session,
-                save,
+                instance_row,
                 {
                     "owner": self.owner,
                     "last_message_id": maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None,
@@ -623,7 +647,7 @@ class Instances(_Area):
                 },
                 stamp=False,
             )
-            instance_id = save.id
+            instance_id = instance_row.id
             counts = {name: len(items) for name, items in doc.tables.items()}
         try:
             events = store.write_events(instance_id, role_id, background_id, doc.events, maps.get("line", {}))

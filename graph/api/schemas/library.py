@@ -229,7 +229,6 @@ def validate_model(model: type[M], data: Any, what: str) -> M:
         raise InvalidInput(f"{what}.{where}: {message.removeprefix('Value error, ')}") from None
 
 
-
 class InstanceTitle(_Input):
     """A new title of an instance (`PATCH /instances/{id}`)."""
 
