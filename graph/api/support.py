@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from personalab.nodes.rules.errors import StoreUnavailable
-from personalab.stores.settings import Settings, settings
+
+if TYPE_CHECKING:
+    from personalab.stores.settings import Settings
 
 __all__ = [
     "Settings",
@@ -74,3 +76,20 @@ def store_unavailable(exc: BaseException) -> StoreUnavailable | None:
     from personalab.stores.db import store_unavailable as unavailable
 
     return unavailable(exc)
+
+
+def settings() -> Settings:
+    """The server's settings (`PERSONALAB_*`, validated together; `ConfigError` naming a bad one)."""
+    from personalab.stores.settings import settings as load
+
+    return load()
+
+
+def __getattr__(name: str) -> Any:
+    """`Settings`, the settings' class, loaded when first asked for (PEP 562): parsing a command line loads no
+    pydantic-settings."""
+    if name == "Settings":
+        from personalab.stores.settings import Settings
+
+        return Settings
+    raise AttributeError(f"module 'personalab.graph.api.support' has no attribute {name!r}")

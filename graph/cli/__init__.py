@@ -102,10 +102,10 @@ def _plugin(command: str) -> Callable[..., int] | None:
 
 def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     """Parse `argv` and run its handler; PersonaLab's errors become one line on stderr and exit code 2."""
-    from personalab.graph.cli.args import check_text_arguments
-
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(argv)  # `--help` ends here, before the argument checks are loaded
+        from personalab.graph.cli.args import check_text_arguments
+
         check_text_arguments(args, parser.prog)
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe is reported here, not as "Exception ignored" when Python exits

@@ -18,7 +18,6 @@ from personalab.graph.api.facade import PersonaLab
 from personalab.graph.api.schemas.common import INTEGER_MAX, INTEGER_MIN
 from personalab.graph.api.support import parse_json
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.validation import has_surrogate
 
 PATH_ARGUMENTS = {"file"}  # a file name is bytes to the system: not UTF-8 is fine there
 
@@ -72,6 +71,8 @@ def json_argument(raw: str | None, option: str) -> Any:
 
 def check_text_arguments(args: argparse.Namespace, prog: str) -> None:
     """`InvalidInput` naming the first text argument (but a file name) that was not UTF-8 on the command line."""
+    from personalab.nodes.rules.validation import has_surrogate  # its module loads pydantic: only when checking
+
     for name, value in vars(args).items():
         if name in PATH_ARGUMENTS:
             continue
