@@ -177,3 +177,21 @@ def test_the_doors_integer_bounds_are_the_databases() -> None:
     from personalab.stores import db
 
     assert (common.INTEGER_MIN, common.INTEGER_MAX) == (db.INTEGER_MIN, db.INTEGER_MAX)
+
+
+def test_the_product_runs_without_the_evaluations(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An `eval` entry point whose package is gone is one line and exit 2; the product's commands never needed it."""
+    import importlib.metadata
+
+    from personalab.graph import cli
+
+    gone = importlib.metadata.EntryPoint(name="eval", value="personalab_missing.entry:main", group=cli.PLUGIN_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [gone])
+    assert cli.main(["eval", "run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "personalab: eval: personalab_missing.entry:main cannot be loaded" in err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["instance", "--help"])
+    assert done.value.code == 0 and "export" in capsys.readouterr().out

@@ -95,7 +95,10 @@ def _plugin(command: str) -> Callable[..., int] | None:
     from importlib.metadata import entry_points
 
     for point in entry_points(group=PLUGIN_GROUP, name=command):
-        loaded: Callable[..., int] = point.load()
+        try:
+            loaded: Callable[..., int] = point.load()
+        except ImportError as exc:  # its package was removed but its metadata stayed: one line, not a traceback
+            raise UsageError(f"personalab: {command}: {point.value} cannot be loaded ({exc})") from None
         return loaded
     return None
 
@@ -139,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     first = args[0] if args else None
     if first is not None and first not in COMMANDS and not first.startswith("-"):
-        plugin = _plugin(first)
+        try:
+            plugin = _plugin(first)
+        except UsageError as exc:
+            print(safe(str(exc)), file=sys.stderr)
+            return 2
         if plugin is not None:
             return int(plugin(args, prog="personalab") or 0)
     parser = build_parser(first if first in COMMANDS else "")

@@ -25,35 +25,15 @@ from typing import Any
 
 from fastapi import APIRouter, status
 from personalab.graph.api.dialogue import DEFAULT_PAGE, Dialogue
-from personalab.graph.api.schemas.common import INTEGER_MAX
+from personalab.graph.api.schemas.dialogue import EditRequest, LineRequest, RegenerateRequest
 from personalab.graph.http.deps import Api
 from personalab.graph.http.guards import LimitedBodyRoute, PathId
 from personalab.nodes.rules import errors
 from personalab.nodes.rules.errors import PersonaLabError
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(route_class=LimitedBodyRoute)
 TAGS: list[str | Any] = ["dialogue"]
-
-
-class LineBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, le=INTEGER_MAX, description="A line of the instance.")
-
-
-class RegenerateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int | None = Field(
-        default=None, ge=0, le=INTEGER_MAX, description="The user line to answer again (default: the last)."
-    )
-
-
-class EditBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, le=INTEGER_MAX, description="The user line of the current branch to replace.")
-    text: str = Field(description="The new text of the line.")
-    user_name: str | None = None
 
 
 @router.get("/instances/{instance_id}/history", tags=TAGS)
@@ -72,12 +52,12 @@ def get_story_state(api: Api, instance_id: PathId) -> dict[str, Any]:
 
 
 @router.post("/instances/{instance_id}/rewind", tags=TAGS)
-def post_rewind(api: Api, instance_id: PathId, body: LineBody) -> dict[str, Any]:
+def post_rewind(api: Api, instance_id: PathId, body: LineRequest) -> dict[str, Any]:
     return api.dialogue.rewind(instance_id, body.line_id)
 
 
 @router.post("/instances/{instance_id}/swipe", tags=TAGS)
-def post_swipe(api: Api, instance_id: PathId, body: LineBody) -> dict[str, Any]:
+def post_swipe(api: Api, instance_id: PathId, body: LineRequest) -> dict[str, Any]:
     return api.dialogue.swipe(instance_id, body.line_id)
 
 
@@ -113,13 +93,13 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
 
 
 @router.post("/instances/{instance_id}/regenerate", tags=TAGS)
-async def post_regenerate(api: Api, instance_id: PathId, body: RegenerateBody) -> dict[str, Any]:
+async def post_regenerate(api: Api, instance_id: PathId, body: RegenerateRequest) -> dict[str, Any]:
     target = await run_in_threadpool(api.dialogue.regenerate_target, instance_id, body.line_id)
     return await _run_on_thread(instance_id, {"reply_to": target}, api.owner)
 
 
 @router.post("/instances/{instance_id}/edit", tags=TAGS)
-async def post_edit(api: Api, instance_id: PathId, body: EditBody) -> dict[str, Any]:
+async def post_edit(api: Api, instance_id: PathId, body: EditRequest) -> dict[str, Any]:
     # the new line's text and name as a turn takes them, refused before the run starts (`InvalidInput` naming
     # the field): no thread or run is made for a line that could not be stored
     api.dialogue.check_edit(body.text, body.user_name)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
+from personalab.graph.api.schemas.common import INTEGER_MAX
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.validation import bad_character
-from personalab.stores.db import INTEGER_MAX
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 MIN_OUTLINE, DEFAULT_OUTLINE, MAX_OUTLINE = 1, 10, 50  # seed 002 背景: 10 key points; 1–50 allowed
