@@ -10,7 +10,7 @@ Nothing is written when the input is bad: the message and every host line are ch
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -24,6 +24,7 @@ from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
+from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
@@ -31,7 +32,7 @@ from personalab.stores.branches import place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids
-from personalab.stores.saves import get_save, outline_of, validate_line
+from personalab.stores.saves import get_save, outline_of
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
 from personalab.stores.turns import (
@@ -45,32 +46,6 @@ from personalab.stores.turns import (
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 from sqlmodel import Session
-
-
-def check_turn_input(
-    message: Any, lines_before: Any, max_chars: int, max_lines: int | None = None
-) -> list[dict[str, Any]]:
-    """The lines to append (host lines, then the user's), or `InvalidInput` naming what is wrong."""
-    if not isinstance(message, str) or not message.strip():
-        raise InvalidInput("message is empty")
-    if len(message) > max_chars:
-        raise InvalidInput(f"message is {len(message)} characters, over the limit of {max_chars}")
-    if lines_before is None:
-        lines_before = []
-    if not isinstance(lines_before, Sequence) or isinstance(lines_before, str):
-        raise InvalidInput("lines_before must be a list of lines")
-    if max_lines is not None and len(lines_before) > max_lines:
-        raise InvalidInput(f"lines_before has {len(lines_before)} lines, over the limit of {max_lines}")
-    lines: list[dict[str, Any]] = []
-    for index, line in enumerate(lines_before, start=1):
-        if not isinstance(line, Mapping):
-            raise InvalidInput(f"lines_before[{index}] is not an object")
-        validate_line(line, f"lines_before[{index}]")
-        if len(line["content"]) > max_chars:
-            raise InvalidInput(f"lines_before[{index}] is over the limit of {max_chars} characters")
-        lines.append(dict(line))
-    lines.append({"attribute": "user", "content": message})
-    return lines
 
 
 def check_branch_input(state: TurnState) -> tuple[int | None, int | None]:
@@ -100,19 +75,6 @@ def check_thread(instance_id: int) -> None:
             f"thread {thread_id} is not the thread of instance {instance_id}: run its turns on thread "
             f"{thread_id_for(instance_id)}"
         )
-
-
-def check_user_name(user_name: Any, max_chars: int) -> str | None:
-    """The user's display name for this turn (None: the default), or `InvalidInput`: a blank or overlong name
-    would otherwise be stored on the line and break the review's memory writes."""
-    if user_name is None:
-        return None
-    if not isinstance(user_name, str) or not user_name.strip():
-        raise InvalidInput("user_name is blank")
-    name = user_name.strip()
-    if len(name) > max_chars:
-        raise InvalidInput(f"user_name is {len(name)} characters, over the limit of {max_chars}")
-    return name
 
 
 def seconds_since(moment: datetime | None) -> float | None:

@@ -15,12 +15,14 @@ import os
 
 
 def blas_threads() -> int:
-    """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ConfigError` naming it otherwise."""
-    # imported here: this module runs first in every package's __init__, before the rest of PersonaLab exists;
-    # stores.settings imports nothing of PersonaLab at module level and does not load NumPy
-    from personalab.stores.settings import settings
-
-    return settings().blas_threads
+    """`PERSONALAB_BLAS_THREADS` (a whole number ≥ 1, default 1); `ValueError` naming it otherwise."""
+    # read from the environment itself, not through stores.settings: this runs in every package's __init__, and
+    # loading pydantic-settings there would cost every command (`personalab --help`) its import; stores.settings
+    # checks the same variable with the others wherever the settings are used (`Settings.blas_threads`)
+    raw = os.environ.get("PERSONALAB_BLAS_THREADS", "1").strip()
+    if not raw.lstrip("+").isdigit() or int(raw) < 1:
+        raise ValueError(f"PERSONALAB_BLAS_THREADS={raw!r} is not a whole number from 1")
+    return int(raw)
 
 
 def set_blas_threads() -> None:

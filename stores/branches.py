@@ -76,3 +76,31 @@ def place_turn_lines(
             line_of(session, save.id, branch_from)
         move_leaf(session, save, branch_from or None)
     return append_lines(session, save.id, lines), anchor
+
+
+def sibling_ids(session: Session, instance_id: int, parents: set[int | None]) -> dict[int | None, list[int]]:
+    """The children of each parent in `parents` (None: the roots), oldest first, in one query."""
+    from sqlalchemy import or_
+
+    found: dict[int | None, list[int]] = {parent: [] for parent in parents}
+    ids = [parent for parent in parents if parent is not None]
+    stmt = select(Line.id, Line.parent_line_id).where(col(Line.save_id) == instance_id)
+    conditions = []
+    if ids:
+        conditions.append(col(Line.parent_line_id).in_(ids))
+    if None in parents:
+        conditions.append(col(Line.parent_line_id).is_(None))
+    if not conditions:
+        return found
+    for line_id, parent in session.exec(stmt.where(or_(*conditions)).order_by(col(Line.id))).all():
+        if line_id is not None:
+            found.setdefault(parent, []).append(line_id)
+    return found
+
+
+def line_count(session: Session, instance_id: int) -> int:
+    """How many lines the instance's tree holds, every branch counted."""
+    from sqlalchemy import func
+
+    get_save(session, instance_id)
+    return int(session.exec(select(func.count()).select_from(Line).where(col(Line.save_id) == instance_id)).one())

@@ -12,36 +12,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
-from personalab.nodes.rules.validation import json_type
+
+# seed 000's line format and its checks are rules (nodes/rules/turn_input.py), re-exported here
+from personalab.nodes.rules.turn_input import (  # noqa: E402
+    ATTRIBUTES as ATTRIBUTES,
+)
+from personalab.nodes.rules.turn_input import (
+    LINE_FIELDS as LINE_FIELDS,
+)
+from personalab.nodes.rules.turn_input import (
+    LINE_TEXT_FIELDS as LINE_TEXT_FIELDS,
+)
+from personalab.nodes.rules.turn_input import (
+    check_text as check_text,
+)
+from personalab.nodes.rules.turn_input import (
+    validate_line as validate_line,
+)
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
-from personalab.stores.files import bad_character
 from personalab.stores.tables import Background, Line, OutlinePoint, Role, Save, utcnow
 from sqlalchemy import or_
 from sqlmodel import Session, col, select
-
-LINE_FIELDS = (
-    "original_emotion",
-    "predicted_emotion",
-    "content",
-    "tts_content",
-    "action_content",
-    "audio_file",
-    "attribute",
-    "role_id",
-    "script_role_id",
-    "display_name",
-)
-ATTRIBUTES = ("user", "assistant", "system")
-LINE_TEXT_FIELDS = tuple(name for name in LINE_FIELDS if name != "role_id")
-
-
-def check_text(value: Any, what: str) -> None:
-    """`InvalidInput` naming `what` unless `value` is text without a NUL character or a lone surrogate."""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, got {json_type(value)}")
-    bad = bad_character(value)
-    if bad:
-        raise InvalidInput(f"{what} contains {bad}")
 
 
 def create_role(session: Session, name: str, *, description: str = "", persona: str = "") -> Role:
@@ -99,28 +90,6 @@ def get_save(session: Session, save_id: int) -> Save:
     if save is None:
         raise InstanceNotFound(f"instance {save_id} does not exist")
     return save
-
-
-def validate_line(line: Mapping[str, Any], where: str) -> None:
-    """Raise `InvalidInput` naming `where` for an unknown field, attribute, a missing content, a text field that
-    is no text or holds a NUL character, or a `role_id` that is no whole number (whether that character exists
-    is checked by `append_lines`, which has the session)."""
-    unknown = set(line) - set(LINE_FIELDS)
-    if unknown:
-        raise InvalidInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    if line.get("attribute") not in ATTRIBUTES:
-        raise InvalidInput(f"{where}: attribute {line.get('attribute')!r} is not one of {', '.join(ATTRIBUTES)}")
-    content = line.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidInput(f"{where}: no content")
-    for name in LINE_TEXT_FIELDS:
-        if line.get(name) is not None:
-            check_text(line[name], f"{where}: field {name!r}")
-    role_id = line.get("role_id")
-    if role_id is not None and (not isinstance(role_id, int) or isinstance(role_id, bool)):
-        raise InvalidInput(
-            f"{where}: field 'role_id' must be a whole number (a character's id), got {json_type(role_id)}"
-        )
 
 
 def check_roles(

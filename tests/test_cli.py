@@ -49,7 +49,8 @@ def test_demo_session_shows_director_fallback_and_maintenance(
     ("command", "argv"),
     [
         (main, ["bogus"]),
-        (main, ["bench", "builder"]),  # benchmarks are not part of the product's command
+        # the evaluations' commands reach `personalab` through the `personalab.commands` entry points
+        (main, ["bench", "builder", "--lines", "abc"]),
         (evals_main, ["bench"]),
         (evals_main, ["bench", "builder", "--lines", "abc"]),
         (evals_main, ["bench", "builder", "--lines", "0"]),

@@ -131,6 +131,10 @@ def test_the_import_contracts_name_every_node_module() -> None:
     modules = {f"personalab.nodes.{p.stem}" for p in (ROOT / "nodes").glob("*.py") if p.stem != "__init__"}
     forbidden = _contract_modules(config, "importlinter:contract:rules-are-pure", "forbidden_modules")
     assert modules <= forbidden, f"not forbidden to nodes.rules: {sorted(modules - forbidden)}"
+    # the one door (issue 23): the front ends reach no node module and no store, only the API
+    door = _contract_modules(config, "importlinter:contract:one-door", "forbidden_modules")
+    assert modules | {"personalab.stores"} <= door, f"open to the front ends: {sorted(modules - door)}"
+    assert {"sqlmodel", "sqlalchemy", "chromadb", "psycopg", "httpx"} <= door & forbidden
     peers = _contract_modules(config, "importlinter:contract:nodes-are-peers", "modules")
     # what the nodes stand on (LAYOUT.md); every other module of nodes/ is a node and a peer
     foundations = {f"personalab.nodes.{m}" for m in ("state", "context", "llm", "scripted_llm", "story_search")}

@@ -1,13 +1,31 @@
 """`PersonaLab`: the one object a front end (host app, CLI, HTTP routes, web app) holds (LAYOUT "one door").
 
 Bound once to a caller (owner, database); each area of the engine is an attribute grouping its operations
-(`api.characters.create(...)`, `api.memories.search(...)`). Every operation checks the owner and runs as one
-transaction.
+(`api.characters.create(...)`, `api.instances.list()`, `api.dialogue.history(7)`, `api.cards.import_file(path)`).
+Every operation checks the owner and runs as one transaction. An area's module is imported the first time the
+area is used, so a command that lists instances loads neither the turn graph nor the vector store.
+
+    from personalab.graph.api import PersonaLab
+    api = PersonaLab()                                   # the local operator, the configured database
+    character = api.characters.create({"name": "雷娜", "greetings": ["你来了。"]})
+    background = api.backgrounds.create({"name": "废土", "outline": ["重逢", "追查", "真相"]})
+    instance = api.instances.create({"character_id": character.id, "background_id": background.id})
+    api.dialogue.history(instance.id)
+
+Turns run through `personalab.graph.runner.run_turn` (the turn graph), or `api.dialogue.regenerate` / `edit`.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import TYPE_CHECKING
+
 from personalab.graph.api.caller import Caller
+
+if TYPE_CHECKING:
+    from personalab.graph.api.cards import Cards
+    from personalab.graph.api.dialogue import Dialogue
+    from personalab.graph.api.library import Backgrounds, Characters, Instances
 
 
 class PersonaLab:
@@ -23,3 +41,38 @@ class PersonaLab:
     @property
     def database_url(self) -> str | None:
         return self.caller.database_url
+
+    @cached_property
+    def characters(self) -> Characters:
+        """Characters (seed 002 角色管理)."""
+        from personalab.graph.api.library import Characters
+
+        return Characters(self.caller)
+
+    @cached_property
+    def backgrounds(self) -> Backgrounds:
+        """Backgrounds with their outlines (seed 002 背景管理)."""
+        from personalab.graph.api.library import Backgrounds
+
+        return Backgrounds(self.caller)
+
+    @cached_property
+    def instances(self) -> Instances:
+        """Conversation instances (seed 002 会话实例管理; seed 004 导出)."""
+        from personalab.graph.api.library import Instances
+
+        return Instances(self.caller)
+
+    @cached_property
+    def dialogue(self) -> Dialogue:
+        """An instance's dialogue tree: history, siblings, rewind, swipe, regenerate, edit, sessions (seed 000)."""
+        from personalab.graph.api.dialogue import Dialogue
+
+        return Dialogue(self.caller)
+
+    @cached_property
+    def cards(self) -> Cards:
+        """SillyTavern character cards in and out (issue 15)."""
+        from personalab.graph.api.cards import Cards
+
+        return Cards(self.caller)

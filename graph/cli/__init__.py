@@ -1,11 +1,15 @@
-"""The `personalab` command line.
+"""The `personalab` command line (the console script's entry, `personalab.graph.cli:main`).
 
 Each command module registers its sub-commands with `register(subparsers)`; a handler takes the parsed
 arguments and returns an exit code. Only PersonaLab's own errors (`PersonaLabError`: bad arguments, bad input,
 unknown ids, a database that cannot be opened or written) are one line on stderr with exit code 2, control
 characters escaped (`output.safe`); any other exception is a bug and shows its traceback. A reader that goes
 away (`personalab turn --json | head -1`) ends the command quietly with exit code 1.
-Benchmarks and evaluations are a separate command (`python -m personalab.evals`).
+
+A command's module is imported only when that command runs (`COMMANDS`): `personalab --help` and the listing
+commands load neither the turn graph nor the vector store. A first word that is none of these commands is looked
+up among the installed `personalab.commands` entry points (`personalab eval …` and `personalab bench …` come from
+the evaluations package this way): the product never imports them, and installs and runs without them.
 """
 
 from __future__ import annotations
@@ -13,26 +17,40 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
 
-from personalab.graph.cli import (
-    cards,
-    database,
-    demo,
-    dialogue,
-    doctor,
-    library,
-    memory,
-    suggestions,
-    turn,
-    worldbook,
-)
-from personalab.graph.cli.args import check_text_arguments
 from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
-from personalab.stores.db import store_unavailable
 
-COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database, doctor)
+# command → (its module in graph/cli, its help line); a module registering several commands is named by each
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "the memory builder on the seed's scene, then a scripted 12-turn session"),
+    "turn": ("turn", "run one turn and stream the reply"),
+    "core": ("turn", "an instance's core memory: show it, list its versions, roll back"),
+    "session": ("dialogue", "an instance's sessions (sittings): list them, start a new one"),
+    "history": ("dialogue", "the current branch of an instance's dialogue, with line ids"),
+    "regen": ("dialogue", "a new reply to the last user line (beside the old one)"),
+    "swipe": ("dialogue", "make another reply (or edit) current: --index N of the last reply, or --line"),
+    "edit": ("dialogue", "replace a user line of the branch with TEXT and get a new reply"),
+    "rewind": ("dialogue", "move the instance back to a line of its current branch"),
+    "chat": ("dialogue", "interactive chat with an instance (/help inside lists its commands)"),
+    "card": ("cards", "SillyTavern character cards (V1/V2/V3 JSON, PNG) in and out"),
+    "character": ("library", "characters: create, list, show, edit, delete (seed 002 角色)"),
+    "background": ("library", "backgrounds: create, list, show, edit, delete (seed 002 背景)"),
+    "instance": ("library", "conversation instances (seed 002 会话实例)"),
+    "knowledge": ("worldbook", "the knowledge library (global / character / instance facts)"),
+    "worldbook": ("worldbook", "the world book (triggered lore entries)"),
+    "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),
+    "memory": ("memory", "the character's long-term memory of an instance"),
+    "db": ("database", "the database's schema: upgrade (run the migrations), current (its revision)"),
+    "doctor": (
+        "doctor",
+        "queued writes, orphan vectors, expired turn locks, checkpoint sizes; exit 1 while a problem remains",
+    ),
+}
+PLUGIN_GROUP = "personalab.commands"
+"""Entry-point group of commands other installed packages add (`personalab.evals`: eval, bench)."""
 
 
 class UsageError(InvalidInput):
@@ -51,17 +69,46 @@ def sub_parsers(prog: str, description: str) -> tuple[argparse.ArgumentParser, a
     return parser, sub
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _module(name: str) -> object:
+    return import_module(f"personalab.graph.cli.{name}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `personalab` parser. With `command`, only that command's module is imported and registered, the other
+    commands are listed by their help line; without, every module is registered."""
     parser, sub = sub_parsers("personalab", "Memory engine for long-running role-play characters")
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    parser.epilog = "Installed packages add commands of their own (entry points 'personalab.commands'): the " \
+        "evaluations add 'eval' and 'bench'."
+    wanted = COMMANDS[command][0] if command in COMMANDS else None
+    for name, (module, help_) in COMMANDS.items():
+        if name in sub.choices:
+            continue  # registered with an earlier command of its module
+        if command is None or module == wanted:
+            _module(module).register(sub)  # type: ignore[attr-defined]
+        else:
+            sub.add_parser(name, help=help_)
     return parser
+
+
+def _plugin(command: str) -> Callable[..., int] | None:
+    """The `personalab.commands` entry point named `command` (None when no installed package adds it)."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=PLUGIN_GROUP, name=command):
+        try:
+            loaded: Callable[..., int] = point.load()
+        except ImportError as exc:  # its package was removed but its metadata stayed: one line, not a traceback
+            raise UsageError(f"personalab: {command}: {point.value} cannot be loaded ({exc})") from None
+        return loaded
+    return None
 
 
 def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     """Parse `argv` and run its handler; PersonaLab's errors become one line on stderr and exit code 2."""
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(argv)  # `--help` ends here, before the argument checks are loaded
+        from personalab.graph.cli.args import check_text_arguments
+
         check_text_arguments(args, parser.prog)
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe is reported here, not as "Exception ignored" when Python exits
@@ -75,6 +122,8 @@ def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> 
     except Exception as exc:
         # the database's own "cannot open / cannot write" from outside our engine (the checkpointer's
         # connection): one line too; any other exception is a bug and keeps its traceback
+        from personalab.graph.api.support import store_unavailable
+
         unavailable = store_unavailable(exc)
         if unavailable is None:
             raise
@@ -90,11 +139,21 @@ def _one_line(parser: argparse.ArgumentParser, exc: PersonaLabError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
+    args = list(sys.argv[1:] if argv is None else argv)
+    first = args[0] if args else None
+    if first is not None and first not in COMMANDS and not first.startswith("-"):
+        try:
+            plugin = _plugin(first)
+        except UsageError as exc:
+            print(safe(str(exc)), file=sys.stderr)
+            return 2
+        if plugin is not None:
+            return int(plugin(args, prog="personalab") or 0)
+    parser = build_parser(first if first in COMMANDS else "")
+    if not args:
         print(parser.format_help(), end="")  # `personalab` alone: the list of commands, not an error
         return 0
-    return run_command(parser, argv)
+    return run_command(parser, args)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Argument types of the CLI: numbers checked for the database's range before it sees them (issue 16).
+"""Argument types of the CLI, and the API a command acts through (`lab`): numbers checked for the database's range before it sees them (issue 16).
 
 An id or a stored whole number (turn, priority, version, count) larger than an INTEGER column holds (PostgreSQL's
-4 bytes, `stores.db.INTEGER_MAX`) used to reach the database and come back as a driver's traceback
+4 bytes, `INTEGER_MAX`) used to reach the database and come back as a driver's traceback
 (`integer out of range` on PostgreSQL, `OverflowError` on SQLite above 2**63); now it is one usage line, exit 2.
-A JSON argument is read by `stores.files.parse_json` (bounded nesting, no NUL character). Text that was not
+A JSON argument is read by the API's `parse_json` (bounded nesting, no NUL character). Text that was not
 UTF-8 on the command line (Python keeps its bytes as lone surrogates) is refused by `check_text_arguments`,
 except in file names, which may be any bytes.
 """
@@ -14,12 +14,18 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from personalab.graph.api.facade import PersonaLab
+from personalab.graph.api.schemas.common import INTEGER_MAX, INTEGER_MIN
+from personalab.graph.api.support import parse_json
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.validation import has_surrogate
-from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
-from personalab.stores.files import parse_json
 
 PATH_ARGUMENTS = {"file"}  # a file name is bytes to the system: not UTF-8 is fine there
+
+
+def lab(args: argparse.Namespace | None = None) -> PersonaLab:
+    """The API one command acts through: the local operator (or, for a listing, `--owner USER`: what the served
+    API shows that user) on the configured database."""
+    return PersonaLab(owner=getattr(args, "owner", None))
 
 
 def bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
@@ -59,12 +65,14 @@ def whole(text: str) -> int:
 
 def json_argument(raw: str | None, option: str) -> Any:
     """The JSON value of option `option`'s text (None when not given): `InvalidInput` naming the option for
-    malformed JSON, nesting deeper than `stores.files.MAX_JSON_DEPTH` or a NUL character."""
+    malformed JSON, too deep a nesting or a NUL character."""
     return None if raw is None else parse_json(raw, option)
 
 
 def check_text_arguments(args: argparse.Namespace, prog: str) -> None:
     """`InvalidInput` naming the first text argument (but a file name) that was not UTF-8 on the command line."""
+    from personalab.nodes.rules.validation import has_surrogate  # its module loads pydantic: only when checking
+
     for name, value in vars(args).items():
         if name in PATH_ARGUMENTS:
             continue

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from personalab.graph.api.cards import FORMATS, export_card_file, import_card_file
-from personalab.graph.cli.args import ID
+from personalab.graph.api.schemas.cards import FORMATS
+from personalab.graph.cli.args import ID, lab
 from personalab.graph.cli.output import echo, json_text
 
 
 def card_import(args: argparse.Namespace) -> int:
-    done = import_card_file(args.file)
+    done = lab(args).cards.import_file(args.file)
     if args.json:
         print(json_text(done.model_dump()))
         return 0
@@ -30,7 +30,7 @@ def card_import(args: argparse.Namespace) -> int:
 
 def card_export(args: argparse.Namespace) -> int:
     fmt = args.format or ("png" if args.file.lower().endswith(".png") else "v3")
-    name = export_card_file(args.character_id, args.file, fmt)
+    name = lab(args).cards.export_file(args.character_id, args.file, fmt)
     echo(f"exported character {args.character_id} {name!r} as a {fmt} card to {args.file}")
     return 0
 

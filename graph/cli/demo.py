@@ -10,17 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from personalab.graph.api.support import database_location, flush_writes
+from personalab.graph.cli.args import lab
 from personalab.graph.cli.output import echo
-from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_graph
-from personalab.nodes.context import Context
-from personalab.nodes.rules.memory_builder import build_memory
-from personalab.stores.background import flush_event_writes
-from personalab.stores.config import database_url
-from personalab.stores.db import session_scope
-from personalab.stores.history import get_chat_history
-from personalab.stores.saves import append_lines, create_background, create_role, create_save
 
-SAMPLE_ROLE_ID = 1  # the role id the seed's example uses for 钦灵
 STATUS_MARK = {"completed": "✓", "in_progress": "▶", "pending": "·"}
 SESSION = [
     "雷娜，我回来了。背叛我的人是谁，你有线索吗？",
@@ -38,29 +31,14 @@ SESSION = [
 ]
 
 
-def store_sample_scene() -> tuple[int, int]:
-    """Store the seed 000 example 2 scene as a new instance; returns (save id, 钦灵's role id)."""
-    sample = load_sample("seed_multi_character.json")
-    with session_scope() as session:
-        role = create_role(session, **sample["role"])
-        background = create_background(session, **sample["background"])
-        save = create_save(session, role.id, background.id, title="seed 000 example 2")
-        lines = [
-            {**line, "role_id": role.id} if line.get("role_id") == SAMPLE_ROLE_ID else line for line in sample["lines"]
-        ]
-        append_lines(session, save.id, lines)  # type: ignore[arg-type]
-        return save.id, role.id  # type: ignore[return-value]
-
-
 def show_builder() -> None:
-    save_id, role_id = store_sample_scene()
-    echo(f"stored seed 000 example 2 as instance {save_id}\n")
-    with session_scope() as session:
-        history = get_chat_history(session, save_id)
-        views = [
-            (f"钦灵 (role_id={role_id})", build_memory(history, role_id=role_id)),
-            ("白小喵 (script_role_id='1')", build_memory(history, script_role_id="1")),
-        ]
+    api = lab()
+    instance_id, character_id = api.instances.create_sample_scene()
+    echo(f"stored seed 000 example 2 as instance {instance_id}\n")
+    views = [
+        (f"钦灵 (role_id={character_id})", api.dialogue.memory_of(instance_id, role_id=character_id)),
+        ("白小喵 (script_role_id='1')", api.dialogue.memory_of(instance_id, script_role_id="1")),
+    ]
     for title, messages in views:
         echo(f"=== memory of {title}: {len(messages)} messages")
         for message in messages:
@@ -102,8 +80,10 @@ def memory_panel(state: dict[str, Any]) -> list[str]:
 
 
 def show_session() -> None:
-    instance = create_sample_instance()
-    with turn_graph(Context()) as (graph, ctx):
+    from personalab.graph.runner import run_turn, turn_graph
+
+    instance = lab().instances.create_sample().id
+    with turn_graph() as (graph, ctx):
         echo(f"sample instance {instance}: 雷娜 · 废土复仇记 (10 outline points)")
         for number, message in enumerate(SESSION, start=1):
             state = run_turn(graph, ctx, instance, message)
@@ -116,11 +96,11 @@ def show_session() -> None:
                 echo(row)
             echo(plot_panel(state["plot_state"]))
             echo()
-    flush_event_writes()
+    flush_writes()
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    echo(f"database: {database_url()}\n")
+    echo(f"database: {database_location()}\n")
     if args.part in ("builder", "all"):
         echo("## Part 1 — the memory builder (seed 000)\n")
         show_builder()

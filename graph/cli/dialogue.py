@@ -1,6 +1,6 @@
 """`personalab session|history|regen|swipe|edit|rewind` and `personalab chat`: read an instance's dialogue back,
 move along its tree and play it (seed 002 对话功能 / 会话实例, seed 000's tree). Thin layers over
-`personalab.graph.api.dialogue`; `--json` prints what the API returns."""
+the API's dialogue (`PersonaLab().dialogue`); `--json` prints what the API returns."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ import argparse
 import sys
 from typing import Any
 
-from personalab.graph.api import dialogue
-from personalab.graph.cli.args import COUNT, ID, INTEGER
+from personalab.graph.api.dialogue import DEFAULT_PAGE, Dialogue
+from personalab.graph.api.support import flush_writes
+from personalab.graph.cli.args import COUNT, ID, INTEGER, lab
 from personalab.graph.cli.output import echo, json_text
 from personalab.graph.cli.turn import play_turn
-from personalab.graph.runner import turn_graph
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
-from personalab.stores.background import flush_event_writes
-from personalab.stores.turns import release_held_lock
 
 
-def _url() -> str | None:
-    return Context().database_url
+def _dialogue() -> Dialogue:
+    """The dialogue area of the command's API (the local operator, the configured database)."""
+    return lab().dialogue
 
 
 def _show_json(data: Any) -> int:
@@ -55,12 +53,12 @@ def _show_branch(branch: dict[str, Any], what: str) -> None:
 
 def _cmd_session(args: argparse.Namespace) -> int:
     if args.action == "new":
-        started = dialogue.new_session(args.instance, database_url=_url())
+        started = _dialogue().new_session(args.instance)
         if args.json:
             return _show_json(started)
         echo(f"session {started['id']} of instance {args.instance} starts with the next turn")
         return 0
-    listed = dialogue.sessions(args.instance, database_url=_url())
+    listed = _dialogue().sessions(args.instance)
     if args.json:
         return _show_json(listed)
     for item in listed:
@@ -74,14 +72,14 @@ def _cmd_session(args: argparse.Namespace) -> int:
 
 def _cmd_history(args: argparse.Namespace) -> int:
     if args.siblings is not None:
-        found = dialogue.siblings(args.instance, args.siblings, database_url=_url())
+        found = _dialogue().siblings(args.instance, args.siblings)
         if args.json:
             return _show_json(found)
         for number, line in enumerate(found["siblings"], start=1):
             mark = "*" if line["on_branch"] else " "
             echo(f"{mark}{number}. [{line['id']}] {line['speaker']}: {line_text(line)}")
         return 0
-    page = dialogue.history(args.instance, offset=args.offset, limit=args.limit, database_url=_url())
+    page = _dialogue().history(args.instance, offset=args.offset, limit=args.limit)
     if args.json:
         return _show_json(page)
     show_lines(page["lines"])
@@ -91,7 +89,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_rewind(args: argparse.Namespace) -> int:
-    branch = dialogue.rewind(args.instance, args.line, database_url=_url())
+    branch = _dialogue().rewind(args.instance, args.line)
     if args.json:
         return _show_json(branch)
     _show_branch(branch, f"rewound to line {args.line}")
@@ -100,12 +98,12 @@ def _cmd_rewind(args: argparse.Namespace) -> int:
 
 def last_reply_siblings(instance_id: int) -> dict[str, Any]:
     """The alternatives of the last reply of the current branch (its first line and the lines beside it)."""
-    target = dialogue.regenerate_target(instance_id, database_url=_url())
-    page = dialogue.history(instance_id, offset=-64, limit=64, database_url=_url())
+    target = _dialogue().regenerate_target(instance_id)
+    page = _dialogue().history(instance_id, offset=-64, limit=64)
     first = next((line for line in page["lines"] if line["parent_id"] == target), None)
     if first is None:
         raise InvalidInput(f"the last user line {target} of instance {instance_id} has no reply to swipe")
-    return dialogue.siblings(instance_id, first["id"], database_url=_url())
+    return _dialogue().siblings(instance_id, first["id"])
 
 
 def swipe_to(instance_id: int, line: int | None, index: int | None) -> dict[str, Any]:
@@ -118,11 +116,11 @@ def swipe_to(instance_id: int, line: int | None, index: int | None) -> dict[str,
             raise InvalidInput(f"swipe: the last reply has {len(found)} alternative(s), not {index}")
         line = found[index - 1]["id"]
     assert line is not None
-    return dialogue.swipe(instance_id, line, database_url=_url())
+    return _dialogue().swipe(instance_id, line)
 
 
 def _show_last_reply(instance_id: int) -> None:
-    page = dialogue.history(instance_id, offset=-64, limit=64, database_url=_url())
+    page = _dialogue().history(instance_id, offset=-64, limit=64)
     tail: list[dict[str, Any]] = []
     for line in reversed(page["lines"]):
         if line["attribute"] == "user":
@@ -141,18 +139,22 @@ def _cmd_swipe(args: argparse.Namespace) -> int:
 
 
 def _cmd_regen(args: argparse.Namespace) -> int:
-    target = dialogue.regenerate_target(args.instance, args.line, database_url=_url())
+    target = _dialogue().regenerate_target(args.instance, args.line)
+    from personalab.graph.runner import turn_graph
+
     with turn_graph() as (graph, ctx):
         code = play_turn(graph, ctx, args.instance, "", as_json=args.json, reply_to=target)
-    flush_event_writes()
+    flush_writes()
     return code
 
 
 def _cmd_edit(args: argparse.Namespace) -> int:
-    parent = dialogue.edit_target(args.instance, args.line, database_url=_url())
+    parent = _dialogue().edit_target(args.instance, args.line)
+    from personalab.graph.runner import turn_graph
+
     with turn_graph() as (graph, ctx):
         code = play_turn(graph, ctx, args.instance, args.text, as_json=args.json, branch_from=parent)
-    flush_event_writes()
+    flush_writes()
     return code
 
 
@@ -169,14 +171,14 @@ CHAT_HELP = """commands (anything else is said to the character; start with // t
   /quit              end the chat (an empty line too)"""
 
 
-def _chat_command(graph: Any, ctx: Context, instance_id: int, text: str, user_name: str | None) -> None:
+def _chat_command(graph: Any, ctx: Any, instance_id: int, text: str, user_name: str | None) -> None:
     """Run one chat command (`/…`)."""
     name, _, rest = text.partition(" ")
     rest = rest.strip()
     if name == "/help":
         echo(CHAT_HELP)
     elif name == "/regen":
-        target = dialogue.regenerate_target(instance_id, database_url=ctx.database_url)
+        target = _dialogue().regenerate_target(instance_id)
         play_turn(graph, ctx, instance_id, "", as_json=False, reply_to=target)
     elif name == "/swipe" and not rest:
         for number, line in enumerate(last_reply_siblings(instance_id)["siblings"], start=1):
@@ -187,17 +189,17 @@ def _chat_command(graph: Any, ctx: Context, instance_id: int, text: str, user_na
     elif name == "/edit":
         if not rest:
             raise InvalidInput("/edit TEXT: the new text of your last line")
-        target = dialogue.regenerate_target(instance_id, database_url=ctx.database_url)
-        parent = dialogue.edit_target(instance_id, target, database_url=ctx.database_url)
+        target = _dialogue().regenerate_target(instance_id)
+        parent = _dialogue().edit_target(instance_id, target)
         play_turn(graph, ctx, instance_id, rest, as_json=False, branch_from=parent, user_name=user_name)
     elif name == "/rewind":
-        branch = dialogue.rewind(instance_id, _number(rest, "/rewind LINE"), database_url=ctx.database_url)
+        branch = _dialogue().rewind(instance_id, _number(rest, "/rewind LINE"))
         _show_branch(branch, "rewound")
     elif name == "/history":
         count = _number(rest, "/history N") if rest else 20
-        show_lines(dialogue.history(instance_id, offset=-count, limit=count, database_url=ctx.database_url)["lines"])
+        show_lines(_dialogue().history(instance_id, offset=-count, limit=count)["lines"])
     elif name == "/session":
-        started = dialogue.new_session(instance_id, database_url=ctx.database_url)
+        started = _dialogue().new_session(instance_id)
         echo(f"session {started['id']} starts with your next line")
     else:
         raise InvalidInput(f"unknown command {name} (/help lists them)")
@@ -214,8 +216,10 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         import readline  # noqa: F401 - line editing and history for input() where the platform has it
     except ImportError:  # pragma: no cover - Windows
         pass
+    from personalab.graph.runner import turn_graph
+
     with turn_graph() as (graph, ctx):
-        dialogue.history(args.instance, limit=1, database_url=ctx.database_url)  # an unknown instance: exit 2
+        _dialogue().history(args.instance, limit=1)  # an unknown instance: exit 2
         print(f"instance {args.instance} — /help lists the commands; an empty line or /quit ends the chat")
         while True:
             try:
@@ -235,11 +239,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                     )
             except KeyboardInterrupt:
                 # Ctrl-C during a reply: the turn stops, stores no reply, and the instance is free at once
-                release_held_lock(args.instance, ctx.database_url)
+                _dialogue().release_lock(args.instance)
                 echo("\n(interrupted: no reply stored; your line is kept)", file=sys.stderr)
             except PersonaLabError as exc:
                 echo(f"personalab: error: {exc}", file=sys.stderr)
-    flush_event_writes()
+    flush_writes()
     return 0
 
 
@@ -253,7 +257,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     history = sub.add_parser("history", help="the current branch of an instance's dialogue, with line ids")
     history.add_argument("--instance", type=ID, required=True)
     history.add_argument("--offset", type=INTEGER, default=0, help="first line (0: the root; -20: the last 20)")
-    history.add_argument("--limit", type=COUNT, default=dialogue.DEFAULT_PAGE, help="lines per page (1–1000)")
+    history.add_argument("--limit", type=COUNT, default=DEFAULT_PAGE, help="lines per page (1–1000)")
     history.add_argument("--siblings", type=ID, metavar="LINE", help="list the lines beside LINE instead")
     history.add_argument("--json", action="store_true")
     history.set_defaults(handler=_cmd_history)

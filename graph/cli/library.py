@@ -1,5 +1,5 @@
 """`personalab character|background|instance …`: the library of seed 002 (角色管理, 背景管理, 会话实例管理) on the
-command line, a thin layer over `personalab.graph.api.library`. Every command takes `--json` (one JSON value on
+command line, a thin layer over the API (`PersonaLab(...).characters|backgrounds|instances`). Every command takes `--json` (one JSON value on
 stdout); bad input is one line on stderr and exit code 2 (graph/cli/__init__.py)."""
 
 from __future__ import annotations
@@ -8,14 +8,12 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from personalab.graph.api import library as api
-from personalab.graph.cli.args import ID
+from personalab.graph.api.schemas import library as api
+from personalab.graph.api.support import read_file, read_json, write_file
+from personalab.graph.cli.args import ID, lab
 from personalab.graph.cli.locks import add_unlock_parser
 from personalab.graph.cli.output import echo, json_text
-from personalab.graph.runner import create_sample_instance
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.stores.files import read_file, read_json
 from pydantic import BaseModel
 
 MAX_FIELDS_FILE = 20 * 1024 * 1024
@@ -82,29 +80,27 @@ def _character_lines(item: api.Character) -> list[str]:
 
 
 def _cmd_character(args: argparse.Namespace) -> int:
-    url = Context().database_url
+    characters = lab(args).characters
     if args.action == "create":
-        item = api.create_character(_character_fields(args), database_url=url)
+        item = characters.create(_character_fields(args))
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_characters(owner=args.owner, database_url=url)
+        items = characters.list()
         return _print(items, args.json, [f"{c.id:>4}  {c.name}  ({len(c.instances)} instance(s))" for c in items])
     if args.action == "show":
-        item = api.get_character(args.id, database_url=url)
+        item = characters.get(args.id)
         return _print(item, args.json, _character_lines(item))
     if args.action == "edit":
         changes = _character_fields(args)
         if args.remove_avatar:
             changes["remove_avatar"] = True
-        item = api.edit_character(args.id, changes, database_url=url)
+        item = characters.edit(args.id, changes)
         return _print(item, args.json, _character_lines(item))
     if args.action == "avatar":
-        data, _mime = api.character_avatar(args.id, database_url=url)
-        from personalab.stores.files import write_file
-
+        data, _mime = characters.avatar(args.id)
         write_file(args.file, data, overwrite=args.overwrite)
         return _print({"id": args.id, "file": args.file, "bytes": len(data)}, args.json, [args.file])
-    deleted = api.delete_character(args.id, cascade=args.cascade, database_url=url)
+    deleted = characters.delete(args.id, cascade=args.cascade)
     return _print(deleted, args.json, [_deleted_line(deleted)])
 
 
@@ -145,28 +141,27 @@ def _background_lines(item: api.BackgroundOut) -> list[str]:
 
 
 def _cmd_background(args: argparse.Namespace) -> int:
-    url = Context().database_url
+    backgrounds = lab(args).backgrounds
     if args.action == "create":
-        fields = _background_fields(args)
-        item = api.create_background(fields, database_url=url)
+        item = backgrounds.create(_background_fields(args))
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_backgrounds(owner=args.owner, database_url=url)
+        items = backgrounds.list()
         return _print(
             items,
             args.json,
             [f"{b.id:>4}  {b.name}  ({len(b.outline)} points, {len(b.instances)} instance(s))" for b in items],
         )
     if args.action == "show":
-        item = api.get_background(args.id, database_url=url)
+        item = backgrounds.get(args.id)
         return _print(item, args.json, _background_lines(item))
     if args.action == "edit":
         changes = _background_fields(args)
         if args.apply_to_instances:
             changes["apply_to_instances"] = True
-        item = api.edit_background(args.id, changes, database_url=url)
+        item = backgrounds.edit(args.id, changes)
         return _print(item, args.json, _background_lines(item))
-    deleted = api.delete_background(args.id, cascade=args.cascade, database_url=url)
+    deleted = backgrounds.delete(args.id, cascade=args.cascade)
     return _print(deleted, args.json, [_deleted_line(deleted)])
 
 
@@ -186,42 +181,39 @@ def _instance_line(item: api.Instance) -> str:
 
 
 def _cmd_instance(args: argparse.Namespace) -> int:
-    url = Context().database_url
+    instances = lab(args).instances
     if args.action == "create":
         if args.sample:
             if args.character is not None or args.background is not None:
                 raise InvalidInput("instance create: --sample makes its own character and background")
-            instance_id = create_sample_instance(url)
-            item = api.get_instance(instance_id, database_url=url)
+            item = instances.create_sample()
         else:
             if args.character is None or args.background is None:
                 raise InvalidInput("instance create: give --character ID and --background ID (or --sample)")
             data = {"character_id": args.character, "background_id": args.background, "greeting": args.greeting}
             if args.title is not None:
                 data["title"] = args.title
-            item = api.create_instance(data, database_url=url)
+            item = instances.create(data)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
-        items = api.list_instances(
-            character_id=args.character, background_id=args.background, owner=args.owner, database_url=url
-        )
+        items = instances.list(character_id=args.character, background_id=args.background)
         return _print(items, args.json, [_instance_line(item) for item in items])
     if args.action == "show":
-        item = api.get_instance(args.id, database_url=url)
+        item = instances.get(args.id)
         return _print(item, args.json, [_instance_line(item)])
     if args.action == "rename":
-        item = api.rename_instance(args.id, args.title, database_url=url)
+        item = instances.rename(args.id, args.title)
         return _print(item, args.json, [_instance_line(item)])
     if args.action == "delete":
-        deleted = api.delete_instance(args.id, database_url=url)
+        deleted = instances.delete(args.id)
         return _print(deleted, args.json, [_deleted_line(deleted)])
     if args.action == "export":
         if args.file == "-":
-            print(json_text(api.export_instance_data(args.id, database_url=url), indent=1))
+            print(json_text(instances.export_data(args.id), indent=1))
             return 0
-        path = api.export_instance(args.id, args.file, overwrite=args.overwrite, database_url=url)
+        path = instances.export(args.id, args.file, overwrite=args.overwrite)
         return _print({"id": args.id, "file": str(path)}, args.json, [str(path)])
-    result = api.import_instance(args.file, database_url=url)
+    result = instances.import_file(args.file)
     return _print(result, args.json, [str(result.instance.id)])
 
 

@@ -7,15 +7,10 @@ import argparse
 import sys
 from typing import Any
 
-from personalab.graph.cli.args import COUNT, ID, json_argument
+from personalab.graph.api.support import flush_writes
+from personalab.graph.cli.args import COUNT, ID, json_argument, lab
 from personalab.graph.cli.output import echo, json_text, safe
-from personalab.graph.runner import rollback_core_memory, run_turn, turn_config, turn_graph
-from personalab.graph.streaming import MarkerFilter
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.stores.background import flush_event_writes
-from personalab.stores.db import session_scope
-from personalab.stores.saves import get_save
 
 
 def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
@@ -52,9 +47,11 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def play_turn(graph: Any, ctx: Context, instance_id: int, message: str, *, as_json: bool, **extra: Any) -> int:
-    """One turn on the CLI: the reply streams to stdout (markers hidden, controls escaped), or one JSON object
-    with `--json`."""
+def play_turn(graph: Any, ctx: Any, instance_id: int, message: str, *, as_json: bool, **extra: Any) -> int:
+    """One turn on the CLI (`graph`, `ctx`: the runner's `turn_graph()`): the reply streams to stdout (markers
+    hidden, controls escaped), or one JSON object with `--json`."""
+    from personalab.graph.runner import run_turn
+    from personalab.graph.streaming import MarkerFilter
 
     def show(token: str) -> None:
         text = stream.feed(token)
@@ -87,6 +84,8 @@ def play_turn(graph: Any, ctx: Context, instance_id: int, message: str, *, as_js
 
 
 def _cmd_turn(args: argparse.Namespace) -> int:
+    from personalab.graph.runner import turn_graph
+
     with turn_graph() as (graph, ctx):
         code = play_turn(
             graph,
@@ -99,14 +98,15 @@ def _cmd_turn(args: argparse.Namespace) -> int:
             selected_choice={"level": args.choice} if args.choice else None,
             time_gap=args.gap,
         )
-    flush_event_writes()
+    flush_writes()
     return code
 
 
 def _cmd_core(args: argparse.Namespace) -> int:
+    from personalab.graph.runner import rollback_core_memory, turn_config, turn_graph
+
+    lab(args).instances.check(args.instance)  # InstanceNotFound naming the id
     with turn_graph() as (graph, _ctx):
-        with session_scope() as session:
-            get_save(session, args.instance)
         if args.action == "rollback":
             version = rollback_core_memory(graph, args.instance, args.to)
             echo(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")

@@ -8,7 +8,7 @@ local operator and no handler restricts anything: the server behaves as before u
 With auth on, a user's threads, runs and crons carry `metadata.owner` (stamped here, whatever the client sent) and
 every read, search, update, delete and run is filtered to them, so another user's thread or run is a 404 and lists
 never show it. Besides:
-- a thread id that is the thread of an instance (uuid5, `stores.checkpoints.thread_id_for`) can only be created for
+- a thread id that is the thread of an instance (uuid5, `Dialogue.thread_id`) can only be created for
   one of the user's own instances;
 - a run or cron whose `input.instance_id` is an instance of another user is refused (404 naming the field) before it
   exists; the graph itself refuses a run whose instance is not its thread's;
@@ -24,9 +24,9 @@ from typing import Any
 
 from langgraph_sdk import Auth
 from personalab.graph.api import library
+from personalab.graph.api.dialogue import Dialogue
 from personalab.graph.http.users import Unauthenticated, auth_enabled, verify
 from personalab.nodes.rules.errors import PersonaLabError
-from personalab.stores.checkpoints import thread_id_for
 
 auth = Auth()
 OWNER = "owner"
@@ -82,7 +82,7 @@ async def _check_thread_id(thread_id: Any, user: str) -> None:
     if chosen.version != 5:
         return
     mine = await asyncio.to_thread(library.instance_ids_of, user)
-    if str(chosen) not in {thread_id_for(instance_id) for instance_id in mine}:
+    if str(chosen) not in {Dialogue.thread_id(instance_id) for instance_id in mine}:
         raise _not_found(f"thread_id: {chosen} is not the thread of one of your instances")
 
 

@@ -7,12 +7,11 @@ from typing import Annotated
 from fastapi import Depends
 from personalab.graph.api.facade import PersonaLab
 from personalab.graph.http.users import Owner
-from personalab.nodes.context import Context
 
 
 def request_api(owner: Owner) -> PersonaLab:
-    """The API bound to the request's owner (None without auth) and the server's database."""
-    return PersonaLab(owner=owner, database_url=Context().database_url)
+    """The API bound to the request's owner (None without auth) and the server's configured database."""
+    return PersonaLab(owner=owner)
 
 
 Api = Annotated[PersonaLab, Depends(request_api)]

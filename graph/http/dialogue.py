@@ -1,5 +1,5 @@
-"""An instance's dialogue over HTTP (seed 002 对话功能 / 会话实例; seed 000's tree): thin over
-personalab.graph.api.dialogue. Reading and moving the tree are plain routes (run in FastAPI's thread pool); a
+"""An instance's dialogue over HTTP (seed 002 对话功能 / 会话实例; seed 000's tree): thin over the API's
+dialogue (`Api`, graph/http/deps.py). Reading and moving the tree are plain routes (run in FastAPI's thread pool); a
 regenerate or an edit is a turn, so it stays a graph run on the instance's thread (uuid5 of the instance), started
 through the server's own runs API, like any turn a client starts.
 
@@ -24,79 +24,51 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, status
-from personalab.graph.api import dialogue as api
+from personalab.graph.api.dialogue import DEFAULT_PAGE, Dialogue
+from personalab.graph.api.schemas.dialogue import EditRequest, LineRequest, RegenerateRequest
+from personalab.graph.http.deps import Api
 from personalab.graph.http.guards import LimitedBodyRoute, PathId
-from personalab.graph.http.users import Owner
-from personalab.nodes.context import Context
-from personalab.nodes.history_fetch import check_turn_input, check_user_name
 from personalab.nodes.rules import errors
-from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
-from personalab.nodes.rules.validation import bad_character
-from personalab.stores.checkpoints import thread_id_for
-from personalab.stores.db import INTEGER_MAX
-from pydantic import BaseModel, ConfigDict, Field
+from personalab.nodes.rules.errors import PersonaLabError
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(route_class=LimitedBodyRoute)
 TAGS: list[str | Any] = ["dialogue"]
 
 
-def _url() -> str | None:
-    return Context().database_url
-
-
-class LineBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, le=INTEGER_MAX, description="A line of the instance.")
-
-
-class RegenerateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int | None = Field(
-        default=None, ge=0, le=INTEGER_MAX, description="The user line to answer again (default: the last)."
-    )
-
-
-class EditBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    line_id: int = Field(ge=0, le=INTEGER_MAX, description="The user line of the current branch to replace.")
-    text: str = Field(description="The new text of the line.")
-    user_name: str | None = None
-
-
 @router.get("/instances/{instance_id}/history", tags=TAGS)
-def get_history(owner: Owner, instance_id: PathId, offset: int = 0, limit: int = api.DEFAULT_PAGE) -> dict[str, Any]:
-    return api.history(instance_id, offset=offset, limit=limit, owner=owner, database_url=_url())
+def get_history(api: Api, instance_id: PathId, offset: int = 0, limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+    return api.dialogue.history(instance_id, offset=offset, limit=limit)
 
 
 @router.get("/instances/{instance_id}/lines/{line_id}/siblings", tags=TAGS)
-def get_siblings(owner: Owner, instance_id: PathId, line_id: PathId) -> dict[str, Any]:
-    return api.siblings(instance_id, line_id, owner=owner, database_url=_url())
+def get_siblings(api: Api, instance_id: PathId, line_id: PathId) -> dict[str, Any]:
+    return api.dialogue.siblings(instance_id, line_id)
 
 
 @router.get("/instances/{instance_id}/story-state", tags=TAGS)
-def get_story_state(owner: Owner, instance_id: PathId) -> dict[str, Any]:
-    return api.story_state(instance_id, owner=owner, database_url=_url())
+def get_story_state(api: Api, instance_id: PathId) -> dict[str, Any]:
+    return api.dialogue.story_state(instance_id)
 
 
 @router.post("/instances/{instance_id}/rewind", tags=TAGS)
-def post_rewind(owner: Owner, instance_id: PathId, body: LineBody) -> dict[str, Any]:
-    return api.rewind(instance_id, body.line_id, owner=owner, database_url=_url())
+def post_rewind(api: Api, instance_id: PathId, body: LineRequest) -> dict[str, Any]:
+    return api.dialogue.rewind(instance_id, body.line_id)
 
 
 @router.post("/instances/{instance_id}/swipe", tags=TAGS)
-def post_swipe(owner: Owner, instance_id: PathId, body: LineBody) -> dict[str, Any]:
-    return api.swipe(instance_id, body.line_id, owner=owner, database_url=_url())
+def post_swipe(api: Api, instance_id: PathId, body: LineRequest) -> dict[str, Any]:
+    return api.dialogue.swipe(instance_id, body.line_id)
 
 
 @router.get("/instances/{instance_id}/sessions", tags=TAGS)
-def get_sessions(owner: Owner, instance_id: PathId) -> list[dict[str, Any]]:
-    return api.sessions(instance_id, owner=owner, database_url=_url())
+def get_sessions(api: Api, instance_id: PathId) -> list[dict[str, Any]]:
+    return api.dialogue.sessions(instance_id)
 
 
 @router.post("/instances/{instance_id}/sessions", status_code=status.HTTP_201_CREATED, tags=TAGS)
-def post_session(owner: Owner, instance_id: PathId) -> dict[str, Any]:
-    return api.new_session(instance_id, owner=owner, database_url=_url())
+def post_session(api: Api, instance_id: PathId) -> dict[str, Any]:
+    return api.dialogue.new_session(instance_id)
 
 
 async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str | None) -> dict[str, Any]:
@@ -106,7 +78,7 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
     from langgraph_sdk import get_client  # only inside the server: the in-process transport needs it
 
     client = get_client(url=None)
-    thread_id = thread_id_for(instance_id)
+    thread_id = Dialogue.thread_id(instance_id)
     metadata = {"owner": owner} if owner is not None else None
     await client.threads.create(thread_id=thread_id, if_exists="do_nothing", metadata=metadata)
     result = await client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id, **run_input})
@@ -121,31 +93,18 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
 
 
 @router.post("/instances/{instance_id}/regenerate", tags=TAGS)
-async def post_regenerate(owner: Owner, instance_id: PathId, body: RegenerateBody) -> dict[str, Any]:
-    target = await run_in_threadpool(api.regenerate_target, instance_id, body.line_id, owner=owner, database_url=_url())
-    return await _run_on_thread(instance_id, {"reply_to": target}, owner)
-
-
-def _check_edit(body: EditBody) -> None:
-    """The new line's text and name as a turn takes them (nodes/history_fetch.py), refused before the run starts
-    (`InvalidInput` naming the field): no thread or run is made for a line that could not be stored."""
-    ctx = Context()
-    for name, value in (("text", body.text), ("user_name", body.user_name)):
-        bad = bad_character(value) if value is not None else None
-        if bad:
-            raise InvalidInput(f"field {name!r} contains {bad}")
-    try:
-        check_turn_input(body.text, None, ctx.max_message_chars)
-        check_user_name(body.user_name, ctx.max_user_name_chars)
-    except InvalidInput as exc:
-        raise InvalidInput(f"field {'user_name' if str(exc).startswith('user_name') else 'text'!r}: {exc}") from None
+async def post_regenerate(api: Api, instance_id: PathId, body: RegenerateRequest) -> dict[str, Any]:
+    target = await run_in_threadpool(api.dialogue.regenerate_target, instance_id, body.line_id)
+    return await _run_on_thread(instance_id, {"reply_to": target}, api.owner)
 
 
 @router.post("/instances/{instance_id}/edit", tags=TAGS)
-async def post_edit(owner: Owner, instance_id: PathId, body: EditBody) -> dict[str, Any]:
-    _check_edit(body)
-    parent = await run_in_threadpool(api.edit_target, instance_id, body.line_id, owner=owner, database_url=_url())
+async def post_edit(api: Api, instance_id: PathId, body: EditRequest) -> dict[str, Any]:
+    # the new line's text and name as a turn takes them, refused before the run starts (`InvalidInput` naming
+    # the field): no thread or run is made for a line that could not be stored
+    api.dialogue.check_edit(body.text, body.user_name)
+    parent = await run_in_threadpool(api.dialogue.edit_target, instance_id, body.line_id)
     run_input: dict[str, Any] = {"message": body.text, "branch_from": parent}
     if body.user_name is not None:
         run_input["user_name"] = body.user_name
-    return await _run_on_thread(instance_id, run_input, owner)
+    return await _run_on_thread(instance_id, run_input, api.owner)

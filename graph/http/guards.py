@@ -21,8 +21,8 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
 from fastapi.routing import APIRoute
+from personalab.graph.api.schemas.common import INTEGER_MAX
 from personalab.graph.http.users import auth_enabled
-from personalab.stores.db import INTEGER_MAX
 
 MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
 """A JSON body of a PersonaLab route (a background with its texts at their limits, a knowledge entry, ...)."""

@@ -1,6 +1,6 @@
 """The served graph's run context, checked before the LangGraph server creates anything (issue 14).
 
-A client may set only the documented per-run knobs (`personalab.nodes.context.RUN_KNOBS`); storage locations,
+A client may set only the documented per-run knobs (`personalab.graph.api.runs`); storage locations,
 limits and model settings come from the server's configuration. LangGraph's server would otherwise turn a run's
 `context` (or, without one, its `config.configurable`) into the graph's `Context` as given, and silently drop
 unknown keys. This ASGI middleware reads the body of every request that starts runs or stores a context
@@ -26,12 +26,11 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from personalab.nodes.context import RUN_KNOBS, SERVER_FIELDS, Context, validate_run_context
-from personalab.nodes.history_fetch import check_turn_input, check_user_name
+from personalab.graph.api.runs import CONTEXT_FIELDS, INPUT_FIELDS, check_run_context, turn_limits
+from personalab.graph.api.schemas.common import INTEGER_MAX
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.validation import bad_character, json_type
-from personalab.nodes.state import TurnInput
-from personalab.stores.db import INTEGER_MAX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,7 +46,7 @@ _RUN_PATHS = re.compile(
 # the v2 event-streaming protocol's WebSocket, whose `run.start` commands start runs as the routes above do
 _PROTOCOL_SOCKET = re.compile(r"^/threads/[^/]+/stream/events/?$")
 _RUN_COMMANDS = ("run.start", "input.respond")
-_CONTEXT_FIELDS = frozenset(SERVER_FIELDS) | frozenset(RUN_KNOBS)
+_CONTEXT_FIELDS = CONTEXT_FIELDS
 
 
 def check_command(command: Any) -> None:
@@ -69,7 +68,7 @@ def check_run_body(body: Any) -> None:
     _check_one(body, "")
 
 
-_INPUT_FIELDS = tuple(TurnInput.__annotations__)
+_INPUT_FIELDS = INPUT_FIELDS
 _ID_FIELDS = ("instance_id", "reply_to", "branch_from")
 
 
@@ -90,7 +89,7 @@ def check_run_input(run_input: Any, where: str = "input") -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INTEGER_MAX:
             raise InvalidInput(f"{where}.{name} must be a whole number from 0 to {INTEGER_MAX}, got {json_type(value)}")
-    ctx = Context()
+    ctx = turn_limits()
     message = run_input.get("message")
     if message is None and run_input.get("reply_to") is not None:
         message = "-"  # a regenerate's message is its stored user line
@@ -113,7 +112,7 @@ def check_run_input(run_input: Any, where: str = "input") -> None:
 def _check_one(body: Any, prefix: str) -> None:
     if not isinstance(body, dict):
         return  # not a run payload: the server's own validation answers
-    validate_run_context(body.get("context"), where=f"{prefix}context")
+    check_run_context(body.get("context"), f"{prefix}context")
     if "input" in body:
         check_run_input(body["input"], where=f"{prefix}input")
     payload = body.get("payload")  # a cron's run
@@ -123,7 +122,7 @@ def _check_one(body: Any, prefix: str) -> None:
     configurable = config.get("configurable") if isinstance(config, dict) else None
     if isinstance(configurable, dict):
         ours = {key: value for key, value in configurable.items() if key in _CONTEXT_FIELDS}
-        validate_run_context(ours, where=f"{prefix}config.configurable")
+        check_run_context(ours, f"{prefix}config.configurable")
 
 
 class RunContextGuard:

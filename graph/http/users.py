@@ -23,8 +23,8 @@ from typing import Annotated, Any
 
 import jwt
 from fastapi import Depends, HTTPException, Request
+from personalab.graph.api.support import Settings, settings
 from personalab.nodes.rules.errors import ConfigError, PersonaLabError
-from personalab.stores.settings import Settings, settings
 
 LOCAL_USER = "local"
 """The identity of every request when `PERSONALAB_AUTH=none` (its `owner` is None: the operator's)."""
