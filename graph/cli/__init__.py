@@ -23,7 +23,9 @@ from personalab.graph.cli import (
     doctor,
     library,
     memory,
+    story,
     suggestions,
+    trigger_config,
     turn,
     worldbook,
 )
@@ -32,7 +34,20 @@ from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 from personalab.stores.db import store_unavailable
 
-COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database, doctor)
+COMMAND_MODULES = (
+    demo,
+    turn,
+    story,
+    dialogue,
+    cards,
+    library,
+    worldbook,
+    suggestions,
+    memory,
+    database,
+    doctor,
+    trigger_config,
+)
 
 
 class UsageError(InvalidInput):

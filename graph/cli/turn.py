@@ -1,5 +1,5 @@
-"""`personalab turn`, `personalab chat`, `personalab core`: play an instance (`personalab instance …` is
-graph/cli/library.py)."""
+"""`personalab turn`, `personalab chat`: play an instance (`personalab instance …` is graph/cli/library.py,
+`personalab core` graph/cli/story.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import argparse
 import sys
 from typing import Any
 
-from personalab.graph.cli.args import COUNT, ID, json_argument
+from personalab.graph.cli.args import ID, json_argument
 from personalab.graph.cli.output import echo, json_text, safe
-from personalab.graph.runner import rollback_core_memory, run_turn, turn_config, turn_graph
+from personalab.graph.runner import run_turn, turn_graph
 from personalab.graph.streaming import MarkerFilter
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.background import flush_event_writes
-from personalab.stores.db import session_scope
-from personalab.stores.saves import get_save
 
 
 def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
@@ -103,23 +101,6 @@ def _cmd_turn(args: argparse.Namespace) -> int:
     return code
 
 
-def _cmd_core(args: argparse.Namespace) -> int:
-    with turn_graph() as (graph, _ctx):
-        with session_scope() as session:
-            get_save(session, args.instance)
-        if args.action == "rollback":
-            version = rollback_core_memory(graph, args.instance, args.to)
-            echo(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
-            return 0
-        values = graph.get_state(turn_config(args.instance)).values
-    if args.action == "versions":
-        for item in values.get("core_memory_versions") or []:
-            echo(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
-        return 0
-    print(json_text(values.get("core_memory") or {}, indent=1))
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     turn = sub.add_parser("turn", help="run one turn and stream the reply")
     turn.add_argument("--instance", type=ID, required=True)
@@ -134,9 +115,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gap", help="real time since the last turn: none, minutes, hours, days, long_absence (default: computed)"
     )
     turn.set_defaults(handler=_cmd_turn)
-
-    core = sub.add_parser("core", help="an instance's core memory: show it, list its versions, roll back")
-    core.add_argument("action", choices=["show", "versions", "rollback"])
-    core.add_argument("--instance", type=ID, required=True)
-    core.add_argument("--to", type=COUNT, help="with rollback: the version to restore (default: the one before)")
-    core.set_defaults(handler=_cmd_core)

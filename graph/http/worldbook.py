@@ -1,5 +1,5 @@
-"""Cards, the world book and the knowledge library over HTTP (issue 15): thin over personalab.graph.api.cards and
-.knowledge and the world book's stores. Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
+"""Cards, the world book and the knowledge library over HTTP (issues 15, 23): thin over personalab.graph.api
+(cards, `api.worldbook`, knowledge). Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
 (an instance's), neither (global). Uploads are the request's raw body, read up to the import limit (20 MB) and
 refused past it without buffering the rest. Errors: InvalidInput → 422 naming the field, an unknown id → 404
 (graph/http/errors.py). With auth on (graph/http/users.py) a user names a scope they may use: their own instance,
@@ -12,6 +12,9 @@ is the operator's: 422.
 | `GET /characters/{id}/card` (`?format=png\\|v2\\|v3`) | the character as a card file |
 | `POST /worldbook/import` | a world-book file (PersonaLab, SillyTavern world info, a card's lorebook) as the body |
 | `GET /worldbook/export` (`?format=personalab\\|sillytavern`) | the scope's entries as a file |
+| `GET / POST /worldbook/entries` | list, add one entry |
+| `GET / PATCH / DELETE /worldbook/entries/{id}` | show, edit (any field; `enabled` false disables), delete |
+| `POST /worldbook/reorder` | `{"entries": [{"id": 3, "order": 200}, ...]}`: order values, all or nothing |
 | `GET / PUT /worldbook/settings` | the scope's settings (set and in effect); PUT `{field: value or null, "clear": bool}` |
 | `GET /knowledge` (`?visible=&tag=`), `POST /knowledge` | list, add |
 | `GET / PATCH / DELETE /knowledge/{id}` | show, edit (tag, content, importance, keywords, enabled), delete |
@@ -20,20 +23,18 @@ is the operator's: 422.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
 from personalab.graph.api import knowledge as api
+from personalab.graph.api.schemas.worldbook import EntryCreate, EntryUpdate, ReorderRequest
+from personalab.graph.api.worldbook import MAX_IMPORT_BYTES, bad_character, parse_json
+from personalab.graph.http.deps import Api
 from personalab.graph.http.guards import LimitedBodyRoute, PathId, QueryId
 from personalab.graph.http.users import Owner
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.validation import bad_character
-from personalab.stores.db import session_scope
-from personalab.stores.files import parse_json
-from personalab.stores.worldbook_files import MAX_IMPORT_BYTES, export_sillytavern, export_worldbook, import_worldbook
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
@@ -89,7 +90,7 @@ def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Resp
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    owner: Owner, request: Request, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, owner: Owner, request: Request, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
     await run_in_threadpool(_check, owner, character_id, instance_id, True)
@@ -101,28 +102,62 @@ async def import_book(
 
     def run() -> dict[str, Any]:
         data = parse_json(text, "the world-book file")
-        scope = api.scope_of(character_id, instance_id)
-        with session_scope(_url()) as session:
-            report = import_worldbook(session, data, scope)
-        return {"scope": scope.label, **asdict(report), "summary": report.summary()}
+        return api_.worldbook.import_data(data, character_id=character_id, instance_id=instance_id)
 
     return await run_in_threadpool(run)
 
 
 @router.get("/worldbook/export", tags=["worldbook"])
 def export_book(
-    owner: Owner,
+    api_: Api,
     format: str = "personalab",  # noqa: A002 - the query's name
     character_id: QueryId = None,
     instance_id: QueryId = None,
 ) -> dict[str, Any]:
     """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
-    _check(owner, character_id, instance_id, False)
-    if format not in ("personalab", "sillytavern"):
-        raise InvalidInput(f"format {format!r} is not one of personalab, sillytavern (field 'format')")
-    scope = api.scope_of(character_id, instance_id)
-    with session_scope(_url()) as session:
-        return export_sillytavern(session, scope) if format == "sillytavern" else export_worldbook(session, scope)
+    return api_.worldbook.export(format, character_id=character_id, instance_id=instance_id)
+
+
+# ---- single world-book entries (issue 23) -------------------------------------------------------------------
+
+
+@router.get("/worldbook/entries", tags=["worldbook"])
+def list_entries(
+    api_: Api, character_id: QueryId = None, instance_id: QueryId = None, visible: StrictBool = False
+) -> list[dict[str, Any]]:
+    """The scope's entries (`visible`: all it sees, global + character + own), oldest first."""
+    return api_.worldbook.list(character_id=character_id, instance_id=instance_id, visible=visible)
+
+
+@router.post("/worldbook/entries", status_code=status.HTTP_201_CREATED, tags=["worldbook"])
+def add_entry(
+    api_: Api, body: EntryCreate, character_id: QueryId = None, instance_id: QueryId = None
+) -> dict[str, Any]:
+    fields = body.model_dump(exclude_unset=True)
+    content = fields.pop("content")
+    return api_.worldbook.add(content, character_id=character_id, instance_id=instance_id, **fields)
+
+
+@router.get("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def get_entry(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.worldbook.get(entry_id)
+
+
+@router.patch("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def edit_entry(api_: Api, entry_id: PathId, body: EntryUpdate) -> dict[str, Any]:
+    """Change the fields the body names (`{"enabled": false}` disables the entry); validated as the whole entry."""
+    return api_.worldbook.edit(entry_id, **body.model_dump(exclude_unset=True))
+
+
+@router.delete("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def delete_entry(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.worldbook.delete(entry_id)
+
+
+@router.post("/worldbook/reorder", tags=["worldbook"])
+def reorder_entries(api_: Api, body: ReorderRequest) -> list[dict[str, Any]]:
+    """Order values (priority, higher first) for several entries at once, all or nothing."""
+    return api_.worldbook.reorder({item.id: item.order for item in body.entries})
 
 
 class SettingsBody(BaseModel):
