@@ -16,8 +16,9 @@ from typing import Any
 
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.worldbook import EXPORTED_FIELDS, WorldbookEntry, validate_entry
+from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.tables import utcnow
-from personalab.stores.worldbook import worldbook_entries, worldbook_row
+from personalab.stores.worldbook import Scope, add_worldbook_entry, worldbook_entries, worldbook_row
 from personalab.stores.worldbook_tables import WorldbookEntryRow, WorldbookEntrySourceRow
 from sqlmodel import Session
 
@@ -26,7 +27,7 @@ EDITABLE: tuple[str, ...] = (*EXPORTED_FIELDS, "probability")
 
 def entry_row(session: Session, entry_id: Any) -> WorldbookEntryRow:
     """The entry's row; `NotFound` naming it (`InvalidInput` for an id that is no whole number)."""
-    if isinstance(entry_id, bool) or not isinstance(entry_id, int) or not 0 <= entry_id <= 2**31 - 1:
+    if isinstance(entry_id, bool) or not isinstance(entry_id, int) or not 0 <= entry_id <= INTEGER_MAX:
         raise InvalidInput(f"world-book entry id must be a whole number, got {entry_id!r}")
     row = session.get(WorldbookEntryRow, entry_id)
     if row is None:
@@ -55,6 +56,21 @@ def _with_probability(entry: WorldbookEntry, probability: Any, where: str) -> tu
     return source, source_format
 
 
+def check_integers(entry: WorldbookEntry, where: str) -> None:
+    """A whole number an INTEGER column cannot hold is `InvalidInput` naming the field, not a database error."""
+    numbers = {"priority": entry.priority, **{f"temporal.{k}": v for k, v in entry.temporal.as_dict().items()}}
+    for name, value in numbers.items():
+        if isinstance(value, int) and not INTEGER_MIN <= value <= INTEGER_MAX:
+            raise InvalidInput(f"{where}: field '{name}' is {value}, out of range ({INTEGER_MIN} to {INTEGER_MAX})")
+
+
+def add_entry(session: Session, content: Any, scope: Scope, fields: Mapping[str, Any]) -> WorldbookEntry:
+    """A new entry in `scope` (`add_worldbook_entry`), its whole numbers checked for the database's range too."""
+    data = {"id": "new", "content": content, "role_id": scope.role_id, "save_id": scope.save_id, **fields}
+    check_integers(validate_entry(data, "world-book entry"), "world-book entry")
+    return add_worldbook_entry(session, content, scope=scope, **fields)
+
+
 def update_entry(session: Session, entry_id: int, changes: Mapping[str, Any]) -> WorldbookEntry:
     """Change the entry's fields (`EDITABLE`; `temporal`: the bounds given, None unsets one), validated as the
     entry they make; the changed entry."""
@@ -72,6 +88,7 @@ def update_entry(session: Session, entry_id: int, changes: Mapping[str, Any]) ->
         # a window's bounds change one by one (None unsets one): the others stay
         data["temporal"] = {**entry.temporal.model_dump(), **changes["temporal"]}
     new = validate_entry(data, where)  # the whole entry, before anything is written
+    check_integers(new, where)
     for name, value in worldbook_row(new).model_dump(exclude={"id", "uid", "created_at", "updated_at"}).items():
         setattr(row, name, value)
     row.updated_at = utcnow()
@@ -95,7 +112,7 @@ def reorder_entries(session: Session, orders: Mapping[int, Any]) -> list[Worldbo
         raise InvalidInput("reorder: no entries given")
     rows = {entry_id: entry_row(session, entry_id) for entry_id in orders}  # every id checked before a write
     for entry_id, order in orders.items():
-        if isinstance(order, bool) or not isinstance(order, int) or not -(2**31) <= order <= 2**31 - 1:
+        if isinstance(order, bool) or not isinstance(order, int) or not INTEGER_MIN <= order <= INTEGER_MAX:
             raise InvalidInput(f"world-book entry {entry_id}: field 'priority' must be a whole number, got {order!r}")
     for entry_id, order in orders.items():
         rows[entry_id].priority = order

@@ -10,6 +10,7 @@ from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.story import check_id
+from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores import migrate
 from personalab.stores.background import flush_event_writes
@@ -27,7 +28,8 @@ class AdminApi:
     def _operator(self, what: str) -> str | None:
         if self.caller.owner is not None:
             raise InvalidInput(f"{what}: administration is the server operator's, not a signed-in user's")
-        return self.caller.database_url
+        # the configured URL as the turns name it (their background writers are keyed by it), not None
+        return self.caller.database_url if self.caller.database_url is not None else Context().database_url
 
     def locks(self) -> list[dict[str, Any]]:
         """Every held turn lock: instance, holder (host:pid), since, until, expired."""

@@ -30,8 +30,15 @@ from personalab.nodes.rules.worldbook import (
 )
 from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
-from personalab.stores.worldbook import add_worldbook_entry, delete_worldbook_entry, list_worldbook
-from personalab.stores.worldbook_entries import EDITABLE, entry_row, get_entry, reorder_entries, update_entry
+from personalab.stores.worldbook import delete_worldbook_entry, list_worldbook
+from personalab.stores.worldbook_entries import (
+    EDITABLE,
+    add_entry,
+    entry_row,
+    get_entry,
+    reorder_entries,
+    update_entry,
+)
 from personalab.stores.worldbook_files import (
     MAX_IMPORT_BYTES,
     export_sillytavern,
@@ -108,9 +115,7 @@ class WorldbookApi:
         """A new entry in the scope; `fields` are the entry's own fields (keywords, trigger_type, ...)."""
         self._scope_check(character_id, instance_id, True)
         with session_scope(self.caller.database_url) as session:
-            return entry_view(
-                add_worldbook_entry(session, content, scope=scope_of(character_id, instance_id), **fields)
-            )
+            return entry_view(add_entry(session, content, scope_of(character_id, instance_id), fields))
 
     def list(
         self, *, character_id: int | None = None, instance_id: int | None = None, visible: bool = False
