@@ -94,6 +94,7 @@ class CoreMemoryApi:
         check_id(old, "version")
         core, history, _state = self._read(instance_id)
         before = self._find(history, instance_id, old)
+        after_label: int | str
         if new is None:
             after_core, after_label = core, "current"
         else:

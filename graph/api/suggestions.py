@@ -22,7 +22,6 @@ from personalab.stores.review import (
     list_suggestions,
     reject_suggestion,
 )
-from personalab.stores.saves import get_save
 
 __all__ = ["STATUSES", "SuggestionsApi"]
 
@@ -56,7 +55,7 @@ class SuggestionsApi:
                 save = instance_of(session, self.caller, suggestion.save_id)
             except NotFound:
                 raise NotFound(f"world-book suggestion {suggestion_id} does not exist") from None
-            role_id = get_save(session, save.id).role_id if suggestion.scope == "character" else None
+            role_id = save.role_id if suggestion.scope == "character" else None
         if change and role_id is not None:
             check_scope_owner(
                 self.caller.owner, character_id=role_id, change=True, database_url=self.caller.database_url

@@ -10,6 +10,7 @@ transaction: a bad value is `InvalidInput` naming the entry and the field, and n
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -152,7 +153,7 @@ class WorldbookApi:
             delete_worldbook_entry(session, entry_id)
         return {"deleted": "world-book entry", "id": entry_id}
 
-    def reorder(self, orders: Mapping[int, int]) -> list[dict[str, Any]]:
+    def reorder(self, orders: Mapping[int, int]) -> builtins.list[dict[str, Any]]:
         """Give entries their order values (`priority`: higher first), all or nothing."""
         if not isinstance(orders, Mapping) or not orders:
             raise InvalidInput("orders: give at least one entry id and its order value")

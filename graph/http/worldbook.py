@@ -32,8 +32,6 @@ from personalab.graph.api.schemas.worldbook import EntryCreate, EntryUpdate, Reo
 from personalab.graph.api.worldbook import MAX_IMPORT_BYTES, bad_character, parse_json
 from personalab.graph.http.deps import Api
 from personalab.graph.http.guards import LimitedBodyRoute, PathId, QueryId
-from personalab.graph.http.users import Owner
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
@@ -41,13 +39,11 @@ from starlette.concurrency import run_in_threadpool
 router = APIRouter(route_class=LimitedBodyRoute)
 
 
-def _url() -> str | None:
-    return Context().database_url
-
-
-def _check(owner: str | None, character_id: int | None, instance_id: int | None, change: bool) -> None:
+def _check(api_: Api, character_id: int | None, instance_id: int | None, change: bool) -> None:
     """The scope is one the signed-in user may read (or `change`): graph/api/knowledge.check_scope_owner."""
-    api.check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=change, database_url=_url())
+    api.check_scope_owner(
+        api_.owner, character_id=character_id, instance_id=instance_id, change=change, database_url=api_.database_url
+    )
 
 
 async def _body(request: Request, limit: int, what: str) -> bytes:
@@ -68,10 +64,12 @@ async def _body(request: Request, limit: int, what: str) -> bytes:
 
 
 @router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
-async def import_card(owner: Owner, request: Request, name: str = "the card") -> cards_api.CardImported:
+async def import_card(api_: Api, request: Request, name: str = "the card") -> cards_api.CardImported:
     """Upload a card file as the body: the new character, its world book, and every field without effect here."""
     data = await _body(request, cards_api.MAX_CARD_BYTES, name)
-    return await run_in_threadpool(cards_api.import_card_bytes, data, name, owner=owner, database_url=_url())
+    return await run_in_threadpool(
+        cards_api.import_card_bytes, data, name, owner=api_.owner, database_url=api_.database_url
+    )
 
 
 @router.get(
@@ -80,8 +78,10 @@ async def import_card(owner: Owner, request: Request, name: str = "the card") ->
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
 )
-def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Response:  # noqa: A002 - the query's name
-    data, media_type = cards_api.export_card_bytes(character_id, format, owner=owner, database_url=_url())
+def export_card(api_: Api, character_id: PathId, format: str = "png") -> Response:  # noqa: A002 - the query's name
+    data, media_type = cards_api.export_card_bytes(
+        character_id, format, owner=api_.owner, database_url=api_.database_url
+    )
     return Response(content=data, media_type=media_type)
 
 
@@ -90,10 +90,10 @@ def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Resp
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    api_: Api, owner: Owner, request: Request, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, request: Request, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
-    await run_in_threadpool(_check, owner, character_id, instance_id, True)
+    await run_in_threadpool(_check, api_, character_id, instance_id, True)
     raw = await _body(request, MAX_IMPORT_BYTES, "the world-book file")
     try:
         text = raw.decode("utf-8-sig")
@@ -175,18 +175,16 @@ class SettingsBody(BaseModel):
 
 
 @router.get("/worldbook/settings", tags=["worldbook"])
-def get_settings(owner: Owner, character_id: QueryId = None, instance_id: QueryId = None) -> dict[str, Any]:
-    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url())
+def get_settings(api_: Api, character_id: QueryId = None, instance_id: QueryId = None) -> dict[str, Any]:
+    return api_.worldbook.settings(character_id=character_id, instance_id=instance_id)
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
 def put_settings(
-    owner: Owner, body: SettingsBody, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, body: SettingsBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
-    return api.update_worldbook_settings(
-        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, owner=owner, database_url=_url()
-    )
+    return api_.worldbook.set_settings(changes, character_id=character_id, instance_id=instance_id, clear=body.clear)
 
 
 # ---- knowledge -----------------------------------------------------------------------------------------------
@@ -218,7 +216,7 @@ class TagsBody(BaseModel):
 
 @router.get("/knowledge", tags=["knowledge"])
 def list_knowledge(
-    owner: Owner,
+    api_: Api,
     character_id: QueryId = None,
     instance_id: QueryId = None,
     visible: bool = False,
@@ -227,39 +225,37 @@ def list_knowledge(
     bad = bad_character(tag) if tag is not None else None
     if bad:
         raise InvalidInput(f"field 'tag' contains {bad}")
-    return api.list_knowledge_entries(
-        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
-    )
+    return api_.knowledge.list(character_id=character_id, instance_id=instance_id, visible=visible, tag=tag)
 
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
 def add_knowledge(
-    owner: Owner, body: KnowledgeBody, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, body: KnowledgeBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
-    return api.add_knowledge_entry(
-        **body.model_dump(), character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url()
-    )
+    fields = body.model_dump()
+    tag, content = fields.pop("tag"), fields.pop("content")
+    return api_.knowledge.add(tag, content, character_id=character_id, instance_id=instance_id, **fields)
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
-def get_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
-    return api.get_knowledge_entry(entry_id, owner=owner, database_url=_url())
+def get_knowledge(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.knowledge.get(entry_id)
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
-def edit_knowledge(owner: Owner, entry_id: PathId, body: KnowledgeEditBody) -> dict[str, Any]:
+def edit_knowledge(api_: Api, entry_id: PathId, body: KnowledgeEditBody) -> dict[str, Any]:
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
             raise InvalidInput(f"knowledge entry {entry_id}: field {name!r} cannot be null")
-    return api.edit_knowledge(entry_id, owner=owner, database_url=_url(), **changes)
+    return api_.knowledge.edit(entry_id, **changes)
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
-def delete_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
-    return api.delete_knowledge_entry(entry_id, owner=owner, database_url=_url())
+def delete_knowledge(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.knowledge.delete(entry_id)
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
-def tag_knowledge(owner: Owner, entry_id: PathId, body: TagsBody) -> dict[str, Any]:
-    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, owner=owner, database_url=_url())
+def tag_knowledge(api_: Api, entry_id: PathId, body: TagsBody) -> dict[str, Any]:
+    return api_.knowledge.tag(entry_id, add=body.add, remove=body.remove)

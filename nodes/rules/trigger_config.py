@@ -146,7 +146,7 @@ def effective(layers: list[tuple[str, TriggerConfig]]) -> tuple[TriggerConfig, d
             for kind in KINDS:
                 for label, config in [*layers, (DEFAULT_LABEL, DEFAULTS)]:
                     if config.max_per_type is not None and kind in config.max_per_type:
-                        limits[kind] = config.max_per_type[kind]  # type: ignore[index]
+                        limits[kind] = config.max_per_type[kind]
                         sources[f"max_per_type.{kind}"] = label
                         break
             values[name] = limits
