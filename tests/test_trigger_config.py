@@ -183,3 +183,16 @@ def test_switching_the_semantic_strategy_off_changes_the_next_turns_injection(db
         assert "三短一长" in prompt(run_turn(graph, ctx, instance, "说说灯塔。"))
         api.trigger_config.set({"enabled": False})  # globally: the world book fires nothing
         assert "三短一长" not in prompt(run_turn(graph, ctx, instance, "说说灯塔。"))
+
+
+def test_the_configuration_goes_with_its_instance_and_character(db_url: str) -> None:
+    api = PersonaLab(database_url=db_url)
+    character_id, instance_id = _world(db_url)
+    api.trigger_config.set({"enabled": False}, instance_id=instance_id)
+    api.trigger_config.set({"template": "* {content}"}, character_id=character_id)
+    library.delete_character(character_id, cascade=True, database_url=db_url)
+    with pytest.raises(NotFound):
+        api.trigger_config.get(instance_id=instance_id)
+    with pytest.raises(NotFound):
+        api.trigger_config.get(character_id=character_id)
+    assert api.trigger_config.get().set == {}
