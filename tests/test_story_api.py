@@ -208,3 +208,27 @@ def test_http_core_plot_suggestions(data_dir: Path) -> None:
     assert http.post(f"/suggestions/{suggestion}/reject").json()["status"] == "rejected"
     again = http.post(f"/suggestions/{suggestion}/approve", json={})
     assert again.status_code == 422 and "already rejected" in again.json()["detail"]
+
+
+# --- administration ---------------------------------------------------------------------------------------------------
+
+
+def test_admin_locks_doctor_migrations_are_the_operators(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    from personalab.stores.turns import acquire_turn_lock
+
+    instance = _instance(None)
+    acquire_turn_lock(instance, 60.0)  # a turn that holds the instance
+    admin = PersonaLab().admin
+    (held,) = admin.locks()
+    assert held["instance_id"] == instance and held["expired"] is False
+    code, out, _ = cli(capsys, "instance", "locks", "--json")
+    assert code == 0 and json.loads(out)[0]["instance_id"] == instance
+    assert admin.release_lock(instance)["unlocked"] is True and admin.locks() == []
+    code, out, _ = cli(capsys, "instance", "locks")
+    assert code == 0 and "no turn locks held" in out
+    assert admin.migration_state()["head"]
+    assert isinstance(admin.doctor()["findings"], list)
+    user = PersonaLab(owner="alice").admin
+    for call in (user.locks, lambda: user.release_lock(instance), user.doctor, user.migration_state, user.upgrade):
+        with pytest.raises(InvalidInput, match="operator"):
+            call()
