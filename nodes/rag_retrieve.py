@@ -42,6 +42,7 @@ from personalab.nodes.rules.retrieval import (
     RetrievalConfig,
     retrieve,
 )
+from personalab.nodes.rules.trigger_config import apply_to
 from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
@@ -49,6 +50,7 @@ from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryRow, MemoryStore
+from personalab.stores.trigger_config import trigger_config_for_instance
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import (
@@ -212,6 +214,8 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         worldbook = worldbook_for_instance(session, instance_id)
         knowledge = knowledge_for_instance(session, instance_id)
         settings = worldbook_settings_for_instance(session, instance_id)  # the instance's over its book's (issue 15)
+        # seed 004 MemoryTriggerConfig as the user set it (issue 23): read every turn, so a change is live next turn
+        trigger = trigger_config_for_instance(session, instance_id, character.get("role_id"))
         branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
     worldbook_context = context_from_lines(
         history[:-1],
@@ -224,6 +228,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         last_fired_turns=state.get("worldbook_fired") or {},
     )
     config = settings.config(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
+    config = apply_to(config, trigger)  # the strategies, limits and injection set as data
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
     # seed 000's tree: the paths keep to this branch's memories before they are cut (see `BranchMemories`)
     store = BranchMemories(MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()), instance_id, branch)

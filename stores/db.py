@@ -26,6 +26,7 @@ from personalab.stores import (  # noqa: F401
     outbox_tables,
     review_tables,
     tables,
+    trigger_config_tables,
     turn_tables,
     worldbook_tables,
 )

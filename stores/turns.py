@@ -314,3 +314,9 @@ def update_story_state(session: Session, state_id: int, state: dict[str, Any]) -
         row.state = state
         row.updated_at = utcnow()
         session.add(row)
+
+
+def list_turn_locks(session: Session) -> list[dict[str, Any]]:
+    """Every instance's turn lock as stored (`turn_lock_info`), by instance (`personalab locks list`)."""
+    ids = session.exec(select(TurnLock.save_id).order_by(col(TurnLock.save_id))).all()
+    return [info for save_id in ids if (info := turn_lock_info(session, save_id)) is not None]

@@ -435,6 +435,163 @@ CASES: list[Case] = [
     ("POST", "/knowledge/{b_entry}/tags", "bob", {"json": {"remove": ["往事"] * 3, "add": []}}, 422, "tag"),
 ]
 
+# ---- issue 23: trigger configuration, core memory, plot, suggestions, single world-book entries ------------------
+CORE = "/instances/{instance_id}/core-memory"
+PLOT = "/instances/{instance_id}/plot"
+WB_ENTRY = "/worldbook/entries/{entry_id}"
+
+
+def _named_id_cases(method: str, template: str, name: str, theirs: str, words: str, **kwargs: Any) -> list[Case]:
+    """`_id_cases` for an id whose 404 names its own kind (`words`: "world-book entry {a_wb}")."""
+    cases = _id_cases(method, template, name, "", theirs, **kwargs)
+    return [(cases[0][0], cases[0][1], "bob", kwargs, 404, words), *cases[1:]]
+
+
+CASES += [
+    ("GET", "/trigger-config?instance_id={a_instance}", "bob", {}, 404, "instance {a_instance}"),
+    ("GET", "/trigger-config?character_id={huge}", "bob", {}, 422, "character_id"),
+    (
+        "PUT",
+        "/trigger-config?instance_id={a_instance}",
+        "bob",
+        {"json": {"enabled": False}},
+        404,
+        "instance {a_instance}",
+    ),
+    ("PUT", "/trigger-config", "bob", {"json": {"enabled": False}}, 422, "character_id or instance_id"),
+    (
+        "PUT",
+        "/trigger-config?character_id={a_shared}",
+        "bob",
+        {"json": {"enabled": False}},
+        404,
+        "only its owner",
+    ),
+    (
+        "PUT",
+        "/trigger-config?instance_id={b_instance}",
+        "bob",
+        {"json": {"relevance_threshold": 7}},
+        422,
+        "relevance_threshold",
+    ),
+    ("PUT", "/trigger-config?instance_id={b_instance}", "bob", {"json": {"enabled": "yes"}}, 422, "enabled"),
+    (
+        "PUT",
+        "/trigger-config?instance_id={b_instance}",
+        "bob",
+        {"json": {"max_per_type": {"dream": 1}}},
+        422,
+        "max_per_type",
+    ),
+    ("PUT", "/trigger-config?instance_id={b_instance}", "bob", {"json": {"template": "{{nope}}"}}, 422, "template"),
+    ("PUT", "/trigger-config?instance_id={b_instance}", "bob", {"json": {"template": NUL}}, 422, "template"),
+    ("PUT", "/trigger-config?instance_id={b_instance}", "bob", {"json": {"owner": "alice"}}, 422, "owner"),
+    ("PUT", "/trigger-config?instance_id={b_instance}", "bob", _big("template"), 413, "over the limit"),
+    ("DELETE", "/trigger-config?instance_id={a_instance}", "bob", {}, 404, "instance {a_instance}"),
+    ("DELETE", "/trigger-config", "bob", {}, 422, "character_id or instance_id"),
+    *_id_cases("GET", CORE, "instance_id", "b_instance", "a_instance"),
+    *_id_cases("GET", CORE + "/versions", "instance_id", "b_instance", "a_instance"),
+    *_id_cases("GET", CORE + "/versions/1", "instance_id", "b_instance", "a_instance"),
+    ("GET", "/instances/{b_instance}/core-memory/versions/5", "bob", {}, 404, "version 5"),
+    ("GET", "/instances/{b_instance}/core-memory/versions/{big}", "bob", {}, 422, "version"),
+    *_id_cases("GET", CORE + "/diff?from=1", "instance_id", "b_instance", "a_instance"),
+    ("GET", "/instances/{b_instance}/core-memory/diff", "bob", {}, 422, "from"),
+    ("GET", "/instances/{b_instance}/core-memory/diff?from=-1", "bob", {}, 422, "from"),
+    ("GET", "/instances/{b_instance}/core-memory/diff?from=2&to={huge}", "bob", {}, 422, "to"),
+    ("GET", "/instances/{b_instance}/core-memory/diff?from=2", "bob", {}, 404, "version 2"),
+    *_id_cases("POST", CORE + "/rollback", "instance_id", "b_instance", "a_instance", json={"to": 1}),
+    ("POST", "/instances/{b_instance}/core-memory/rollback", "bob", {"json": {"to": 5}}, 404, "version 5"),
+    ("POST", "/instances/{b_instance}/core-memory/rollback", "bob", {"json": {}}, 404, "no earlier version"),
+    ("POST", "/instances/{b_instance}/core-memory/rollback", "bob", {"json": {"to": "1"}}, 422, "to"),
+    ("POST", "/instances/{b_instance}/core-memory/rollback", "bob", {"json": {"to": HUGE_ID}}, 422, "to"),
+    *_id_cases("GET", PLOT, "instance_id", "b_instance", "a_instance"),
+    *_id_cases("PUT", PLOT + "/current", "instance_id", "b_instance", "a_instance", json={"index": 1}),
+    ("PUT", "/instances/{b_instance}/plot/current", "bob", {"json": {"index": 9}}, 422, "outline point 9"),
+    ("PUT", "/instances/{b_instance}/plot/current", "bob", {"json": {"index": 0}}, 422, "index"),
+    ("PUT", "/instances/{b_instance}/plot/current", "bob", {"json": {"index": "2"}}, 422, "index"),
+    ("PUT", "/instances/{b_instance}/plot/current", "bob", {"json": {}}, 422, "index"),
+    *_id_cases("GET", PLOT + "/nodes", "instance_id", "b_instance", "a_instance"),
+    ("GET", "/instances/{b_instance}/plot/nodes?all_branches=maybe", "bob", {}, 422, "all_branches"),
+    ("GET", "/suggestions", "bob", {}, 422, "instance_id"),
+    ("GET", "/suggestions?instance_id={a_instance}", "bob", {}, 404, "instance {a_instance}"),
+    ("GET", "/suggestions?instance_id={b_instance}&status=maybe", "bob", {}, 422, "status"),
+    ("GET", "/suggestions?instance_id={big}", "bob", {}, 422, "instance_id"),
+    *_id_cases("GET", "/suggestions/{suggestion_id}", "suggestion_id", "b_sug", "a_sug"),
+    *_id_cases("POST", "/suggestions/{suggestion_id}/approve", "suggestion_id", "b_sug", "a_sug", json={}),
+    ("POST", "/suggestions/{b_sug}/approve", "bob", {"json": {"content": NUL}}, 422, "content"),
+    ("POST", "/suggestions/{b_sug}/approve", "bob", {"json": {"keywords": "废墟"}}, 422, "keywords"),
+    ("POST", "/suggestions/{b_sug}/approve", "bob", {"json": {"owner": "alice"}}, 422, "owner"),
+    *_id_cases("POST", "/suggestions/{suggestion_id}/reject", "suggestion_id", "b_sug", "a_sug"),
+    ("GET", "/worldbook/entries?instance_id={a_instance}", "bob", {}, 404, "instance {a_instance}"),
+    ("GET", "/worldbook/entries", "bob", {}, 422, "character_id or instance_id"),
+    ("GET", "/worldbook/entries?instance_id={b_instance}&visible=maybe", "bob", {}, 422, "visible"),
+    (
+        "POST",
+        "/worldbook/entries?instance_id={a_instance}",
+        "bob",
+        {"json": {"content": "x", "keywords": ["k"]}},
+        404,
+        "instance {a_instance}",
+    ),
+    ("POST", "/worldbook/entries?instance_id={b_instance}", "bob", {"json": {"keywords": ["k"]}}, 422, "content"),
+    (
+        "POST",
+        "/worldbook/entries?instance_id={b_instance}",
+        "bob",
+        {"json": {"content": NUL, "keywords": ["k"]}},
+        422,
+        "content",
+    ),
+    ("POST", "/worldbook/entries?instance_id={b_instance}", "bob", {"json": {"content": "x"}}, 422, "keywords"),
+    (
+        "POST",
+        "/worldbook/entries?instance_id={b_instance}",
+        "bob",
+        {"json": {"content": "x", "keywords": ["k"], "save_id": "{a_instance}"}},
+        422,
+        "save_id",
+    ),
+    (
+        "POST",
+        "/worldbook/entries?instance_id={b_instance}",
+        "bob",
+        _big("content", {"keywords": ["k"]}),
+        413,
+        "over the limit",
+    ),
+    *_named_id_cases("GET", WB_ENTRY, "entry_id", "a_wb", "world-book entry {a_wb}"),
+    *_named_id_cases("PATCH", WB_ENTRY, "entry_id", "a_wb", "world-book entry {a_wb}", json={"content": "改"}),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"content": NUL}}, 422, "content"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"keywords": []}}, 422, "keywords"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"priority": HUGE_ID}}, 422, "priority"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"probability": 101}}, 422, "probability"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"position": "footer"}}, 422, "position"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"enabled": "no"}}, 422, "enabled"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {"role_id": "{a_character}"}}, 422, "role_id"),
+    ("PATCH", "/worldbook/entries/{b_wb}", "bob", {"json": {}}, 422, "nothing to change"),
+    *_named_id_cases("DELETE", WB_ENTRY, "entry_id", "a_wb", "world-book entry {a_wb}"),
+    (
+        "POST",
+        "/worldbook/reorder",
+        "bob",
+        {"json": {"entries": [{"id": "{a_wb}", "order": 1}]}},
+        404,
+        "world-book entry {a_wb}",
+    ),
+    (
+        "POST",
+        "/worldbook/reorder",
+        "bob",
+        {"json": {"entries": [{"id": "{b_wb}", "order": 1}, {"id": "{a_wb}", "order": 2}]}},
+        404,
+        "world-book entry {a_wb}",
+    ),
+    ("POST", "/worldbook/reorder", "bob", {"json": {"entries": []}}, 422, "entries"),
+    ("POST", "/worldbook/reorder", "bob", {"json": {"entries": [{"id": "{b_wb}", "order": HUGE_ID}]}}, 422, "order"),
+    ("POST", "/worldbook/reorder", "bob", {"json": {"entries": [{"id": BIG_ID, "order": 1}]}}, 422, "id"),
+]
+
 
 def _template(method: str, path: str) -> str:
     """The OpenAPI path a case's path fills in."""
@@ -481,7 +638,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, database: str | None) -> Ite
     """A data folder with auth on (alice and bob), and each user's things: a character (alice also a shared one),
     a background, an instance with a user line and a reply, a knowledge entry of the instance."""
     from personalab.graph.api import knowledge, library
+    from personalab.graph.api.facade import PersonaLab
+    from personalab.nodes.rules.review.effects import worldbook_suggestion_from_turn
     from personalab.stores.db import dispose_engines, session_scope
+    from personalab.stores.review import create_suggestion
     from personalab.stores.saves import append_lines
 
     root = tmp_path_factory.mktemp("hostile_http")
@@ -509,6 +669,12 @@ def world(tmp_path_factory: pytest.TempPathFactory, database: str | None) -> Ite
                 )
                 ids[f"{p}_line"] = lines[0].id
             entry = knowledge.add_knowledge_entry("往事", "她曾是兵", instance_id=instance.id, owner=user)
+            book = PersonaLab(owner=user).worldbook.add("灯塔。", keywords=["灯塔"], instance_id=instance.id)
+            with session_scope() as session:
+                suggestion = create_suggestion(
+                    session, instance.id, **worldbook_suggestion_from_turn("去废墟。", "好。", None, 1)
+                )
+            ids.update({f"{p}_wb": book["id"], f"{p}_sug": suggestion.id})
             ids.update(
                 {
                     f"{p}_character": character.id,

@@ -23,9 +23,16 @@ from typing import TYPE_CHECKING
 from personalab.graph.api.caller import Caller
 
 if TYPE_CHECKING:
+    from personalab.graph.api.admin import AdminApi
     from personalab.graph.api.cards import Cards
+    from personalab.graph.api.core_memory import CoreMemoryApi
     from personalab.graph.api.dialogue import Dialogue
+    from personalab.graph.api.knowledge import KnowledgeApi
     from personalab.graph.api.library import Backgrounds, Characters, Instances
+    from personalab.graph.api.plot import PlotApi
+    from personalab.graph.api.suggestions import SuggestionsApi
+    from personalab.graph.api.trigger_config import TriggerConfigApi
+    from personalab.graph.api.worldbook import WorldbookApi
 
 
 class PersonaLab:
@@ -76,3 +83,52 @@ class PersonaLab:
         from personalab.graph.api.cards import Cards
 
         return Cards(self.caller)
+
+    @cached_property
+    def trigger_config(self) -> TriggerConfigApi:
+        """Seed 004's memory trigger configuration per scope (global, character, instance)."""
+        from personalab.graph.api.trigger_config import TriggerConfigApi
+
+        return TriggerConfigApi(self.caller)
+
+    @cached_property
+    def core_memory(self) -> CoreMemoryApi:
+        """Core memory: versions, diff, rollback (seed 002 需求2)."""
+        from personalab.graph.api.core_memory import CoreMemoryApi
+
+        return CoreMemoryApi(self.caller)
+
+    @cached_property
+    def plot(self) -> PlotApi:
+        """The outline's current point and statuses, plot nodes per branch (seed 002 需求1, seed 003)."""
+        from personalab.graph.api.plot import PlotApi
+
+        return PlotApi(self.caller)
+
+    @cached_property
+    def suggestions(self) -> SuggestionsApi:
+        """World-book updates the post-turn review proposed: approve, reject (seed 003)."""
+        from personalab.graph.api.suggestions import SuggestionsApi
+
+        return SuggestionsApi(self.caller)
+
+    @cached_property
+    def knowledge(self) -> KnowledgeApi:
+        """The knowledge library (global / character / instance facts)."""
+        from personalab.graph.api.knowledge import KnowledgeApi
+
+        return KnowledgeApi(self.caller)
+
+    @cached_property
+    def worldbook(self) -> WorldbookApi:
+        """The world book: single entries, settings, import and export (seed 004)."""
+        from personalab.graph.api.worldbook import WorldbookApi
+
+        return WorldbookApi(self.caller)
+
+    @cached_property
+    def admin(self) -> AdminApi:
+        """Administration: turn locks, doctor, migrations (the operator only)."""
+        from personalab.graph.api.admin import AdminApi
+
+        return AdminApi(self.caller)

@@ -9,9 +9,12 @@ Every function takes `owner` (issue 14; None: the operator, who reaches every sc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
+from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import owned_save, owns, visible_to
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry
@@ -26,6 +29,7 @@ from personalab.stores.worldbook import (
     list_knowledge,
     update_knowledge,
 )
+from personalab.stores.worldbook_files import export_knowledge, import_knowledge, read_json_file
 from personalab.stores.worldbook_settings import (
     effective_worldbook_settings,
     get_worldbook_settings,
@@ -254,3 +258,87 @@ def update_worldbook_settings(
     with session_scope(database_url) as session:
         set_worldbook_settings(session, scope, changes, clear=clear)
     return worldbook_settings(character_id=character_id, instance_id=instance_id, database_url=database_url)
+
+
+# --- the façade's area (issue 23) -----------------------------------------------------------------------------
+
+
+class KnowledgeApi:
+    """`api.knowledge`: the functions above bound to the caller, plus import and export of the scope's entries."""
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    def _kw(self) -> dict[str, Any]:
+        return {"owner": self.caller.owner, "database_url": self.caller.database_url}
+
+    def add(self, tag: str, content: str, **fields: Any) -> dict[str, Any]:
+        """`add_knowledge_entry`: importance, keywords, enabled, character_id / instance_id."""
+        return add_knowledge_entry(tag, content, **fields, **self._kw())
+
+    def list(
+        self,
+        *,
+        character_id: int | None = None,
+        instance_id: int | None = None,
+        visible: bool = False,
+        tag: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return list_knowledge_entries(
+            character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, **self._kw()
+        )
+
+    def get(self, entry_id: int) -> dict[str, Any]:
+        return get_knowledge_entry(entry_id, **self._kw())
+
+    def edit(self, entry_id: int, **changes: Any) -> dict[str, Any]:
+        return edit_knowledge(entry_id, **changes, **self._kw())
+
+    def enable(self, entry_id: int) -> dict[str, Any]:
+        return set_knowledge_enabled(entry_id, True, **self._kw())
+
+    def disable(self, entry_id: int) -> dict[str, Any]:
+        return set_knowledge_enabled(entry_id, False, **self._kw())
+
+    def tag(self, entry_id: int, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> dict[str, Any]:
+        return tag_knowledge(entry_id, add=add, remove=remove, **self._kw())
+
+    def delete(self, entry_id: int) -> dict[str, Any]:
+        return delete_knowledge_entry(entry_id, **self._kw())
+
+    def import_data(
+        self, data: Any, *, character_id: int | None = None, instance_id: int | None = None
+    ) -> dict[str, Any]:
+        """A knowledge file's JSON data into the scope, all or nothing; the import report."""
+        check_scope_owner(
+            self.caller.owner,
+            character_id=character_id,
+            instance_id=instance_id,
+            change=True,
+            database_url=self.caller.database_url,
+        )
+        scope = scope_of(character_id, instance_id)
+        with session_scope(self.caller.database_url) as session:
+            report = import_knowledge(session, data, scope)
+        return {"scope": scope.label, **asdict(report), "summary": report.summary()}
+
+    def import_file(
+        self, path: str | os.PathLike[str], *, character_id: int | None = None, instance_id: int | None = None
+    ) -> dict[str, Any]:
+        check_scope_owner(
+            self.caller.owner,
+            character_id=character_id,
+            instance_id=instance_id,
+            change=True,
+            database_url=self.caller.database_url,
+        )
+        return self.import_data(read_json_file(path), character_id=character_id, instance_id=instance_id)
+
+    def export(
+        self, *, character_id: int | None = None, instance_id: int | None = None, with_keywords: bool = False
+    ) -> dict[str, Any]:
+        check_scope_owner(
+            self.caller.owner, character_id=character_id, instance_id=instance_id, database_url=self.caller.database_url
+        )
+        with session_scope(self.caller.database_url) as session:
+            return export_knowledge(session, scope_of(character_id, instance_id), with_keywords=with_keywords)

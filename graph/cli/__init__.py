@@ -27,7 +27,8 @@ from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the memory builder on the seed's scene, then a scripted 12-turn session"),
     "turn": ("turn", "run one turn and stream the reply"),
-    "core": ("turn", "an instance's core memory: show it, list its versions, roll back"),
+    "core": ("story", "an instance's core memory: show, versions, diff, roll back"),
+    "plot": ("story", "an instance's outline and current point, plot nodes"),
     "session": ("dialogue", "an instance's sessions (sittings): list them, start a new one"),
     "history": ("dialogue", "the current branch of an instance's dialogue, with line ids"),
     "regen": ("dialogue", "a new reply to the last user line (beside the old one)"),
@@ -42,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "knowledge": ("worldbook", "the knowledge library (global / character / instance facts)"),
     "worldbook": ("worldbook", "the world book (triggered lore entries)"),
     "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),
+    "trigger-config": ("trigger_config", "seed 004's memory trigger configuration, per scope"),
     "memory": ("memory", "the character's long-term memory of an instance"),
     "db": ("database", "the database's schema: upgrade (run the migrations), current (its revision)"),
     "doctor": (

@@ -1,19 +1,18 @@
 """`personalab db upgrade|current`: the database's schema revision and its migrations (issue 14; Alembic revisions
-in stores/migrations/versions, the rules in stores/migrate.py)."""
+in stores/migrations/versions), through `api.admin`."""
 
 from __future__ import annotations
 
 import argparse
 
+from personalab.graph.api.facade import PersonaLab
 from personalab.graph.cli.output import echo, json_text
-from personalab.nodes.context import Context
-from personalab.stores import migrate
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    url = Context().database_url
+    admin = PersonaLab().admin
     if args.action == "upgrade":
-        result = migrate.upgrade(url)
+        result = admin.upgrade()
         if args.json:
             print(json_text(result, indent=1))
         elif result["before"] == result["after"]:
@@ -24,7 +23,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
             )
             echo(f"upgraded: {start} -> {result['after']}")
         return 0
-    state = migrate.current(url)
+    state = admin.migration_state()
     if args.json:
         print(json_text(state, indent=1))
     elif state["revision"] is None:

@@ -1,5 +1,5 @@
 """`personalab doctor [--json] [--repair]` (issue 14): queued writes not applied, orphan vectors and memories without
-one, expired turn locks, checkpoint counts and sizes (`stores.doctor`). One line per finding: `ok`, `problem`,
+one, expired turn locks, checkpoint counts and sizes (`api.admin.doctor`). One line per finding: `ok`, `problem`,
 `info` or `repaired`, the check, what was found. Exit code 0 when no problem remains, 1 when one does (after the
 repairs, with `--repair`), 2 when the stores cannot be read."""
 
@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import argparse
 
+from personalab.graph.api.facade import PersonaLab
 from personalab.graph.cli.output import echo, json_text
-from personalab.nodes.context import Context
-from personalab.stores.background import flush_event_writes
-from personalab.stores.doctor import diagnose
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    report = diagnose(Context().database_url, repair=args.repair)
-    flush_event_writes()
+    report = PersonaLab().admin.doctor(repair=args.repair)
     if args.json:
-        print(json_text(report.to_dict(), indent=1))
+        print(json_text(report, indent=1))
     else:
-        for finding in report.findings:
-            echo(f"{finding.status:<8} {finding.check}: {finding.message}")
-    return 0 if report.healthy else 1
+        for finding in report["findings"]:
+            echo(f"{finding['status']:<8} {finding['check']}: {finding['message']}")
+    return 0 if report["healthy"] else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:

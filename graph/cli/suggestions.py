@@ -16,16 +16,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from personalab.graph.api.facade import PersonaLab
+from personalab.graph.api.suggestions import STATUSES
 from personalab.graph.cli.args import ID
 from personalab.graph.cli.output import echo, json_text
-from personalab.stores.db import session_scope
-from personalab.stores.review import (
-    STATUSES,
-    WorldbookSuggestion,
-    approve_suggestion,
-    list_suggestions,
-    reject_suggestion,
-)
 
 PREVIEW_CHARS = 60
 
@@ -35,22 +29,23 @@ def _preview(text: str) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
-def _line(s: WorldbookSuggestion) -> str:
-    level = f", {s.choice_level}" if s.choice_level else ""
-    keys = f", keys: {', '.join(s.keywords)}" if s.keywords else f", {s.trigger_type}"
-    entry = f" → world-book entry {s.worldbook_entry_id}" if s.worldbook_entry_id is not None else ""
-    line = f" line {s.line_id}" if s.line_id is not None else ""
+def _line(s: dict[str, Any]) -> str:
+    level = f", {s['choice_level']}" if s["choice_level"] else ""
+    keys = f", keys: {', '.join(s['keywords'])}" if s["keywords"] else f", {s['trigger_type']}"
+    entry = f" → world-book entry {s['worldbook_entry_id']}" if s["worldbook_entry_id"] is not None else ""
+    line = f" line {s['line_id']}" if s["line_id"] is not None else ""
     return (
-        f"#{s.id} [{s.status}] instance {s.save_id} turn {s.turn}{line}{level} ({s.scope}{keys}): "
-        f"{_preview(s.content)}{entry}"
+        f"#{s['id']} [{s['status']}] instance {s['save_id']} turn {s['turn']}{line}{level} ({s['scope']}{keys}): "
+        f"{_preview(s['content'])}{entry}"
     )
 
 
 def suggestions_list(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        items = list_suggestions(session, save_id=args.instance, status=args.status, all_branches=args.all_branches)
+    items = PersonaLab().suggestions.list(
+        instance_id=args.instance, status=args.status, all_branches=args.all_branches
+    )
     if args.json:
-        print(json_text([s.to_dict() for s in items]))
+        print(json_text(items))
         return 0
     if not items:
         where = [f"instance {args.instance}"] if args.instance is not None else []
@@ -62,18 +57,17 @@ def suggestions_list(args: argparse.Namespace) -> int:
 
 
 def suggestions_approve(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        s = approve_suggestion(session, args.id, content=args.content, keywords=args.keyword)
+    s = PersonaLab().suggestions.approve(args.id, content=args.content, keywords=args.keyword)
     echo(
-        f"approved suggestion {s.id}: added world-book entry {s.worldbook_entry_id} ({s.scope}): {_preview(s.content)}"
+        f"approved suggestion {s['id']}: added world-book entry {s['worldbook_entry_id']} ({s['scope']}): "
+        f"{_preview(s['content'])}"
     )
     return 0
 
 
 def suggestions_reject(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        s = reject_suggestion(session, args.id)
-    echo(f"rejected suggestion {s.id}")
+    s = PersonaLab().suggestions.reject(args.id)
+    echo(f"rejected suggestion {s['id']}")
     return 0
 
 

@@ -1,5 +1,5 @@
-"""`personalab turn`, `personalab chat`, `personalab core`: play an instance (`personalab instance …` is
-graph/cli/library.py)."""
+"""`personalab turn`, `personalab chat`: play an instance (`personalab instance …` is graph/cli/library.py,
+`personalab core` graph/cli/story.py)."""
 
 from __future__ import annotations
 
@@ -102,24 +102,6 @@ def _cmd_turn(args: argparse.Namespace) -> int:
     return code
 
 
-def _cmd_core(args: argparse.Namespace) -> int:
-    from personalab.graph.runner import rollback_core_memory, turn_config, turn_graph
-
-    lab(args).instances.check(args.instance)  # InstanceNotFound naming the id
-    with turn_graph() as (graph, _ctx):
-        if args.action == "rollback":
-            version = rollback_core_memory(graph, args.instance, args.to)
-            echo(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
-            return 0
-        values = graph.get_state(turn_config(args.instance)).values
-    if args.action == "versions":
-        for item in values.get("core_memory_versions") or []:
-            echo(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
-        return 0
-    print(json_text(values.get("core_memory") or {}, indent=1))
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     turn = sub.add_parser("turn", help="run one turn and stream the reply")
     turn.add_argument("--instance", type=ID, required=True)
@@ -134,9 +116,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gap", help="real time since the last turn: none, minutes, hours, days, long_absence (default: computed)"
     )
     turn.set_defaults(handler=_cmd_turn)
-
-    core = sub.add_parser("core", help="an instance's core memory: show it, list its versions, roll back")
-    core.add_argument("action", choices=["show", "versions", "rollback"])
-    core.add_argument("--instance", type=ID, required=True)
-    core.add_argument("--to", type=COUNT, help="with rollback: the version to restore (default: the one before)")
-    core.set_defaults(handler=_cmd_core)

@@ -1,12 +1,16 @@
-"""`personalab knowledge ...` and `personalab worldbook ...`: add, list, import and export entries.
+"""`personalab knowledge ...` and `personalab worldbook ...`: add, list, edit, import and export entries, through
+`personalab.graph.api` only (`api.knowledge`, `api.worldbook`).
 
 Scope options (both command groups): none = global, `--character ID` = one character's entries,
 `--instance ID` = one conversation instance's entries. `list --visible` shows everything a character or an
 instance sees (global + character + own). Export writes a PersonaLab JSON file (or stdout); import reads
 that, and for the world book also SillyTavern world-info / lorebook files and character-card lorebooks.
 An import is all or nothing: a bad file changes nothing and prints one line naming the entry and field.
-Files go through `stores.files`: an import reads a regular file only, at most its size limit; an export writes
-a new regular file atomically (a plain file is replaced; a device, directory, FIFO or symlink is refused).
+An import reads a regular file only, at most its size limit; an export writes a new regular file atomically (a
+plain file is replaced; a device, directory, FIFO or symlink is refused).
+
+Single world-book entries (issue 23): `worldbook edit ID --keyword … --content … --priority N --probability P
+…`, `worldbook enable|disable|delete ID`, `worldbook reorder ID=ORDER …` (order values: higher first).
 """
 
 from __future__ import annotations
@@ -15,33 +19,23 @@ import argparse
 import sys
 from typing import Any
 
-from personalab.graph.api import knowledge as knowledge_api
+from personalab.graph.api.facade import PersonaLab
+from personalab.graph.api.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, SETTING_FIELDS, TRIGGER_TYPES
 from personalab.graph.cli.args import COUNT, ID, INTEGER
 from personalab.graph.cli.output import echo, json_text
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.worldbook import KINDS, POSITIONS, SELECTIVE_LOGICS, SETTING_FIELDS, TRIGGER_TYPES
-from personalab.stores.db import session_scope
-from personalab.stores.worldbook import Scope, add_knowledge, add_worldbook_entry, list_knowledge, list_worldbook
-from personalab.stores.worldbook_files import (
-    export_knowledge,
-    export_sillytavern,
-    export_worldbook,
-    import_knowledge,
-    import_worldbook,
-    read_json_file,
-    write_json_file,
-)
-from personalab.stores.worldbook_settings import (
-    effective_worldbook_settings,
-    get_worldbook_settings,
-    set_worldbook_settings,
-)
 
 PREVIEW_CHARS = 60
 
 
-def _scope(args: argparse.Namespace) -> Scope:
-    return Scope(role_id=args.character, save_id=args.instance)
+def _scope(args: argparse.Namespace) -> dict[str, int | None]:
+    return {"character_id": args.character, "instance_id": args.instance}
+
+
+def _label(args: argparse.Namespace) -> str:
+    if args.instance is not None:
+        return f"instance {args.instance}"
+    return f"character {args.character}" if args.character is not None else "global"
 
 
 def _preview(text: str) -> str:
@@ -55,7 +49,7 @@ def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
         sys.stdout.write(json_text(data) + "\n")
         return 0
     # a plain file is replaced as before; a device, a directory, a FIFO or a symlink is refused (one line)
-    write_json_file(target, data, overwrite=True)
+    PersonaLab().worldbook.export_file(target, data)
     echo(f"exported {count} {what} to {target}")
     return 0
 
@@ -64,59 +58,46 @@ def _emit_export(data: dict[str, Any], target: str | None, what: str) -> int:
 
 
 def knowledge_add(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        entry = add_knowledge(
-            session,
-            args.tag,
-            args.content,
-            importance=args.importance,
-            keywords=args.keyword or (),
-            enabled=not args.disabled,
-            scope=_scope(args),
-        )
-    echo(f"added knowledge entry {entry.id} ({entry.scope}): [{entry.tag}] {_preview(entry.content)}")
+    entry = PersonaLab().knowledge.add(
+        args.tag,
+        args.content,
+        importance=args.importance,
+        keywords=args.keyword or (),
+        enabled=not args.disabled,
+        **_scope(args),
+    )
+    echo(f"added knowledge entry {entry['id']} ({entry['scope']}): [{entry['tag']}] {_preview(entry['content'])}")
     return 0
 
 
 def knowledge_list(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        entries = list_knowledge(session, _scope(args), visible=args.visible)
+    entries = PersonaLab().knowledge.list(
+        visible=args.visible, character_id=args.character, instance_id=args.instance
+    )
     if args.json:
-        rows = [
-            {
-                "id": int(e.id),
-                "scope": e.scope,
-                "tag": e.tag,
-                "content": e.content,
-                "importance": e.importance,
-                "keywords": list(e.keywords),
-                "enabled": e.enabled,
-                "user_edited": e.user_edited,
-            }
-            for e in entries
-        ]
-        print(json_text(rows))
+        keys = ("id", "scope", "tag", "content", "importance", "keywords", "enabled", "user_edited")
+        print(json_text([{key: e[key] for key in keys} for e in entries]))
         return 0
     if not entries:
-        echo(f"no knowledge entries ({_scope(args).label})")
+        echo(f"no knowledge entries ({_label(args)})")
     for e in entries:
-        flags = "" if e.enabled else ", disabled"
-        keywords = f", keywords: {', '.join(e.keywords)}" if e.keywords else ""
-        echo(f"#{e.id} [{e.tag}] {_preview(e.content)} ({e.scope}, importance {e.importance:.2f}{keywords}{flags})")
+        flags = "" if e["enabled"] else ", disabled"
+        keywords = f", keywords: {', '.join(e['keywords'])}" if e["keywords"] else ""
+        echo(
+            f"#{e['id']} [{e['tag']}] {_preview(e['content'])} ({e['scope']}, importance {e['importance']:.2f}"
+            f"{keywords}{flags})"
+        )
     return 0
 
 
 def knowledge_import(args: argparse.Namespace) -> int:
-    data = read_json_file(args.file)
-    with session_scope() as session:
-        report = import_knowledge(session, data, _scope(args))
-    echo(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    report = PersonaLab().knowledge.import_file(args.file, **_scope(args))
+    echo(f"{args.file} → {report['scope']}: {report['summary']}")
     return 0
 
 
 def knowledge_export(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        data = export_knowledge(session, _scope(args), with_keywords=args.with_keywords)
+    data = PersonaLab().knowledge.export(with_keywords=args.with_keywords, **_scope(args))
     return _emit_export(data, args.file, "knowledge entries")
 
 
@@ -139,126 +120,197 @@ def knowledge_edit(args: argparse.Namespace) -> int:
         changes["importance"] = args.importance
     if args.keyword is not None or args.no_keywords:
         changes["keywords"] = [] if args.no_keywords else args.keyword
-    return _show_knowledge(knowledge_api.edit_knowledge(args.id, **changes), "edited", args.json)
+    return _show_knowledge(PersonaLab().knowledge.edit(args.id, **changes), "edited", args.json)
 
 
 def knowledge_delete(args: argparse.Namespace) -> int:
-    knowledge_api.delete_knowledge_entry(args.id)
+    PersonaLab().knowledge.delete(args.id)
     echo(f"deleted knowledge entry {args.id}")
     return 0
 
 
 def knowledge_enable(args: argparse.Namespace) -> int:
     enabled = args.knowledge_command == "enable"
-    view = knowledge_api.set_knowledge_enabled(args.id, enabled)
+    knowledge = PersonaLab().knowledge
+    view = knowledge.enable(args.id) if enabled else knowledge.disable(args.id)
     return _show_knowledge(view, "enabled" if enabled else "disabled", args.json)
 
 
 def knowledge_tag(args: argparse.Namespace) -> int:
     if not (args.add or args.remove):
         raise InvalidInput("knowledge tag: give --add TAG and/or --remove TAG")
-    view = knowledge_api.tag_knowledge(args.id, add=args.add or (), remove=args.remove or ())
+    view = PersonaLab().knowledge.tag(args.id, add=args.add or (), remove=args.remove or ())
     return _show_knowledge(view, "tagged", args.json)
 
 
 # --- world book -----------------------------------------------------------------------------------
 
 
-def worldbook_add(args: argparse.Namespace) -> int:
-    temporal = {
+def _temporal(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "min_turn": args.min_turn,
         "max_turn": args.max_turn,
         "min_gap_seconds": args.min_gap,
         "max_gap_seconds": args.max_gap,
         "min_turns_since_fired": args.every,
     }
-    with session_scope() as session:
-        entry = add_worldbook_entry(
-            session,
-            args.content,
-            scope=_scope(args),
-            keywords=args.keyword or (),
-            secondary_keywords=args.secondary or (),
-            selective_logic=args.logic,
-            trigger_type=args.trigger,
-            kind=args.kind,
-            priority=args.priority,
-            constant=args.constant,
-            enabled=not args.disabled,
-            position=args.position,
-            title=args.title,
-            relevance_weight=args.weight,
-            emotional_weight=args.emotional_weight,
-            time_decay_factor=args.decay,
-            emotions=args.emotion or (),
-            temporal=temporal,
-        )
-    how = "constant" if entry.constant else entry.trigger_type
-    echo(f"added world-book entry {entry.id} ({entry.scope}, {how}): {_preview(entry.content)}")
+
+
+def worldbook_add(args: argparse.Namespace) -> int:
+    entry = PersonaLab().worldbook.add(
+        args.content,
+        keywords=args.keyword or (),
+        secondary_keywords=args.secondary or (),
+        selective_logic=args.logic,
+        trigger_type=args.trigger,
+        kind=args.kind,
+        priority=args.priority,
+        constant=args.constant,
+        enabled=not args.disabled,
+        position=args.position,
+        title=args.title,
+        relevance_weight=args.weight,
+        emotional_weight=args.emotional_weight,
+        time_decay_factor=args.decay,
+        emotions=args.emotion or (),
+        temporal=_temporal(args),
+        **_scope(args),
+    )
+    how = "constant" if entry["constant"] else entry["trigger_type"]
+    echo(f"added world-book entry {entry['id']} ({entry['scope']}, {how}): {_preview(entry['content'])}")
     return 0
 
 
+def _entry_line(e: dict[str, Any]) -> str:
+    how = "constant" if e["constant"] else e["trigger_type"]
+    what = ""
+    if e["keywords"]:
+        what = f", keys: {', '.join(e['keywords'])}"
+    if e["emotions"]:
+        what += f", emotions: {', '.join(e['emotions'])}"
+    window = e["temporal"]
+    if window and e["trigger_type"] == "temporal":
+        what += ", " + ", ".join(f"{k}={v:g}" for k, v in window.items())
+    flags = (f", position {e['position']}" if e["position"] else "") + ("" if e["enabled"] else ", disabled")
+    flags += f", probability {e['probability']:g}%" if e["probability"] != 100 else ""
+    title = f"{e['title']}: " if e["title"] else ""
+    return (
+        f"#{e['id']} {title}{_preview(e['content'])} ({e['scope']}, {how}, {e['kind']}, priority {e['priority']}"
+        f"{what}{flags})"
+    )
+
+
 def worldbook_list(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        entries = list_worldbook(session, _scope(args), visible=args.visible)
+    entries = PersonaLab().worldbook.list(visible=args.visible, **_scope(args))
     if args.json:
-        rows = [{"id": int(e.id), "scope": e.scope, **e.fields_dict()} for e in entries]
-        print(json_text(rows))
+        print(json_text([{k: v for k, v in e.items() if k not in ("probability", "source_format")} for e in entries]))
         return 0
     if not entries:
-        echo(f"no world-book entries ({_scope(args).label})")
+        echo(f"no world-book entries ({_label(args)})")
     for e in entries:
-        how = "constant" if e.constant else e.trigger_type
-        what = ""
-        if e.keywords:
-            what = f", keys: {', '.join(e.keywords)}"
-        if e.emotions:
-            what += f", emotions: {', '.join(e.emotions)}"
-        window = {k: v for k, v in e.temporal.as_dict().items() if v is not None}
-        if window and e.trigger_type == "temporal":
-            what += ", " + ", ".join(f"{k}={v:g}" for k, v in window.items())
-        flags = (f", position {e.position}" if e.position else "") + ("" if e.enabled else ", disabled")
-        title = f"{e.title}: " if e.title else ""
-        echo(f"#{e.id} {title}{_preview(e.content)} ({e.scope}, {how}, {e.kind}, priority {e.priority}{what}{flags})")
+        echo(_entry_line(e))
     return 0
 
 
 def worldbook_import(args: argparse.Namespace) -> int:
-    data = read_json_file(args.file)
-    with session_scope() as session:
-        report = import_worldbook(session, data, _scope(args))
-    echo(f"{args.file} → {_scope(args).label}: {report.summary()}")
+    report = PersonaLab().worldbook.import_file(args.file, **_scope(args))
+    echo(f"{args.file} → {report['scope']}: {report['summary']}")
     return 0
 
 
 def worldbook_export(args: argparse.Namespace) -> int:
-    with session_scope() as session:
-        if args.format == "sillytavern":
-            data = export_sillytavern(session, _scope(args))
-        else:
-            data = export_worldbook(session, _scope(args))
+    data = PersonaLab().worldbook.export(args.format, **_scope(args))
     return _emit_export(data, args.file, "world-book entries")
 
 
 def worldbook_settings(args: argparse.Namespace) -> int:
     """Show or set the world book's settings of one scope (issue 15): global, a character's book, an instance."""
-    scope = _scope(args)
     changes = {name: getattr(args, name) for name in SETTING_FIELDS if getattr(args, name) is not None}
     for name in args.unset or ():
         changes[name] = None
-    with session_scope() as session:
-        if changes or args.clear:
-            own = set_worldbook_settings(session, scope, changes, clear=args.clear)
-        else:
-            own = get_worldbook_settings(session, scope)
-        effective = effective_worldbook_settings(session, scope)
+    book = PersonaLab().worldbook
+    if changes or args.clear:
+        shown = book.set_settings(changes, clear=args.clear, **_scope(args))
+    else:
+        shown = book.settings(**_scope(args))
     if args.json:
-        print(json_text({"scope": scope.label, "set": own.as_dict(), "effective": effective.as_dict()}))
+        print(json_text(shown))
         return 0
-    echo(f"world-book settings of {scope.label} (set here → in effect):")
+    echo(f"world-book settings of {shown['scope']} (set here → in effect):")
     for name in SETTING_FIELDS:
-        value, used = getattr(own, name), getattr(effective, name)
+        value, used = shown["set"][name], shown["effective"][name]
         echo(f"  {name}: {'-' if value is None else value} → {'none' if used is None else used}")
+    return 0
+
+
+def _edit_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The options given to `worldbook edit`, as the entry's fields."""
+    changes: dict[str, Any] = {}
+    simple = {
+        "content": "content",
+        "title": "title",
+        "logic": "selective_logic",
+        "trigger": "trigger_type",
+        "kind": "kind",
+        "priority": "priority",
+        "position": "position",
+        "weight": "relevance_weight",
+        "emotional_weight": "emotional_weight",
+        "decay": "time_decay_factor",
+        "probability": "probability",
+        "constant": "constant",
+        "enabled": "enabled",
+    }
+    for option, field in simple.items():
+        if getattr(args, option) is not None:
+            changes[field] = getattr(args, option)
+    if args.default_position:
+        changes["position"] = None
+    for option, field in (("keyword", "keywords"), ("secondary", "secondary_keywords"), ("emotion", "emotions")):
+        if getattr(args, f"no_{option}"):
+            changes[field] = []
+        elif getattr(args, option) is not None:
+            changes[field] = getattr(args, option)
+    window = {name: value for name, value in _temporal(args).items() if value is not None}
+    if window:
+        changes["temporal"] = window
+    return changes
+
+
+def worldbook_edit(args: argparse.Namespace) -> int:
+    entry = PersonaLab().worldbook.edit(args.id, **_edit_changes(args))
+    if args.json:
+        print(json_text(entry))
+        return 0
+    echo("edited " + _entry_line(entry))
+    return 0
+
+
+def worldbook_switch(args: argparse.Namespace) -> int:
+    book = PersonaLab().worldbook
+    entry = book.enable(args.id) if args.worldbook_command == "enable" else book.disable(args.id)
+    echo(f"{args.worldbook_command}d world-book entry {entry['id']} ({entry['scope']}): {_preview(entry['content'])}")
+    return 0
+
+
+def worldbook_delete(args: argparse.Namespace) -> int:
+    PersonaLab().worldbook.delete(args.id)
+    echo(f"deleted world-book entry {args.id}")
+    return 0
+
+
+def worldbook_reorder(args: argparse.Namespace) -> int:
+    orders: dict[int, int] = {}
+    for item in args.orders:
+        entry, sep, order = item.partition("=")
+        try:
+            orders[ID(entry.strip())] = INTEGER(order.strip())
+        except (ValueError, argparse.ArgumentTypeError):
+            raise InvalidInput(f"worldbook reorder: {item!r} is not ID=ORDER (whole numbers)") from None
+        if not sep:
+            raise InvalidInput(f"worldbook reorder: {item!r} is not ID=ORDER")
+    for entry in PersonaLab().worldbook.reorder(orders):
+        echo(f"#{entry['id']} priority {entry['priority']}: {_preview(entry['content'])}")
     return 0
 
 
@@ -395,3 +447,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clear", action="store_true", help="unset all of this scope's settings first")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=worldbook_settings)
+    _register_entry_commands(wsub)
+
+
+def _register_entry_commands(wsub: Any) -> None:
+    """`worldbook edit|enable|disable|delete|reorder` (issue 23): one entry changed in place."""
+    p = wsub.add_parser("edit", help="change fields of one world-book entry (validated as the whole entry)")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.add_argument("--content", help="new text")
+    p.add_argument("--title", help="new name")
+    for option, what in (("keyword", "primary keywords"), ("secondary", "secondary keywords"), ("emotion", "emotions")):
+        p.add_argument(f"--{option}", action="append", metavar="WORD", help=f"replace the {what} (repeatable)")
+        p.add_argument(f"--no-{option}", action="store_true", help=f"remove every one of the {what}")
+    p.add_argument("--logic", choices=SELECTIVE_LOGICS, help="secondary keyword logic")
+    p.add_argument("--trigger", choices=TRIGGER_TYPES, help="trigger type")
+    p.add_argument("--kind", choices=KINDS, help="memory type")
+    p.add_argument("--priority", "--order", dest="priority", type=INTEGER, help="order value: higher goes first")
+    p.add_argument("--position", choices=POSITIONS, help="injection position")
+    p.add_argument("--default-position", action="store_true", help="use the configuration's position")
+    p.add_argument("--probability", type=float, metavar="PERCENT", help="chance it fires once triggered, 0..100")
+    p.add_argument("--constant", action=argparse.BooleanOptionalAction, help="always inject")
+    p.add_argument("--enabled", action=argparse.BooleanOptionalAction, help="enabled or not")
+    p.add_argument("--weight", type=float, help="relevance weight")
+    p.add_argument("--emotional-weight", type=float, help="emotional boost weight")
+    p.add_argument("--decay", type=float, help="time decay per day of age")
+    p.add_argument("--min-turn", type=INTEGER, help="temporal: from this turn")
+    p.add_argument("--max-turn", type=INTEGER, help="temporal: up to this turn")
+    p.add_argument("--min-gap", type=float, metavar="SECONDS", help="temporal: at least this long since last message")
+    p.add_argument("--max-gap", type=float, metavar="SECONDS", help="temporal: at most this long since last message")
+    p.add_argument("--every", type=INTEGER, metavar="TURNS", help="temporal: turns since it last fired")
+    p.add_argument("--json", action="store_true", help="print the entry as JSON")
+    p.set_defaults(handler=worldbook_edit)
+    for name, what in (("enable", "it fires again"), ("disable", "kept, never fires")):
+        p = wsub.add_parser(name, help=f"{name} a world-book entry ({what})")
+        p.add_argument("id", type=ID, help="the entry's id")
+        p.set_defaults(handler=worldbook_switch)
+    p = wsub.add_parser("delete", help="delete a world-book entry")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.set_defaults(handler=worldbook_delete)
+    p = wsub.add_parser("reorder", help="set order values (priority, higher first): ID=ORDER ...")
+    p.add_argument("orders", nargs="+", metavar="ID=ORDER")
+    p.set_defaults(handler=worldbook_reorder)

@@ -13,6 +13,8 @@ from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.run_context import RunContextGuard
+from personalab.graph.http.story import router as story_router
+from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
 
 app = FastAPI(title="PersonaLab")
@@ -24,3 +26,5 @@ app.add_middleware(DevRoutesGuard)
 app.include_router(library_router)
 app.include_router(dialogue.router)
 app.include_router(worldbook_router)
+app.include_router(trigger_config_router)
+app.include_router(story_router)

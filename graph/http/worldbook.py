@@ -1,5 +1,5 @@
-"""Cards, the world book and the knowledge library over HTTP (issue 15): thin over personalab.graph.api.cards and
-.knowledge and the world book's stores. Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
+"""Cards, the world book and the knowledge library over HTTP (issues 15, 23): thin over personalab.graph.api
+(cards, `api.worldbook`, knowledge). Scope, where it applies: `?character_id=` (a character's), `?instance_id=`
 (an instance's), neither (global). Uploads are the request's raw body, read up to the import limit (20 MB) and
 refused past it without buffering the rest. Errors: InvalidInput → 422 naming the field, an unknown id → 404
 (graph/http/errors.py). With auth on (graph/http/users.py) a user names a scope they may use: their own instance,
@@ -12,6 +12,9 @@ is the operator's: 422.
 | `GET /characters/{id}/card` (`?format=png\\|v2\\|v3`) | the character as a card file |
 | `POST /worldbook/import` | a world-book file (PersonaLab, SillyTavern world info, a card's lorebook) as the body |
 | `GET /worldbook/export` (`?format=personalab\\|sillytavern`) | the scope's entries as a file |
+| `GET / POST /worldbook/entries` | list, add one entry |
+| `GET / PATCH / DELETE /worldbook/entries/{id}` | show, edit (any field; `enabled` false disables), delete |
+| `POST /worldbook/reorder` | `{"entries": [{"id": 3, "order": 200}, ...]}`: order values, all or nothing |
 | `GET / PUT /worldbook/settings` | the scope's settings (set and in effect); PUT `{field: value or null, "clear": bool}` |
 | `GET /knowledge` (`?visible=&tag=`), `POST /knowledge` | list, add |
 | `GET / PATCH / DELETE /knowledge/{id}` | show, edit (tag, content, importance, keywords, enabled), delete |
@@ -20,33 +23,27 @@ is the operator's: 422.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
 from personalab.graph.api import knowledge as api
+from personalab.graph.api.schemas.worldbook import EntryCreate, EntryUpdate, ReorderRequest
+from personalab.graph.api.worldbook import MAX_IMPORT_BYTES, bad_character, parse_json
+from personalab.graph.http.deps import Api
 from personalab.graph.http.guards import LimitedBodyRoute, PathId, QueryId
-from personalab.graph.http.users import Owner
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.validation import bad_character
-from personalab.stores.db import session_scope
-from personalab.stores.files import parse_json
-from personalab.stores.worldbook_files import MAX_IMPORT_BYTES, export_sillytavern, export_worldbook, import_worldbook
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(route_class=LimitedBodyRoute)
 
 
-def _url() -> str | None:
-    return Context().database_url
-
-
-def _check(owner: str | None, character_id: int | None, instance_id: int | None, change: bool) -> None:
+def _check(api_: Api, character_id: int | None, instance_id: int | None, change: bool) -> None:
     """The scope is one the signed-in user may read (or `change`): graph/api/knowledge.check_scope_owner."""
-    api.check_scope_owner(owner, character_id=character_id, instance_id=instance_id, change=change, database_url=_url())
+    api.check_scope_owner(
+        api_.owner, character_id=character_id, instance_id=instance_id, change=change, database_url=api_.database_url
+    )
 
 
 async def _body(request: Request, limit: int, what: str) -> bytes:
@@ -67,10 +64,12 @@ async def _body(request: Request, limit: int, what: str) -> bytes:
 
 
 @router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
-async def import_card(owner: Owner, request: Request, name: str = "the card") -> cards_api.CardImported:
+async def import_card(api_: Api, request: Request, name: str = "the card") -> cards_api.CardImported:
     """Upload a card file as the body: the new character, its world book, and every field without effect here."""
     data = await _body(request, cards_api.MAX_CARD_BYTES, name)
-    return await run_in_threadpool(cards_api.import_card_bytes, data, name, owner=owner, database_url=_url())
+    return await run_in_threadpool(
+        cards_api.import_card_bytes, data, name, owner=api_.owner, database_url=api_.database_url
+    )
 
 
 @router.get(
@@ -79,8 +78,10 @@ async def import_card(owner: Owner, request: Request, name: str = "the card") ->
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "application/json": {}}, "description": "the card file"}},
 )
-def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Response:  # noqa: A002 - the query's name
-    data, media_type = cards_api.export_card_bytes(character_id, format, owner=owner, database_url=_url())
+def export_card(api_: Api, character_id: PathId, format: str = "png") -> Response:  # noqa: A002 - the query's name
+    data, media_type = cards_api.export_card_bytes(
+        character_id, format, owner=api_.owner, database_url=api_.database_url
+    )
     return Response(content=data, media_type=media_type)
 
 
@@ -89,10 +90,10 @@ def export_card(owner: Owner, character_id: PathId, format: str = "png") -> Resp
 
 @router.post("/worldbook/import", tags=["worldbook"])
 async def import_book(
-    owner: Owner, request: Request, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, request: Request, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     """Import a world-book file (the body, JSON) into the scope, all or nothing; the import report."""
-    await run_in_threadpool(_check, owner, character_id, instance_id, True)
+    await run_in_threadpool(_check, api_, character_id, instance_id, True)
     raw = await _body(request, MAX_IMPORT_BYTES, "the world-book file")
     try:
         text = raw.decode("utf-8-sig")
@@ -101,28 +102,62 @@ async def import_book(
 
     def run() -> dict[str, Any]:
         data = parse_json(text, "the world-book file")
-        scope = api.scope_of(character_id, instance_id)
-        with session_scope(_url()) as session:
-            report = import_worldbook(session, data, scope)
-        return {"scope": scope.label, **asdict(report), "summary": report.summary()}
+        return api_.worldbook.import_data(data, character_id=character_id, instance_id=instance_id)
 
     return await run_in_threadpool(run)
 
 
 @router.get("/worldbook/export", tags=["worldbook"])
 def export_book(
-    owner: Owner,
+    api_: Api,
     format: str = "personalab",  # noqa: A002 - the query's name
     character_id: QueryId = None,
     instance_id: QueryId = None,
 ) -> dict[str, Any]:
     """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
-    _check(owner, character_id, instance_id, False)
-    if format not in ("personalab", "sillytavern"):
-        raise InvalidInput(f"format {format!r} is not one of personalab, sillytavern (field 'format')")
-    scope = api.scope_of(character_id, instance_id)
-    with session_scope(_url()) as session:
-        return export_sillytavern(session, scope) if format == "sillytavern" else export_worldbook(session, scope)
+    return api_.worldbook.export(format, character_id=character_id, instance_id=instance_id)
+
+
+# ---- single world-book entries (issue 23) -------------------------------------------------------------------
+
+
+@router.get("/worldbook/entries", tags=["worldbook"])
+def list_entries(
+    api_: Api, character_id: QueryId = None, instance_id: QueryId = None, visible: StrictBool = False
+) -> list[dict[str, Any]]:
+    """The scope's entries (`visible`: all it sees, global + character + own), oldest first."""
+    return api_.worldbook.list(character_id=character_id, instance_id=instance_id, visible=visible)
+
+
+@router.post("/worldbook/entries", status_code=status.HTTP_201_CREATED, tags=["worldbook"])
+def add_entry(
+    api_: Api, body: EntryCreate, character_id: QueryId = None, instance_id: QueryId = None
+) -> dict[str, Any]:
+    fields = body.model_dump(exclude_unset=True)
+    content = fields.pop("content")
+    return api_.worldbook.add(content, character_id=character_id, instance_id=instance_id, **fields)
+
+
+@router.get("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def get_entry(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.worldbook.get(entry_id)
+
+
+@router.patch("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def edit_entry(api_: Api, entry_id: PathId, body: EntryUpdate) -> dict[str, Any]:
+    """Change the fields the body names (`{"enabled": false}` disables the entry); validated as the whole entry."""
+    return api_.worldbook.edit(entry_id, **body.model_dump(exclude_unset=True))
+
+
+@router.delete("/worldbook/entries/{entry_id}", tags=["worldbook"])
+def delete_entry(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.worldbook.delete(entry_id)
+
+
+@router.post("/worldbook/reorder", tags=["worldbook"])
+def reorder_entries(api_: Api, body: ReorderRequest) -> list[dict[str, Any]]:
+    """Order values (priority, higher first) for several entries at once, all or nothing."""
+    return api_.worldbook.reorder({item.id: item.order for item in body.entries})
 
 
 class SettingsBody(BaseModel):
@@ -140,18 +175,16 @@ class SettingsBody(BaseModel):
 
 
 @router.get("/worldbook/settings", tags=["worldbook"])
-def get_settings(owner: Owner, character_id: QueryId = None, instance_id: QueryId = None) -> dict[str, Any]:
-    return api.worldbook_settings(character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url())
+def get_settings(api_: Api, character_id: QueryId = None, instance_id: QueryId = None) -> dict[str, Any]:
+    return api_.worldbook.settings(character_id=character_id, instance_id=instance_id)
 
 
 @router.put("/worldbook/settings", tags=["worldbook"])
 def put_settings(
-    owner: Owner, body: SettingsBody, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, body: SettingsBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True, exclude={"clear"})
-    return api.update_worldbook_settings(
-        changes, character_id=character_id, instance_id=instance_id, clear=body.clear, owner=owner, database_url=_url()
-    )
+    return api_.worldbook.set_settings(changes, character_id=character_id, instance_id=instance_id, clear=body.clear)
 
 
 # ---- knowledge -----------------------------------------------------------------------------------------------
@@ -183,7 +216,7 @@ class TagsBody(BaseModel):
 
 @router.get("/knowledge", tags=["knowledge"])
 def list_knowledge(
-    owner: Owner,
+    api_: Api,
     character_id: QueryId = None,
     instance_id: QueryId = None,
     visible: bool = False,
@@ -192,39 +225,37 @@ def list_knowledge(
     bad = bad_character(tag) if tag is not None else None
     if bad:
         raise InvalidInput(f"field 'tag' contains {bad}")
-    return api.list_knowledge_entries(
-        character_id=character_id, instance_id=instance_id, visible=visible, tag=tag, owner=owner, database_url=_url()
-    )
+    return api_.knowledge.list(character_id=character_id, instance_id=instance_id, visible=visible, tag=tag)
 
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, tags=["knowledge"])
 def add_knowledge(
-    owner: Owner, body: KnowledgeBody, character_id: QueryId = None, instance_id: QueryId = None
+    api_: Api, body: KnowledgeBody, character_id: QueryId = None, instance_id: QueryId = None
 ) -> dict[str, Any]:
-    return api.add_knowledge_entry(
-        **body.model_dump(), character_id=character_id, instance_id=instance_id, owner=owner, database_url=_url()
-    )
+    fields = body.model_dump()
+    tag, content = fields.pop("tag"), fields.pop("content")
+    return api_.knowledge.add(tag, content, character_id=character_id, instance_id=instance_id, **fields)
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])
-def get_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
-    return api.get_knowledge_entry(entry_id, owner=owner, database_url=_url())
+def get_knowledge(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.knowledge.get(entry_id)
 
 
 @router.patch("/knowledge/{entry_id}", tags=["knowledge"])
-def edit_knowledge(owner: Owner, entry_id: PathId, body: KnowledgeEditBody) -> dict[str, Any]:
+def edit_knowledge(api_: Api, entry_id: PathId, body: KnowledgeEditBody) -> dict[str, Any]:
     changes = {name: value for name, value in body.model_dump(exclude_unset=True).items()}
     for name, value in changes.items():
         if value is None:
             raise InvalidInput(f"knowledge entry {entry_id}: field {name!r} cannot be null")
-    return api.edit_knowledge(entry_id, owner=owner, database_url=_url(), **changes)
+    return api_.knowledge.edit(entry_id, **changes)
 
 
 @router.delete("/knowledge/{entry_id}", tags=["knowledge"])
-def delete_knowledge(owner: Owner, entry_id: PathId) -> dict[str, Any]:
-    return api.delete_knowledge_entry(entry_id, owner=owner, database_url=_url())
+def delete_knowledge(api_: Api, entry_id: PathId) -> dict[str, Any]:
+    return api_.knowledge.delete(entry_id)
 
 
 @router.post("/knowledge/{entry_id}/tags", tags=["knowledge"])
-def tag_knowledge(owner: Owner, entry_id: PathId, body: TagsBody) -> dict[str, Any]:
-    return api.tag_knowledge(entry_id, add=body.add, remove=body.remove, owner=owner, database_url=_url())
+def tag_knowledge(api_: Api, entry_id: PathId, body: TagsBody) -> dict[str, Any]:
+    return api_.knowledge.tag(entry_id, add=body.add, remove=body.remove)

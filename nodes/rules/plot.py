@@ -180,6 +180,22 @@ def apply_progress(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str,
     return state
 
 
+def set_current_point(plot_state: Mapping[str, Any], index: Any, turn: int) -> PlotState:
+    """The plot state with outline point `index` made current by hand (issue 23: a user or a game master fixes
+    the story's position): the points before it completed, it in progress, the ones after it pending, and
+    `last_progress_turn` the turn of the correction (the director counts stalls from it). `InvalidInput` naming
+    the index when it is not a point of the outline; the input is not changed."""
+    outline = check_plot_state(plot_state)
+    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= len(outline):
+        raise InvalidInput(f"outline point {index!r} is not a point of the outline (1..{len(outline)})")
+    state = cast(PlotState, copy.deepcopy(dict(plot_state)))
+    for point in state["story_outline"]:
+        point["status"] = "completed" if point["index"] < index else "in_progress" if point["index"] == index else "pending"
+    state["current_plot_index"] = index
+    state["last_progress_turn"] = turn
+    return state
+
+
 # --- reply parser ------------------------------------------------------------------------------------------
 
 def progress_events(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int) -> list[str]:

@@ -1,0 +1,61 @@
+"""Administration through the API (issue 14, 23): the turn locks (listed, a stuck one released), `doctor` (queued
+writes, orphan vectors, expired locks, checkpoint sizes; repaired on request) and the database's migrations
+(its revision, the upgrade). All of it is the server operator's: a caller bound to a signed-in user gets
+`InvalidInput` naming the operation, and nothing is read or changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from personalab.graph.api.caller import Caller
+from personalab.graph.api.story import check_id
+from personalab.nodes.context import Context
+from personalab.nodes.rules.errors import InvalidInput
+from personalab.stores import migrate
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import session_scope
+from personalab.stores.doctor import diagnose
+from personalab.stores.turns import list_turn_locks, unlock_instance
+
+
+class AdminApi:
+    """`api.admin`: locks, release_lock, doctor, migration_state, upgrade."""
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    def _operator(self, what: str) -> str | None:
+        if self.caller.owner is not None:
+            raise InvalidInput(f"{what}: administration is the server operator's, not a signed-in user's")
+        # the configured URL as the turns name it (their background writers are keyed by it), not None
+        return self.caller.database_url if self.caller.database_url is not None else Context().database_url
+
+    def locks(self) -> list[dict[str, Any]]:
+        """Every held turn lock: instance, holder (host:pid), since, until, expired."""
+        url = self._operator("locks")
+        with session_scope(url) as session:
+            return list_turn_locks(session)
+
+    def release_lock(self, instance_id: int) -> dict[str, Any]:
+        """Free an instance's turn lock whoever holds it (a stuck one: its holder died); what it was, or
+        `{"unlocked": false}`. A turn still running there loses its lock and stores no reply."""
+        url = self._operator("release lock")
+        check_id(instance_id, "instance_id")
+        info = unlock_instance(instance_id, url)  # InstanceNotFound naming it
+        return {"instance_id": instance_id, "unlocked": info is not None, "lock": info}
+
+    def doctor(self, *, repair: bool = False) -> dict[str, Any]:
+        """The stores' health: `healthy` and the findings (status ok / problem / info / repaired, check, message)."""
+        url = self._operator("doctor")
+        report = diagnose(url, repair=repair)
+        flush_event_writes()
+        return report.to_dict()
+
+    def migration_state(self) -> dict[str, Any]:
+        """The database's revision, the newest one, whether it is up to date and has tables."""
+        return migrate.current(self._operator("migrations"))
+
+    def upgrade(self) -> dict[str, Any]:
+        """Run the migrations the database lacks: {before, after, stamped_baseline}."""
+        return migrate.upgrade(self._operator("migrations"))
