@@ -8,6 +8,9 @@ transaction.
 from __future__ import annotations
 
 from personalab.graph.api.caller import Caller
+from personalab.graph.api.memory import Memories
+from personalab.graph.api.replies import Replies
+from personalab.graph.api.statistics import Statistics
 
 
 class PersonaLab:
@@ -15,6 +18,9 @@ class PersonaLab:
 
     def __init__(self, *, owner: str | None = None, database_url: str | None = None) -> None:
         self.caller = Caller(owner=owner, database_url=database_url)
+        self.memories = Memories(self.caller)
+        self.replies = Replies(self.caller)
+        self.statistics = Statistics(self.caller)
 
     @property
     def owner(self) -> str | None:
