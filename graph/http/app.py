@@ -12,6 +12,7 @@ from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
+from personalab.graph.http.memory import router as memory_router
 from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.worldbook import router as worldbook_router
 
@@ -24,3 +25,4 @@ app.add_middleware(DevRoutesGuard)
 app.include_router(library_router)
 app.include_router(dialogue.router)
 app.include_router(worldbook_router)
+app.include_router(memory_router)
