@@ -71,7 +71,8 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
         # what fed this reply (issue 23): one row with the reply, so it survives restarts and follows its branch
-        record_provenance(session, instance_id, state["turn"], [line.id for line in written], reply_provenance(state))
+        line_ids = [int(line.id or 0) for line in written]
+        record_provenance(session, instance_id, state["turn"], line_ids, reply_provenance(state))
         branch = get_path_ids(session, instance_id)  # root to this reply: the next turn's search is on it
         reply_lines = [
             {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}

@@ -53,7 +53,7 @@ def versions_of(session: Session, instance_id: int, memory_id: int) -> list[Memo
 def drop_versions(session: Session, instance_id: int, memory_ids: Sequence[int]) -> None:
     """Delete the versions of deleted memories, in the deletion's transaction."""
     if memory_ids:
-        session.exec(  # type: ignore[call-overload]
+        session.exec(
             delete(MemoryEdit).where(
                 col(MemoryEdit.instance_id) == instance_id, col(MemoryEdit.memory_id).in_(list(memory_ids))
             )
@@ -101,4 +101,3 @@ def memory_in(session: Session, instance_id: int, memory_id: int) -> MemoryEntry
     """The memory `memory_id` if it is the instance's."""
     entry = session.get(MemoryEntry, memory_id)
     return entry if entry is not None and entry.instance_id == instance_id else None
-

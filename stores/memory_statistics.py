@@ -24,7 +24,7 @@ def memory_counts(session: Session, instance_id: int) -> dict[str, dict[str, int
         ("edited", MemoryEntry.user_edited),
     ):
         rows = session.exec(
-            select(column, func.count()).where(MemoryEntry.instance_id == instance_id).group_by(column)
+            select(column, func.count()).where(MemoryEntry.instance_id == instance_id).group_by(col(column))
         ).all()
         out[name] = {str(key).lower(): int(n) for key, n in rows}
     return out
@@ -34,9 +34,9 @@ def branch_counts(session: Session, instance_id: int, path: Sequence[int]) -> di
     """How many of the instance's memories were made on the current branch's lines, without a line (curated by hand
     or imported: on every branch), and on lines of other branches."""
     rows = session.exec(
-        select(MemoryEntry.line_id, func.count()).where(MemoryEntry.instance_id == instance_id).group_by(
-            MemoryEntry.line_id
-        )
+        select(MemoryEntry.line_id, func.count())
+        .where(MemoryEntry.instance_id == instance_id)
+        .group_by(col(MemoryEntry.line_id))
     ).all()
     here = set(path)
     counts = {"current_branch": 0, "no_line": 0, "other_branches": 0}
@@ -49,11 +49,11 @@ def branch_counts(session: Session, instance_id: int, path: Sequence[int]) -> di
 def growth_by_turn(session: Session, instance_id: int) -> list[dict[str, Any]]:
     """Per turn the instance has memories of: how many were made then (curated and record apart) and the running
     total, oldest turn first."""
-    is_record = MemoryEntry.type == "record"
+    is_record = col(MemoryEntry.type) == "record"
     rows = session.exec(
         select(MemoryEntry.turn, is_record, func.count())
         .where(MemoryEntry.instance_id == instance_id)
-        .group_by(MemoryEntry.turn, is_record)
+        .group_by(col(MemoryEntry.turn), is_record)
         .order_by(col(MemoryEntry.turn))
     ).all()
     by_turn: dict[int, dict[str, int]] = {}

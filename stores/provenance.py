@@ -42,9 +42,7 @@ def provenance_of_line(session: Session, instance_id: int, line_id: int) -> Repl
     return row if row is not None and line_id in row.line_ids else None
 
 
-def provenance_rows(
-    session: Session, instance_id: int, line_ids: Sequence[int] | None = None
-) -> list[ReplyProvenance]:
+def provenance_rows(session: Session, instance_id: int, line_ids: Sequence[int] | None = None) -> list[ReplyProvenance]:
     """The instance's provenance rows in reply order; with `line_ids`, those of replies ending on these lines."""
     stmt = select(ReplyProvenance).where(ReplyProvenance.instance_id == instance_id)
     if line_ids is not None:

@@ -68,7 +68,10 @@ def test_memories_over_http(db_url: str, client: TestClient) -> None:
 
 def test_statistics_and_provenance_after_turns(db_url: str, client: TestClient) -> None:
     instance = create_sample_instance(db_url)
-    ok(client.post(f"/instances/{instance}/memories", json={"content": "莱姆把金色怀表藏在旧仓库", "importance": 0.9}), 201)
+    ok(
+        client.post(f"/instances/{instance}/memories", json={"content": "莱姆把金色怀表藏在旧仓库", "importance": 0.9}),
+        201,
+    )
     with turn_graph(Context(database_url=db_url)) as (graph, context):
         first = run_turn(graph, context, instance, "怀表藏在旧仓库哪里了？")
         run_turn(graph, context, instance, "还有别的吗？")
@@ -81,9 +84,9 @@ def test_statistics_and_provenance_after_turns(db_url: str, client: TestClient) 
     stats = ok(client.get(f"/instances/{instance}/memory-statistics"))
     assert stats["replies_with_provenance"] == 2
     assert stats["by_layer"].get("record", 0) >= 4  # every line of the two turns is in the dialogue record
-    assert stats["by_kind"]["episodic"] == stats["total"] - stats["by_kind"].get("semantic", 0) - stats[
-        "by_kind"
-    ].get("trait", 0) - stats["by_kind"].get("goal", 0)
+    assert stats["by_kind"]["episodic"] == stats["total"] - stats["by_kind"].get("semantic", 0) - stats["by_kind"].get(
+        "trait", 0
+    ) - stats["by_kind"].get("goal", 0)
     assert stats["retrieval"]["kind"]["episodic"]["retrieved"] >= 1
     assert any(stats["retrieval"]["trigger"].values())
     assert stats["growth"][-1]["total"] == stats["total"]

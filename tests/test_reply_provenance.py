@@ -35,11 +35,15 @@ def turns(url: str, instance: int, *messages: str) -> list[dict[str, Any]]:
 def played(db_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
     instance = create_sample_instance(db_url)
-    memory = MemoryStore(db_url=db_url).add_memory(instance, "莱姆把金色怀表藏在了旧仓库的地板下", importance=0.9, turn=0)
+    memory = MemoryStore(db_url=db_url).add_memory(
+        instance, "莱姆把金色怀表藏在了旧仓库的地板下", importance=0.9, turn=0
+    )
     with session_scope(db_url) as s:
         role_id = get_save(s, instance).role_id
         knowledge = add_knowledge(s, "地点", "旧仓库在据点东侧，夜里无人看守", keywords=["旧仓库"], importance=0.8)
-        entry = add_worldbook_entry(s, "黑鸦是叛徒的代号，只在夜里出没", keywords=["黑鸦"], scope=Scope(role_id=role_id))
+        entry = add_worldbook_entry(
+            s, "黑鸦是叛徒的代号，只在夜里出没", keywords=["黑鸦"], scope=Scope(role_id=role_id)
+        )
         add_worldbook_entry(s, "（废土的夜很冷）", keywords=["夜"], scope=GLOBAL)
     first, second = turns(db_url, instance, "黑鸦把怀表藏在旧仓库哪里了？", "然后呢？")
     return {

@@ -50,6 +50,7 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_layers import RECORD_LAYER, parse_layer, parse_type
 from personalab.nodes.rules.provenance import KINDS, memory_kind, types_of_kind, usage_counts
 from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
+from personalab.nodes.rules.validation import bad_character
 from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
 from personalab.stores.history import get_path_ids
@@ -140,7 +141,13 @@ class Memories:
         type, seed 004's kind (episodic / semantic / trait / goal), character; the current branch unless
         `all_branches`. The dialogue record is left out unless asked for (`include_record`, layer or type record)."""
         instance_id = self._instance(instance_id)
-        layer_value = None if layer is None else RECORD_LAYER if str(layer).strip().lower() == RECORD_LAYER else parse_layer(layer).value
+        layer_value = (
+            None
+            if layer is None
+            else RECORD_LAYER
+            if str(layer).strip().lower() == RECORD_LAYER
+            else parse_layer(layer).value
+        )
         types = None if type is None else [parse_type(type).value]
         if kind is not None:
             if kind not in KINDS:
@@ -397,6 +404,12 @@ class Memories:
             raise InvalidInput(f"{source}: expected JSON Lines text or a list of memories")
         if len(parsed) > MAX_IMPORT_LINES:
             raise InvalidInput(f"{source}: more than {MAX_IMPORT_LINES} memories")
+        for data, where in parsed:  # no NUL or lone surrogate reaches the store (PostgreSQL refuses a NUL in text)
+            for name, value in data.items() if isinstance(data, dict) else ():
+                texts = value if isinstance(value, list) else [value]
+                bad = next((bad_character(t) for t in texts if isinstance(t, str) and bad_character(t)), None)
+                if bad:
+                    raise InvalidInput(f"{where}: field {name!r} contains {bad}")
         checked = [check_line(data, where) for data, where in parsed]
         if not checked:
             return ImportResult(instance_id=instance_id, imported=0)

@@ -47,7 +47,9 @@ class Replies:
         with session_scope(self.caller.database_url) as session:
             row = provenance_of_line(session, instance_id, line_id)
             if row is None:
-                raise NotFound(f"line {line_id} has no provenance (its reply was stored before provenance was recorded)")
+                raise NotFound(
+                    f"line {line_id} has no provenance (its reply was stored before provenance was recorded)"
+                )
             on_branch = row.reply_line_id in set(get_path_ids(session, instance_id))
         return Provenance(
             instance_id=instance_id,

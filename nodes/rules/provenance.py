@@ -90,8 +90,13 @@ def reply_provenance(state: Mapping[str, Any]) -> dict[str, Any]:
         for item in state.get("retrieved") or []
         if item.get("kind") == "memory"
     ]
-    worldbook = [_placed(dict(entry), plan.get(f"worldbook:{entry.get('id')}")) for entry in retrieval.get("worldbook_fired") or []]
-    knowledge = [_placed(dict(entry), plan.get(f"knowledge:{entry.get('id')}")) for entry in retrieval.get("knowledge") or []]
+    worldbook = [
+        _placed(dict(entry), plan.get(f"worldbook:{entry.get('id')}"))
+        for entry in retrieval.get("worldbook_fired") or []
+    ]
+    knowledge = [
+        _placed(dict(entry), plan.get(f"knowledge:{entry.get('id')}")) for entry in retrieval.get("knowledge") or []
+    ]
     cut: list[dict[str, Any]] = [
         {"region": "retrieved", "key": row.get("key"), "tokens": row.get("tokens"), "reason": row.get("reason")}
         for row in retrieval.get("injection") or []
@@ -142,9 +147,7 @@ def reply_provenance(state: Mapping[str, Any]) -> dict[str, Any]:
 def usage_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """How often memories of each layer, type, kind and trigger path were retrieved for a reply and put into its
     prompt (`used`), over stored provenance records; and per memory id the same two counts."""
-    counts: dict[str, dict[str, dict[str, int]]] = {
-        name: {} for name in ("layer", "type", "kind", "trigger")
-    }
+    counts: dict[str, dict[str, dict[str, int]]] = {name: {} for name in ("layer", "type", "kind", "trigger")}
     per_memory: dict[str, dict[str, int]] = {}
     worldbook: dict[str, dict[str, int]] = {}
     replies = 0

@@ -7,9 +7,10 @@ say it for the content, type, layer and importance); `MemoryPublic` and the othe
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from personalab.nodes.rules.validation import bad_character
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 MAX_MEMORY_CHARS = 20_000
 MAX_TAGS = 64
@@ -17,18 +18,29 @@ MAX_TAG_CHARS = 100
 MAX_QUERY_CHARS = 4_000
 
 
+def _storable(value: str) -> str:
+    bad = bad_character(value)
+    if bad:
+        raise ValueError(f"contains {bad}")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS), AfterValidator(_storable)]
+
+
 class MemoryCreate(BaseModel):
     """A new memory (seed 001 `MemoryEntry`): the text, and optionally its type, layer, importance, tags, turn."""
 
     model_config = ConfigDict(extra="forbid")
 
-    content: str = Field(max_length=MAX_MEMORY_CHARS)
+    content: Text = Field(max_length=MAX_MEMORY_CHARS)
     type: str = Field(default="event", max_length=40)
     layer: str = Field(default="active", max_length=40)
     importance: float | None = None  # 0–1: the store says which value is out of range
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     turn: int | None = Field(default=None, ge=0, le=2_147_483_647)
-    notes: str = Field(default="", max_length=MAX_MEMORY_CHARS)
+    notes: Text = Field(default="", max_length=MAX_MEMORY_CHARS)
     pinned: bool = False
     character_id: int | None = Field(default=None, ge=0, le=2_147_483_647)
 
@@ -38,12 +50,12 @@ class MemoryUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: str | None = Field(default=None, max_length=MAX_MEMORY_CHARS)
+    content: Text | None = Field(default=None, max_length=MAX_MEMORY_CHARS)
     type: str | None = Field(default=None, max_length=40)
     layer: str | None = Field(default=None, max_length=40)
     importance: float | None = None  # 0–1: the store says which value is out of range
-    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
-    notes: str | None = Field(default=None, max_length=MAX_MEMORY_CHARS)
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    notes: Text | None = Field(default=None, max_length=MAX_MEMORY_CHARS)
 
 
 class MemoryPublic(BaseModel):
@@ -158,9 +170,9 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(max_length=MAX_QUERY_CHARS)
+    query: Text = Field(max_length=MAX_QUERY_CHARS)
     k: int = Field(default=10, ge=1, le=100)
-    context: str = Field(default="", max_length=MAX_QUERY_CHARS)
+    context: Text = Field(default="", max_length=MAX_QUERY_CHARS)
     turn: int | None = Field(default=None, ge=0, le=2_147_483_647)
     mark_mentioned: bool = False
     all_branches: bool = False

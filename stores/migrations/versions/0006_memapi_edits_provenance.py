@@ -20,7 +20,7 @@ branch_labels: str | None = None
 depends_on: str | None = None
 
 
-def _indexes(table: str) -> set[str]:
+def _indexes(table: str) -> set[str | None]:
     return {index["name"] for index in sa.inspect(op.get_bind()).get_indexes(table)}
 
 
