@@ -62,12 +62,22 @@ def _placed(item: dict[str, Any], row: Mapping[str, Any] | None) -> dict[str, An
     return {**item, "in_prompt": False, "cut": str(row.get("reason") or "skipped")}
 
 
+def _rounded(value: Any) -> Any:
+    """Scores to 4 decimals: the record stays small (one insert per reply) and says as much."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, Mapping):
+        return {key: _rounded(item) for key, item in value.items()}
+    return value
+
+
 def _memory(item: Mapping[str, Any]) -> dict[str, Any]:
-    breakdown = dict(item.get("breakdown") or {})
+    # `weighted` (each factor times its scene weight) follows from the factors and the scene: not stored
+    breakdown = {key: _rounded(value) for key, value in (item.get("breakdown") or {}).items() if key != "weighted"}
     return {
         "id": item.get("id"),
         "content": item.get("content") or "",
-        "score": item.get("score"),
+        "score": _rounded(item.get("score")),
         "layer": item.get("layer"),
         "type": item.get("type"),
         "kind": memory_kind(str(item.get("type") or "")),
