@@ -257,14 +257,15 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     found["off_branch"] = store.off_branch  # found by a path, left out: written on a branch the user left
     stored_at = store.store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
     now = datetime.now(UTC)
+    selected = select_knowledge(
+        knowledge,
+        f"{dialogue}\n{query}",
+        role_id=character.get("role_id"),
+        save_id=instance_id,
+        similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
+    )
     injection = build_injection(
-        knowledge=select_knowledge(
-            knowledge,
-            f"{dialogue}\n{query}",
-            role_id=character.get("role_id"),
-            save_id=instance_id,
-            similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
-        ),
+        knowledge=selected,
         triggered=fired.triggered,
         worldbook_config=config,
         char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
@@ -287,6 +288,30 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         # in by stickiness, not by their own trigger: their firing turn stays (else they would stick for ever)
         "worldbook_sticky": {item.entry.id for item in fired.triggered if item.trigger == "sticky"},
         "injection": injection,
+        # what fed the reply (issue 23): every fired entry and selected knowledge entry with its score and reason,
+        # stored with the reply (`nodes.rules.provenance`)
+        "worldbook_fired": [
+            {
+                "id": t.entry.id,
+                "kind": t.entry.kind,
+                "trigger": t.trigger,
+                "reason": t.reason,
+                "score": round(float(t.score), 4),
+                "matched": list(t.matched),
+                "content": t.entry.content,
+            }
+            for t in fired.triggered
+        ],
+        "knowledge": [
+            {
+                "id": k.entry.id,
+                "tag": k.entry.tag,
+                "score": round(float(k.score), 4),
+                "matched": list(k.matched),
+                "content": k.entry.content,
+            }
+            for k in selected
+        ],
     }
 
 
@@ -326,6 +351,8 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "timings_ms": memories.get("timings_ms"),
                 "injection": plan.debug(),
                 "worldbook_skipped": found["worldbook_skipped"],
+                "worldbook_fired": found["worldbook_fired"],
+                "knowledge": found["knowledge"],
             }
         },
     }

@@ -4,6 +4,7 @@ leaves (turn counter, plot, relationship, core memory: `story_state`). The insta
 ends (`end_turn`), so the next turn starts from everything this one changed. The turn's event is queued for the
 archival store off the reply's critical path, and the turn's lines (host lines, the user's, the reply's) are
 added to the instance's dialogue record (`nodes.rules.record`: what was said, never faded), each with its line id.
+What fed the reply (`nodes.rules.provenance`) is stored with its lines, in the same transaction.
 Those writes are outbox rows inserted in the reply's transaction (`stores.outbox`, issue 14): stored with the reply,
 applied after it, never lost to a crash or a store that is down."""
 
@@ -15,6 +16,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
+from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn, story_fields
@@ -24,6 +26,7 @@ from personalab.stores.events import event_write
 from personalab.stores.failpoints import failpoint
 from personalab.stores.history import get_path_ids
 from personalab.stores.outbox import apply_soon, queue_writes, review_write, write_row
+from personalab.stores.provenance import record_provenance
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
@@ -67,6 +70,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
+        # what fed this reply (issue 23): one row with the reply, so it survives restarts and follows its branch
+        line_ids = [int(line.id or 0) for line in written]
+        record_provenance(session, instance_id, state["turn"], line_ids, reply_provenance(state))
         branch = get_path_ids(session, instance_id)  # root to this reply: the next turn's search is on it
         reply_lines = [
             {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}

@@ -22,6 +22,7 @@ from personalab.nodes.rules.errors import StoreUnavailable
 
 # Importing the table modules registers every table on SQLModel.metadata before create_all.
 from personalab.stores import (  # noqa: F401
+    memapi_tables,
     memory_tables,
     outbox_tables,
     review_tables,

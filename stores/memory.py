@@ -601,10 +601,12 @@ class MemoryStore:
         notes: str | None = None,
         location: str | None = None,
         related_character: str | None = None,
+        before_change: Callable[[Session, MemoryEntry], None] | None = None,
     ) -> MemoryEntry:
         """A user edit: change the given fields and set `user_edited`, which keeps the layer flow off this
         memory for good (seed: isUserEdited 保护用户修改的内容). New content gets new keywords (unless
-        given), tokens and embedding."""
+        given), tokens and embedding. `before_change(session, entry)` runs in the edit's transaction before the
+        fields change (the memory console keeps the old text as a version there, or refuses the edit)."""
         changes: dict[str, Any] = {}
         if content is not None:
             changes["content"] = _check_content(content)
@@ -636,6 +638,8 @@ class MemoryStore:
         revision = None
         with session_scope(url) as session:
             entry = self._entry(session, instance_id, memory_id)
+            if before_change is not None:
+                before_change(session, entry)
             text_changed = "content" in changes or "tags" in changes
             if "layer" in changes and changes["layer"] != entry.layer:
                 entry.layer_since_turn = self._latest_turn(session, instance_id, entry.character_id)
@@ -676,11 +680,16 @@ class MemoryStore:
             session.add(entry)
             return entry
 
-    def delete_memory(self, instance_id: int, memory_id: int) -> None:
-        """Delete a memory (by the user) from the database and its vector from Chroma."""
+    def delete_memory(
+        self, instance_id: int, memory_id: int, before_commit: Callable[[Session], None] | None = None
+    ) -> None:
+        """Delete a memory (by the user) from the database and its vector from Chroma; `before_commit(session)`
+        runs in the transaction (the memory console deletes the memory's earlier versions with it)."""
         url = self._url()
         with session_scope(url) as session:
             entry = self._entry(session, instance_id, memory_id)
+            if before_commit is not None:
+                before_commit(session)
             character = entry.character_id
             session.delete(entry)
             session.flush()

@@ -132,3 +132,26 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and message in err
     assert [m.model_dump() for m in MemoryStore().list_memories(instance)] == before
+
+
+def test_show_lists_versions_and_stats_counts(capsys: pytest.CaptureFixture[str], instance: int) -> None:
+    memory = add(capsys, instance, "--type", "goal", "想要离开废土")
+    add(capsys, instance, "--type", "relationship", "和Mary是好朋友")
+    assert run(capsys, "memory", "edit", "--instance", str(instance), str(memory), "想要找到妹妹")[0] == 0
+    code, out, _ = run(capsys, "memory", "show", "--instance", str(instance), str(memory))
+    assert code == 0 and "version 1" in out and "想要离开废土" in out and "made at turn 0" in out
+    code, out, _ = run(capsys, "memory", "list", "--instance", str(instance), "--kind", "semantic", "--json")
+    assert [m["type"] for m in json.loads(out)] == ["relationship"]
+    code, out, _ = run(capsys, "memory", "stats", "--instance", str(instance), "--json")
+    stats = json.loads(out)
+    assert code == 0 and stats["total"] == 2 and stats["by_kind"] == {"goal": 1, "semantic": 1} and stats["edited"] == 1
+    code, out, _ = run(capsys, "memory", "stats", "--instance", str(instance))
+    assert code == 0 and "by kind: goal 1, semantic 1" in out
+
+
+def test_a_pinned_memory_is_not_edited(capsys: pytest.CaptureFixture[str], instance: int) -> None:
+    memory = add(capsys, instance, "原来的内容")
+    run(capsys, "memory", "pin", "--instance", str(instance), str(memory))
+    code, _, err = run(capsys, "memory", "edit", "--instance", str(instance), str(memory), "新的内容")
+    assert code == 2 and f"memory {memory} is pinned" in err and len(err.strip().splitlines()) == 1
+    assert MemoryStore().get_memory(instance, memory).content == "原来的内容"

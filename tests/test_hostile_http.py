@@ -36,6 +36,8 @@ AVATAR = "/characters/{character_id}/avatar"
 BACKGROUND = "/backgrounds/{background_id}"
 INSTANCE = "/instances/{instance_id}"
 ENTRY = "/knowledge/{entry_id}"
+MEMORIES = "/instances/{instance_id}/memories"
+MEMORY = "/instances/{instance_id}/memories/{memory_id}"
 
 
 def _big(field: str, extra: dict[str, Any] | None = None, size: int = OVER_JSON) -> dict[str, Any]:
@@ -58,6 +60,26 @@ def _id_cases(method: str, template: str, name: str, mine: str, theirs: str, **k
     if name == "entry_id":
         cases[0] = (method, path % theirs, "bob", kwargs, 404, f"knowledge entry {{{theirs}}}")
     del mine  # bob's own id of the kind: the hostile values on it are the route's own cases
+    return cases
+
+
+def _memory_cases(method: str, template: str, **kwargs: Any) -> list[Case]:
+    """A route of one memory of one instance: another user's instance (404 naming it), a memory of another instance
+    (404 naming the memory), and the memory id's range and form (422 naming the parameter)."""
+    mine = template.replace("{instance_id}", "{b_instance}")
+    cases: list[Case] = [
+        (
+            method,
+            template.replace("{instance_id}", "{a_instance}").replace("{memory_id}", "{a_memory}"),
+            "bob",
+            kwargs,
+            404,
+            "instance {a_instance}",
+        ),
+        (method, mine.replace("{memory_id}", "{a_memory}"), "bob", kwargs, 404, "memory {a_memory} does not exist"),
+    ]
+    for bad in ("{big}", "{huge}", "{neg}", "seven"):
+        cases.append((method, mine.replace("{memory_id}", bad), "bob", kwargs, 422, "memory_id"))
     return cases
 
 
@@ -433,6 +455,78 @@ CASES: list[Case] = [
     ("POST", "/knowledge/{b_entry}/tags", "bob", {"json": {"add": [NUL]}}, 422, "tag"),
     ("POST", "/knowledge/{b_entry}/tags", "bob", {"json": {"add": "x"}}, 422, "add"),
     ("POST", "/knowledge/{b_entry}/tags", "bob", {"json": {"remove": ["往事"] * 3, "add": []}}, 422, "tag"),
+    # ---- memories, statistics, provenance (issue 23) --------------------------------------------------------------
+    *_id_cases("GET", MEMORIES, "instance_id", "b_instance", "a_instance"),
+    ("GET", "/instances/{b_instance}/memories?kind=dream", "bob", {}, 422, "memory kind 'dream'"),
+    ("GET", "/instances/{b_instance}/memories?layer=" + "x" * 41, "bob", {}, 422, "layer"),
+    ("GET", "/instances/{b_instance}/memories?limit=1001", "bob", {}, 422, "limit"),
+    ("GET", "/instances/{b_instance}/memories?character_id={big}", "bob", {}, 422, "character_id"),
+    *_id_cases("POST", MEMORIES, "instance_id", "b_instance", "a_instance", json={"content": "x"}),
+    ("POST", "/instances/{b_instance}/memories", "bob", {"json": {"content": "  "}}, 422, "memory content is empty"),
+    ("POST", "/instances/{b_instance}/memories", "bob", {"json": {"content": NUL}}, 422, "content"),
+    (
+        "POST",
+        "/instances/{b_instance}/memories",
+        "bob",
+        {"json": {"content": "x", "importance": 1.5}},
+        422,
+        "importance",
+    ),
+    ("POST", "/instances/{b_instance}/memories", "bob", {"json": {"content": "x", "type": "dream"}}, 422, "'dream'"),
+    ("POST", "/instances/{b_instance}/memories", "bob", {"json": {"content": "x", "tags": "a"}}, 422, "tags"),
+    ("POST", "/instances/{b_instance}/memories", "bob", {"json": {"content": "x", "owner": "a"}}, 422, "owner"),
+    ("POST", "/instances/{b_instance}/memories", "bob", _big("content"), 413, "over the limit"),
+    *_id_cases("POST", MEMORIES + "/search", "instance_id", "b_instance", "a_instance", json={"query": "x"}),
+    ("POST", "/instances/{b_instance}/memories/search", "bob", {"json": {"query": " "}}, 422, "query is empty"),
+    ("POST", "/instances/{b_instance}/memories/search", "bob", {"json": {"query": "x", "k": 0}}, 422, "k"),
+    ("POST", "/instances/{b_instance}/memories/search", "bob", {"json": {"query": NUL}}, 422, "query"),
+    *_id_cases("GET", MEMORIES + "/export", "instance_id", "b_instance", "a_instance"),
+    *_id_cases("POST", MEMORIES + "/import", "instance_id", "b_instance", "a_instance", json={"memories": []}),
+    (
+        "POST",
+        "/instances/{b_instance}/memories/import",
+        "bob",
+        {"json": {"memories": [{"content": "ok"}, {"content": ""}]}},
+        422,
+        "item 2",
+    ),
+    ("POST", "/instances/{b_instance}/memories/import", "bob", {"json": {"memories": "x"}}, 422, "memories"),
+    (
+        "POST",
+        "/instances/{b_instance}/memories/import",
+        "bob",
+        {"json": {"memories": [{"content": NUL}]}},
+        422,
+        "content",
+    ),
+    *_id_cases("POST", MEMORIES + "/maintain", "instance_id", "b_instance", "a_instance"),
+    ("POST", "/instances/{b_instance}/memories/maintain?turn=-1", "bob", {}, 422, "turn"),
+    *_memory_cases("GET", MEMORY),
+    *_memory_cases("PATCH", MEMORY, json={"content": "改"}),
+    (
+        "PATCH",
+        "/instances/{b_instance}/memories/{b_memory}",
+        "bob",
+        {"json": {"content": " "}},
+        422,
+        "content is empty",
+    ),
+    ("PATCH", "/instances/{b_instance}/memories/{b_memory}", "bob", {"json": {}}, 422, "nothing to change"),
+    ("PATCH", "/instances/{b_instance}/memories/{b_memory}", "bob", {"json": {"layer": "deep"}}, 422, "'deep'"),
+    ("PATCH", "/instances/{b_instance}/memories/{b_memory}", "bob", {"json": {"notes": NUL}}, 422, "notes"),
+    ("PATCH", "/instances/{b_instance}/memories/{b_pinned}", "bob", {"json": {"content": "改"}}, 422, "is pinned"),
+    *_memory_cases("DELETE", MEMORY),
+    *_memory_cases("PUT", MEMORY + "/pin"),
+    *_memory_cases("DELETE", MEMORY + "/pin"),
+    *_id_cases("GET", "/instances/{instance_id}/memory-statistics", "instance_id", "b_instance", "a_instance"),
+    ("GET", "/instances/{b_instance}/memory-statistics?all_branches=maybe", "bob", {}, 422, "all_branches"),
+    ("GET", "/lines/{a_reply}/provenance", "bob", {}, 404, "line {a_reply} does not exist"),
+    ("GET", "/lines/{b_line}/provenance", "bob", {}, 404, "not a reply"),
+    ("GET", "/lines/{b_reply}/provenance", "bob", {}, 404, "has no provenance"),
+    ("GET", "/lines/{big}/provenance", "bob", {}, 422, "line_id"),
+    ("GET", "/lines/{huge}/provenance", "bob", {}, 422, "line_id"),
+    ("GET", "/lines/{neg}/provenance", "bob", {}, 422, "line_id"),
+    ("GET", "/lines/seven/provenance", "bob", {}, 422, "line_id"),
 ]
 
 # ---- issue 23: trigger configuration, core memory, plot, suggestions, single world-book entries ------------------
@@ -668,6 +762,12 @@ def world(tmp_path_factory: pytest.TempPathFactory, database: str | None) -> Ite
                     [{"attribute": "user", "content": "出发吧。"}, {"attribute": "assistant", "content": "走。"}],
                 )
                 ids[f"{p}_line"] = lines[0].id
+                ids[f"{p}_reply"] = lines[1].id  # a reply stored without provenance (as before issue 23)
+            from personalab.stores.memory import MemoryStore
+
+            store = MemoryStore()
+            ids[f"{p}_memory"] = store.add_memory(instance.id, f"{user}的记忆").id
+            ids[f"{p}_pinned"] = store.add_memory(instance.id, f"{user}的固定记忆", pinned=True).id
             entry = knowledge.add_knowledge_entry("往事", "她曾是兵", instance_id=instance.id, owner=user)
             book = PersonaLab(owner=user).worldbook.add("灯塔。", keywords=["灯塔"], instance_id=instance.id)
             with session_scope() as session:

@@ -85,7 +85,10 @@ def test_search_queries_file_gives_one_json_result_per_line_and_context_is_used(
     _fill(db_url, a)
     queries = tmp_path / "queries.txt"
     queries.write_text("妹妹几岁？\n\n妹妹叫什么名字？\n", encoding="utf-8")
-    code, out, _ = cli(capsys, "memory", "search", "--instance", str(a), "--no-mark", "--queries", str(queries))
+    # the record entry's line 17 is on no branch of the instance: searched with every branch's memories (issue 23)
+    code, out, _ = cli(
+        capsys, "memory", "search", "--instance", str(a), "--no-mark", "--all-branches", "--queries", str(queries)
+    )
     assert code == 0
     results = [json.loads(line) for line in out.splitlines()]
     assert [r["query"] for r in results] == ["妹妹几岁？", "妹妹叫什么名字？"]

@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from personalab.graph.api.dialogue import Dialogue
     from personalab.graph.api.knowledge import KnowledgeApi
     from personalab.graph.api.library import Backgrounds, Characters, Instances
+    from personalab.graph.api.memory import Memories
     from personalab.graph.api.plot import PlotApi
+    from personalab.graph.api.replies import Replies
+    from personalab.graph.api.statistics import Statistics
     from personalab.graph.api.suggestions import SuggestionsApi
     from personalab.graph.api.trigger_config import TriggerConfigApi
     from personalab.graph.api.worldbook import WorldbookApi
@@ -102,6 +105,8 @@ class PersonaLab:
     def plot(self) -> PlotApi:
         """The outline's current point and statuses, plot nodes per branch (seed 002 需求1, seed 003)."""
         from personalab.graph.api.plot import PlotApi
+    from personalab.graph.api.replies import Replies
+    from personalab.graph.api.statistics import Statistics
 
         return PlotApi(self.caller)
 
@@ -132,3 +137,24 @@ class PersonaLab:
         from personalab.graph.api.admin import AdminApi
 
         return AdminApi(self.caller)
+
+    @cached_property
+    def memories(self) -> Memories:
+        """An instance's long-term memory: list, search, show, add, edit, pin, delete, export (seeds 001 / 004)."""
+        from personalab.graph.api.memory import Memories
+
+        return Memories(self.caller)
+
+    @cached_property
+    def replies(self) -> Replies:
+        """What fed each reply: the memories, world book, knowledge and cuts of its prompt."""
+        from personalab.graph.api.replies import Replies
+
+        return Replies(self.caller)
+
+    @cached_property
+    def statistics(self) -> Statistics:
+        """Statistics of an instance's memory (seed 004 记忆统计)."""
+        from personalab.graph.api.statistics import Statistics
+
+        return Statistics(self.caller)

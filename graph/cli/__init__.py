@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worldbook": ("worldbook", "the world book (triggered lore entries)"),
     "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),
     "trigger-config": ("trigger_config", "seed 004's memory trigger configuration, per scope"),
+    "reply": ("replies", "what fed a reply: the memories, world book, knowledge and cuts of its prompt"),
     "memory": ("memory", "the character's long-term memory of an instance"),
     "db": ("database", "the database's schema: upgrade (run the migrations), current (its revision)"),
     "doctor": (

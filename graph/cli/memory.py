@@ -1,41 +1,65 @@
-"""`personalab memory ...`: the character's long-term memory of one instance (seed 001 用户可编辑性).
+"""`personalab memory ...`: the character's long-term memory of one instance (seed 001 用户可编辑性), through
+`personalab.graph.api` (`api.memories`, `api.statistics`).
 
-    memory list    --instance ID [--layer L] [--type T] [--character C] [--json]
+    memory list    --instance ID [--layer L] [--type T] [--kind K] [--character C] [--all-branches]
+                   [--offset N] [--limit N] [--json]
+    memory show    --instance ID MEMORY_ID [--json]       (scores, source, how it fed replies, earlier versions)
     memory add     --instance ID [--type T] [--importance F] [--tags a,b] [--layer L] [--turn N] TEXT
     memory edit    --instance ID MEMORY_ID [TEXT] [--type T] [--importance F] [--tags a,b] [--layer L] [--notes N]
     memory pin     --instance ID MEMORY_ID        memory unpin  --instance ID MEMORY_ID
     memory delete  --instance ID MEMORY_ID
-    memory search  --instance ID [--json] [-k N] [--turn N] [--context TEXT] [--no-mark] (QUERY | --queries FILE)
+    memory search  --instance ID [--json] [-k N] [--turn N] [--context TEXT] [--no-mark] [--all-branches]
+                   (QUERY | --queries FILE)
     memory maintain --instance ID [--turn N]
+    memory stats   --instance ID [--all-branches] [--json]
     memory export  --instance ID [FILE]           memory import --instance ID FILE
 
-`add` prints the new id. `edit` marks the memory as edited by the user: the layer flow never touches it
-again. `search` prints the ranked memories with their score breakdowns (`--json`: a list of objects with
-id, content, score, breakdown, ...) and, like every retrieval, marks them as mentioned (`--no-mark`: not).
-`--context` is recent dialogue for the scene analysis and tags; `--queries FILE` searches every line of the file
-in one process and prints one JSON object per line (`{"query", "items"}`). `export` / `import` write and read a
-memory file (JSON Lines, every field: `stores.memory_files`; import is all or nothing).
-Bad input prints one line and exits 2; nothing stored changes.
+`list` shows the current branch's memories (`--all-branches`: every branch's), `--kind` is seed 004's kind
+(episodic / semantic / trait / goal). `add` prints the new id. `edit` marks the memory as edited by the user (the
+layer flow never touches it again) and keeps its old text as a version (`show` lists them); a pinned memory is
+not edited (unpin it first). `search` prints the ranked memories with their score breakdowns (`--json`: a list of
+objects with id, content, score, breakdown, ...) and, like every retrieval, marks them as mentioned (`--no-mark`:
+not). `--context` is recent dialogue for the scene analysis and tags; `--queries FILE` searches every line of the
+file in one process and prints one JSON object per line (`{"query", "items"}`). `export` / `import` write and read a
+memory file (JSON Lines, every field; import is all or nothing). Bad input prints one line and exits 2; nothing
+stored changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+from personalab.graph.api.facade import PersonaLab
+from personalab.graph.api.schemas.memory import MemoryCreate, MemoryPublic, MemoryUpdate, SearchResult
 from personalab.graph.cli.args import INTEGER, whole
 from personalab.graph.cli.output import echo, json_text
-from personalab.nodes.maintenance import maintain_layers
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.memory_layers import LAYERS, MEMORY_TYPES, RECORD_LAYER
-from personalab.nodes.rules.retrieval import RetrievalConfig, RetrievalResult, retrieve
-from personalab.stores.files import read_file
-from personalab.stores.memory import MemoryStore, memory_to_dict
-from personalab.stores.memory_files import export_lines, export_memories, import_memories
-from personalab.stores.memory_tables import MemoryEntry
+from pydantic import ValidationError
 
 PREVIEW_CHARS = 60
+MAX_FILE_BYTES = 20 * 1024 * 1024
+LAYER_CHOICES = ("active", "situational", "event_log", "archive")
+TYPE_CHOICES = (
+    "conversation",
+    "action",
+    "observation",
+    "event",
+    "emotion",
+    "relationship",
+    "internal",
+    "episodic",
+    "semantic",
+    "trait",
+    "goal",
+)
+KIND_CHOICES = ("episodic", "semantic", "trait", "goal")
+
+
+def _api() -> PersonaLab:
+    return PersonaLab()
 
 
 def _preview(text: str) -> str:
@@ -43,12 +67,12 @@ def _preview(text: str) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
-def _flags(entry: MemoryEntry) -> str:
+def _flags(entry: MemoryPublic) -> str:
     flags = [name for name, on in (("pinned", entry.pinned), ("edited", entry.user_edited)) if on]
     return f" [{', '.join(flags)}]" if flags else ""
 
 
-def _line(entry: MemoryEntry) -> str:
+def _line(entry: MemoryPublic) -> str:
     tags = f" #{' #'.join(entry.tags)}" if entry.tags else ""
     return (
         f"{entry.id:>6}  {entry.layer:<11} {entry.type:<12} imp {entry.importance:.2f} act {entry.activity:.2f} "
@@ -56,93 +80,148 @@ def _line(entry: MemoryEntry) -> str:
     )
 
 
+def _model(kind: Any, **fields: Any) -> Any:
+    """A request model from the command's options; pydantic's refusal as one `InvalidInput` naming the option."""
+    try:
+        return kind(**fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ())) or "input"
+        raise InvalidInput(f"{where}: {error.get('msg')}") from None
+
+
+def _tags(raw: str | None) -> list[str] | None:
+    if raw is None:
+        return None
+    return [tag.strip() for tag in raw.replace("，", ",").split(",") if tag.strip()]
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise InvalidInput(f"{path}: {what} over {MAX_FILE_BYTES} bytes")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
 def memory_list(args: argparse.Namespace) -> int:
-    entries = MemoryStore().list_memories(args.instance, character_id=args.character, layer=args.layer, type=args.type)
+    page = _api().memories.list(
+        args.instance,
+        layer=args.layer,
+        type=args.type,
+        kind=args.kind,
+        character_id=args.character,
+        all_branches=args.all_branches,
+        include_record=args.layer == "record",
+        offset=args.offset,
+        limit=args.limit,
+    )
     if args.json:
-        sys.stdout.write(json_text([memory_to_dict(e) for e in entries]) + "\n")
+        sys.stdout.write(json_text([item.model_dump(mode="json") for item in page.items]) + "\n")
         return 0
-    for entry in entries:
+    for entry in page.items:
         echo(_line(entry))
-    if not entries:
-        echo(f"instance {args.instance} has no memories" + (" matching the filters" if args.layer or args.type else ""))
+    if not page.items:
+        filtered = args.layer or args.type or args.kind
+        echo(f"instance {args.instance} has no memories" + (" matching the filters" if filtered else ""))
+    elif page.total > page.offset + len(page.items):
+        echo(f"… {page.total - page.offset - len(page.items)} more (--offset {page.offset + len(page.items)})")
+    return 0
+
+
+def memory_show(args: argparse.Namespace) -> int:
+    detail = _api().memories.show(args.instance, args.memory_id)
+    if args.json:
+        sys.stdout.write(json_text(detail.model_dump(mode="json")) + "\n")
+        return 0
+    m, source, use = detail.memory, detail.source, detail.use
+    echo(_line(m))
+    echo(f"content: {m.content}")
+    echo(f"kind {m.kind} · keywords {', '.join(m.keywords) or '-'} · last mentioned turn {m.last_mentioned_turn}")
+    where = f"line {source.line_id}" if source.line_id is not None else "no line (added, imported or curated)"
+    branch = "current branch" if source.on_current_branch else "a branch left behind"
+    echo(f"made at turn {source.turn} from {where} ({branch})" + (f": {source.line_text}" if source.line_text else ""))
+    echo(f"fed replies: retrieved {use.retrieved} times, in the prompt {use.used} times")
+    if use.last_reply_line_id is not None and use.last_score is not None:
+        echo(f"last retrieved for reply line {use.last_reply_line_id} with score {use.last_score:.3f}")
+    for version in detail.versions:
+        echo(f"version {version.version} (replaced {version.edited_at:%Y-%m-%d %H:%M}): {version.content}")
     return 0
 
 
 def memory_add(args: argparse.Namespace) -> int:
-    entry = MemoryStore().add_memory(
-        args.instance,
-        args.text,
-        type=args.type,
-        layer=args.layer,
-        importance=args.importance,
-        tags=args.tags,
-        turn=args.turn,
-        character_id=args.character,
-        notes=args.notes or "",
-    )
-    print(entry.id)
-    return 0
-
-
-def memory_edit(args: argparse.Namespace) -> int:
-    entry = MemoryStore().edit_memory(
-        args.instance,
-        args.memory_id,
+    memory = _model(
+        MemoryCreate,
         content=args.text,
         type=args.type,
         layer=args.layer,
         importance=args.importance,
-        tags=args.tags,
+        tags=_tags(args.tags) or [],
+        turn=args.turn,
+        notes=args.notes or "",
+        character_id=args.character,
+    )
+    print(_api().memories.add(args.instance, memory).id)
+    return 0
+
+
+def memory_edit(args: argparse.Namespace) -> int:
+    changes = _model(
+        MemoryUpdate,
+        content=args.text,
+        type=args.type,
+        layer=args.layer,
+        importance=args.importance,
+        tags=_tags(args.tags),
         notes=args.notes,
     )
-    echo(_line(entry))
+    echo(_line(_api().memories.edit(args.instance, args.memory_id, changes)))
     return 0
 
 
 def memory_pin(args: argparse.Namespace) -> int:
-    entry = MemoryStore().set_pinned(args.instance, args.memory_id, args.pinned)
-    echo(_line(entry))
+    echo(_line(_api().memories.pin(args.instance, args.memory_id, args.pinned)))
     return 0
 
 
 def memory_delete(args: argparse.Namespace) -> int:
-    MemoryStore().delete_memory(args.instance, args.memory_id)
+    _api().memories.delete(args.instance, args.memory_id)
     print(f"deleted memory {args.memory_id}")
     return 0
 
 
-def _print_result(result: RetrievalResult) -> None:
-    weights = result.scene.weights
+def _print_result(result: SearchResult) -> None:
+    weights = result.weights
     echo(
-        f"scene {result.scene.scene.value} (weights: relevance {weights.context_relevance:.2f}, "
-        f"recency {weights.recency:.2f}, importance {weights.importance:.2f}, diversity {weights.diversity:.2f}, "
-        f"layer {weights.layer_priority:.2f}) · turn {result.turn} · {result.candidates} candidates"
+        f"scene {result.scene} (weights: relevance {weights['context_relevance']:.2f}, "
+        f"recency {weights['recency']:.2f}, importance {weights['importance']:.2f}, "
+        f"diversity {weights['diversity']:.2f}, layer {weights['layer_priority']:.2f}) · turn {result.turn} · "
+        f"{result.candidates} candidates"
     )
     if not result.items:
         echo("no memory found")
     for rank, item in enumerate(result.items, start=1):
         b = item.breakdown
-        paths = " ".join(f"{name}#{rank}" for name, rank in b.paths.items()) or "-"
-        echo(f"{rank:>3}. #{item.id} {item.score:.3f} [{item.layer}/{item.data.get('type', item.kind)}] {item.content}")
+        paths = " ".join(f"{name}#{place}" for name, place in (b.get("paths") or {}).items()) or "-"
+        kind = (item.model_extra or {}).get("type", item.kind)
+        echo(f"{rank:>3}. #{item.id} {item.score:.3f} [{item.layer}/{kind}] {item.content}")
         echo(
-            f"       relevance {b.context_relevance:.2f} (keyword {b.keyword:.2f}, vector {b.vector:.2f}) · "
-            f"recency {b.recency:.2f} · importance {b.importance:.2f} · diversity {b.diversity:.2f} · "
-            f"layer {b.layer_priority:.2f} · mention ×{b.mention_penalty:.2f} · paths {paths}"
+            f"       relevance {b['context_relevance']:.2f} (keyword {b['keyword']:.2f}, vector {b['vector']:.2f}) · "
+            f"recency {b['recency']:.2f} · importance {b['importance']:.2f} · diversity {b['diversity']:.2f} · "
+            f"layer {b['layer_priority']:.2f} · mention ×{b['mention_penalty']:.2f} · paths {paths}"
         )
     for dropped in result.dropped:
         echo(f"     dropped #{dropped['id']}: {dropped['reason']}")
 
 
-MAX_QUERIES_BYTES = 1024 * 1024
-
-
 def _queries(path: str) -> list[str]:
-    raw = read_file(path, MAX_QUERIES_BYTES, what="queries file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{path}: not UTF-8 text") from None
-    queries = [line.strip() for line in text.splitlines() if line.strip()]
+    queries = [line.strip() for line in _read_text(path, "queries file").splitlines() if line.strip()]
     if not queries:
         raise InvalidInput(f"{path}: no query in the file")
     return queries
@@ -151,41 +230,38 @@ def _queries(path: str) -> list[str]:
 def memory_search(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise InvalidInput("give either a QUERY or --queries FILE")
-    config = RetrievalConfig(k=args.k, mark_mentioned=not args.no_mark)
-    store = MemoryStore()
+    memories = _api().memories
 
-    def search(query: str) -> RetrievalResult:
-        return retrieve(
-            store,
+    def search(query: str) -> SearchResult:
+        return memories.search(
             args.instance,
             query,
+            k=args.k,
             context=args.context or "",
             turn=args.turn,
             character_id=args.character,
-            config=config,
+            mark_mentioned=not args.no_mark,
+            all_branches=args.all_branches,
         )
 
     if args.queries is not None:
-        queries = _queries(args.queries)
-        for query in queries:  # one process: the model, the index and the store load once
+        for query in _queries(args.queries):  # one process: the model, the index and the store load once
             found = search(query)
-            sys.stdout.write(
-                json_text({"query": query, "items": [item.to_dict() for item in found.items]}, indent=None) + "\n"
-            )
+            items = [item.model_dump(mode="json") for item in found.items]
+            sys.stdout.write(json_text({"query": query, "items": items}, indent=None) + "\n")
         return 0
     result = search(args.query)
     if args.json:
-        items: list[dict[str, Any]] = [item.to_dict() for item in result.items]
-        sys.stdout.write(json_text(items) + "\n")
+        sys.stdout.write(json_text([item.model_dump(mode="json") for item in result.items]) + "\n")
         return 0
     _print_result(result)
     return 0
 
 
 def memory_maintain(args: argparse.Namespace) -> int:
-    report = maintain_layers(MemoryStore(), args.instance, args.turn)
+    report = _api().memories.maintain(args.instance, args.turn)
     for t in report.transitions:
-        echo(f"#{t.id}: {t.from_layer.value} → {t.to_layer.value if t.to_layer else 'deleted'} ({t.reason})")
+        echo(f"#{t.id}: {t.from_layer} → {t.to_layer or 'deleted'} ({t.reason})")
     for character, counts in report.counts.items():
         layers = ", ".join(f"{layer} {count}" for layer, count in counts.items())
         echo(f"turn {report.turn}, character {character}: {layers}")
@@ -194,18 +270,51 @@ def memory_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
-def memory_export(args: argparse.Namespace) -> int:
-    if args.file in (None, "-"):
-        sys.stdout.write(export_lines(MemoryStore(), args.instance))
+def memory_stats(args: argparse.Namespace) -> int:
+    stats = _api().statistics.memory(args.instance, all_branches=args.all_branches)
+    if args.json:
+        sys.stdout.write(json_text(stats.model_dump(mode="json")) + "\n")
         return 0
-    count = export_memories(MemoryStore(), args.instance, args.file)
-    print(f"exported {count} memories to {args.file}", file=sys.stderr)
+
+    def counts(data: dict[str, int]) -> str:
+        return ", ".join(f"{key} {n}" for key, n in sorted(data.items())) or "-"
+
+    echo(f"instance {stats.instance_id}: {stats.total} memories ({stats.pinned} pinned, {stats.edited} edited)")
+    echo(f"by layer: {counts(stats.by_layer)}")
+    echo(f"by type: {counts(stats.by_type)}")
+    echo(f"by kind: {counts(stats.by_kind)}")
+    echo(f"by branch: {counts(stats.by_branch)}")
+    echo(f"replies with provenance: {stats.replies_with_provenance}")
+    for name in ("kind", "layer", "trigger", "worldbook_trigger"):
+        used = stats.retrieval.get(name) or {}
+        shown = ", ".join(f"{key} {c['retrieved']}/{c['used']}" for key, c in sorted(used.items())) or "-"
+        echo(f"retrieved/used by {name}: {shown}")
+    if stats.growth:
+        last = stats.growth[-1]
+        echo(f"growth: {len(stats.growth)} turns with new memories, {last['total']} in all by turn {last['turn']}")
+    return 0
+
+
+def memory_export(args: argparse.Namespace) -> int:
+    text = _api().memories.export(args.instance)
+    if args.file in (None, "-"):
+        sys.stdout.write(text)
+        return 0
+    if os.path.isdir(args.file):
+        raise InvalidInput(f"{args.file}: is a folder")
+    try:
+        with open(args.file, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise InvalidInput(f"{args.file}: cannot write the memory file ({exc.strerror or exc})") from None
+    print(f"exported {text.count(chr(10))} memories to {args.file}", file=sys.stderr)
     return 0
 
 
 def memory_import(args: argparse.Namespace) -> int:
-    count = import_memories(MemoryStore(), args.instance, args.file)
-    print(f"imported {count} memories into instance {args.instance}")
+    text = _read_text(args.file, "memory file")
+    result = _api().memories.import_(args.instance, text, source=args.file)
+    print(f"imported {result.imported} memories into instance {args.instance}")
     return 0
 
 
@@ -215,22 +324,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, help=help_text)
-        parser.add_argument("--instance", type=whole, required=True, help="the conversation instance (save id)")
-        parser.add_argument("--character", type=whole, default=None, help="role id (default: the instance's)")
+        parser.add_argument("--instance", type=whole, required=True, help="the conversation instance id")
+        parser.add_argument("--character", type=whole, default=None, help="character id (default: the instance's)")
         return parser
 
     def fields(parser: argparse.ArgumentParser, *, editing: bool) -> None:
-        parser.add_argument("--type", choices=[t.value for t in MEMORY_TYPES], default=None if editing else "event")
-        parser.add_argument("--layer", choices=[layer.value for layer in LAYERS], default=None if editing else "active")
+        parser.add_argument("--type", choices=TYPE_CHOICES, default=None if editing else "event")
+        parser.add_argument("--layer", choices=LAYER_CHOICES, default=None if editing else "active")
         parser.add_argument("--importance", type=float, default=None, help="0–1 (default: by type)")
         parser.add_argument("--tags", default=None, help="comma-separated tags")
         parser.add_argument("--notes", default=None)
 
-    listing = command("list", "list the memories")
-    listing.add_argument("--layer", choices=[*(layer.value for layer in LAYERS), RECORD_LAYER])
-    listing.add_argument("--type", choices=[t.value for t in MEMORY_TYPES])
+    listing = command("list", "list the memories (current branch)")
+    listing.add_argument("--layer", choices=[*LAYER_CHOICES, "record"])
+    listing.add_argument("--type", choices=[*TYPE_CHOICES, "record"])
+    listing.add_argument("--kind", choices=KIND_CHOICES, help="seed 004's kind")
+    listing.add_argument("--all-branches", action="store_true", help="every branch's memories")
+    listing.add_argument("--offset", type=whole, default=0)
+    listing.add_argument("--limit", type=whole, default=1000, help="page size (default and most: 1000)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=memory_list)
+
+    show = command("show", "one memory: scores, source, how it fed replies, earlier versions")
+    show.add_argument("memory_id", type=whole)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=memory_show)
 
     add = command("add", "add a memory; prints its id")
     fields(add, editing=False)
@@ -238,7 +356,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("text")
     add.set_defaults(handler=memory_add)
 
-    edit = command("edit", "edit a memory (marks it as edited by the user)")
+    edit = command("edit", "edit a memory (marks it as edited by the user; the old text is kept as a version)")
     fields(edit, editing=True)
     edit.add_argument("memory_id", type=whole)
     edit.add_argument("text", nargs="?", default=None)
@@ -259,9 +377,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     search.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")
     search.add_argument("--context", default=None, help="recent dialogue, for scene analysis and tags")
     search.add_argument("--no-mark", action="store_true", help="do not mark the results as mentioned")
+    search.add_argument("--all-branches", action="store_true", help="search every branch's memories")
     search.add_argument("--queries", default=None, help="a file of queries, one a line: one JSON result a line")
     search.add_argument("query", nargs="?", default=None)
     search.set_defaults(handler=memory_search)
+
+    stats = command("stats", "statistics of the instance's memory (seed 004 记忆统计信息)")
+    stats.add_argument("--all-branches", action="store_true", help="count every branch's replies")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(handler=memory_stats)
 
     export = command("export", "write the instance's memories as JSON Lines (every field)")
     export.add_argument("file", nargs="?", default=None, help="default: standard output")

@@ -12,6 +12,7 @@ from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
+from personalab.graph.http.memory import router as memory_router
 from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
@@ -28,3 +29,4 @@ app.include_router(dialogue.router)
 app.include_router(worldbook_router)
 app.include_router(trigger_config_router)
 app.include_router(story_router)
+app.include_router(memory_router)

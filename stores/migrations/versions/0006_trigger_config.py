@@ -3,7 +3,7 @@ character, an instance) holding the settings set there as JSON.
 
 Checks first, like 0002: create_all may have made the table already.
 
-Revision ID: 0006_storyapi_trigger_config
+Revision ID: 0006_trigger_config
 Revises: 0005_review_lines
 Create Date: 2026-11-26
 """
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlmodel.sql.sqltypes import UTCDateTime
 
-revision = "0006_storyapi_trigger_config"
+revision = "0006_trigger_config"
 down_revision: str | None = "0005_review_lines"
 branch_labels: str | None = None
 depends_on: str | None = None
