@@ -105,8 +105,6 @@ class PersonaLab:
     def plot(self) -> PlotApi:
         """The outline's current point and statuses, plot nodes per branch (seed 002 需求1, seed 003)."""
         from personalab.graph.api.plot import PlotApi
-    from personalab.graph.api.replies import Replies
-    from personalab.graph.api.statistics import Statistics
 
         return PlotApi(self.caller)
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from personalab.graph.api.support import flush_writes
-from personalab.graph.cli.args import COUNT, ID, json_argument, lab
+from personalab.graph.cli.args import ID, json_argument
 from personalab.graph.cli.output import echo, json_text, safe
 from personalab.nodes.rules.errors import InvalidInput
 
