@@ -23,6 +23,7 @@ from personalab.graph.cli import (
     doctor,
     library,
     memory,
+    serve,
     suggestions,
     turn,
     worldbook,
@@ -32,7 +33,7 @@ from personalab.graph.cli.output import safe
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 from personalab.stores.db import store_unavailable
 
-COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database, doctor)
+COMMAND_MODULES = (demo, turn, dialogue, cards, library, worldbook, suggestions, memory, database, doctor, serve)
 
 
 class UsageError(InvalidInput):

@@ -8,12 +8,14 @@ Each part of the served API is an ``APIRouter`` in its own module, included here
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.worldbook import router as worldbook_router
+from personalab.graph.web.routes import router as web_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
@@ -24,3 +26,10 @@ app.add_middleware(DevRoutesGuard)
 app.include_router(library_router)
 app.include_router(dialogue.router)
 app.include_router(worldbook_router)
+app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
+
+
+@app.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """A browser opening the server's address gets the web app."""
+    return RedirectResponse("/app/instances", status_code=307)
