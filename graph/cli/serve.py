@@ -40,6 +40,7 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         sock.close()
         raise InvalidInput(f"--port: cannot listen on {args.host}:{args.port} ({exc.strerror})") from None
+    sock.listen(2048)  # a browser opened at once waits in the queue instead of being refused
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     echo(f"PersonaLab is at http://{shown}:{port}/app  (Ctrl-C stops it)")

@@ -75,7 +75,7 @@
       if (ok && text && action === "send") text.value = "";
       return refreshMain(chat);
     }
-    fetch(form.action, { method: "POST", body: new FormData(form), credentials: "same-origin" })
+    fetch(form.getAttribute("action"), { method: "POST", body: new FormData(form), credentials: "same-origin" })
       .then(function (response) {
         var type = response.headers.get("content-type") || "";
         if (type.indexOf("text/event-stream") < 0) {
