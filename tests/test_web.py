@@ -127,6 +127,7 @@ def test_a_card_is_imported_with_its_lorebook_and_exported_and_a_broken_one_refu
     card = (FIXTURES / "card_v2_lantern.json").read_bytes()
     page = client.post("/app/characters/import", files={"card": ("lantern.json", card, "application/json")})
     assert page.status_code == 200 and "灯守" in page.text
+    assert "world book" in page.text  # the page says the card's lorebook came with it
     (made,) = library.list_characters()
     exported = client.get(f"/app/characters/{made.id}/card?format=v2")
     assert exported.status_code == 200 and json.loads(exported.content)["data"]["name"] == "灯守"
@@ -258,3 +259,22 @@ def test_an_instance_is_exported_imported_and_renamed(client: TestClient) -> Non
     assert library.get_instance(instance).title == "新的标题"
     broken = client.post("/app/instances/import", files={"document": ("b.json", b"[1,2", "application/json")})
     assert broken.status_code == 422 and len(library.list_instances()) == 2
+
+
+def test_a_second_tab_sending_while_a_turn_runs_gets_a_clear_message_and_nothing_is_doubled(
+    client: TestClient,
+) -> None:
+    from personalab.stores.turns import acquire_turn_lock, release_turn_lock
+
+    instance = _instance(client)
+    before = dialogue.line_count(instance)
+    token = acquire_turn_lock(instance, 60.0)  # the other tab's turn, running
+    try:
+        reply = client.post(f"/app/instances/{instance}/turn", data={"action": "send", "message": "我也说一句"})
+    finally:
+        release_turn_lock(instance, token)
+    events = _events(reply.text)
+    assert events[-1][0] == "error" and "另一轮" in events[-1][1]["message"], events
+    assert dialogue.line_count(instance) == before
+    done = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "现在可以了"}).text)
+    assert done[-1][0] == "done" and dialogue.line_count(instance) > before

@@ -114,6 +114,7 @@ EN: dict[str, str] = {
     "emotion": "Emotion",
     "no_turn_yet": "No turn played yet on this branch.",
     "choices": "Choices offered (one per line, optional)",
+    "imported": "Imported",
 }
 
 ZH: dict[str, str] = {
@@ -219,6 +220,7 @@ ZH: dict[str, str] = {
     "emotion": "情绪",
     "no_turn_yet": "此分支还没有进行过对话轮次。",
     "choices": "提供的选项（每行一个，可选）",
+    "imported": "已导入",
 }
 
 CATALOGS = {"en": EN, "zh": ZH}

@@ -205,7 +205,10 @@ async def import_card(request: Request, user: User, card: Annotated[UploadFile |
     if data is None:
         raise InvalidInput("card: choose a card file (PNG or JSON)")
     done = await run_in_threadpool(cards.import_card_bytes, data, card.filename if card else "card", owner=user.owner)
-    return _go(f"{PREFIX}/characters#character-{done.character_id}")
+    # the page itself (not a redirect) says what the import did: the world book's entries, the fields kept only
+    # for export
+    items = await run_in_threadpool(library.list_characters, owner=user.owner)
+    return render(request, "characters.html", user=user, characters=items, imported=done.summary())
 
 
 @router.get("/characters/{character_id:int}/delete")
