@@ -70,7 +70,13 @@ def test_the_catalogs_have_the_same_keys_and_the_language_follows_the_browser_th
 
 
 def test_every_main_page_renders_in_both_languages_and_the_switch_sticks(client: TestClient) -> None:
-    for path in ("/app/instances", "/app/characters", "/app/characters/new", "/app/backgrounds", "/app/backgrounds/new"):
+    for path in (
+        "/app/instances",
+        "/app/characters",
+        "/app/characters/new",
+        "/app/backgrounds",
+        "/app/backgrounds/new",
+    ):
         zh = client.get(path, headers={"Accept-Language": "zh-CN"})
         assert zh.status_code == 200 and "会话实例" in zh.text, path
         assert "离线脚本模型" in zh.text  # no model configured: the page says the replies are scripted
@@ -116,7 +122,9 @@ def test_a_character_is_created_edited_with_every_field_and_deleted(client: Test
 def test_a_bad_avatar_is_one_message_naming_it_and_nothing_is_stored(client: TestClient) -> None:
     page = client.post("/app/characters", data={"name": "X"}, files={"avatar": ("a.png", b"not an image", "image/png")})
     assert page.status_code == 422 and "avatar" in page.text
-    huge = client.post("/app/characters", data={"name": "X"}, files={"avatar": ("a.png", b"\0" * (6 << 20), "image/png")})
+    huge = client.post(
+        "/app/characters", data={"name": "X"}, files={"avatar": ("a.png", b"\0" * (6 << 20), "image/png")}
+    )
     assert huge.status_code == 422 and "over the limit" in huge.text
     assert library.list_characters() == []
     empty_name = client.post("/app/characters", data={"name": ""})
@@ -142,7 +150,9 @@ def test_a_background_outline_is_added_reordered_and_edited(client: TestClient) 
     client.post("/app/backgrounds", data={"name": "雾港", "world_setting": "雾", "outline": ["一", "二", "三"]})
     (made,) = library.list_backgrounds()
     assert made.outline == ["一", "二", "三"]
-    client.post(f"/app/backgrounds/{made.id}", data={"name": "雾港", "world_setting": "雾", "outline": ["三", "一", "四", ""]})
+    client.post(
+        f"/app/backgrounds/{made.id}", data={"name": "雾港", "world_setting": "雾", "outline": ["三", "一", "四", ""]}
+    )
     assert library.get_background(made.id).outline == ["三", "一", "四"]
     none = client.post(f"/app/backgrounds/{made.id}", data={"name": "雾港", "outline": [""]})
     assert none.status_code == 422 and library.get_background(made.id).outline == ["三", "一", "四"]
@@ -252,7 +262,9 @@ def test_an_instance_is_exported_imported_and_renamed(client: TestClient) -> Non
     instance = _instance(client)
     exported = client.get(f"/app/instances/{instance}/export")
     assert exported.status_code == 200
-    page = client.post("/app/instances/import", files={"document": ("i.json", io.BytesIO(exported.content), "application/json")})
+    page = client.post(
+        "/app/instances/import", files={"document": ("i.json", io.BytesIO(exported.content), "application/json")}
+    )
     assert page.status_code == 200
     assert len(library.list_instances()) == 2
     client.post(f"/app/instances/{instance}/rename", data={"title": "新的标题"})

@@ -236,7 +236,7 @@ def test_a_whole_journey_from_a_card_to_a_rewound_branch(browser: Any, app_url: 
 
 
 def test_a_hostile_card_shows_its_text_and_runs_nothing(browser: Any, tmp_path: Path) -> None:
-    hostile = "<script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=2;alert(1)\">"
+    hostile = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2;alert(1)">'
     card = json.loads(CARD.read_text(encoding="utf-8"))
     for document in (card, card["data"]):
         document["name"] = "坏卡" + hostile

@@ -158,7 +158,9 @@ async def _character_fields(request: Request) -> tuple[str, dict[str, str], str,
 
 
 @router.post("/characters")
-async def create_character(request: Request, user: User, avatar: Annotated[UploadFile | None, File()] = None) -> Response:
+async def create_character(
+    request: Request, user: User, avatar: Annotated[UploadFile | None, File()] = None
+) -> Response:
     name, texts, greetings, shared, _ = await _character_fields(request)
     image = await _read_upload(avatar, library.MAX_AVATAR_BYTES, "avatar")
     data = _character_form(name, texts, greetings, shared, image, False, new=True)
@@ -204,7 +206,9 @@ async def import_card(request: Request, user: User, card: Annotated[UploadFile |
     data = await _read_upload(card, 32 * 1024 * 1024, "card")
     if data is None:
         raise InvalidInput("card: choose a card file (PNG or JSON)")
-    done = await run_in_threadpool(cards.import_card_bytes, data, card.filename if card else "card", owner=user.owner)
+    done = await run_in_threadpool(
+        cards.import_card_bytes, data, (card.filename if card else None) or "card", owner=user.owner
+    )
     # the page itself (not a redirect) says what the import did: the world book's entries, the fields kept only
     # for export
     items = await run_in_threadpool(library.list_characters, owner=user.owner)
@@ -409,7 +413,9 @@ def chat_main(request: Request, user: User, instance_id: PathId) -> Response:
 
 
 @router.get("/instances/{instance_id:int}/lines")
-def older_lines(request: Request, user: User, instance_id: PathId, before: Annotated[int, Query(ge=0, le=INTEGER_MAX)]) -> Response:
+def older_lines(
+    request: Request, user: User, instance_id: PathId, before: Annotated[int, Query(ge=0, le=INTEGER_MAX)]
+) -> Response:
     """The lines of the current branch before position `before` (the history pages back to the first line)."""
     if before <= 0:
         raise InvalidInput("before: must be a position after the first line")
