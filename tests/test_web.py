@@ -172,6 +172,16 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     page = client.get(f"/app/instances/{instance}")
     assert "你好，我们出发吧" in page.text and "[PROGRESS" not in page.text and "【" not in page.text
     assert library.get_instance(instance).turns == 1
+    # the turn input's other parts: a narration line before the user's, a time gap and a picked choice
+    more = {
+        "message": "好",
+        "host_line": "雨停了。",
+        "time_gap": "hours",
+        "choice_text": "同行",
+        "choice_level": "important",
+    }
+    assert _events(client.post(f"/app/instances/{instance}/turn", data=more).text)[-1][0] == "done"
+    assert "雨停了。" in client.get(f"/app/instances/{instance}").text
 
 
 def test_an_empty_message_a_stale_page_and_a_bad_action_are_one_message_and_store_nothing(client: TestClient) -> None:

@@ -113,7 +113,8 @@ EN: dict[str, str] = {
     "new_session": "New session (a pause: the next turn recaps)",
     "emotion": "Emotion",
     "no_turn_yet": "No turn played yet on this branch.",
-    "choices": "Choices offered (one per line, optional)",
+    "choice": "The choice you picked (when the story offered choices; optional)",
+    "choice_level": "How much it weighs",
     "imported": "Imported",
 }
 
@@ -219,7 +220,8 @@ ZH: dict[str, str] = {
     "new_session": "新会话（暂停后继续：下一轮会先回顾）",
     "emotion": "情绪",
     "no_turn_yet": "此分支还没有进行过对话轮次。",
-    "choices": "提供的选项（每行一个，可选）",
+    "choice": "你选择的选项（剧情提供选项时填写，可选）",
+    "choice_level": "选项分量",
     "imported": "已导入",
 }
 

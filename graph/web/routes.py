@@ -28,6 +28,7 @@ INTEGER_MAX = 2_147_483_647  # an id column's range on every backend (graph/http
 FormId = Annotated[int, Form(ge=0, le=INTEGER_MAX)]
 PAGE_LINES = 40
 GAPS = ("minutes", "hours", "days", "long_absence")
+CHOICE_LEVELS = ("normal", "important", "turning_point", "ending")  # seed 003's choice levels
 STATIC = {"htmx.min.js": "text/javascript", "app.js": "text/javascript", "app.css": "text/css"}
 TEXT_FIELDS = (
     "description",
@@ -397,6 +398,7 @@ def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
         "lines": page["lines"],
         "panels": _panels(instance, owner),
         "gaps": GAPS,
+        "choice_levels": CHOICE_LEVELS,
         "last_line_id": page["leaf"],
     }
 
@@ -477,6 +479,8 @@ async def turn(
     user_name: Annotated[str, Form()] = "",
     host_line: Annotated[str, Form()] = "",
     time_gap: Annotated[str, Form()] = "",
+    choice_text: Annotated[str, Form()] = "",
+    choice_level: Annotated[str, Form()] = "normal",
 ) -> Response:
     """One turn, streamed (`text/event-stream`): `send` a message (with the optional narration before it and the
     time gap), `regenerate` the last reply, or `edit` user line `line_id`. The instance is checked before the
@@ -491,6 +495,8 @@ async def turn(
         return error_page(request, words["empty_message"], 422)
     if time_gap and time_gap not in GAPS:
         raise InvalidInput(f"field 'time_gap': {time_gap!r} is not one of {', '.join(GAPS)}")
+    if choice_level not in CHOICE_LEVELS:
+        raise InvalidInput(f"field 'choice_level': {choice_level!r} is not one of {', '.join(CHOICE_LEVELS)}")
     extra: dict[str, Any] = {"user_name": user_name.strip() or None}
     message = message.replace("\r\n", "\n")
 
@@ -505,6 +511,8 @@ async def turn(
             extra["lines_before"] = [{"attribute": "system", "content": host_line.strip()}]
         if time_gap:
             extra["time_gap"] = time_gap
+        if choice_text.strip():
+            extra["selected_choice"] = {"level": choice_level, "text": choice_text.strip()}
         with turn_graph() as (graph, ctx):
             return run_turn(graph, ctx, instance_id, message, on_token=on_token, **extra)
 
