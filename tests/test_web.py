@@ -300,3 +300,25 @@ def test_a_second_tab_sending_while_a_turn_runs_gets_a_clear_message_and_nothing
     assert dialogue.line_count(instance) == before
     done = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "现在可以了"}).text)
     assert done[-1][0] == "done" and dialogue.line_count(instance) > before
+
+
+def test_a_tab_closed_mid_stream_lets_the_turn_finish_and_frees_the_instance(client: TestClient) -> None:
+    import time
+
+    instance = _instance(client)
+    with client.stream("POST", f"/app/instances/{instance}/turn", data={"message": "我先走了"}) as response:
+        for line in response.iter_lines():
+            if line.startswith("event: token"):
+                break  # the reader goes away after the first token
+    for _ in range(120):  # the turn goes on in its thread; then the instance takes the next turn
+        if library.get_instance(instance).turns == 1:
+            break
+        time.sleep(0.5)
+    assert library.get_instance(instance).turns == 1
+    for _ in range(120):
+        events = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "我回来了"}).text)
+        if events[-1][1].get("kind") != "InstanceBusy":
+            break
+        time.sleep(0.5)
+    assert events[-1][0] == "done", events
+    assert library.get_instance(instance).turns == 2

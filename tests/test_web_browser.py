@@ -274,7 +274,16 @@ def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) ->
         _import_card(alice, url, CARD)
         _background(alice, url, "雾港", ["搁浅"])
         _new_instance(alice, url, "爱丽丝的存档")
-        _send(alice, "只有我知道的秘密")
+        # with the keyboard only: Tab to the message box, type, Ctrl+Enter sends
+        for _ in range(80):
+            alice.keyboard.press("Tab")
+            if alice.evaluate("document.activeElement && document.activeElement.id") == "message":
+                break
+        assert alice.evaluate("document.activeElement.id") == "message"
+        alice.keyboard.type("只有我知道的秘密")
+        alice.keyboard.press("Control+Enter")
+        expect(alice.locator("#turn-count")).to_have_text("1")
+        expect(alice.locator("#lines")).to_contain_text("只有我知道的秘密")
         secret_chat = alice.url
         for where in ("instances", "characters", "backgrounds"):
             bob.goto(f"{url}/{where}")
