@@ -182,6 +182,10 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     }
     assert _events(client.post(f"/app/instances/{instance}/turn", data=more).text)[-1][0] == "done"
     assert "雨停了。" in client.get(f"/app/instances/{instance}").text
+    # a new session (a pause): the next turn's done event carries the recap the page shows
+    client.post(f"/app/instances/{instance}/sessions")
+    after = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "我回来了"}).text)
+    assert after[-1][0] == "done" and after[-1][1]["recap"], after[-1]
 
 
 def test_an_empty_message_a_stale_page_and_a_bad_action_are_one_message_and_store_nothing(client: TestClient) -> None:

@@ -96,7 +96,8 @@ async def stream_turn(
             if state.get("error"):
                 events.put(("error", {"message": str(state["error"]), "stored": True}))
             else:
-                events.put(("done", {"turn": state.get("turn"), "model": state.get("model")}))
+                recap = [str(line) for line in state.get("session_recap") or []]
+                events.put(("done", {"turn": state.get("turn"), "model": state.get("model"), "recap": recap}))
         except BaseException as exc:  # noqa: BLE001 - every failure becomes the page's one message
             if not _expected(exc):
                 log.exception("web turn failed")

@@ -18,6 +18,16 @@
     box.hidden = false;
   }
 
+  function showRecap(lines) {
+    /* the recap of the last session, which a turn after a pause starts from (seed 002 可暂停/继续) */
+    var box = document.getElementById("recap");
+    if (!box || !lines.length) return;
+    var list = document.getElementById("recap-lines");
+    list.textContent = "";
+    lines.forEach(function (line) { list.appendChild(el("li", "", line)); });
+    box.hidden = false;
+  }
+
   function refreshMain(chat) {
     return fetch(chat.dataset.main, { headers: { "HX-Request": "true" }, credentials: "same-origin" })
       .then(function (r) { return r.text(); })
@@ -96,7 +106,7 @@
               if (event === "token") body.appendChild(document.createTextNode(data.text));
               else if (event === "emotion") head.appendChild(el("span", "emotion", data.text));
               else if (event === "error") { showError(data.message); finish(false); }
-              else if (event === "done") finish(true);
+              else if (event === "done") { showRecap(data.recap || []); finish(true); }
             });
             return pump();
           });
