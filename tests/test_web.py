@@ -326,3 +326,15 @@ def test_a_tab_closed_mid_stream_lets_the_turn_finish_and_frees_the_instance(cli
         time.sleep(0.5)
     assert events[-1][0] == "done", events
     assert library.get_instance(instance).turns == 2
+
+
+def test_a_long_instance_list_is_paged(client: TestClient) -> None:
+    first = _instance(client)
+    character, background = library.get_instance(first).character_id, library.get_instance(first).background_id
+    for number in range(54):
+        library.create_instance({"character_id": character, "background_id": background, "title": f"第{number}号"})
+    page = client.get("/app/instances")
+    assert page.text.count('<tr id="instance-') == 50 and "1 / 2 · 55" in page.text
+    second = client.get("/app/instances?page=2")
+    assert second.text.count('<tr id="instance-') == 5 and f'id="instance-{first}"' in second.text
+    assert client.get("/app/instances?page=99").text.count('<tr id="instance-') == 5

@@ -27,6 +27,7 @@ User = Annotated[WebUser, Depends(web_user)]
 INTEGER_MAX = 2_147_483_647  # an id column's range on every backend (graph/http/guards.py)
 FormId = Annotated[int, Form(ge=0, le=INTEGER_MAX)]
 PAGE_LINES = 40
+PAGE_INSTANCES = 50
 GAPS = ("minutes", "hours", "days", "long_absence")
 CHOICE_LEVELS = ("normal", "important", "turning_point", "ending")  # seed 003's choice levels
 STATIC = {"htmx.min.js": "text/javascript", "app.js": "text/javascript", "app.css": "text/css"}
@@ -294,12 +295,19 @@ def delete_background(user: User, background_id: PathId) -> Response:
 
 
 @router.get("/instances")
-def instances_page(request: Request, user: User) -> Response:
+def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1, le=INTEGER_MAX)] = 1) -> Response:
+    """The instances, newest first, `PAGE_INSTANCES` a page (a long list is paged, not rendered whole)."""
+    everything = sorted(library.list_instances(owner=user.owner), key=lambda item: item.id, reverse=True)
+    pages = max(1, -(-len(everything) // PAGE_INSTANCES))
+    page = min(page, pages)
     return render(
         request,
         "instances.html",
         user=user,
-        instances=sorted(library.list_instances(owner=user.owner), key=lambda item: item.id, reverse=True),
+        instances=everything[(page - 1) * PAGE_INSTANCES : page * PAGE_INSTANCES],
+        total=len(everything),
+        page_number=page,
+        pages=pages,
         characters=library.list_characters(owner=user.owner),
         backgrounds=library.list_backgrounds(owner=user.owner),
     )
