@@ -151,6 +151,8 @@ def main() -> None:
     for name, p50, p95 in rows:
         print(f"| {name} | {p50:.1f} | {p95:.1f} |")
     print(f"\nchat page weight (HTML + CSS + JS, uncompressed, no avatars): {weight / 1024:.1f} KB\n")
+    if not args.turns:
+        return
     web, api = first_tokens(args.turns)
     print("| send → first token | n | p50 ms | p95 ms |\n| --- | --- | --- | --- |")
     for name, values in (("web app (/app/.../turn, SSE)", web), ("HTTP API (runs stream, messages-tuple)", api)):
