@@ -338,3 +338,21 @@ def test_a_long_instance_list_is_paged(client: TestClient) -> None:
     second = client.get("/app/instances?page=2")
     assert second.text.count('<tr id="instance-') == 5 and f'id="instance-{first}"' in second.text
     assert client.get("/app/instances?page=99").text.count('<tr id="instance-') == 5
+
+
+def test_the_history_pages_back_to_the_first_line(client: TestClient) -> None:
+    from personalab.stores.db import session_scope
+    from personalab.stores.saves import append_lines
+
+    instance = _instance(client)
+    rows = [{"attribute": "user" if n % 2 else "assistant", "content": f"第{n}句话"} for n in range(1, 60)]
+    with session_scope() as session:
+        append_lines(session, instance, rows)
+    page = client.get(f"/app/instances/{instance}")
+    assert "第59句话" in page.text and "第19句话" not in page.text
+    older = re.search(r'hx-get="([^"]+/lines\?before=(\d+))"', page.text)
+    assert older and older.group(2) == "20"
+    first = client.get(older.group(1).replace("&amp;", "&"))
+    assert "你来了。" in first.text and "第19句话" in first.text and "第20句话" not in first.text
+    assert "hx-get" not in first.text  # the first line reached: no older page
+    assert client.get(f"/app/instances/{instance}/lines?before=0").status_code == 422
