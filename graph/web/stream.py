@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from personalab.nodes.rules.errors import PersonaLabError
 from starlette.concurrency import run_in_threadpool
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,4 @@ async def stream_turn(
 
 
 def _expected(exc: BaseException) -> bool:
-    from personalab.nodes.rules.errors import PersonaLabError
-
     return isinstance(exc, PersonaLabError)
