@@ -116,6 +116,7 @@ EN: dict[str, str] = {
     "choice": "The choice you picked (when the story offered choices; optional)",
     "choice_level": "How much it weighs",
     "imported": "Imported",
+    "dialogue": "Dialogue",
 }
 
 ZH: dict[str, str] = {
@@ -223,6 +224,7 @@ ZH: dict[str, str] = {
     "choice": "你选择的选项（剧情提供选项时填写，可选）",
     "choice_level": "选项分量",
     "imported": "已导入",
+    "dialogue": "对话",
 }
 
 CATALOGS = {"en": EN, "zh": ZH}
