@@ -26,6 +26,7 @@ from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 # command → (its module in graph/cli, its help line); a module registering several commands is named by each
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the memory builder on the seed's scene, then a scripted 12-turn session"),
+    "serve": ("serve", "serve the web app and the HTTP API on one local server (prints the URL)"),
     "turn": ("turn", "run one turn and stream the reply"),
     "core": ("story", "an instance's core memory: show, versions, diff, roll back"),
     "plot": ("story", "an instance's outline and current point, plot nodes"),

@@ -8,6 +8,7 @@ Each part of the served API is an ``APIRouter`` in its own module, included here
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from personalab.graph.http import dialogue
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
@@ -17,6 +18,7 @@ from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
+from personalab.graph.web.routes import router as web_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
@@ -30,3 +32,10 @@ app.include_router(worldbook_router)
 app.include_router(trigger_config_router)
 app.include_router(story_router)
 app.include_router(memory_router)
+app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
+
+
+@app.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """A browser opening the server's address gets the web app."""
+    return RedirectResponse("/app/instances", status_code=307)
