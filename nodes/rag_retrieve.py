@@ -54,8 +54,8 @@ from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import (
     knowledge_for_instance,
     knowledge_similarities,
+    prepared_worldbook_for_instance,
     with_semantic_vectors,
-    worldbook_for_instance,
 )
 from personalab.stores.worldbook_settings import worldbook_settings_for_instance
 
@@ -209,7 +209,9 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     query = state.get("query") or state["message"]
     dialogue, own_lines = recent_context(history, character.get("role_id"))
     with session_scope(ctx.database_url) as session:
-        worldbook = worldbook_for_instance(session, instance_id)
+        loading = time.perf_counter()
+        worldbook = prepared_worldbook_for_instance(session, instance_id)  # built once per book version (issue 28)
+        load_ms = (time.perf_counter() - loading) * 1000
         knowledge = knowledge_for_instance(session, instance_id)
         settings = worldbook_settings_for_instance(session, instance_id)  # the instance's over its book's (issue 15)
         branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
@@ -224,7 +226,14 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         last_fired_turns=state.get("worldbook_fired") or {},
     )
     config = settings.config(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
+    scanning = time.perf_counter()
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
+    scan = {
+        "entries": len(worldbook),
+        "fired": len(fired.triggered),
+        "load_ms": round(load_ms, 2),
+        "scan_ms": round((time.perf_counter() - scanning) * 1000, 2),
+    }
     # seed 000's tree: the paths keep to this branch's memories before they are cut (see `BranchMemories`)
     store = BranchMemories(MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()), instance_id, branch)
     memories = retrieve(
@@ -279,6 +288,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     return {
         "memories": found,
         "worldbook_skipped": [asdict(skipped) for skipped in fired.skipped],
+        "worldbook_scan": scan,
         # in by stickiness, not by their own trigger: their firing turn stays (else they would stick for ever)
         "worldbook_sticky": {item.entry.id for item in fired.triggered if item.trigger == "sticky"},
         "injection": injection,
@@ -321,6 +331,7 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "timings_ms": memories.get("timings_ms"),
                 "injection": plan.debug(),
                 "worldbook_skipped": found["worldbook_skipped"],
+                "worldbook_scan": found["worldbook_scan"],
             }
         },
     }
