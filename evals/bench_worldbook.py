@@ -2,7 +2,8 @@
 with a big book (issue 28; seed 004 性能要求: 记忆检索延迟 < 100ms).
 
 Books: `--sizes` synthetic SillyTavern world-info books (default 50 / 500 / 5,000 / 20,000 entries), made as a
-public lorebook looks: every entry one to three primary keys (English words and Chinese names, half and half),
+public lorebook looks: every entry one to three primary keys (made-up English names of three or four syllables and Chinese names
+of two or three random ideographs, half and half, all distinct),
 one in five with secondary keys (and_any), one in 500 with a `/regex/` key, five constant entries, one in ten
 naming another entry's key in its content (recursion), each with its SillyTavern source (options read as on an
 import). Each book is prepared once (`PreparedWorldbook`: the key automaton), as a turn's store does once per book
@@ -38,8 +39,11 @@ GOAL_5000_MS = 20.0
 GOAL_20000_MS = 50.0
 GOAL_RATIO = 1.5
 SEED_004_MS = 100.0
-SYLLABLES = ("ka", "lo", "mi", "ra", "ven", "tor", "sha", "del", "quin", "bar", "zor", "eth", "ny", "wal", "pim")
-HAN = "青云山河龙凤星月风雪林海城石剑心灵光影玄天地火水金木尘梦华夜晨霜铁羽"
+SYLLABLES = (
+    "ka", "lo", "mi", "ra", "ven", "tor", "sha", "del", "quin", "bar",
+    "zor", "eth", "ny", "wal", "pim", "dra", "sel", "gor", "lin", "mae",
+)  # fmt: skip
+HAN_FIRST, HAN_LAST = 0x4E00, 0x9FA5  # CJK unified ideographs: names as rare as a lorebook's
 FILLER = (
     "she looks out of the window and says nothing for a while",
     "the rain keeps falling on the old roof",
@@ -51,11 +55,11 @@ FILLER = (
 
 
 def _english(rng: random.Random) -> str:
-    return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(3, 4))).capitalize()
 
 
 def _chinese(rng: random.Random) -> str:
-    return "".join(rng.choice(HAN) for _ in range(rng.randint(2, 3)))
+    return "".join(chr(rng.randint(HAN_FIRST, HAN_LAST)) for _ in range(rng.randint(2, 3)))
 
 
 def synthetic_book(size: int, seed: int = 28) -> list[WorldbookEntry]:

@@ -330,7 +330,8 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
     """The entry's SillyTavern options (world info: caseSensitive, matchWholeWords, probability, useProbability,
     position, depth, role; a card's entry: the same in `extensions` with its names); defaults for ours. Read once
     per entry: a turn asks for them several times per entry (trigger, recursion, groups, budget)."""
-    cached = entry._options
+    private = entry.__pydantic_private__  # read directly: pydantic's attribute lookup costs more than the rest
+    cached = private.get("_options") if private is not None else None
     # kept with the source it was read from: a copy with another source (model_copy keeps private attributes)
     # reads its own
     if cached is None or cached[0] is not entry.source or cached[1] != entry.source_format:
@@ -606,6 +607,20 @@ def matched_keywords(text: str, keywords: Iterable[str], options: EntryOptions |
     return tuple(k for k in keywords if contains_keyword(text, k, options))
 
 
+def _matched(text: str, keywords: Iterable[str], flags: tuple[bool, bool]) -> tuple[str, ...]:
+    return tuple(k for k in keywords if key_matches(text, k, flags[0], flags[1]))
+
+
+def _match_flags(entry: WorldbookEntry, config: WorldbookConfig | None) -> tuple[bool, bool]:
+    """(case-sensitive, whole words) of the entry's keys: its own, else the book's settings (`entry_options`)."""
+    options = sillytavern_options(entry)
+    case, whole = options.case_sensitive, options.match_whole_words
+    if config is not None:
+        case = config.case_sensitive if case is None else case
+        whole = config.match_whole_words if whole is None else whole
+    return bool(case), whole is not False
+
+
 def entry_options(entry: WorldbookEntry, config: WorldbookConfig | None = None) -> EntryOptions:
     """The entry's options, its case sensitivity and whole words from the world book's settings when it has none."""
     options = sillytavern_options(entry)
@@ -625,7 +640,7 @@ def _secondary_ok(
     keys = [k for k in entry.secondary_keywords if k.strip()]
     if not keys:
         return True, ()
-    hits = matched_keywords(text, keys, entry_options(entry, config))
+    hits = _matched(text, keys, _match_flags(entry, config))
     logic = entry.selective_logic
     if logic == "and_any":
         return bool(hits), hits
@@ -643,7 +658,7 @@ def keyword_score(
     keys = [k for k in entry.keywords if k.strip()]
     if not keys:
         return 0.0, (), None
-    hits = matched_keywords(text, keys, entry_options(entry, config))
+    hits = _matched(text, keys, _match_flags(entry, config))
     if not hits:
         return 0.0, (), None
     ok, secondary_hits = _secondary_ok(text, entry, config)
@@ -897,6 +912,19 @@ def _score_entry(
     return TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown)
 
 
+def _delay_and_exclusion(entry: WorldbookEntry) -> tuple[int, bool]:
+    """The entry's delay and "exclude from recursion", as `sillytavern_options` reads them, without reading the
+    rest (a big book is prepared faster; the scan reads the whole options of the few entries it scores)."""
+    source = entry.source
+    if not source:
+        return 0, False
+    if entry.source_format == "character book":
+        found = source.get("extensions")
+        ext: dict[str, Any] = found if isinstance(found, dict) else {}
+        return _timer(ext.get("delay")), _truthy(ext.get("exclude_recursion"))
+    return _timer(source.get("delay")), _truthy(source.get("excludeRecursion"))
+
+
 class PreparedWorldbook:
     """A book ready to scan (issue 28), built once per book version and reused across turns: its entries in
     order, every key in one automaton (`KeyIndex`), and which entries must be looked at on every turn whatever the
@@ -919,17 +947,17 @@ class PreparedWorldbook:
             keys.append(entry.keywords if keyed else ())
             if not live:
                 continue
-            options = sillytavern_options(entry)
-            if entry.constant or options.delay or entry.trigger_type in ("temporal", "emotional"):
+            delay, excluded = _delay_and_exclusion(entry)
+            if entry.constant or delay or entry.trigger_type in ("temporal", "emotional"):
                 always.append(position)
             elif entry.trigger_type == "semantic":
                 semantic.append(position)
-            if keyed and entry.keywords and not options.exclude_recursion:
+            if keyed and entry.keywords and not excluded:
                 recursive.append(position)
         self.keys = KeyIndex(keys)
         self.always = tuple(always)
         self.semantic = tuple(semantic)
-        self.recursive = tuple(recursive)
+        self.recursive = frozenset(recursive)
         # the semantic entries' vectors per embedding model, filled once by the store that embeds them
         self.vectors: dict[str, Any] = {}
 
@@ -989,8 +1017,8 @@ def recursion(
         reach = reach | book.key_hits(scanned)
         waiting = [
             book.entries[position]
-            for position in book.recursive
-            if position in reach and book.entries[position].id not in done and book.entries[position].id not in missed
+            for position in sorted(reach & book.recursive)
+            if book.entries[position].id not in done and book.entries[position].id not in missed
         ]
         if not waiting:
             break

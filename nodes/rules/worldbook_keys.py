@@ -5,7 +5,9 @@ CJK match as substrings, pure ASCII keys as whole words (unless the entry says o
 the entry is case-sensitive, and `/pattern/flags` keys are regular expressions, bounded in time.
 
 `KeyIndex` (issue 28) finds, in one pass over the turn's text, the items (entries) one of whose keys can match:
-every plain key of a book goes into one Aho-Corasick automaton (pyahocorasick) as its case-folded text, so the
+every plain key of a book goes into one Aho-Corasick automaton (ahocorasick-rs, Rust's aho-corasick:
+pyahocorasick's trie scans a node's children one by one, which for thousands of CJK first characters costs
+milliseconds a turn) as its case-folded text, so the
 cost of a scan grows with the text and the keys it contains, not with the number of entries. A plain key can only
 match where its case-folded text occurs in the case-folded text (whole words and case sensitivity only narrow it),
 so the index gives a superset; the exact rule then runs on those items alone. Regex keys cannot be indexed: the
@@ -19,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-import ahocorasick  # type: ignore[import-not-found, unused-ignore]
+import ahocorasick_rs
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import has_unspaced_script
 
@@ -79,10 +81,11 @@ def key_pattern(keyword: str, case_sensitive: bool = False, whole_words: bool = 
 def key_matches(text: str, keyword: str, case_sensitive: bool = False, whole_words: bool = True) -> bool:
     """Whether `keyword` occurs in `text` under the rules above. `RegexTimeout` when a `/regex/` key runs past
     `REGEX_TIMEOUT_S`."""
-    pattern = key_pattern(keyword, case_sensitive, whole_words)
-    if pattern is None:
+    key = keyword.strip()
+    if not key:
         return False
-    if REGEX_KEY.match(keyword.strip()):
+    if REGEX_KEY.match(key):
+        pattern = key_pattern(keyword, case_sensitive, whole_words)
         scanned = text[-MAX_REGEX_TEXT:]
         if _regex is not None and isinstance(pattern, _regex.Pattern):
             try:
@@ -92,7 +95,34 @@ def key_matches(text: str, keyword: str, case_sensitive: bool = False, whole_wor
                     f"regex key {keyword!r} ran over {REGEX_TIMEOUT_S * 1000:.0f} ms on the recent text"
                 ) from None
         return bool(pattern.search(scanned))
-    return bool(pattern.search(text))
+    found = _plain_search(text, key, case_sensitive, whole_words)
+    if found is None:
+        return bool(key_pattern(keyword, case_sensitive, whole_words).search(text))
+    return found
+
+
+_WORD_CHAR = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _plain_search(text: str, key: str, case_sensitive: bool, whole_words: bool) -> bool | None:
+    """A plain key by string search, what its pattern (`key_pattern`) matches, without compiling one per key (a
+    big book's keys would each cost a compile the first time a turn names them); None when lower-casing changes the
+    text's length (a few non-ASCII letters), where only the pattern's offsets are right."""
+    hay, needle = (text, key) if case_sensitive else (text.lower(), key.lower())
+    if len(hay) != len(text) or len(needle) != len(key):
+        return None
+    whole = whole_words and not has_unspaced_script(key)
+    left = whole and key[0] in _WORD_CHAR
+    right = whole and key[-1] in _WORD_CHAR
+    start = hay.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        if (not left or start == 0 or text[start - 1] not in _WORD_CHAR) and (
+            not right or end == len(text) or text[end] not in _WORD_CHAR
+        ):
+            return True
+        start = hay.find(needle, start + 1)
+    return False
 
 
 class KeyIndex:
@@ -114,18 +144,16 @@ class KeyIndex:
                 by_key.setdefault(key.casefold(), []).append(position)
         self.regex_items: frozenset[int] = frozenset(regex_items)
         self.keys = len(by_key)
-        self._automaton: Any = None
-        if by_key:
-            automaton = ahocorasick.Automaton()
-            for key, positions in by_key.items():
-                automaton.add_word(key, tuple(dict.fromkeys(positions)))
-            automaton.make_automaton()
-            self._automaton = automaton
+        self._items: list[tuple[int, ...]] = [tuple(dict.fromkeys(positions)) for positions in by_key.values()]
+        # every match, overlapping ones included (MatchKind.Standard): a key inside another key's match counts
+        self._automaton = (
+            ahocorasick_rs.AhoCorasick(list(by_key), matchkind=ahocorasick_rs.MatchKind.Standard) if by_key else None
+        )
 
     def candidates(self, text: str) -> set[int]:
         """Positions of the items with a plain key occurring in `text` (case-folded) or with a regex key."""
         found = set(self.regex_items)
         if self._automaton is not None and text:
-            for _end, positions in self._automaton.iter(text.casefold()):
-                found.update(positions)
+            for key, _start, _end in self._automaton.find_matches_as_indexes(text.casefold(), overlapping=True):
+                found.update(self._items[key])
         return found
