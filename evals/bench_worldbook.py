@@ -19,7 +19,9 @@ Retrieval (`--retrieval-entries`, default 5,000; 0 skips it): the sample instanc
 a `--history-turns` dialogue, the book stored as its character's entries, then `--turns` turns through
 `graph.runner.run_turn` with the offline scripted model; the figure is the turn's `debug.retrieval.ms` (the
 whole retrieval: world book, memories, knowledge, injection, under the time cap) and its `worldbook_scan`, p50 /
-p95 over the turns after the first (a warm-up); the cuts by the time cap are counted (goal: none).
+p95 over the turns after the first (a warm-up); the cuts by the time cap are counted (goal: none). Apart: the
+book's preparation before the cap (`worldbook_prepare_ms`): the load and build of the first turn, then the
+version check.
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ def retrieval_figures(entries: int, turns: int, history_turns: int) -> dict[str,
     retrieval: list[float] = []
     scan: list[float] = []
     load: list[float] = []
+    prepare: list[float] = []
+    first_prepare = 0.0
     cuts = 0
     with turn_graph(Context()) as (graph, ctx):
         for index, (_lines, message) in enumerate(texts):
@@ -180,7 +184,9 @@ def retrieval_figures(entries: int, turns: int, history_turns: int) -> dict[str,
             if debug.get("status") != "ok":
                 cuts += 1
             if index == 0:
+                first_prepare = float(debug.get("worldbook_prepare_ms") or 0.0)
                 continue
+            prepare.append(float(debug.get("worldbook_prepare_ms") or 0.0))
             retrieval.append(float(debug.get("ms") or 0.0))
             figures = debug.get("worldbook_scan") or {}
             scan.append(float(figures.get("scan_ms") or 0.0))
@@ -190,6 +196,8 @@ def retrieval_figures(entries: int, turns: int, history_turns: int) -> dict[str,
         "p95": nearest_rank(retrieval, 95),
         "scan_p95": nearest_rank(scan, 95),
         "load_p95": nearest_rank(load, 95),
+        "prepare_first": first_prepare,
+        "prepare_p95": nearest_rank(prepare, 95),
         "cuts": cuts,
         "turns": len(retrieval),
     }
@@ -220,8 +228,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"retrieval with a {args.retrieval_entries:,}-entry book, {args.history_turns:,}-turn history, "
             f"{found['turns']} turns (+1 warm-up): p50 {found['p50']:.1f} ms, p95 {found['p95']:.1f} ms "
-            f"(world-book scan p95 {found['scan_p95']:.2f} ms, book version check p95 {found['load_p95']:.2f} ms); "
-            f"cut by the time cap: {found['cuts']}"
+            f"(world-book scan p95 {found['scan_p95']:.2f} ms); cut by the time cap: {found['cuts']}"
+        )
+        print(
+            f"  book prepared before the cap: {found['prepare_first']:.0f} ms on the first turn (load and build), "
+            f"then p95 {found['prepare_p95']:.2f} ms (the version check)"
         )
         print(f"goal: p95 under {SEED_004_MS:.0f} ms (seed 004): {_verdict(found['p95'] < SEED_004_MS)}")
     return 0

@@ -43,7 +43,7 @@ from personalab.nodes.rules.retrieval import (
     retrieve,
 )
 from personalab.nodes.rules.types import MemoryBlock
-from personalab.nodes.rules.worldbook import TriggeredEntry, context_from_lines, explain_worldbook
+from personalab.nodes.rules.worldbook import PreparedWorldbook, TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
@@ -201,8 +201,9 @@ def worldbook_path(store: BranchMemories, fired: Sequence[TriggeredEntry]) -> Ca
     return path
 
 
-def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
-    """Everything the retrieved region holds this turn (runs under the time cap)."""
+def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None) -> dict[str, Any]:
+    """Everything the retrieved region holds this turn (runs under the time cap); `book`: the instance's world book,
+    prepared before the cap (else read here)."""
     instance_id, turn = state["instance_id"], state["turn"]
     character = state["character"]
     history = state.get("history", [])
@@ -210,7 +211,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     dialogue, own_lines = recent_context(history, character.get("role_id"))
     with session_scope(ctx.database_url) as session:
         loading = time.perf_counter()
-        worldbook = prepared_worldbook_for_instance(session, instance_id)  # built once per book version (issue 28)
+        worldbook = book if book is not None else prepared_worldbook_for_instance(session, instance_id)
         load_ms = (time.perf_counter() - loading) * 1000
         knowledge = knowledge_for_instance(session, instance_id)
         settings = worldbook_settings_for_instance(session, instance_id)  # the instance's over its book's (issue 15)
@@ -295,6 +296,20 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     }
 
 
+def prepare_worldbook(instance_id: int, ctx: Context) -> tuple[PreparedWorldbook | None, float]:
+    """The instance's world book ready to scan, and the milliseconds it took: a version check when this process has
+    it, else a load and a build (a new process's first turn, or an entry changed). Like the warm-up, before the cap,
+    which is for the search: a one-shot process with a big book would otherwise lose its retrieval every turn.
+    None when it cannot be read here (the search reads it under the cap and says why it failed)."""
+    started = time.perf_counter()
+    try:
+        with session_scope(ctx.database_url) as session:
+            book = prepared_worldbook_for_instance(session, instance_id)
+    except Exception:  # noqa: BLE001 - the search under the cap tries again and reports the error
+        book = None
+    return book, round((time.perf_counter() - started) * 1000, 2)
+
+
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
@@ -302,9 +317,11 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
     warm_ms = warm_up(chroma_path())
-    found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
+    book, book_ms = prepare_worldbook(state["instance_id"], ctx)
+    found, debug = search_with_cap(lambda: gather(state, ctx, book), ctx.rag_timeout_s)
     debug["waited_for_writes_ms"] = waited_ms
     debug["warm_up_ms"] = warm_ms
+    debug["worldbook_prepare_ms"] = book_ms
     if not found:
         return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
     injection = found["injection"]

@@ -28,9 +28,9 @@ def test_a_retrieval_cut_by_its_time_cap_is_said_in_one_line(
     monkeypatch.setenv("PERSONALAB_RAG_TIMEOUT", "0.05")
     slow = rag_retrieve.gather
 
-    def stuck(state: Any, ctx: Any) -> Any:
+    def stuck(*args: Any) -> Any:
         time.sleep(0.5)  # a search that overruns the cap, whatever the machine
-        return slow(state, ctx)
+        return slow(*args)
 
     monkeypatch.setattr(rag_retrieve, "gather", stuck)
     code, out, _ = cli(capsys, "turn", "--instance", instance, "雷娜，出发吧。")
