@@ -18,11 +18,18 @@ from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
 from personalab.nodes.rules.retrieval import cosine
-from personalab.nodes.rules.worldbook import PreparedWorldbook, WorldbookContext, WorldbookEntry, validate_entry
+from personalab.nodes.rules.worldbook import (
+    PreparedWorldbook,
+    WorldbookContext,
+    WorldbookEntry,
+    stored_entry,
+    validate_entry,
+)
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
 from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow, WorldbookEntrySourceRow
 from sqlalchemy import and_, func, or_
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 
@@ -291,6 +298,22 @@ def worldbook_version(session: Session, save_id: int) -> tuple[Any, ...]:
     return (*tuple(rows), *tuple(sources))
 
 
+def _stored_entries(session: Session, save_id: int) -> list[WorldbookEntry]:
+    """`worldbook_for_instance`'s entries, read as plain rows (no ORM objects) and built without validating again
+    (`stored_entry`): a 5,000-entry book loads several times faster."""
+    table: Any = WorldbookEntryRow.__table__
+    sources_table: Any = WorldbookEntrySourceRow.__table__
+    where = _visible_filter(WorldbookEntryRow, session, Scope(save_id=save_id), True)
+    rows = session.execute(sa_select(table).where(where).order_by(table.c.id)).mappings().all()
+    found = session.execute(
+        sa_select(sources_table.c.entry_id, sources_table.c.format, sources_table.c.data)
+        .join(table, table.c.id == sources_table.c.entry_id)
+        .where(where)
+    ).all()
+    sources = {entry_id: (fmt, data) for entry_id, fmt, data in found}
+    return [stored_entry(row, sources.get(row["id"])) for row in rows]
+
+
 def _cached_book(session: Session, save_id: int) -> _Cached:
     role_id = get_save(session, save_id).role_id
     key = (str(session.get_bind().engine.url), role_id, save_id)
@@ -300,7 +323,7 @@ def _cached_book(session: Session, save_id: int) -> _Cached:
         if cached is not None and cached.version == version:
             _PREPARED.move_to_end(key)
             return cached
-    cached = _Cached(version, PreparedWorldbook(worldbook_for_instance(session, save_id)))
+    cached = _Cached(version, PreparedWorldbook(_stored_entries(session, save_id)))
     with _PREPARED_LOCK:
         _PREPARED[key] = cached
         _PREPARED.move_to_end(key)
@@ -407,8 +430,8 @@ def with_semantic_vectors(
         norms = np.linalg.norm(stacked, axis=1, keepdims=True)
         matrix = book.vectors[model] = (ids, stacked / np.where(norms == 0, 1, norms))
     ids, unit = matrix
-    query = np.asarray(embeddings.embed_query(context.text), dtype=np.float32)
-    norm = float(np.linalg.norm(query))
-    scores = unit @ (query / norm) if norm else np.zeros(len(ids), dtype=np.float32)
+    asked = np.asarray(embeddings.embed_query(context.text), dtype=np.float32)
+    norm = float(np.linalg.norm(asked))
+    scores = unit @ (asked / norm) if norm else np.zeros(len(ids), dtype=np.float32)
     similarities = dict(zip(ids, (float(score) for score in scores), strict=True))
     return replace(context, similarity=lambda entry: similarities.get(entry.id))

@@ -26,6 +26,7 @@ from personalab.stores.worldbook import (
     delete_worldbook_entry,
     list_worldbook,
     prepared_worldbook_for_instance,
+    worldbook_for_instance,
 )
 from personalab.stores.worldbook_files import import_worldbook
 from personalab.stores.worldbook_tables import WorldbookEntryRow
@@ -198,3 +199,30 @@ def test_an_entry_with_an_invalid_regex_key_is_named_and_the_rest_imported(db_ur
     assert len(report.skipped) == 1 and "uid 1" in report.skipped[0] and "regular expression" in report.skipped[0]
     with session_scope(db_url) as s:
         assert [e.content for e in list_worldbook(s)] == ["the harbour", "the tower"]
+
+
+def test_the_prepared_book_reads_every_field_as_the_store_does(db_url: str, instance: dict[str, int]) -> None:
+    book = {
+        "entries": {
+            "0": {"uid": 0, "key": ["harbour", " pier "], "keysecondary": ["night"], "content": " the harbour ",
+                  "selective": True, "selectiveLogic": 3, "order": 7, "probability": 40, "useProbability": True,
+                  "sticky": 2, "group": "docks", "comment": "Harbour", "position": 4, "depth": 2, "role": 1},
+            "1": {"uid": 1, "key": [], "content": "always", "constant": True, "disable": True},
+        }
+    }  # fmt: skip
+    with session_scope(db_url) as s:
+        import_worldbook(s, book, Scope(role_id=instance["role"]))
+        add_worldbook_entry(
+            s,
+            "a quiet evening",
+            trigger_type="temporal",
+            temporal={"min_turn": 3, "max_gap_seconds": 60.0},
+            emotions=["平静"],
+            time_decay_factor=0.1,
+            scope=Scope(save_id=instance["save"]),
+        )
+    with session_scope(db_url) as s:
+        prepared = prepared_worldbook_for_instance(s, instance["save"]).entries
+        stored = worldbook_for_instance(s, instance["save"])
+    assert [e.model_dump() for e in prepared] == [e.model_dump() for e in stored]
+    assert rules.sillytavern_options(prepared[0]) == rules.sillytavern_options(stored[0])

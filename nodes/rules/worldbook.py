@@ -249,6 +249,37 @@ class WorldbookEntry(Entry):
         return {name: data[name] for name in EXPORTED_FIELDS}
 
 
+def stored_entry(row: Mapping[str, Any], source: tuple[str, dict[str, Any]] | None = None) -> WorldbookEntry:
+    """An entry from its stored row's columns (and its SillyTavern source: format, data), built without validating
+    again: it was validated when stored, and a big book's thousands of entries would each pay for it at every load
+    (issue 28). The same entry `WorldbookEntry.model_validate(row)` gives."""
+    window = TemporalWindow.model_construct(**{name: row[name] for name in TemporalWindow.model_fields})
+    return WorldbookEntry.model_construct(
+        id=str(row["id"]),
+        content=row["content"].strip(),
+        keywords=tuple(k.strip() for k in row["keywords"] if k.strip()),
+        secondary_keywords=tuple(k.strip() for k in row["secondary_keywords"] if k.strip()),
+        selective_logic=row["selective_logic"],
+        trigger_type=row["trigger_type"],
+        kind=row["kind"],
+        priority=row["priority"],
+        constant=row["constant"],
+        enabled=row["enabled"],
+        position=row["position"],
+        title=row["title"],
+        relevance_weight=row["relevance_weight"],
+        emotional_weight=row["emotional_weight"],
+        time_decay_factor=row["time_decay_factor"],
+        emotions=tuple(e.strip() for e in row["emotions"] if e.strip()),
+        temporal=window,
+        created_at=_epoch(row["created_at"]),
+        role_id=row["role_id"],
+        save_id=row["save_id"],
+        source=dict(source[1]) if source is not None else None,
+        source_format=source[0] if source is not None else None,
+    )
+
+
 # The entry's own fields in the order of an exported file (not the id, scope or creation time).
 EXPORTED_FIELDS = (
     "title",
