@@ -301,17 +301,17 @@ def worldbook_version(session: Session, save_id: int) -> tuple[Any, ...]:
 def _stored_entries(session: Session, save_id: int) -> list[WorldbookEntry]:
     """`worldbook_for_instance`'s entries, read as plain rows (no ORM objects) and built without validating again
     (`stored_entry`): a 5,000-entry book loads several times faster."""
-    table: Any = WorldbookEntryRow.__table__
-    sources_table: Any = WorldbookEntrySourceRow.__table__
+    table: Any = WorldbookEntryRow.__table__  # type: ignore[attr-defined]
+    sources_table: Any = WorldbookEntrySourceRow.__table__  # type: ignore[attr-defined]
     where = _visible_filter(WorldbookEntryRow, session, Scope(save_id=save_id), True)
     rows = session.execute(sa_select(table).where(where).order_by(table.c.id)).mappings().all()
-    found = session.execute(
+    found: Any = session.execute(
         sa_select(sources_table.c.entry_id, sources_table.c.format, sources_table.c.data)
         .join(table, table.c.id == sources_table.c.entry_id)
         .where(where)
     ).all()
-    sources = {entry_id: (fmt, data) for entry_id, fmt, data in found}
-    return [stored_entry(row, sources.get(row["id"])) for row in rows]
+    sources: dict[int, tuple[str, dict[str, Any]]] = {entry_id: (fmt, data) for entry_id, fmt, data in found}
+    return [stored_entry(dict(row), sources.get(row["id"])) for row in rows]
 
 
 def _cached_book(session: Session, save_id: int) -> _Cached:

@@ -72,3 +72,17 @@ def test_a_v3_export_always_has_group_only_greetings() -> None:
     v2 = {"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Mira", "description": "A courier."}}
     card = parse_card_bytes(json.dumps(v2).encode(), "mira.json")
     assert export_v3(card)["data"]["group_only_greetings"] == []
+
+
+def test_get_instance_gives_the_thread_of_its_turns(data_dir: Path) -> None:
+    from fastapi.testclient import TestClient
+    from personalab.graph.http.app import app
+    from personalab.graph.runner import turn_config
+
+    client = TestClient(app)
+    character = client.post("/characters", json={"name": "Mira"}).json()
+    background = client.post("/backgrounds", json={"name": "Harbour", "outline": ["arrive"]}).json()
+    made = client.post("/instances", json={"character_id": character["id"], "background_id": background["id"]})
+    instance = client.get(f"/instances/{made.json()['id']}").json()
+    assert instance["thread_id"] == turn_config(instance["id"])["configurable"]["thread_id"]
+    assert made.json()["thread_id"] == instance["thread_id"]

@@ -30,6 +30,7 @@ from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound, Invali
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.stores import library as store
 from personalab.stores.background import flush_event_writes, turn_ended
+from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import INTEGER_MAX, session_scope
 from personalab.stores.files import bad_character, read_json, write_file
 from personalab.stores.history import forget_paths
@@ -220,6 +221,8 @@ class Instance(BaseModel):
     turns: int
     plot: PlotProgress | None
     owner: str | None = None
+    thread_id: str | None = None
+    """The LangGraph thread of its turns (issue 28: a client without Python runs a turn on it)."""
 
 
 class Deleted(BaseModel):
@@ -706,6 +709,7 @@ def _instances(session: Session, saves: Sequence[Save], scope: Any) -> list[Inst
                 turns=int(state.turn) if state else 0,
                 plot=_plot_progress(plot_state),
                 owner=save.owner,
+                thread_id=thread_id_for(save.id),
             )
         )
     return found
