@@ -16,6 +16,7 @@ from personalab.evals import (
     bench_load,
     bench_retrieval,
     bench_turn,
+    bench_worldbook,
     convert,
     locomo,
     probes_cn,
@@ -72,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     retrieval.set_defaults(handler=bench_retrieval.run)
     bench_load.register(kinds)
     bench_faults.register(kinds)
+    bench_worldbook.register(kinds)
     evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
     kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
     locomo_eval = kinds.add_parser(

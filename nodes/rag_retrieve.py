@@ -44,7 +44,7 @@ from personalab.nodes.rules.retrieval import (
 )
 from personalab.nodes.rules.trigger_config import apply_to
 from personalab.nodes.rules.types import MemoryBlock
-from personalab.nodes.rules.worldbook import TriggeredEntry, context_from_lines, explain_worldbook
+from personalab.nodes.rules.worldbook import PreparedWorldbook, TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
@@ -56,8 +56,8 @@ from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import (
     knowledge_for_instance,
     knowledge_similarities,
+    prepared_worldbook_for_instance,
     with_semantic_vectors,
-    worldbook_for_instance,
 )
 from personalab.stores.worldbook_settings import worldbook_settings_for_instance
 
@@ -203,15 +203,18 @@ def worldbook_path(store: BranchMemories, fired: Sequence[TriggeredEntry]) -> Ca
     return path
 
 
-def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
-    """Everything the retrieved region holds this turn (runs under the time cap)."""
+def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None) -> dict[str, Any]:
+    """Everything the retrieved region holds this turn (runs under the time cap); `book`: the instance's world book,
+    prepared before the cap (else read here)."""
     instance_id, turn = state["instance_id"], state["turn"]
     character = state["character"]
     history = state.get("history", [])
     query = state.get("query") or state["message"]
     dialogue, own_lines = recent_context(history, character.get("role_id"))
     with session_scope(ctx.database_url) as session:
-        worldbook = worldbook_for_instance(session, instance_id)
+        loading = time.perf_counter()
+        worldbook = book if book is not None else prepared_worldbook_for_instance(session, instance_id)
+        load_ms = (time.perf_counter() - loading) * 1000
         knowledge = knowledge_for_instance(session, instance_id)
         settings = worldbook_settings_for_instance(session, instance_id)  # the instance's over its book's (issue 15)
         # seed 004 MemoryTriggerConfig as the user set it (issue 23): read every turn, so a change is live next turn
@@ -229,7 +232,14 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     )
     config = settings.config(context_tokens=ctx.context_tokens)  # the world book's budget: a share of the window
     config = apply_to(config, trigger)  # the strategies, limits and injection set as data
+    scanning = time.perf_counter()
     fired = explain_worldbook(worldbook, with_semantic_vectors(worldbook, worldbook_context), config)
+    scan = {
+        "entries": len(worldbook),
+        "fired": len(fired.triggered),
+        "load_ms": round(load_ms, 2),
+        "scan_ms": round((time.perf_counter() - scanning) * 1000, 2),
+    }
     # seed 000's tree: the paths keep to this branch's memories before they are cut (see `BranchMemories`)
     store = BranchMemories(MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()), instance_id, branch)
     memories = retrieve(
@@ -285,6 +295,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     return {
         "memories": found,
         "worldbook_skipped": [asdict(skipped) for skipped in fired.skipped],
+        "worldbook_scan": scan,
         # in by stickiness, not by their own trigger: their firing turn stays (else they would stick for ever)
         "worldbook_sticky": {item.entry.id for item in fired.triggered if item.trigger == "sticky"},
         "injection": injection,
@@ -315,6 +326,20 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     }
 
 
+def prepare_worldbook(instance_id: int, ctx: Context) -> tuple[PreparedWorldbook | None, float]:
+    """The instance's world book ready to scan, and the milliseconds it took: a version check when this process has
+    it, else a load and a build (a new process's first turn, or an entry changed). Like the warm-up, before the cap,
+    which is for the search: a one-shot process with a big book would otherwise lose its retrieval every turn.
+    None when it cannot be read here (the search reads it under the cap and says why it failed)."""
+    started = time.perf_counter()
+    try:
+        with session_scope(ctx.database_url) as session:
+            book = prepared_worldbook_for_instance(session, instance_id)
+    except Exception:  # noqa: BLE001 - the search under the cap tries again and reports the error
+        book = None
+    return book, round((time.perf_counter() - started) * 1000, 2)
+
+
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
@@ -322,9 +347,11 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
     warm_ms = warm_up(chroma_path())
-    found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
+    book, book_ms = prepare_worldbook(state["instance_id"], ctx)
+    found, debug = search_with_cap(lambda: gather(state, ctx, book), ctx.rag_timeout_s)
     debug["waited_for_writes_ms"] = waited_ms
     debug["warm_up_ms"] = warm_ms
+    debug["worldbook_prepare_ms"] = book_ms
     if not found:
         return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
     injection = found["injection"]
@@ -353,6 +380,7 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "worldbook_skipped": found["worldbook_skipped"],
                 "worldbook_fired": found["worldbook_fired"],
                 "knowledge": found["knowledge"],
+                "worldbook_scan": found["worldbook_scan"],
             }
         },
     }

@@ -386,7 +386,11 @@ def export_v2(card: Card) -> dict[str, Any]:
 
 
 def export_v3(card: Card) -> dict[str, Any]:
-    return _document(card, V3, "3.0")
+    """The card as a V3 document; `group_only_greetings`, required by the V3 spec, is there even when empty
+    (a V2 card had none)."""
+    document = _document(card, V3, "3.0")
+    document["data"].setdefault("group_only_greetings", [])
+    return document
 
 
 def _b64(document: dict[str, Any]) -> str:

@@ -9,7 +9,6 @@ served graph (the server needs the async savers).
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -17,14 +16,9 @@ from pathlib import Path
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import schema_lock, store_unavailable
+from personalab.stores.threads import INSTANCE_NAMESPACE, thread_id_for  # noqa: F401  (re-exported: its old home)
 
 # Fixed namespace: the same save id maps to the same thread on every machine.
-INSTANCE_NAMESPACE = uuid.UUID("6f0c1d3e-4f7a-5b2c-9d8e-1a2b3c4d5e6f")
-
-
-def thread_id_for(instance_id: int | str) -> str:
-    """The LangGraph thread id of a conversation instance: uuid5 of its save id."""
-    return str(uuid.uuid5(INSTANCE_NAMESPACE, f"save:{instance_id}"))
 
 
 def _postgres_conninfo(url: str) -> str | None:

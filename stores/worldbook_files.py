@@ -39,6 +39,7 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
 from personalab.nodes.rules.validation import Flag, Number, Text, Whole, json_type, validated
 from personalab.nodes.rules.worldbook import EXPORTED_FIELDS, WorldbookEntry, validate_entry
+from personalab.nodes.rules.worldbook_keys import is_regex_key, key_pattern
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.files import check_json_tree, read_json, write_file
 from personalab.stores.worldbook import (
@@ -603,6 +604,17 @@ def _from_card(
     return _mapped(source, raw, "character book", own, where, where_to, positions)
 
 
+def _bad_regex_key(keys: Sequence[str]) -> str | None:
+    """Why an entry is skipped when one of its `/regex/` keys does not compile, else None."""
+    for key in keys:
+        if isinstance(key, str) and is_regex_key(key):
+            try:
+                key_pattern(key)
+            except InvalidInput as exc:
+                return f"skipped: {exc}"
+    return None
+
+
 def _mapped(
     source: SillyTavernEntry | CardEntry,
     raw: dict[str, Any],
@@ -615,6 +627,9 @@ def _mapped(
     fields = source.entry(keyless=own.get("trigger_type") in ("temporal", "emotional"))
     if isinstance(fields, str):
         return None, fields
+    bad_key = _bad_regex_key((*fields["keywords"], *fields["secondary_keywords"]))
+    if bad_key is not None:
+        return None, bad_key  # issue 28: one entry's bad pattern skips that entry, named; the rest are imported
     entry = _file_error(validate_entry, {**fields, **own, "source": raw, "source_format": fmt}, where)
     positions[where_to] = positions.get(where_to, 0) + 1
     return entry, ""

@@ -65,6 +65,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
 from personalab.stores.saves import append_lines, create_save, get_save
 from personalab.stores.tables import Background, Role, Save
+from personalab.stores.threads import thread_id_for
 
 ROLE_TEXT = CHARACTER_TEXT  # the previous release's name
 ROLE_DEFINITION = ("name", *CHARACTER_TEXT, "greetings", "avatar_image", "avatar_mime", "avatar")
@@ -319,7 +320,7 @@ def _instances(session: Any, listed: Sequence[Save], scope: Any) -> list[Instanc
         plot_state, outline = item.pop("plot_state"), item.pop("outline")
         if plot_state is None and outline:
             plot_state = new_plot_state(outline)
-        found.append(Instance(**item, plot=_plot_progress(plot_state)))
+        found.append(Instance(**item, plot=_plot_progress(plot_state), thread_id=thread_id_for(item["id"])))
     return found
 
 

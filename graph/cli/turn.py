@@ -22,10 +22,21 @@ def _parse_lines_before(raw: str | None) -> list[dict[str, Any]] | None:
     return value
 
 
+def retrieval_notice(state: dict[str, Any]) -> str | None:
+    """One line when retrieval was cut by its time cap or failed (issue 28: never a silent cut), else None."""
+    retrieval = (state.get("debug") or {}).get("retrieval") or {}
+    status = retrieval.get("status")
+    if not status or status == "ok":
+        return None
+    return f"retrieval {status}"
+
+
 def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
     debug = state.get("debug") or {}
     prompt = debug.get("prompt") or {}
     return {
+        "retrieval_status": ((debug.get("retrieval") or {}).get("status")),
+        "notice": retrieval_notice(state),
         "instance_id": state.get("instance_id"),
         "turn": state.get("turn"),
         "reply": state.get("reply"),
@@ -77,6 +88,9 @@ def play_turn(graph: Any, ctx: Any, instance_id: int, message: str, *, as_json: 
         sys.stdout.write(safe(rest))
     print()
     echo(f"  — {state.get('model')}")
+    notice = retrieval_notice(state)
+    if notice:
+        echo(f"  — {notice}")
     if state.get("error"):
         echo(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)
         return 1
@@ -91,7 +105,7 @@ def _cmd_turn(args: argparse.Namespace) -> int:
             graph,
             ctx,
             args.instance,
-            args.message,
+            sys.stdin.read() if args.message == "-" else args.message,  # `-`: the message from standard input
             as_json=args.json,
             lines_before=_parse_lines_before(args.lines_before),
             user_name=args.user_name,
@@ -105,7 +119,7 @@ def _cmd_turn(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     turn = sub.add_parser("turn", help="run one turn and stream the reply")
     turn.add_argument("--instance", type=ID, required=True)
-    turn.add_argument("message")
+    turn.add_argument("message", help="the user's message; - reads it from standard input")
     turn.add_argument("--json", action="store_true", help="print reply, plot state, retrieval, drops, timings")
     turn.add_argument("--lines-before", help="JSON list of lines (narration, other characters) before the message")
     turn.add_argument("--user-name", help="the user's display name in the dialogue tree")

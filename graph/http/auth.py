@@ -57,16 +57,17 @@ def _stamp(value: Any, user: str) -> None:
         value["metadata"] = {OWNER: user}
 
 
-async def _check_input(run_input: Any, user: str, where: str) -> None:
-    """Refuse a run or cron input whose `instance_id` is another user's instance (the graph answers a bad or
-    unknown one itself)."""
+async def _check_input(run_input: Any, user: str | None, where: str) -> None:
+    """Refuse a run or cron input whose `instance_id` is another user's instance or no instance at all (issue 28:
+    a 404 naming it before the run exists, not a run that fails inside with a traceback); `user` None: auth is off,
+    only existence is checked. A bad id (not a whole number) is the run-input check's (`run_context`)."""
     if not isinstance(run_input, dict):
         return
     instance_id = run_input.get("instance_id")
     if isinstance(instance_id, bool) or not isinstance(instance_id, int):
         return
     exists, owner = await asyncio.to_thread(library.instance_owner, instance_id)
-    if exists and owner != user:
+    if not exists or (user is not None and owner != user):
         raise _not_found(f"{where}.instance_id: instance {instance_id} does not exist")
 
 
@@ -99,10 +100,12 @@ async def on_thread_create(
 
 @auth.on.threads.create_run
 async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> Auth.types.FilterType | None:
-    if not auth_enabled():
-        return None
     kwargs = value.get("kwargs") or {}
-    await _check_input(kwargs.get("input") if isinstance(kwargs, dict) else None, ctx.user.identity, "input")
+    run_input = kwargs.get("input") if isinstance(kwargs, dict) else None
+    if not auth_enabled():
+        await _check_input(run_input, None, "input")
+        return None
+    await _check_input(run_input, ctx.user.identity, "input")
     _stamp(value, ctx.user.identity)
     return {OWNER: ctx.user.identity}
 

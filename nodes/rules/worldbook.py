@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -56,6 +55,12 @@ from personalab.nodes.rules.keywords import has_unspaced_script
 from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.review.effects import GAP_THRESHOLDS
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole, check_storable
+from personalab.nodes.rules.worldbook_keys import (
+    KeyIndex,
+    RegexTimeout,
+    key_matches,
+    key_pattern,
+)
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Strict, StringConstraints, model_validator
 
 TriggerType = Literal["keyword", "semantic", "temporal", "emotional"]
@@ -116,16 +121,6 @@ EMOTION_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 NEGATIONS = ("不", "没", "别", "未", "非", "not ", "never ", "no ")
 
-_REGEX_KEY = re.compile(r"^/(.+)/([imsx]*)$", re.S)
-# A `/regex/` key runs at most this long on one turn's text (issue 15: bounded in time): a pattern that
-# backtracks for ever is a skipped entry, named, never a stuck turn. `regex` (the `re` superset, a dependency
-# of tiktoken) has the timeout; without it the pattern runs under `re` on at most MAX_REGEX_TEXT characters.
-REGEX_TIMEOUT_S = 0.05
-MAX_REGEX_TEXT = 20_000
-try:
-    import regex as _regex  # type: ignore[import-untyped, unused-ignore]
-except ImportError:  # pragma: no cover - regex comes with tiktoken
-    _regex = None
 MAX_SCAN_DEPTH = 100  # lines a context keeps for entries with their own scan depth
 DEFAULT_BUDGET_SHARE = 0.25  # SillyTavern's world-info budget: 25 % of the context
 DEFAULT_BUDGET_TOKENS = 2000  # when neither the context nor a cap is known
@@ -254,6 +249,37 @@ class WorldbookEntry(Entry):
         return {name: data[name] for name in EXPORTED_FIELDS}
 
 
+def stored_entry(row: Mapping[str, Any], source: tuple[str, dict[str, Any]] | None = None) -> WorldbookEntry:
+    """An entry from its stored row's columns (and its SillyTavern source: format, data), built without validating
+    again: it was validated when stored, and a big book's thousands of entries would each pay for it at every load
+    (issue 28). The same entry `WorldbookEntry.model_validate(row)` gives."""
+    window = TemporalWindow.model_construct(**{name: row[name] for name in TemporalWindow.model_fields})
+    return WorldbookEntry.model_construct(
+        id=str(row["id"]),
+        content=row["content"].strip(),
+        keywords=tuple(k.strip() for k in row["keywords"] if k.strip()),
+        secondary_keywords=tuple(k.strip() for k in row["secondary_keywords"] if k.strip()),
+        selective_logic=row["selective_logic"],
+        trigger_type=row["trigger_type"],
+        kind=row["kind"],
+        priority=row["priority"],
+        constant=row["constant"],
+        enabled=row["enabled"],
+        position=row["position"],
+        title=row["title"],
+        relevance_weight=row["relevance_weight"],
+        emotional_weight=row["emotional_weight"],
+        time_decay_factor=row["time_decay_factor"],
+        emotions=tuple(e.strip() for e in row["emotions"] if e.strip()),
+        temporal=window,
+        created_at=_epoch(row["created_at"]),
+        role_id=row["role_id"],
+        save_id=row["save_id"],
+        source=dict(source[1]) if source is not None else None,
+        source_format=source[0] if source is not None else None,
+    )
+
+
 # The entry's own fields in the order of an exported file (not the id, scope or creation time).
 EXPORTED_FIELDS = (
     "title",
@@ -286,10 +312,6 @@ def scope_label(role_id: int | None, save_id: int | None) -> str:
 
 def _default_max_per_kind() -> dict[str, int]:
     return {"episodic": 5, "semantic": 5, "trait": 3, "goal": 3}
-
-
-class RegexTimeout(InvalidInput):
-    """A `/regex/` key that ran past `REGEX_TIMEOUT_S` on the text scanned."""
 
 
 @dataclass(frozen=True)
@@ -339,7 +361,8 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
     """The entry's SillyTavern options (world info: caseSensitive, matchWholeWords, probability, useProbability,
     position, depth, role; a card's entry: the same in `extensions` with its names); defaults for ours. Read once
     per entry: a turn asks for them several times per entry (trigger, recursion, groups, budget)."""
-    cached = entry._options
+    private = entry.__pydantic_private__  # read directly: pydantic's attribute lookup costs more than the rest
+    cached = private.get("_options") if private is not None else None
     # kept with the source it was read from: a copy with another source (model_copy keeps private attributes)
     # reads its own
     if cached is None or cached[0] is not entry.source or cached[1] != entry.source_format:
@@ -599,66 +622,34 @@ class WorldbookResult:
 # --- matching -------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=32_768)
-def _keyword_pattern(keyword: str, case_sensitive: bool = False, whole_words: bool = True) -> Any:
-    """The compiled matcher of a keyword, None for a blank one; `InvalidInput` for a bad regex.
-
-    `/pattern/flags` is a regular expression with its own flags (`regex` when installed, for the timeout).
-    A plain keyword is case-insensitive unless `case_sensitive`, and a whole word when `whole_words` and it is
-    not in a script written without spaces (CJK, kana, Hangul: always a substring there)."""
-    key = keyword.strip()
-    if not key:
-        return None
-    found = _REGEX_KEY.match(key)
-    if found:
-        flags = 0
-        for letter in found.group(2):
-            flags |= {"i": re.I, "m": re.M, "s": re.S, "x": re.X}[letter]
-        try:
-            re.compile(found.group(1), flags)  # the error message users know
-            return _regex.compile(found.group(1), flags) if _regex is not None else re.compile(found.group(1), flags)
-        except (re.error, ValueError) as exc:
-            raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
-        except Exception as exc:  # regex's own error class
-            raise InvalidInput(f"keyword {keyword!r} is not a valid regular expression: {exc}") from None
-    escaped = re.escape(key)
-    flags = 0 if case_sensitive else re.I
-    if has_unspaced_script(key) or not whole_words:
-        return re.compile(escaped, flags)
-    # ASCII lookarounds, not \b: in Python \b treats CJK characters as word characters, so
-    # r"\bAlice\b" would miss "Alice说".
-    left = r"(?<![A-Za-z0-9_])" if re.match(r"[A-Za-z0-9_]", key) else ""
-    right = r"(?![A-Za-z0-9_])" if re.search(r"[A-Za-z0-9_]$", key) else ""
-    return re.compile(f"{left}{escaped}{right}", flags)
-
-
 def check_keyword(keyword: str) -> None:
     """Raise InvalidInput if `keyword` is a `/regex/` that does not compile."""
-    _keyword_pattern(keyword)
+    key_pattern(keyword)
 
 
 def contains_keyword(text: str, keyword: str, options: EntryOptions | None = None) -> bool:
     """Whether `keyword` occurs in `text`: substring for CJK, whole word for ASCII, case-insensitive, unless the
     entry's `options` say otherwise. `RegexTimeout` when a `/regex/` key runs past `REGEX_TIMEOUT_S`."""
     options = options or EntryOptions()
-    pattern = _keyword_pattern(keyword, bool(options.case_sensitive), options.match_whole_words is not False)
-    if pattern is None:
-        return False
-    if _REGEX_KEY.match(keyword.strip()):
-        scanned = text[-MAX_REGEX_TEXT:]
-        if _regex is not None and isinstance(pattern, _regex.Pattern):
-            try:
-                return bool(pattern.search(scanned, timeout=REGEX_TIMEOUT_S))
-            except TimeoutError:
-                raise RegexTimeout(
-                    f"regex key {keyword!r} ran over {REGEX_TIMEOUT_S * 1000:.0f} ms on the recent text"
-                ) from None
-        return bool(pattern.search(scanned))
-    return bool(pattern.search(text))
+    return key_matches(text, keyword, bool(options.case_sensitive), options.match_whole_words is not False)
 
 
 def matched_keywords(text: str, keywords: Iterable[str], options: EntryOptions | None = None) -> tuple[str, ...]:
     return tuple(k for k in keywords if contains_keyword(text, k, options))
+
+
+def _matched(text: str, keywords: Iterable[str], flags: tuple[bool, bool]) -> tuple[str, ...]:
+    return tuple(k for k in keywords if key_matches(text, k, flags[0], flags[1]))
+
+
+def _match_flags(entry: WorldbookEntry, config: WorldbookConfig | None) -> tuple[bool, bool]:
+    """(case-sensitive, whole words) of the entry's keys: its own, else the book's settings (`entry_options`)."""
+    options = sillytavern_options(entry)
+    case, whole = options.case_sensitive, options.match_whole_words
+    if config is not None:
+        case = config.case_sensitive if case is None else case
+        whole = config.match_whole_words if whole is None else whole
+    return bool(case), whole is not False
 
 
 def entry_options(entry: WorldbookEntry, config: WorldbookConfig | None = None) -> EntryOptions:
@@ -680,7 +671,7 @@ def _secondary_ok(
     keys = [k for k in entry.secondary_keywords if k.strip()]
     if not keys:
         return True, ()
-    hits = matched_keywords(text, keys, entry_options(entry, config))
+    hits = _matched(text, keys, _match_flags(entry, config))
     logic = entry.selective_logic
     if logic == "and_any":
         return bool(hits), hits
@@ -698,7 +689,7 @@ def keyword_score(
     keys = [k for k in entry.keywords if k.strip()]
     if not keys:
         return 0.0, (), None
-    hits = matched_keywords(text, keys, entry_options(entry, config))
+    hits = _matched(text, keys, _match_flags(entry, config))
     if not hits:
         return 0.0, (), None
     ok, secondary_hits = _secondary_ok(text, entry, config)
@@ -749,7 +740,7 @@ def _scan_emotions(text: str) -> list[str]:
     low = text.lower()
     for words in EMOTION_FAMILIES.values():
         for word in words:
-            pattern = _keyword_pattern(word)
+            pattern = key_pattern(word)
             if pattern is None:
                 continue
             for match in pattern.finditer(low):
@@ -952,29 +943,116 @@ def _score_entry(
     return TriggeredEntry(entry, score, entry.trigger_type, reason, hits, breakdown)
 
 
+def _delay_and_exclusion(entry: WorldbookEntry) -> tuple[int, bool]:
+    """The entry's delay and "exclude from recursion", as `sillytavern_options` reads them, without reading the
+    rest (a big book is prepared faster; the scan reads the whole options of the few entries it scores)."""
+    source = entry.source
+    if not source:
+        return 0, False
+    if entry.source_format == "character book":
+        found = source.get("extensions")
+        ext: dict[str, Any] = found if isinstance(found, dict) else {}
+        return _timer(ext.get("delay")), _truthy(ext.get("exclude_recursion"))
+    return _timer(source.get("delay")), _truthy(source.get("excludeRecursion"))
+
+
+class PreparedWorldbook:
+    """A book ready to scan (issue 28), built once per book version and reused across turns: its entries in
+    order, every key in one automaton (`KeyIndex`), and which entries must be looked at on every turn whatever the
+    text says (constant, temporal and emotional triggers, a delay). A turn scores only the entries one of whose keys
+    occurs in its text, those, the semantic entries its vectors put at or above the threshold (or that have no
+    vector), and those it has timers for: the entries it does not match cost nothing. The result is the one the
+    plain loop over every entry gives (same entries, same order, same draws of the probability roll)."""
+
+    def __init__(self, entries: Iterable[WorldbookEntry]) -> None:
+        self.entries: list[WorldbookEntry] = list(entries)
+        always: list[int] = []
+        semantic: list[int] = []
+        recursive: list[int] = []
+        keys: list[tuple[str, ...]] = []
+        self.positions: dict[str, list[int]] = {}
+        for position, entry in enumerate(self.entries):
+            self.positions.setdefault(entry.id, []).append(position)
+            live = entry.enabled and bool(entry.content.strip())
+            keyed = live and not entry.constant and entry.trigger_type in ("keyword", "semantic")
+            keys.append(entry.keywords if keyed else ())
+            if not live:
+                continue
+            delay, excluded = _delay_and_exclusion(entry)
+            if entry.constant or delay or entry.trigger_type in ("temporal", "emotional"):
+                always.append(position)
+            elif entry.trigger_type == "semantic":
+                semantic.append(position)
+            if keyed and entry.keywords and not excluded:
+                recursive.append(position)
+        self.keys = KeyIndex(keys)
+        self.always = tuple(always)
+        self.semantic = tuple(semantic)
+        self.recursive = frozenset(recursive)
+        # the semantic entries' vectors per embedding model, filled once by the store that embeds them
+        self.vectors: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def key_hits(self, text: str) -> set[int]:
+        return self.keys.candidates(text)
+
+    def open_semantic(self, context: WorldbookContext, config: WorldbookConfig) -> set[int]:
+        """The semantic entries the similarity may fire this turn: at or above the threshold, or without a vector
+        (named in the debug as such)."""
+        if not config.semantic_similarity:
+            return set()
+        out: set[int] = set()
+        for position in self.semantic:
+            similarity = _similarity(self.entries[position], context)
+            if similarity is None or similarity >= config.semantic_threshold:
+                out.add(position)
+        return out
+
+    def timed(self, context: WorldbookContext) -> set[int]:
+        """The entries with a firing turn on record (their sticky or cooldown turns may hold)."""
+        return {position for entry_id in context.last_fired_turns for position in self.positions.get(entry_id, ())}
+
+
+def prepared(entries: Iterable[WorldbookEntry] | PreparedWorldbook) -> PreparedWorldbook:
+    return entries if isinstance(entries, PreparedWorldbook) else PreparedWorldbook(entries)
+
+
+def _all_text(context: WorldbookContext) -> str:
+    """Every text an entry's keys may be matched in this turn (the recent text and the lines of a deeper scan)."""
+    return "\n".join((context.text, *context.lines))
+
+
 def recursion(
-    candidates: Sequence[WorldbookEntry],
+    book: PreparedWorldbook,
+    missed: set[str],
     fired: list[TriggeredEntry],
     context: WorldbookContext,
     config: WorldbookConfig,
     roll: Callable[[], float],
     skipped: list[SkippedEntry],
+    reach: set[int],
 ) -> list[TriggeredEntry]:
     """SillyTavern's recursive scanning: the content of the entries that fired (not those that prevent recursion)
     is scanned, with the recent text, for the keys of the entries that did not (not those excluded from recursion),
     step by step, at most `config.max_recursion_steps` steps. Each entry fires once, so a loop (A names B, B names
-    A) ends; entries a further step would still have activated are named with the limit."""
+    A) ends; entries a further step would still have activated are named with the limit. `reach`: the entries the
+    turn's own text or vectors may fire; each step adds those whose keys the scanned content holds."""
     done = {item.entry.id for item in fired}
     found: list[TriggeredEntry] = []
     buffer = [item.entry.content for item in fired if not sillytavern_options(item.entry).prevent_recursion]
     step = 0
     while buffer:
+        scanned = "\n".join(buffer)
+        reach = reach | book.key_hits(scanned)
         waiting = [
-            e for e in candidates if e.id not in done and e.trigger_type in ("keyword", "semantic") and e.keywords
+            book.entries[position]
+            for position in sorted(reach & book.recursive)
+            if book.entries[position].id not in done and book.entries[position].id not in missed
         ]
         if not waiting:
             break
-        scanned = "\n".join(buffer)
         deeper = replace(context, text=f"{context.text}\n{scanned}", lines=(*context.lines, scanned))
         if step >= config.max_recursion_steps:
             reached = [e.id for e in waiting if keyword_score(scanned_text(e, deeper), e, config)[0] > 0]
@@ -997,20 +1075,26 @@ def recursion(
 
 
 def explain_worldbook(
-    entries: Iterable[WorldbookEntry], context: WorldbookContext, config: WorldbookConfig | None = None
+    entries: Iterable[WorldbookEntry] | PreparedWorldbook,
+    context: WorldbookContext,
+    config: WorldbookConfig | None = None,
 ) -> WorldbookResult:
     """The fired entries, ordered for injection, plus the notable ones that did not make it and why
     (below the threshold, over the per-kind maximum, secondary keywords failed, no embedding, held back by a delay
     or cooldown, recursion at its limit). Entries that simply do not match are not listed. An entry in its sticky
-    turns is in with trigger "sticky"; entries named in the content of those that fired come in by recursion."""
+    turns is in with trigger "sticky"; entries named in the content of those that fired come in by recursion.
+    `entries` may be a `PreparedWorldbook` (built once per book version): only the entries the turn can match are
+    looked at."""
     config = config or WorldbookConfig()
     if not config.enabled:
         return WorldbookResult([], [])
+    book = prepared(entries)
     fired: list[TriggeredEntry] = []
     skipped: list[SkippedEntry] = []
     roll = context.roll or random.random
-    by_recursion: list[WorldbookEntry] = []
-    for entry in entries:
+    reach = book.key_hits(_all_text(context)) | book.open_semantic(context, config)
+    for position in sorted(reach | set(book.always) | book.timed(context)):  # the book's order: same rolls
+        entry = book.entries[position]
         if not entry.enabled or not entry.content.strip():
             continue
         timed = timed_effect(entry, context)
@@ -1026,18 +1110,14 @@ def explain_worldbook(
                 continue
             fired.append(TriggeredEntry(entry, 1.0, "constant", "constant entry", (), {"trigger": 1.0}))
             continue
-        options = sillytavern_options(entry)
-        if not options.exclude_recursion:
-            by_recursion.append(entry)
-        if options.delay_until_recursion:
+        if sillytavern_options(entry).delay_until_recursion:
             continue  # only the content of other entries can activate it
         item = _score_entry(entry, context, config, roll, skipped)
         if item is not None:
             fired.append(item)
     if config.recursive and fired:
         missed = {item.entry_id for item in skipped}  # a lost roll or failed secondary keys is not tried again
-        candidates = [entry for entry in by_recursion if entry.id not in missed]
-        fired.extend(recursion(candidates, fired, context, config, roll, skipped))
+        fired.extend(recursion(book, missed, fired, context, config, roll, skipped, reach))
 
     fired = inclusion_groups(fired, roll, skipped)
     fired.sort(key=lambda t: (t.trigger != "constant", -t.entry.priority, -t.score))

@@ -190,6 +190,8 @@ class Instance(BaseModel):
     turns: int
     plot: PlotProgress | None
     owner: str | None = None
+    thread_id: str | None = None
+    """The LangGraph thread of its turns (issue 28: a client without Python runs a turn on it)."""
 
 
 class Deleted(BaseModel):
