@@ -50,7 +50,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryRow, MemoryStore
 from personalab.stores.vectors import chroma_path
-from personalab.stores.warmup import warm_up
+from personalab.stores.warmup import warm_up_or_why
 from personalab.stores.worldbook import (
     knowledge_for_instance,
     knowledge_similarities,
@@ -291,8 +291,11 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
-    warm_ms = warm_up(chroma_path())
-    found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
+    warm_ms, unavailable = warm_up_or_why(chroma_path())
+    if unavailable is not None:  # a stopped Chroma server: no retrieval this turn, and the debug output says why
+        found, debug = [], {"status": unavailable, "ms": 0.0}
+    else:
+        found, debug = search_with_cap(lambda: gather(state, ctx), ctx.rag_timeout_s)
     debug["waited_for_writes_ms"] = waited_ms
     debug["warm_up_ms"] = warm_ms
     if not found:

@@ -15,6 +15,7 @@ from typing import Any
 import chromadb
 from chromadb.config import Settings as ChromaSettings
 from langchain_chroma import Chroma
+from personalab.nodes.rules.errors import StoreUnavailable
 from personalab.stores.config import data_dir
 from personalab.stores.embeddings import get_embeddings
 from personalab.stores.settings import settings
@@ -35,8 +36,36 @@ def _one_maker(*key: Any) -> threading.Lock:
 def _client(path: str | None, host: str | None, port: int) -> Any:
     options = ChromaSettings(anonymized_telemetry=False)
     if host:
-        return chromadb.HttpClient(host=host, port=port, settings=options)
+        try:
+            return chromadb.HttpClient(host=host, port=port, settings=options)
+        except Exception as exc:  # noqa: BLE001 - the client connects on creation: a stopped server is one line
+            raise chroma_unavailable(host, port, exc) from exc
     return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=options)
+
+
+def chroma_unavailable(host: str, port: int, exc: BaseException) -> StoreUnavailable:
+    """A stopped or unreachable Chroma server as the project's one-line error naming the server (issue 27): the
+    client raises a bare ValueError on creation and httpx errors on each call."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return StoreUnavailable(f"the Chroma server {host}:{port} cannot be reached ({said})")
+
+
+def chroma_error(exc: BaseException) -> StoreUnavailable | None:
+    """`chroma_unavailable` for an error of a call to the configured Chroma server that could not reach it (a
+    connection refused, reset or timed out), None for anything else (embedded Chroma, a bad request)."""
+    current = settings()
+    if not current.chroma_host:
+        return None
+    import httpx
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StoreUnavailable):
+            return seen
+        if isinstance(seen, httpx.TransportError) or "could not connect to a chroma server" in str(seen).lower():
+            return chroma_unavailable(current.chroma_host, current.chroma_port, seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def chroma_path() -> str:

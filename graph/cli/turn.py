@@ -80,6 +80,9 @@ def play_turn(graph: Any, ctx: Context, instance_id: int, message: str, *, as_js
         sys.stdout.write(safe(rest))
     print()
     echo(f"  — {state.get('model')}")
+    retrieval = (state.get("debug") or {}).get("retrieval") or {}
+    if str(retrieval.get("status") or "").startswith("unavailable"):  # a stopped Chroma server (issue 27)
+        echo(f"personalab: retrieval {retrieval['status']}", file=sys.stderr)
     if state.get("error"):
         echo(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)
         return 1
