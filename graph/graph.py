@@ -33,6 +33,7 @@ from personalab.nodes.review import review
 from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 from personalab.stores.outbox import resume_pending
+from personalab.stores.server_records import claim_server_records
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -98,4 +99,6 @@ graph = compile_turn_graph()
 # package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
 # `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.
 if __name__ != "personalab.graph.graph":
+    # the server's own thread records are one data folder's (issue 27): refused before it serves another's
+    claim_server_records()
     start_warm_up()
