@@ -33,7 +33,8 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}
     else:
-        warm_ms, unavailable = warm_up_or_why(chroma_path())  # cold start: loads before the cap, which is for the search
+        # cold start: loads before the cap, which is for the search
+        warm_ms, unavailable = warm_up_or_why(chroma_path())
         if unavailable is not None:  # a stopped Chroma server: no layers this turn, said in the debug output
             found, debug = None, {"status": unavailable, "ms": 0.0}
         else:

@@ -1,0 +1,39 @@
+"""A run's identity (issue 27: a killed server replays turns): `turn_run` records which run stored which user line
+and, once stored, which reply, so a run replayed after its server was killed answers with what it stored instead
+of storing the user's line and a second reply again.
+
+Checks first, like 0002: create_tables (stores/db.py) may have created the table already.
+
+Revision ID: 0006_ops_run_identity
+Revises: 0005_review_lines
+Create Date: 2026-11-26
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlmodel.sql.sqltypes import AutoString, UTCDateTime
+
+revision = "0006_ops_run_identity"
+down_revision: str | None = "0005_review_lines"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    if "turn_run" in sa.inspect(op.get_bind()).get_table_names():
+        return
+    op.create_table(
+        "turn_run",
+        sa.Column("save_id", sa.Integer(), sa.ForeignKey("save.id"), nullable=False),
+        sa.Column("run_key", AutoString(length=200), nullable=False),
+        sa.Column("user_line_id", sa.Integer(), sa.ForeignKey("line.id"), nullable=False),
+        sa.Column("reply_line_id", sa.Integer(), nullable=True),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("save_id", "run_key"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("turn_run")
