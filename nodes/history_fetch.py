@@ -303,7 +303,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             save = get_save(session, instance_id)
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
             if run_key is not None and not replayed:
-                remember_run(session, instance_id, run_key, written[-1].id)  # with the line, in its transaction
+                remember_run(session, instance_id, run_key, cast(int, written[-1].id))  # with the line, in its transaction
             sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"

@@ -292,6 +292,8 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
     warm_ms, unavailable = warm_up_or_why(chroma_path())
+    found: Any
+    debug: dict[str, Any]
     if unavailable is not None:  # a stopped Chroma server: no retrieval this turn, and the debug output says why
         found, debug = [], {"status": unavailable, "ms": 0.0}
     else:
