@@ -6,9 +6,12 @@ twice, never a second different reply. `doctor` reports duplicated user lines. R
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import cli
 from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from personalab.nodes import generate as generate_node
 from personalab.nodes import write_back as write_back_node
@@ -52,9 +55,7 @@ def test_a_run_played_again_answers_with_its_stored_reply(db_url: str) -> None:
         assert len([line for line in lines_of(db_url, instance) if line.attribute == "user"]) == 3
 
 
-def test_a_run_killed_after_its_reply_was_stored_answers_with_it(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_run_killed_after_its_reply_was_stored_answers_with_it(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server dies after the reply was stored, before the run ended (its client may have seen the reply)."""
     instance = create_sample_instance(db_url)
 
@@ -131,3 +132,24 @@ def test_a_run_killed_before_its_reply_answers_its_stored_line_once(
         assert len(answered(db_url, instance)) == 1
         third = run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
         assert third["reply"] == again["reply"]
+
+
+def test_doctor_reports_a_user_line_stored_twice(
+    db_url: str, data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a server without run identities left it: the same user line twice under one parent, each answered."""
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        run_turn(graph, ctx, instance, "你好，雷娜。")
+        code, out, _ = cli(capsys, "doctor", "--json")
+        assert not [f for f in json.loads(out)["findings"] if f["check"] == "duplicates" and f["status"] == "problem"]
+        (user,) = [line for line in lines_of(db_url, instance) if line.attribute == "user"]
+        with session_scope(db_url) as session:
+            session.add(
+                Line(save_id=instance, attribute="user", content=user.content, parent_line_id=user.parent_line_id)
+            )
+    code, out, _ = cli(capsys, "doctor", "--json")
+    report = json.loads(out)
+    (found,) = [f for f in report["findings"] if f["check"] == "duplicates" and f["status"] == "problem"]
+    assert code == 1 and f"instance {instance}" in found["message"] and "stored 2 times" in found["message"]
