@@ -40,7 +40,39 @@ def _client(path: str | None, host: str | None, port: int) -> Any:
             return chromadb.HttpClient(host=host, port=port, settings=options)
         except Exception as exc:  # noqa: BLE001 - the client connects on creation: a stopped server is one line
             raise chroma_unavailable(host, port, exc) from exc
-    return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=options)
+    where = path or str(data_dir() / "chroma")
+    try:
+        return chromadb.PersistentClient(path=where, settings=options)
+    except Exception as exc:
+        # Chroma keeps the half-made system of a failed client per folder: forget it, so the next attempt (room on
+        # the disk again) makes a new one instead of failing on the broken one ("could not connect to tenant")
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        SharedSystemClient._identifier_to_system.pop(where, None)  # noqa: SLF001 - no public way per folder
+        unavailable = chroma_store_error(where, exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
+
+
+EMBEDDED_UNAVAILABLE = {
+    "disk is full": "cannot be written: the disk is full",
+    "no space left": "cannot be written: the disk is full",
+    "readonly database": "cannot be written: it is read-only",
+    "read-only file system": "cannot be written: it is read-only",
+    "permission denied": "cannot be opened: permission denied",
+    "unable to open database": "cannot be opened",
+}
+
+
+def chroma_store_error(path: str, exc: BaseException) -> StoreUnavailable | None:
+    """An embedded Chroma store that cannot be opened or written (a full disk, a read-only folder: issue 27) as
+    one line naming the folder and why; None for any other error."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    what = next((why for text, why in EMBEDDED_UNAVAILABLE.items() if text in said.lower()), None)
+    if what is None:
+        return None
+    return StoreUnavailable(f"the Chroma store {path} {what} ({said})")
 
 
 def chroma_unavailable(host: str, port: int, exc: BaseException) -> StoreUnavailable:
@@ -90,8 +122,20 @@ def get_collection(name: str, path: str | None = None) -> Chroma:
         return _collection(name, store, host)
 
 
-@lru_cache(maxsize=256)
 def _collection(name: str, path: str | None, host: str | None) -> Chroma:
+    try:
+        return _made_collection(name, path, host)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:
+        unavailable = chroma_error(exc) if host else chroma_store_error(path or chroma_path(), exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
+
+
+@lru_cache(maxsize=256)
+def _made_collection(name: str, path: str | None, host: str | None) -> Chroma:
     return Chroma(
         collection_name=name,
         embedding_function=get_embeddings(),
