@@ -1,0 +1,61 @@
+"""Backup and restore as docs/operations.md says (issue 27): stop what writes, copy the data folder (SQLite database
+with its WAL, checkpoints, embedded Chroma), restore it elsewhere, `db upgrade`, `doctor`, and the next turn goes on
+from where the story stood, with its memories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli
+from personalab.stores.background import flush_event_writes
+from personalab.stores.db import dispose_engines
+
+
+def test_a_data_folder_backed_up_and_restored_elsewhere_plays_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "site-a" / "data"
+    first.mkdir(parents=True)
+    monkeypatch.delenv("PERSONALAB_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PERSONALAB_DATA_DIR", str(first))
+    code, out, _ = cli(capsys, "instance", "create", "--sample", "--json")
+    instance = str(json.loads(out)["id"])
+    for message in ("你好，雷娜。", "我妹妹今年十二岁，她叫小雨。"):
+        assert cli(capsys, "turn", "--instance", instance, message)[0] == 0
+    assert cli(capsys, "memory", "add", "--instance", instance, "小雨怕打雷")[0] == 0
+    _, memories_before, _ = cli(capsys, "memory", "list", "--instance", instance)
+    _, history_before, _ = cli(capsys, "history", "--instance", instance)
+
+    # 1. stop what writes (here: this process's queued writes and open connections)
+    flush_event_writes()
+    dispose_engines()
+    # 2. the whole data folder into one archive
+    archive = tmp_path / "personalab-backup.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(first, arcname="data")
+    shutil.rmtree(tmp_path / "site-a")  # the first site is gone
+
+    # restore elsewhere: unpack, point PERSONALAB_DATA_DIR at it, db upgrade, doctor
+    second = tmp_path / "site-b"
+    second.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(second, filter="data")
+    monkeypatch.setenv("PERSONALAB_DATA_DIR", str(second / "data"))
+    assert cli(capsys, "db", "upgrade")[0] == 0
+    code, out, _ = cli(capsys, "doctor", "--json")
+    assert code == 0 and json.loads(out)["healthy"], out
+    assert cli(capsys, "history", "--instance", instance)[1] == history_before
+    assert cli(capsys, "memory", "list", "--instance", instance)[1] == memories_before
+
+    # the next turn goes on from the third turn, and finds what was remembered
+    code, out, err = cli(capsys, "turn", "--instance", instance, "小雨最怕什么？", "--json")
+    assert code == 0, err
+    state = json.loads(out)
+    assert state["turn"] == 3
+    assert any("打雷" in (item.get("content") or "") for item in state["retrieved_events"] or []), state["debug"].get(
+        "retrieval"
+    )
