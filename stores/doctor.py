@@ -33,6 +33,7 @@ from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnLock, TurnRecord
 from personalab.stores.vectors import chroma_client, chroma_path
 from sqlalchemy import delete, func
+from sqlalchemy import select as sql_select
 from sqlmodel import col, select
 
 IN_FLIGHT_S = 60.0
@@ -226,9 +227,16 @@ def _when(epoch: float) -> str:
 
 def _check_duplicates(report: Report, url: str | None) -> None:
     with session_scope(url) as session:
-        groups = session.exec(
-            select(Line.save_id, Line.parent_line_id, Line.content, func.count(), func.min(Line.id), func.max(Line.id))
-            .where(Line.attribute == "user")
+        groups = session.execute(  # six columns: SQLAlchemy's select (SQLModel's types take four)
+            sql_select(
+                col(Line.save_id),
+                col(Line.parent_line_id),
+                col(Line.content),
+                func.count(),
+                func.min(Line.id),
+                func.max(Line.id),
+            )
+            .where(col(Line.attribute) == "user")
             .group_by(col(Line.save_id), col(Line.parent_line_id), col(Line.content))
             .having(func.count() > 1)
         ).all()
@@ -236,7 +244,8 @@ def _check_duplicates(report: Report, url: str | None) -> None:
         report.add("duplicates", "ok", "no user line stored twice")
         return
     for save_id, parent, content, count, first, last in groups:
-        shown = content if len(content) <= 40 else content[:40] + "…"
+        text = str(content)
+        shown = text if len(text) <= 40 else text[:40] + "…"
         report.add(
             "duplicates",
             "problem",

@@ -59,3 +59,41 @@ def test_a_data_folder_backed_up_and_restored_elsewhere_plays_on(
     assert any("打雷" in (item.get("content") or "") for item in state["retrieved_events"] or []), state["debug"].get(
         "retrieval"
     )
+
+
+def test_a_rewind_into_turns_from_before_story_states_finds_their_state(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns played by a version that kept their story state only in checkpoints (no `story_state` rows), then the
+    first turn after the upgrade prunes the old checkpoints: a rewind to a line of those turns finds the state they
+    left (turn, plot, core memory), not the story's start (issue 27)."""
+    from personalab.graph.api import dialogue
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes import end_turn as end_turn_node
+    from personalab.nodes.context import Context
+    from personalab.stores.checkpoints import prune_thread, thread_id_for
+    from personalab.stores.db import session_scope
+    from personalab.stores.turn_tables import StoryState
+    from sqlalchemy import delete
+    from sqlmodel import col
+
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        with monkeypatch.context() as old_version:
+            old_version.setattr(end_turn_node, "prune_after_turn", lambda *_args, **_kw: None)
+            played = [
+                run_turn(graph, ctx, instance, message)
+                for message in ("你好，雷娜。", "我们去北边的废墟。", "那里有人吗？")
+            ]
+        first_reply = played[0]["debug"]["reply_line_ids"][-1]
+        with session_scope(db_url) as session:  # the old version stored no state for its turns 1 and 2
+            session.exec(delete(StoryState).where(col(StoryState.save_id) == instance, col(StoryState.turn) < 3))
+        run_turn(graph, ctx, instance, "我们继续走。")  # the first turn after the upgrade
+    flush_event_writes()
+    prune_thread(thread_id_for(instance), db_url)  # as that turn's prune does (again: idempotent)
+    branch = dialogue.rewind(instance, first_reply, database_url=db_url)
+    assert branch["turn"] == 1
+    story = branch["story_state"]
+    assert story["plot_state"] == played[0]["plot_state"] and story["core_memory"] == played[0]["core_memory"]
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        assert run_turn(graph, ctx, instance, "换条路吧。")["turn"] == 2
