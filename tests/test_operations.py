@@ -97,3 +97,32 @@ def test_a_rewind_into_turns_from_before_story_states_finds_their_state(
     assert story["plot_state"] == played[0]["plot_state"] and story["core_memory"] == played[0]["core_memory"]
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
         assert run_turn(graph, ctx, instance, "换条路吧。")["turn"] == 2
+
+
+def test_after_an_upgrade_the_instance_list_shows_turns_kept_only_in_checkpoints(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instance played by a version that kept its story state only in checkpoints: right after `db upgrade`
+    the list shows its turns, plot progress and last turn, not "0 turn(s), plot 0/10, never" (issue 27)."""
+    from personalab.graph.api import library
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes import end_turn as end_turn_node
+    from personalab.nodes.context import Context
+    from personalab.stores import migrate
+    from personalab.stores.db import session_scope
+    from personalab.stores.turn_tables import StoryState
+    from sqlalchemy import delete
+    from sqlmodel import col
+
+    instance = create_sample_instance(db_url)
+    monkeypatch.setattr(end_turn_node, "prune_after_turn", lambda *_args, **_kw: None)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        played = [run_turn(graph, ctx, instance, message) for message in ("你好，雷娜。", "我们去北边的废墟。")]
+    flush_event_writes()
+    with session_scope(db_url) as session:  # the old version stored no story states
+        session.exec(delete(StoryState).where(col(StoryState.save_id) == instance))
+    assert library.get_instance(instance, database_url=db_url).turns == 0  # what the operator saw
+    migrate.upgrade(db_url)
+    shown = library.get_instance(instance, database_url=db_url)
+    assert shown.turns == 2 and shown.last_turn_at is not None
+    assert shown.plot is not None and played[-1]["plot_state"]["current_plot_index"] == shown.plot.current_index
