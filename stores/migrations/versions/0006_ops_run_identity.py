@@ -4,6 +4,9 @@ of storing the user's line and a second reply again.
 
 Checks first, like 0002: create_tables (stores/db.py) may have created the table already.
 
+And on SQLite, `turn_record.session_id` gets the foreign key to `play_session` a fresh database has (0002 could
+not add it there): Alembic's batch mode rebuilds the table with it, keeping every row.
+
 Revision ID: 0006_ops_run_identity
 Revises: 0005_review_lines
 Create Date: 2026-11-26
@@ -22,7 +25,15 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    if "turn_run" in sa.inspect(op.get_bind()).get_table_names():
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        keys = sa.inspect(bind).get_foreign_keys("turn_record")
+        if not any(key["constrained_columns"] == ["session_id"] for key in keys):
+            with op.batch_alter_table("turn_record", recreate="always") as batch:
+                batch.create_foreign_key(
+                    "fk_turn_record_session_id_play_session", "play_session", ["session_id"], ["id"]
+                )
+    if "turn_run" in sa.inspect(bind).get_table_names():
         return
     op.create_table(
         "turn_run",
