@@ -126,3 +126,22 @@ def test_after_an_upgrade_the_instance_list_shows_turns_kept_only_in_checkpoints
     shown = library.get_instance(instance, database_url=db_url)
     assert shown.turns == 2 and shown.last_turn_at is not None
     assert shown.plot is not None and played[-1]["plot_state"]["current_plot_index"] == shown.plot.current_index
+
+
+def test_core_show_after_an_import_shows_the_imported_core_memory(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`core show` printed `{}` until the first turn after `instance import` (issue 27): it reads the branch's
+    stored story state, which the import brings, not only the graph's checkpoint, which it does not."""
+    code, out, _ = cli(capsys, "instance", "create", "--sample", "--json")
+    instance = str(json.loads(out)["id"])
+    assert cli(capsys, "turn", "--instance", instance, "你好，雷娜。")[0] == 0
+    code, shown, _ = cli(capsys, "core", "show", "--instance", instance)
+    assert code == 0 and json.loads(shown)
+    exported = tmp_path / "instance.json"
+    assert cli(capsys, "instance", "export", instance, str(exported))[0] == 0
+    code, out, err = cli(capsys, "instance", "import", str(exported))
+    assert code == 0, err
+    imported = out.strip().split()[-1]
+    code, after, _ = cli(capsys, "core", "show", "--instance", imported)
+    assert code == 0 and json.loads(after) == json.loads(shown)

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from personalab.graph.api import dialogue as dialogue_api
 from personalab.graph.cli.args import COUNT, ID, json_argument
 from personalab.graph.cli.output import echo, json_text, safe
 from personalab.graph.runner import rollback_core_memory, run_turn, turn_config, turn_graph
@@ -115,6 +116,9 @@ def _cmd_core(args: argparse.Namespace) -> int:
             echo(f"core memory of instance {args.instance} is now version {version['version']} ({version['reason']})")
             return 0
         values = graph.get_state(turn_config(args.instance)).values
+    # the branch's stored story state is the truth (issue 27: an imported instance has no checkpoint yet)
+    stored = dialogue_api.story_state(args.instance)["story_state"]
+    values = {**values, **{key: stored[key] for key in ("core_memory", "core_memory_versions") if key in stored}}
     if args.action == "versions":
         for item in values.get("core_memory_versions") or []:
             echo(f"{item['version']:>3}  turn {item['turn']:>4}  {item['reason']}")
