@@ -18,7 +18,14 @@ from typing import TypeAlias
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from personalab.graph.routing import after_generate, after_progress_parse, after_review, retrieval_paths
+from personalab.graph.routing import (
+    after_generate,
+    after_history_fetch,
+    after_progress_parse,
+    after_review,
+    after_write_back,
+    retrieval_paths,
+)
 from personalab.nodes.context import Context
 from personalab.nodes.director import director
 from personalab.nodes.end_turn import end_turn, releasing_on_failure
@@ -33,6 +40,7 @@ from personalab.nodes.review import review
 from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 from personalab.stores.outbox import resume_pending
+from personalab.stores.server_records import claim_server_records
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -58,7 +66,8 @@ for name, node in (
     builder.add_node(name, releasing_on_failure(node))
 
 builder.add_edge(START, "history_fetch")
-builder.add_edge("history_fetch", "memory_build")
+# a replayed run whose turn is done answers with the stored reply and ends (issue 27)
+builder.add_conditional_edges("history_fetch", after_history_fetch, ["memory_build", END])
 builder.add_edge("memory_build", "query_rewrite")
 # the director's searches run beside the memory retrieval (one superstep), generate waits for both
 builder.add_conditional_edges("query_rewrite", retrieval_paths, ["rag_retrieve", "director"])
@@ -67,7 +76,7 @@ builder.add_edge("director", "generate")
 builder.add_conditional_edges("generate", after_generate, ["progress_parse", "abort_turn"])
 builder.add_edge("abort_turn", "end_turn")
 builder.add_conditional_edges("progress_parse", after_progress_parse, ["write_back", "abort_turn"])
-builder.add_edge("write_back", "review")
+builder.add_conditional_edges("write_back", after_write_back, ["review", "end_turn"])
 builder.add_conditional_edges("review", after_review, ["maintenance", "end_turn"])
 builder.add_edge("maintenance", "end_turn")
 builder.add_edge("end_turn", END)
@@ -98,4 +107,6 @@ graph = compile_turn_graph()
 # package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
 # `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.
 if __name__ != "personalab.graph.graph":
+    # the server's own thread records are one data folder's (issue 27): refused before it serves another's
+    claim_server_records()
     start_warm_up()

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.director import is_stalled
 from personalab.nodes.state import TurnState
+
+
+def after_history_fetch(state: TurnState) -> str:
+    """A run replayed after its server was killed, whose turn is done, ends with the stored reply (issue 27)."""
+    return END if (state.get("debug") or {}).get("replayed_run") else "memory_build"
+
+
+def after_write_back(state: TurnState) -> str:
+    """A run resumed past its reply's commit stored nothing again: its review was queued with the reply."""
+    return "end_turn" if (state.get("debug") or {}).get("replayed_run") else "review"
 
 
 def retrieval_paths(state: TurnState, runtime: Runtime[Context]) -> list[str]:

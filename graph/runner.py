@@ -110,17 +110,23 @@ def run_turn(
     message: str,
     *,
     on_token: Callable[[str], None] | None = None,
+    run_id: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """One turn; `on_token` receives the reply's tokens as the model streams them. Returns the final state
     with `debug.timings_ms` (per node) and `debug.total_ms`. Bad input (unknown instance, empty message, …)
-    raises from the first node, before anything is written."""
+    raises from the first node, before anything is written. `run_id`: the run's identity (an idempotency key,
+    issue 27): a turn run again with it stores nothing twice and answers with the reply stored the first time."""
     # the extras are TurnInput's other fields (user_name, lines_before, …), None meaning "not given"
     given = {key: value for key, value in extra.items() if value is not None}
     payload = cast(TurnInput, {"instance_id": instance_id, "message": message, **given})
     timings: dict[str, float] = {}
     started = last = time.perf_counter()
     config = turn_config(instance_id)
+    if run_id is not None:
+        # beside where a served run's id is (`run_id`): LangGraph resumes a run whose `run_id` wrote the thread's
+        # last checkpoint mid-way, without the turn's input; a key of its own plays the turn from its start
+        config["configurable"]["run_key"] = run_id
     if on_token:
         # a callback, not the "messages" stream mode: that mode makes every node run in a worker thread so the
         # stream can be read while it runs, which costs the turn a thread hand-off per node

@@ -13,7 +13,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.events import take_prefetched_story
 from personalab.stores.history import get_path_ids
 from personalab.stores.vectors import chroma_path
-from personalab.stores.warmup import warm_up
+from personalab.stores.warmup import warm_up_or_why
 
 
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -33,8 +33,12 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}
     else:
-        warm_ms = warm_up(chroma_path())  # cold start: loads before the cap, which is for the search
-        found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
+        # cold start: loads before the cap, which is for the search
+        warm_ms, unavailable = warm_up_or_why(chroma_path())
+        if unavailable is not None:  # a stopped Chroma server: no layers this turn, said in the debug output
+            found, debug = None, {"status": unavailable, "ms": 0.0}
+        else:
+            found, debug = search_with_cap(search.run, ctx.rag_timeout_s)
         debug["source"] = "searched in the turn"
         debug["warm_up_ms"] = warm_ms
     debug["waited_for_writes_ms"] = waited_ms

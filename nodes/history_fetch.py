@@ -22,6 +22,7 @@ from personalab.nodes.rules.core_memory import LAST_TURNS
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.reply import format_reply
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
@@ -31,8 +32,8 @@ from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.branches import place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
-from personalab.stores.history import get_lines, get_path_ids
-from personalab.stores.saves import get_save, outline_of
+from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
+from personalab.stores.saves import get_save, outline_of, validate_line
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
 from personalab.stores.turns import (
@@ -41,6 +42,9 @@ from personalab.stores.turns import (
     last_turn_time,
     latest_story_state_id,
     release_turn_lock,
+    remember_run,
+    run_reply,
+    run_user_line,
     save_story_state,
 )
 from personalab.stores.vectors import chroma_path
@@ -75,6 +79,83 @@ def check_thread(instance_id: int) -> None:
             f"thread {thread_id} is not the thread of instance {instance_id}: run its turns on thread "
             f"{thread_id_for(instance_id)}"
         )
+
+
+def check_user_name(user_name: Any, max_chars: int) -> str | None:
+    """The user's display name for this turn (None: the default), or `InvalidInput`: a blank or overlong name
+    would otherwise be stored on the line and break the review's memory writes."""
+    if user_name is None:
+        return None
+    if not isinstance(user_name, str) or not user_name.strip():
+        raise InvalidInput("user_name is blank")
+    name = user_name.strip()
+    if len(name) > max_chars:
+        raise InvalidInput(f"user_name is {len(name)} characters, over the limit of {max_chars}")
+    return name
+
+
+MAX_RUN_KEY_CHARS = 200
+
+
+def run_key_of() -> str | None:
+    """The identity of the run playing this turn (issue 27): a served run's id (`configurable.run_id`, the same
+    when the server replays the run after a restart) or the key an in-process caller gave (`run_key`,
+    `graph.runner`)."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # called outside a graph run (a test of the node itself)
+        return None
+    key = configurable.get("run_key") or configurable.get("run_id")
+    if key is None or not str(key).strip():
+        return None
+    if len(str(key)) > MAX_RUN_KEY_CHARS:
+        raise InvalidInput(f"run_id is over the limit of {MAX_RUN_KEY_CHARS} characters")
+    return str(key)
+
+
+def replay_of(session: Session, instance_id: int, run_key: str) -> tuple[TurnUpdate | None, int | None]:
+    """For a run seen before (replayed after its server was killed): its answer when its turn is done, else the
+    user line it stored; (None, None) for a new run."""
+    replayed = run_user_line(session, instance_id, run_key)
+    if replayed is None:
+        return None, None
+    done = run_reply(session, instance_id, run_key)
+    if done is None:
+        return None, replayed
+    return replayed_answer(session, instance_id, replayed, done), replayed
+
+
+def replayed_answer(session: Session, instance_id: int, user_line_id: int, reply_line_id: int) -> TurnUpdate:
+    """What a replayed run answers when its turn is done: the stored reply and the story state it left, nothing
+    written (issue 27: a run replayed after a killed server must not play the turn again)."""
+    path = get_path_to_line(session, instance_id, reply_line_id)
+    ids = [line.id for line in path]
+    reply = [line.model_dump() for line in path[ids.index(user_line_id) + 1 :]]
+    segments = [
+        {key: line.get(key) for key in ("original_emotion", "content", "tts_content", "action_content")}
+        for line in reply
+    ]
+    row = branch_story_state(session, instance_id, [line_id for line_id in ids if line_id is not None])
+    kept = dict(row.state) if row is not None else {}
+    return cast(
+        TurnUpdate,
+        {
+            **kept,
+            "story_state_id": row.id if row is not None else None,
+            "user_line_id": user_line_id,
+            "reply": format_reply(segments),
+            "reply_lines": segments,
+            "lock_token": None,
+            "error": None,
+            "retrieved": [],
+            "memory_blocks": [],
+            "injected": {},
+            "director_events": None,
+            "prompt": [],
+            "review": None,
+            "debug": {"reset": True, "instance_id": instance_id, "replayed_run": {"reply_line_id": reply_line_id}},
+        },
+    )
 
 
 def seconds_since(moment: datetime | None) -> float | None:
@@ -168,6 +249,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         raise InvalidInput(f"instance_id must be an integer, got {instance_id!r}")
     check_thread(instance_id)
     reply_to, branch_from = check_branch_input(state)
+    replayed: int | None = None
     lines = (
         []
         if reply_to is not None
@@ -181,11 +263,22 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
     if user_name and lines:
         lines[-1]["display_name"] = user_name
+    run_key = run_key_of()
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
+        if run_key is not None:
+            with session_scope(ctx.database_url) as session:
+                answer, replayed = replay_of(session, instance_id, run_key)
+            if answer is not None:
+                release_turn_lock(instance_id, token, ctx.database_url)
+                return answer
+            if replayed is not None:  # stored, not answered: answer that line, never a second copy of it
+                reply_to, branch_from, lines = replayed, None, []
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
+            if run_key is not None and not replayed:
+                remember_run(session, instance_id, run_key, cast(int, written[-1].id))  # with the line, in its transaction
             sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
@@ -211,6 +304,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "story_state_id": None,  # until this turn's reply is stored
         "user_name": user_name,
         "lock_token": token,
+        "run_key": run_key,
         "character": character,
         "history": history,
         "user_line_id": written[-1].id,

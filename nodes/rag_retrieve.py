@@ -52,7 +52,7 @@ from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryRow, MemoryStore
 from personalab.stores.trigger_config import trigger_config_for_instance
 from personalab.stores.vectors import chroma_path
-from personalab.stores.warmup import warm_up
+from personalab.stores.warmup import warm_up_or_why
 from personalab.stores.worldbook import (
     knowledge_for_instance,
     knowledge_similarities,
@@ -346,9 +346,15 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
-    warm_ms = warm_up(chroma_path())
-    book, book_ms = prepare_worldbook(state["instance_id"], ctx)
-    found, debug = search_with_cap(lambda: gather(state, ctx, book), ctx.rag_timeout_s)
+    warm_ms, unavailable = warm_up_or_why(chroma_path())
+    found: Any
+    debug: dict[str, Any]
+    book_ms = 0.0
+    if unavailable is not None:  # a stopped Chroma server: no retrieval this turn, and the debug output says why
+        found, debug = [], {"status": unavailable, "ms": 0.0}
+    else:
+        book, book_ms = prepare_worldbook(state["instance_id"], ctx)
+        found, debug = search_with_cap(lambda: gather(state, ctx, book), ctx.rag_timeout_s)
     debug["waited_for_writes_ms"] = waited_ms
     debug["warm_up_ms"] = warm_ms
     debug["worldbook_prepare_ms"] = book_ms

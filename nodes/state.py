@@ -148,6 +148,9 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """State changes since the last core-memory maintenance (seed 002: 状态变化事件)."""
     lock_token: str | None
     """This turn's hold on the instance's turn lock; None once it is released."""
+    run_key: str | None
+    """The identity of the run playing the turn (issue 27: a served run's id): a run replayed after its server was
+    killed answers with what it stored instead of storing it twice."""
     story_state_id: int | None
     """The stored story state (`story_state` row) the kept fields are a copy of; None while a turn runs, until
     its reply is stored. A turn whose copy is not the instance's latest stored state takes the stored one."""

@@ -29,7 +29,15 @@ from personalab.stores.outbox import apply_soon, queue_writes, review_write, wri
 from personalab.stores.provenance import record_provenance
 from personalab.stores.saves import append_lines, get_save
 from personalab.stores.turn_tables import TurnRecord
-from personalab.stores.turns import holds_turn_lock, record_turn, release_turn_lock, save_story_state
+from personalab.stores.turns import (
+    branch_story_state,
+    holds_turn_lock,
+    record_turn,
+    release_turn_lock,
+    remember_run_reply,
+    run_reply,
+    save_story_state,
+)
 
 
 def reply_line_rows(segments: list[ReplySegment], character: Character) -> list[dict[str, Any]]:
@@ -48,6 +56,16 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     instance_id, token = state["instance_id"], state.get("lock_token") or ""
     character = state["character"]
     with session_scope(ctx.database_url) as session:
+        run_key = state.get("run_key")
+        stored = run_reply(session, instance_id, run_key)
+        if stored is not None:
+            # a run resumed (its server killed after the reply's commit): the reply is stored, never a second one
+            path = get_path_ids(session, instance_id)
+            row = branch_story_state(session, instance_id, path[: path.index(stored) + 1] if stored in path else [])
+            return {
+                "story_state_id": row.id if row is not None else None,
+                "debug": {"replayed_run": {"reply_line_id": stored}},
+            }
         # never two replies to one parent: the lock must still be ours and the leaf still our user line
         if not holds_turn_lock(session, instance_id, token):
             raise TurnLockLost(
@@ -73,6 +91,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         # what fed this reply (issue 23): one row with the reply, so it survives restarts and follows its branch
         line_ids = [int(line.id or 0) for line in written]
         record_provenance(session, instance_id, state["turn"], line_ids, reply_provenance(state))
+        remember_run_reply(session, instance_id, state.get("run_key"), written[-1].id)
         branch = get_path_ids(session, instance_id)  # root to this reply: the next turn's search is on it
         reply_lines = [
             {"id": line.id, "attribute": line.attribute, "content": line.content, "role_id": line.role_id}
@@ -86,7 +105,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         queue_writes(session, [review_write(stored_turn(state, written[-1].id))])
     failpoint("after_reply")  # fault tests: the reply and its queued writes are stored, nothing applied yet
     apply_soon(ctx.database_url, instance_id)
-    prefetched = prefetch_next_turn(state, ctx.stall_turns, branch, ctx.database_url)  # queued behind the event, so it sees it
+    prefetched = prefetch_next_turn(
+        state, ctx.stall_turns, branch, ctx.database_url
+    )  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {

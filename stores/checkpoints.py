@@ -106,15 +106,69 @@ def prune_after_turn(instance_id: int, url: str | None = None) -> None:
     run_in_background(prune_thread, thread_id_for(instance_id), url, checkpoint_file(), after_turn_of=instance_id)
 
 
+KEPT_FIELDS = (
+    "turn",
+    "plot_state",
+    "core_memory",
+    "core_memory_versions",
+    "relationship",
+    "worldbook_fired",
+    "state_events",
+)
+"""The story fields a stored turn keeps (nodes.state.STORY_FIELDS; stores cannot import the graph's state)."""
+
+
+def keep_story_states(saver: BaseCheckpointSaver, thread_id: str, url: str | None) -> int:
+    """Store the story state of each checkpoint of `thread_id` whose turn's reply has none (issue 27: a thread
+    from before story states were stored, where its checkpoints are the only record of each turn's state), at
+    that reply, before pruning deletes the checkpoint: a rewind to a line of those turns then finds its state.
+    Returns how many were stored."""
+    from personalab.stores.db import session_scope
+    from personalab.stores.turn_tables import StoryState, TurnRecord
+    from personalab.stores.turns import save_story_state
+    from sqlmodel import col, select
+
+    stored = 0
+    with session_scope(url) as session:
+        for item in saver.list({"configurable": {"thread_id": thread_id}}):
+            values = item.checkpoint.get("channel_values") or {}
+            instance_id, user_line_id, turn = values.get("instance_id"), values.get("user_line_id"), values.get("turn")
+            if not isinstance(instance_id, int) or not isinstance(user_line_id, int) or not turn:
+                continue
+            reply = session.exec(
+                select(TurnRecord.reply_line_id).where(
+                    col(TurnRecord.save_id) == instance_id,
+                    col(TurnRecord.user_line_id) == user_line_id,
+                    col(TurnRecord.turn) == turn,
+                    col(TurnRecord.status) == "ok",
+                    col(TurnRecord.reply_line_id).is_not(None),
+                )
+            ).first()
+            if reply is None:
+                continue
+            known = session.exec(
+                select(StoryState.id).where(
+                    col(StoryState.save_id) == instance_id, col(StoryState.reply_line_id) == reply
+                )
+            ).first()
+            if known is None:
+                kept = {name: values[name] for name in KEPT_FIELDS if name in values}
+                save_story_state(session, instance_id, int(turn), kept, reply)
+                stored += 1
+    return stored
+
+
 def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | None = None) -> int:
     """Delete every checkpoint of `thread_id` but the latest of each namespace, with their pending writes (and,
     on PostgreSQL, the blobs only they referenced). Returns how many checkpoints were deleted (-1: unknown, on
-    PostgreSQL). Safe while a run appends to the thread: the kept checkpoint is a whole state."""
+    PostgreSQL). Safe while a run appends to the thread: the kept checkpoint is a whole state. A checkpoint that
+    is the only record of a turn's story state is stored as that turn's state first (`keep_story_states`)."""
     conninfo = _postgres_conninfo(url or database_url())
     if conninfo:
         from langgraph.checkpoint.postgres import PostgresSaver
 
         with PostgresSaver.from_conn_string(conninfo) as saver:
+            keep_story_states(saver, thread_id, url)
             saver.prune([thread_id], strategy="keep_latest")
         return -1
     sqlite_file = sqlite_file or checkpoint_file()
@@ -124,6 +178,10 @@ def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | Non
     try:
         if not _sqlite_has_checkpoints(conn):
             return 0
+        if conn.execute("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)).fetchone()[0] > 1:
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            keep_story_states(SqliteSaver(conn), thread_id, url)
         conn.execute("BEGIN IMMEDIATE")
         deleted = conn.execute(
             "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id NOT IN"

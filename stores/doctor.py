@@ -8,6 +8,9 @@ Checks, one finding each:
   commit failed, or by an instance deleted while Chroma was down) and memories without a vector (a Chroma store
   lost or restored from an older backup). Repair: delete the orphans, embed the missing again.
 - **locks**: turn locks whose lease expired (a crashed holder; `stores.turns`). Repair: free them.
+- **duplicates**: user lines stored twice (issue 27: a run replayed by a restarted server before runs had an
+  identity): two user lines of one instance with the same text under the same parent. Reported with their ids, for
+  the operator to look at (an edit that kept the text makes such a pair too); never repaired.
 - **checkpoints**: per thread, its checkpoints and their bytes, and bytes per stored turn of its instance. More than
   one checkpoint in a thread can be pruned (only the latest is read); repair prunes them. Reported, never a problem.
 """
@@ -26,10 +29,11 @@ from personalab.stores.memory_index import collection_name
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.outbox import apply_pending, pending_summary
 from personalab.stores.outbox_tables import OutboxWrite
-from personalab.stores.tables import Save
+from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnLock, TurnRecord
 from personalab.stores.vectors import chroma_client, chroma_path
 from sqlalchemy import delete, func
+from sqlalchemy import select as sql_select
 from sqlmodel import col, select
 
 IN_FLIGHT_S = 60.0
@@ -218,6 +222,42 @@ def _when(epoch: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# duplicated user lines
+
+
+def _check_duplicates(report: Report, url: str | None) -> None:
+    with session_scope(url) as session:
+        groups = session.execute(  # six columns: SQLAlchemy's select (SQLModel's types take four)
+            sql_select(
+                col(Line.save_id),
+                col(Line.parent_line_id),
+                col(Line.content),
+                func.count(),
+                func.min(Line.id),
+                func.max(Line.id),
+            )
+            .where(col(Line.attribute) == "user")
+            .group_by(col(Line.save_id), col(Line.parent_line_id), col(Line.content))
+            .having(func.count() > 1)
+        ).all()
+    if not groups:
+        report.add("duplicates", "ok", "no user line stored twice")
+        return
+    for save_id, parent, content, count, first, last in groups:
+        text = str(content)
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        report.add(
+            "duplicates",
+            "problem",
+            f"instance {save_id}: the user line {shown!r} is stored {count} times under line {parent}"
+            f" (lines {first} … {last})",
+            instance_id=save_id,
+            parent_line_id=parent,
+            count=count,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
 # checkpoints
 
 
@@ -291,5 +331,6 @@ def diagnose(url: str | None = None, *, repair: bool = False, chroma: str | None
     _check_outbox(report, url)
     _check_vectors(report, url, path)
     _check_locks(report, url, repair)
+    _check_duplicates(report, url)
     _check_checkpoints(report, url, repair)
     return report

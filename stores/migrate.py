@@ -86,4 +86,33 @@ def upgrade(url: str | None = None, revision: str = "head") -> dict[str, Any]:
     finally:
         engine.dispose()
     _db.dispose_engines()  # engines opened before the upgrade must not keep an old view of the tables
+    if after == head():  # an older revision's tables are not today's: the story states wait for the head
+        keep_checkpointed_states(url)
     return {"before": before, "after": after, "stamped_baseline": stamped}
+
+
+def keep_checkpointed_states(url: str | None = None) -> int:
+    """After an upgrade (issue 27): the story state of each turn whose only record is a checkpoint (a version
+    from before story states were stored) is stored with its reply (`checkpoints.keep_story_states`), so the
+    instance list shows the turns, plot and last turn at once, not after the next turn. A checkpoint store that
+    cannot be read is logged and left to the turns' own pruning, which does the same."""
+    import logging
+
+    from personalab.stores.checkpoints import checkpoint_file, keep_story_states, open_checkpointer, thread_id_for
+    from personalab.stores.tables import Save
+    from sqlmodel import col, select
+
+    url = url or database_url()
+    if url.startswith("sqlite") and not checkpoint_file().exists():
+        return 0
+    try:
+        with _db.session_scope(url) as session:
+            instances = [int(i) for i in session.exec(select(Save.id).order_by(col(Save.id))).all() if i is not None]
+        kept = 0
+        with open_checkpointer(url) as saver:
+            for instance_id in instances:
+                kept += keep_story_states(saver, thread_id_for(instance_id), url)
+        return kept
+    except Exception as exc:  # noqa: BLE001 - the upgrade itself is done; the turns' pruning keeps them too
+        logging.getLogger(__name__).warning("story states of old checkpoints not kept: %s", exc)
+        return 0

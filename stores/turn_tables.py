@@ -59,3 +59,18 @@ class StoryState(SQLModel, table=True):
     state: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class TurnRun(SQLModel, table=True):
+    """The run that stored a user line (issue 27): a served run's id (`configurable.run_id`) or an in-process run's
+    key. A run replayed after its server was killed finds its user line here: answered, it answers with the stored
+    reply; not yet answered, it answers that line instead of storing the user's words a second time."""
+
+    __tablename__ = "turn_run"
+
+    save_id: int = Field(primary_key=True, foreign_key="save.id")
+    run_key: str = Field(primary_key=True, max_length=200)
+    user_line_id: int = Field(foreign_key="line.id")
+    # the reply's last line once the run stored it: a run resumed past its reply's commit does not store another
+    reply_line_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)

@@ -18,7 +18,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.saves import get_save
 from personalab.stores.sessions import current_session
 from personalab.stores.tables import Line, Save, utcnow
-from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord
+from personalab.stores.turn_tables import StoryState, TurnLock, TurnRecord, TurnRun
 from sqlalchemy import delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -320,3 +320,29 @@ def list_turn_locks(session: Session) -> list[dict[str, Any]]:
     """Every instance's turn lock as stored (`turn_lock_info`), by instance (`personalab locks list`)."""
     ids = session.exec(select(TurnLock.save_id).order_by(col(TurnLock.save_id))).all()
     return [info for save_id in ids if (info := turn_lock_info(session, save_id)) is not None]
+
+
+def run_user_line(session: Session, save_id: int, run_key: str) -> int | None:
+    """The user line the run `run_key` stored on the instance, None for a run not seen before (issue 27)."""
+    row = session.get(TurnRun, (save_id, run_key))
+    return row.user_line_id if row is not None else None
+
+
+def remember_run(session: Session, save_id: int, run_key: str, user_line_id: int) -> None:
+    """Record that the run `run_key` stored `user_line_id`, in the transaction that stores the line."""
+    session.add(TurnRun(save_id=save_id, run_key=run_key, user_line_id=user_line_id))
+    session.flush()
+
+
+def run_reply(session: Session, save_id: int, run_key: str | None) -> int | None:
+    """The last line of the reply the run `run_key` stored, None when it stored none (or has no identity)."""
+    row = session.get(TurnRun, (save_id, run_key)) if run_key else None
+    return row.reply_line_id if row is not None else None
+
+
+def remember_run_reply(session: Session, save_id: int, run_key: str | None, reply_line_id: int | None) -> None:
+    """Record the reply the run `run_key` stored, in the reply's transaction."""
+    row = session.get(TurnRun, (save_id, run_key)) if run_key else None
+    if row is not None:
+        row.reply_line_id = reply_line_id
+        session.add(row)

@@ -15,6 +15,7 @@ from typing import Any
 import chromadb
 from chromadb.config import Settings as ChromaSettings
 from langchain_chroma import Chroma
+from personalab.nodes.rules.errors import StoreUnavailable
 from personalab.stores.config import data_dir
 from personalab.stores.embeddings import get_embeddings
 from personalab.stores.settings import settings
@@ -35,8 +36,68 @@ def _one_maker(*key: Any) -> threading.Lock:
 def _client(path: str | None, host: str | None, port: int) -> Any:
     options = ChromaSettings(anonymized_telemetry=False)
     if host:
-        return chromadb.HttpClient(host=host, port=port, settings=options)
-    return chromadb.PersistentClient(path=path or str(data_dir() / "chroma"), settings=options)
+        try:
+            return chromadb.HttpClient(host=host, port=port, settings=options)
+        except Exception as exc:  # noqa: BLE001 - the client connects on creation: a stopped server is one line
+            raise chroma_unavailable(host, port, exc) from exc
+    where = path or str(data_dir() / "chroma")
+    try:
+        return chromadb.PersistentClient(path=where, settings=options)
+    except Exception as exc:
+        # Chroma keeps the half-made system of a failed client per folder: forget it, so the next attempt (room on
+        # the disk again) makes a new one instead of failing on the broken one ("could not connect to tenant")
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        SharedSystemClient._identifier_to_system.pop(where, None)  # noqa: SLF001 - no public way per folder
+        unavailable = chroma_store_error(where, exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
+
+
+EMBEDDED_UNAVAILABLE = {
+    "disk is full": "cannot be written: the disk is full",
+    "no space left": "cannot be written: the disk is full",
+    "readonly database": "cannot be written: it is read-only",
+    "read-only file system": "cannot be written: it is read-only",
+    "permission denied": "cannot be opened: permission denied",
+    "unable to open database": "cannot be opened",
+}
+
+
+def chroma_store_error(path: str, exc: BaseException) -> StoreUnavailable | None:
+    """An embedded Chroma store that cannot be opened or written (a full disk, a read-only folder: issue 27) as
+    one line naming the folder and why; None for any other error."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    what = next((why for text, why in EMBEDDED_UNAVAILABLE.items() if text in said.lower()), None)
+    if what is None:
+        return None
+    return StoreUnavailable(f"the Chroma store {path} {what} ({said})")
+
+
+def chroma_unavailable(host: str, port: int, exc: BaseException) -> StoreUnavailable:
+    """A stopped or unreachable Chroma server as the project's one-line error naming the server (issue 27): the
+    client raises a bare ValueError on creation and httpx errors on each call."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return StoreUnavailable(f"the Chroma server {host}:{port} cannot be reached ({said})")
+
+
+def chroma_error(exc: BaseException) -> StoreUnavailable | None:
+    """`chroma_unavailable` for an error of a call to the configured Chroma server that could not reach it (a
+    connection refused, reset or timed out), None for anything else (embedded Chroma, a bad request)."""
+    current = settings()
+    if not current.chroma_host:
+        return None
+    import httpx
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StoreUnavailable):
+            return seen
+        if isinstance(seen, httpx.TransportError) or "could not connect to a chroma server" in str(seen).lower():
+            return chroma_unavailable(current.chroma_host, current.chroma_port, seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def chroma_path() -> str:
@@ -61,8 +122,20 @@ def get_collection(name: str, path: str | None = None) -> Chroma:
         return _collection(name, store, host)
 
 
-@lru_cache(maxsize=256)
 def _collection(name: str, path: str | None, host: str | None) -> Chroma:
+    try:
+        return _made_collection(name, path, host)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:
+        unavailable = chroma_error(exc) if host else chroma_store_error(path or chroma_path(), exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
+
+
+@lru_cache(maxsize=256)
+def _made_collection(name: str, path: str | None, host: str | None) -> Chroma:
     return Chroma(
         collection_name=name,
         embedding_function=get_embeddings(),

@@ -100,6 +100,19 @@ def warm_up(chroma: str | None = None) -> float:
     return round((time.perf_counter() - started) * 1000, 1)
 
 
+def warm_up_or_why(chroma: str | None = None) -> tuple[float, str | None]:
+    """`warm_up`, and why the store cannot be searched when its Chroma server is down (issue 27): None when all
+    loaded. The turn then goes on without retrieval and says so, as it does when the search overruns its cap."""
+    from personalab.nodes.rules.errors import StoreUnavailable
+
+    started_at = time.perf_counter()
+    try:
+        return warm_up(chroma), None
+    except StoreUnavailable as exc:
+        waited = round((time.perf_counter() - started_at) * 1000, 1)
+        return waited, f"unavailable ({exc}): the turn goes on without retrieved memory"
+
+
 def started(chroma: str | None = None) -> bool:
     """Whether a warm-up for the store at `chroma` was started (or done) in this process."""
     return f"chroma:{chroma}" in _started or ("models" in _loaded and (chroma is None or f"chroma:{chroma}" in _loaded))
@@ -117,8 +130,12 @@ def warm_up_async(chroma: str | None = None) -> None:
         _started.add(key)
 
     def run() -> None:
+        from personalab.nodes.rules.errors import StoreUnavailable
+
         try:
             warm_up(chroma)
+        except StoreUnavailable as exc:  # a stopped Chroma server: the turn says so itself, once
+            log.info("warm-up failed: %s", exc)
         except Exception as exc:  # noqa: BLE001 - a warm-up must never fail anything; the turn will see it
             log.warning("warm-up failed: %s", exc)
 

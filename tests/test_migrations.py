@@ -114,6 +114,14 @@ def test_an_old_database_upgrades_and_keeps_every_row(
     code, out, _ = cli(capsys, "db", "upgrade")
     assert code == 0 and "up to date" in out
 
+    # the foreign keys are a fresh database's (issue 27: SQLite's turn_record lacked session_id's)
+    engine = _engine(db_url)
+    try:
+        keys = inspect(engine).get_foreign_keys("turn_record")
+    finally:
+        engine.dispose()
+    assert any(key["constrained_columns"] == ["session_id"] and key["referred_table"] == "play_session" for key in keys)
+
     # the current code reads the old rows
     with session_scope(db_url) as session:
         history = get_chat_history(session, 1)

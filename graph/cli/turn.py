@@ -89,7 +89,9 @@ def play_turn(graph: Any, ctx: Any, instance_id: int, message: str, *, as_json: 
     print()
     echo(f"  — {state.get('model')}")
     notice = retrieval_notice(state)
-    if notice:
+    if notice and notice.startswith("retrieval unavailable"):  # a stopped Chroma server (issue 27): to stderr
+        echo(f"personalab: {notice}", file=sys.stderr)
+    elif notice:
         echo(f"  — {notice}")
     if state.get("error"):
         echo(f"personalab: turn failed: {state['error']} (your message is kept; try again)", file=sys.stderr)

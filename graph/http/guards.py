@@ -11,10 +11,13 @@
   `/internal/truncate` (erase every thread, run and checkpoint), `/internal/debug/thread/{id}` (any thread's raw
   record) and `/deploy` outside its auth. With auth on they are a 404 for every caller: no user empties or reads
   another's threads through them. Without auth (the local operator) they stay as the server made them.
+- **The server's metrics** (`/metrics`, served by LangGraph outside its auth): with auth on, a 401 without a valid
+  token (issue 27: run counts and worker figures are the operator's, not the internet's).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Annotated, Any
@@ -22,7 +25,8 @@ from typing import Annotated, Any
 from fastapi import Path, Query, Request, Response
 from fastapi.routing import APIRoute
 from personalab.graph.api.schemas.common import INTEGER_MAX
-from personalab.graph.http.users import auth_enabled
+from personalab.graph.http.users import Unauthenticated, auth_enabled, verify
+from personalab.nodes.rules.errors import PersonaLabError
 
 MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
 """A JSON body of a PersonaLab route (a background with its texts at their limits, a knowledge entry, ...)."""
@@ -31,6 +35,8 @@ MAX_CHARACTER_BODY_BYTES = 16 * 1024 * 1024
 BODY_LIMIT_KEY = "x-max-body-bytes"
 """A route's own JSON body limit, in its `openapi_extra` (shown in the OpenAPI description)."""
 DEV_ROUTE_PREFIXES = ("/internal/", "/deploy")
+TOKEN_ROUTES = ("/metrics", "/metrics/")
+"""The server's meta routes outside its auth that need a token when auth is on."""
 
 PathId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 QueryId = Annotated[int | None, Query(ge=0, le=INTEGER_MAX)]
@@ -102,6 +108,11 @@ class DevRoutesGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = str(scope.get("path", ""))
+        if scope.get("type") == "http" and path in TOKEN_ROUTES and auth_enabled():
+            refused = await _refusal(scope)
+            if refused is not None:
+                await _answer(send, *refused)
+                return
         if scope.get("type") not in ("http", "websocket") or not path.startswith(DEV_ROUTE_PREFIXES):
             await self.app(scope, receive, send)
             return
@@ -111,7 +122,26 @@ class DevRoutesGuard:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        data = json.dumps({"detail": f"{path} does not exist on this server", "error": "NotFound"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        await _answer(send, 404, f"{path} does not exist on this server", "NotFound")
+
+
+async def _refusal(scope: Scope) -> tuple[int, str, str] | None:
+    """Why a request to a token route is refused (status, detail, error), None when its token is good."""
+    headers = dict(scope.get("headers") or [])
+    authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+    try:
+        await asyncio.to_thread(verify, authorization)
+    except Unauthenticated as exc:
+        return 401, str(exc), "Unauthenticated"
+    except PersonaLabError as exc:  # a bad auth setting: the server's fault, said without the secret
+        return 500, str(exc), "ConfigError"
+    return None
+
+
+async def _answer(send: Send, status: int, detail: str, error: str) -> None:
+    data = json.dumps({"detail": detail, "error": error}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})

@@ -30,6 +30,8 @@ LOCAL_USER = "local"
 """The identity of every request when `PERSONALAB_AUTH=none` (its `owner` is None: the operator's)."""
 MAX_USER_CHARS = 200
 JWKS_ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256"]
+NUMERIC_CLAIMS = ("exp", "nbf", "iat")
+"""A JWT's time claims: JSON numbers of seconds (RFC 7519 NumericDate), never strings."""
 _USER = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
 
@@ -54,7 +56,10 @@ def bearer(authorization: str | None) -> str:
 def _user(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_USER_CHARS or not _USER.match(value):
         raise Unauthenticated(f"{where} does not name a user")
-    return value.strip()
+    if value != value.strip():
+        # " alice" is not alice: a trimmed name would let an issuer's other subject act as her (issue 27)
+        raise Unauthenticated(f"{where} does not name a user (it has spaces around the name)")
+    return value
 
 
 @lru_cache(maxsize=8)
@@ -118,6 +123,11 @@ def verify_jwt(credential: str, config: Settings) -> str:
         raise Unauthenticated("the token's signing key is not in the JWKS") from None
     except jwt.InvalidTokenError:
         raise Unauthenticated("the token is not valid (signature or format)") from None
+    for claim in NUMERIC_CLAIMS:
+        # PyJWT reads int("9999999999") too: a time claim that is not a JSON number is refused (RFC 7519 NumericDate)
+        value = claims.get(claim)
+        if claim in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise Unauthenticated(f"the token's claim {claim!r} is not a number (NumericDate)")
     return _user(claims.get(config.jwt_user_claim), f"the token's claim {config.jwt_user_claim!r}")
 
 

@@ -1,0 +1,155 @@
+"""A killed server replays turns (issue 27, found as an operator would): `langgraph dev` killed under load and
+restarted runs its unfinished runs again. A run carries an identity (a served run's `configurable.run_id`, an
+in-process run's key) that its stored user line keeps (`turn_run`), so a replayed run finds its turn done and
+answers with the stored reply, or, when only the user line was stored, answers that line: never a user line stored
+twice, never a second different reply. `doctor` reports duplicated user lines. Real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import cli
+from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
+from personalab.nodes import generate as generate_node
+from personalab.nodes import write_back as write_back_node
+from personalab.nodes.context import Context
+from personalab.stores.db import session_scope
+from personalab.stores.tables import Line
+from personalab.stores.turn_tables import TurnRecord
+from personalab.stores.turns import release_held_lock
+from sqlmodel import col, select
+
+
+def lines_of(url: str, instance: int) -> list[Line]:
+    with session_scope(url) as s:
+        return list(s.exec(select(Line).where(Line.save_id == instance).order_by(col(Line.id))).all())
+
+
+def answered(url: str, instance: int) -> list[TurnRecord]:
+    with session_scope(url) as s:
+        rows = s.exec(select(TurnRecord).where(TurnRecord.save_id == instance, TurnRecord.status == "ok")).all()
+        return list(rows)
+
+
+def test_a_run_played_again_answers_with_its_stored_reply(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        first = run_turn(graph, ctx, instance, "我们去北边的废墟看看。", run_id="run-1")
+        assert run_turn(graph, ctx, instance, "我们去北边的废墟看看。", run_id="run-1")["reply"] == first["reply"]
+        second = run_turn(graph, ctx, instance, "那就出发。", run_id="run-2")
+        assert second["turn"] == 2
+        # replayed after another run wrote the checkpoint: the turn is found done by its run's identity
+        again = run_turn(graph, ctx, instance, "我们去北边的废墟看看。", run_id="run-1")
+        assert again["debug"].get("replayed_run")
+        assert again["reply"] == first["reply"] and again["reply_lines"] == first["reply_lines"]
+        assert again["turn"] == 1 and again["plot_state"] == first["plot_state"]
+        users = [line for line in lines_of(db_url, instance) if line.attribute == "user"]
+        assert [line.content for line in users] == ["我们去北边的废墟看看。", "那就出发。"]
+        assert len(answered(db_url, instance)) == 2
+        # the next run goes on from the story's latest state, not the replayed answer's
+        third = run_turn(graph, ctx, instance, "我们去北边的废墟看看。", run_id="run-3")
+        assert third["turn"] == 3 and not third["debug"].get("replayed_run")
+        assert len([line for line in lines_of(db_url, instance) if line.attribute == "user"]) == 3
+
+
+def test_a_run_killed_after_its_reply_was_stored_answers_with_it(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server dies after the reply was stored, before the run ended (its client may have seen the reply)."""
+    instance = create_sample_instance(db_url)
+
+    def die(name: str) -> None:
+        if name == "after_reply":
+            raise SystemExit("killed")  # the process ends here: nothing after the reply's commit runs
+
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        monkeypatch.setattr(write_back_node, "failpoint", die)
+        with pytest.raises(SystemExit):
+            run_turn(graph, ctx, instance, "你还记得那座桥吗？", run_id="served-run-7")
+        monkeypatch.undo()
+        stored = [line for line in lines_of(db_url, instance) if line.attribute == "assistant"]
+        again = run_turn(graph, ctx, instance, "你还记得那座桥吗？", run_id="served-run-7")
+        assert again["reply"] and [segment["content"] for segment in again["reply_lines"]] == [
+            line.content for line in stored
+        ]
+        all_lines = lines_of(db_url, instance)
+        assert [line.content for line in all_lines if line.attribute == "user"] == ["你还记得那座桥吗？"]
+        assert len([line for line in all_lines if line.attribute == "assistant"]) == len(stored)
+        assert len(answered(db_url, instance)) == 1
+        following = run_turn(graph, ctx, instance, "走吧。")
+        assert following["turn"] == 2
+
+
+def test_a_served_run_resumed_past_its_reply_stores_no_second_reply(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served run's id (`configurable.run_id`): LangGraph resumes the run from the checkpoint it left, past the
+    nodes that ran; its write_back finds the reply stored by the run and stores none."""
+    instance = create_sample_instance(db_url)
+
+    def die(name: str) -> None:
+        if name == "after_reply":
+            raise SystemExit("killed")
+
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        config: Any = {"configurable": {**turn_config(instance)["configurable"], "run_id": "served-run-9"}}
+        payload: Any = {"instance_id": instance, "message": "火快灭了。"}
+        monkeypatch.setattr(write_back_node, "failpoint", die)
+        with pytest.raises(SystemExit):
+            for _ in graph.stream(payload, config, context=ctx, durability="exit"):
+                pass
+        monkeypatch.undo()
+        release_held_lock(instance, db_url)  # as the runner does for a run that raised
+        stored = [line.content for line in lines_of(db_url, instance) if line.attribute == "assistant"]
+        for _ in graph.stream(payload, config, context=ctx, durability="exit"):
+            pass
+        all_lines = lines_of(db_url, instance)
+        assert [line.content for line in all_lines if line.attribute == "user"] == ["火快灭了。"]
+        assert [line.content for line in all_lines if line.attribute == "assistant"] == stored
+        assert len(answered(db_url, instance)) == 1
+        assert run_turn(graph, ctx, instance, "添点柴。")["turn"] == 2
+
+
+def test_a_run_killed_before_its_reply_answers_its_stored_line_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = create_sample_instance(db_url)
+
+    def die(name: str) -> None:
+        if name == "before_model":
+            raise SystemExit("killed")
+
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        monkeypatch.setattr(generate_node, "failpoint", die)
+        with pytest.raises(SystemExit):
+            run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
+        monkeypatch.undo()
+        again: dict[str, Any] = run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
+        assert again["reply"] and again["turn"] == 1
+        users = [line for line in lines_of(db_url, instance) if line.attribute == "user"]
+        assert [line.content for line in users] == ["天快黑了。"]
+        assert len(answered(db_url, instance)) == 1
+        third = run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
+        assert third["reply"] == again["reply"]
+
+
+def test_doctor_reports_a_user_line_stored_twice(
+    db_url: str, data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a server without run identities left it: the same user line twice under one parent, each answered."""
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        run_turn(graph, ctx, instance, "你好，雷娜。")
+        code, out, _ = cli(capsys, "doctor", "--json")
+        assert not [f for f in json.loads(out)["findings"] if f["check"] == "duplicates" and f["status"] == "problem"]
+        (user,) = [line for line in lines_of(db_url, instance) if line.attribute == "user"]
+        with session_scope(db_url) as session:
+            session.add(
+                Line(save_id=instance, attribute="user", content=user.content, parent_line_id=user.parent_line_id)
+            )
+    code, out, _ = cli(capsys, "doctor", "--json")
+    report = json.loads(out)
+    (found,) = [f for f in report["findings"] if f["check"] == "duplicates" and f["status"] == "problem"]
+    assert code == 1 and f"instance {instance}" in found["message"] and "stored 2 times" in found["message"]
