@@ -33,7 +33,7 @@ from personalab.stores.branches import place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
-from personalab.stores.saves import get_save, outline_of, validate_line
+from personalab.stores.saves import get_save, outline_of
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
 from personalab.stores.turns import (
@@ -79,19 +79,6 @@ def check_thread(instance_id: int) -> None:
             f"thread {thread_id} is not the thread of instance {instance_id}: run its turns on thread "
             f"{thread_id_for(instance_id)}"
         )
-
-
-def check_user_name(user_name: Any, max_chars: int) -> str | None:
-    """The user's display name for this turn (None: the default), or `InvalidInput`: a blank or overlong name
-    would otherwise be stored on the line and break the review's memory writes."""
-    if user_name is None:
-        return None
-    if not isinstance(user_name, str) or not user_name.strip():
-        raise InvalidInput("user_name is blank")
-    name = user_name.strip()
-    if len(name) > max_chars:
-        raise InvalidInput(f"user_name is {len(name)} characters, over the limit of {max_chars}")
-    return name
 
 
 MAX_RUN_KEY_CHARS = 200
