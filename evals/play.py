@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
-from personalab.evals.scenario import Scenario, Step, expand_turns
 from personalab.evals.report import PROCESS
+from personalab.evals.scenario import Scenario, Step, expand_turns
 from personalab.evals.via import Turns
 from personalab.graph.runner import load_sample
 from personalab.nodes.rules.plot import extract_progress

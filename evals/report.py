@@ -103,7 +103,11 @@ def turn_time(results: Iterable[dict[str, Any]]) -> dict[str, Any]:
     def cell(values: list[float]) -> dict[str, float] | None:
         if not values:
             return None
-        return {"turns": len(values), "p50": round(percentile(values, 0.5), 1), "p95": round(percentile(values, 0.95), 1)}
+        return {
+            "turns": len(values),
+            "p50": round(percentile(values, 0.5), 1),
+            "p95": round(percentile(values, 0.95), 1),
+        }
 
     extra = [p - g for p, g in zip(process, graph, strict=True)] if len(process) == len(graph) else []
     return {"graph": cell(graph), "process": cell(process), "process_over_graph": cell(extra)}
