@@ -153,8 +153,8 @@ class CliTurns:
             problem = self.err.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             raise RuntimeError(f"personalab turn exited with code {code}: {problem[-1] if problem else text[:300]}")
         state.setdefault("retrieved", state.get("retrieved_events"))  # the command's name for the state's field
-        debug = state.get("debug") if isinstance(state.get("debug"), dict) else {}
-        state["debug"] = {**debug, "process_ms": process_ms}
+        debug = state.get("debug")
+        state["debug"] = {**(debug if isinstance(debug, dict) else {}), "process_ms": process_ms}
         return state
 
     def rss_mb(self) -> float:
