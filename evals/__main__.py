@@ -19,6 +19,7 @@ from personalab.evals import (
     bench_worldbook,
     convert,
     locomo,
+    paraphrase_cn,
     probes_cn,
     runs,
     suite,
@@ -105,6 +106,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     probes.add_argument("--data-dir", help="build the memory store here (default: a temporary directory)")
     probes.set_defaults(handler=probes_cn.run)
+    paraphrase = kinds.add_parser(
+        "paraphrase-cn",
+        help="hit@1/3 and R@5/10 on Chinese paraphrase probes: the seed's additive ranking, the gated one, the dense encoder",
+    )
+    paraphrase.add_argument("path", help="the probes file (tests/fixtures/paraphrase_cn.json)")
+    paraphrase.add_argument("--data-dir", help="build the memory store here (default: a temporary directory)")
+    paraphrase.add_argument("--verbose", action="store_true", help="each question a way missed in its top 3")
+    paraphrase.set_defaults(handler=paraphrase_cn.run)
     runs.register(kinds)
     convert.register(kinds)
     suite.register(kinds)

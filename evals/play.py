@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
+from personalab.evals.report import PROCESS
 from personalab.evals.scenario import Scenario, Step, expand_turns
 from personalab.evals.via import Turns
 from personalab.graph.runner import load_sample
@@ -317,6 +318,8 @@ def _one_turn(
     for node, ms in timings.items():
         result["timings_ms"].setdefault(node, []).append(ms)
     result["timings_ms"].setdefault("total", []).append(debug.get("total_ms", 0.0))
+    if "process_ms" in debug:  # --via cli: the whole `personalab turn` process, start-up included (issue 29)
+        result["timings_ms"].setdefault(PROCESS, []).append(debug["process_ms"])
     whole = "\n".join(str(m.get("content", "")) for m in prompt)
     for index, secret in enumerate(scenario.secrets):
         if secret.instance != log.number and _contains(whole, secret.needle):
@@ -359,6 +362,7 @@ def _one_turn(
             "marker": bool((debug.get("progress") or {}).get("markers")),
             "rss_mb": turns.rss_mb(),
             "total_ms": debug.get("total_ms", 0.0),
+            "process_ms": debug.get("process_ms"),
         }
     )
 

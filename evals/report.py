@@ -3,7 +3,8 @@
 Per scenario and overall: probe hit rate by distance between the fact and its probe (turns); secrets leaked
 (goal 0); memories of another instance retrieved (goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
 markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
-history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns.
+history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns; per turn the graph's time beside
+the whole process's (--via cli).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ NO_SOURCE = "no source"  # the phrase was never said before the probe (world boo
 GOAL_HIT_RATE = 0.8
 GOAL_LATENCY_MS = 100.0  # seed 002 技术约束: a turn without the model's time, p95
 MODEL_NODE = "generate"
+PROCESS = "process"  # the timings key of the whole turn process's wall time (--via cli, issue 29)
 CJK_FONTS = ("Noto Sans CJK", "Noto Sans SC", "Source Han Sans", "WenQuanYi", "SimHei", "Microsoft YaHei", "PingFang")
 
 
@@ -87,6 +89,30 @@ def latency(results: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
+def turn_time(results: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Per turn, the graph's own time and (--via cli) the whole `personalab turn` process's wall time, start-up and
+    imports included (issue 29: a one-shot turn costs what its process costs, not what its graph costs): p50 / p95
+    of each, and the process's extra time over the graph's; `process` is None where the turns ran in one process."""
+    graph: list[float] = []
+    process: list[float] = []
+    for result in results:
+        timings = result.get("timings_ms") or {}
+        graph.extend(float(v) for v in timings.get("total") or [])
+        process.extend(float(v) for v in timings.get(PROCESS) or [])
+
+    def cell(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None
+        return {
+            "turns": len(values),
+            "p50": round(percentile(values, 0.5), 1),
+            "p95": round(percentile(values, 0.95), 1),
+        }
+
+    extra = [p - g for p, g in zip(process, graph, strict=True)] if len(process) == len(graph) else []
+    return {"graph": cell(graph), "process": cell(process), "process_over_graph": cell(extra)}
+
+
 def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
     series = [row for rows in (result.get("series") or {}).values() for row in rows]
     prompt_tokens = [row["prompt_tokens"] for row in series]
@@ -115,6 +141,7 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         },
         "rss_mb": {"first": rss[0] if rss else 0, "last": rss[-1] if rss else 0, "max": max(rss, default=0)},
         "retrieval_timeouts": result.get("retrieval_timeouts", 0),
+        "turn_time_ms": turn_time([result]),
         "judge": _judge_summary(result.get("judge") or []),
         "wall_s": result.get("wall_s"),
     }
@@ -196,6 +223,7 @@ def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "history_tokens_max": max(history, default=0),
         "retrieval_timeouts": sum(r.get("retrieval_timeouts", 0) for r in results),
         "latency_ms": latency(results),
+        "turn_time_ms": turn_time(results),
         "replies": replies(results),
         "judge": _judge_summary([j for r in results for j in r.get("judge") or []]),
     }
@@ -378,6 +406,20 @@ def markdown(
     ]
     for node, cell in total["latency_ms"].items():
         lines.append(f"| {node} | {cell['runs']} | {cell['p50']} | {cell['p95']} |")
+    lines += [
+        "",
+        "## Time per turn: the graph's and the whole process's (ms)",
+        "",
+        "The process's time is what a user of `personalab turn` waits for (--via cli: interpreter start-up, imports "
+        "and the graph); it is – where the turns ran in one process.",
+        "",
+        "| figure | turns | p50 | p95 |",
+        "| --- | --- | --- | --- |",
+    ]
+    names = {"graph": "graph (the turn's total)", "process": "whole process", "process_over_graph": "process − graph"}
+    for key, name in names.items():
+        c = total["turn_time_ms"][key]
+        lines.append(f"| {name} | {c['turns']} | {c['p50']:,} | {c['p95']:,} |" if c else f"| {name} | – | – | – |")
     lines += [
         "",
         "## Prompt size against the whole history",

@@ -6,7 +6,8 @@ every way a turn is played), each giving the turn's final state (reply, `prompt`
   turn queued are flushed after it.
 - `cli`: each turn is a new `personalab turn --json` process, the console script beside this interpreter, with the
   scenario's data folder, model and retrieval cap in its environment (`PERSONALAB_DATA_DIR`, `PERSONALAB_LLM`,
-  `PERSONALAB_RAG_TIMEOUT`), as a user would run it; the state is the command's JSON.
+  `PERSONALAB_RAG_TIMEOUT`), as a user would run it; the state is the command's JSON, with the whole process's wall
+  time (start-up and imports included, issue 29) as `debug.process_ms` beside the graph's `debug.total_ms`.
 - `served`: `langgraph dev` on the scenario's data folder (evals.served.graph_server); each turn is a run on the
   instance's thread (uuid5 of the instance) through the LangGraph SDK, streamed in the `updates` mode (which nodes
   ran, and when: the served state has no per-node timings), then the thread's state is read.
@@ -125,6 +126,7 @@ class CliTurns:
         return [*argv, "--", step.message]
 
     def send(self, instance_id: int, step: Step, user_name: str | None) -> dict[str, Any]:
+        started = time.perf_counter()
         with self.out.open("wb") as out, self.err.open("wb") as err:
             # a session of its own: a terminal's Ctrl-C stops the scenario between turns (the worker's flag), not
             # in the middle of one
@@ -139,6 +141,8 @@ class CliTurns:
             # wait4, not wait: the turn process's own peak memory
             _pid, status, usage = os.wait4(process.pid, 0)
             process.returncode = code = os.waitstatus_to_exitcode(status)
+        # what a user waits for (issue 29): the graph's own total leaves out the interpreter's start-up and imports
+        process_ms = round((time.perf_counter() - started) * 1000, 2)
         self._rss = round(usage.ru_maxrss / 1024, 1)
         text = self.out.read_text(encoding="utf-8", errors="replace")
         try:
@@ -149,6 +153,8 @@ class CliTurns:
             problem = self.err.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             raise RuntimeError(f"personalab turn exited with code {code}: {problem[-1] if problem else text[:300]}")
         state.setdefault("retrieved", state.get("retrieved_events"))  # the command's name for the state's field
+        debug = state.get("debug")
+        state["debug"] = {**(debug if isinstance(debug, dict) else {}), "process_ms": process_ms}
         return state
 
     def rss_mb(self) -> float:

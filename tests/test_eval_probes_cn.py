@@ -88,3 +88,48 @@ def test_the_shipped_labels_cover_at_least_100_questions_once_each() -> None:
     for item in data["labels"]:
         assert re.fullmatch(r"[0-9a-f]{10}", item["question_sha1"])
         assert item["evidence"] and all(re.fullmatch(r"2023-\d\d-\d\d#\d+", e) for e in item["evidence"])
+
+
+PARAPHRASE = Path(__file__).parent / "fixtures" / "paraphrase_cn.json"
+PARAPHRASE_ROW = r"\s+(\d+)" + r"\s+(\d\.\d{3})" * 4 + r"\s+[\d.]+\s+[\d.]+$"
+
+
+def _paraphrase_file(tmp_path: Path, answer: str = "b") -> str:
+    memories = [
+        {"id": "a", "content": "我们在废弃加油站找到了一罐黄桃罐头", "importance": 0.9, "turn": 9},
+        {"id": "b", "content": "阿杰对猫毛过敏，一靠近猫就打喷嚏", "importance": 0.1, "turn": 1},
+        {"id": "c", "content": "营地的规矩是天黑以后不许单独出门", "importance": 0.8, "turn": 8},
+    ]
+    probes = [{"question": "他对什么动物过敏？", "answer": answer}, {"question": "吃到了什么甜的东西？", "answer": "a"}]
+    path = tmp_path / "paraphrase.json"
+    data = {"format": "personalab.paraphrase-cn", "memories": memories, "probes": probes}
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def test_paraphrase_probes_compare_the_seed_sum_the_gated_ranking_and_the_dense_encoder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # issue 29: the three rankings of the same memories, asked the same questions, in one run
+    code, out, err = cli(capsys, "eval", "paraphrase-cn", _paraphrase_file(tmp_path), "--data-dir", str(tmp_path / "d"))
+    assert code == 0, err
+    rows = {way: re.search(rf"^\s+{way}" + PARAPHRASE_ROW, out, re.M) for way in ("seed sum", "gated", "dense")}
+    for way, row in rows.items():
+        assert row is not None, (way, out)
+        n, *figures = row.groups()
+        assert n == "2" and all(0.0 <= float(f) <= 1.0 for f in figures)
+        assert float(figures[-1]) == 1.0  # three memories: every answer is in the first ten
+
+
+def test_a_paraphrase_probe_naming_no_memory_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = cli(capsys, "eval", "paraphrase-cn", _paraphrase_file(tmp_path, answer="zz"))
+    assert code == 2 and "probe 1 names no memory of the file: 'zz'" in one_line(err)
+
+
+def test_the_shipped_paraphrase_probes_ask_about_thirty_memories() -> None:
+    data = json.loads(PARAPHRASE.read_text(encoding="utf-8"))
+    ids = {m["id"] for m in data["memories"]}
+    assert len(ids) == len(data["memories"]) == 30
+    assert len(data["probes"]) == 30 and {p["answer"] for p in data["probes"]} == ids

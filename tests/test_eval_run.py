@@ -610,3 +610,12 @@ def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
     assert scenario["secrets"] == {"said": 1, "leaked": 0}
     assert scenario["other_instances"]["foreign"] == 0 and scenario["other_instances"]["memories"] > 0
     assert f"--via {via}" in (out / "report.md").read_text(encoding="utf-8")
+    if via == "cli":
+        # issue 29: each one-shot turn's whole process time beside its graph's time, in report.json and report.md
+        for timing in (report["overall"]["turn_time_ms"], scenario["turn_time_ms"]):
+            graph, process = timing["graph"], timing["process"]
+            assert graph["turns"] == process["turns"] == 7
+            assert process["p50"] >= graph["p50"] and process["p95"] >= graph["p95"]
+            assert timing["process_over_graph"]["p50"] > 0
+        assert report["overall"]["latency_ms"]["process"]["runs"] == 7
+        assert "| whole process | 7 |" in (out / "report.md").read_text(encoding="utf-8")

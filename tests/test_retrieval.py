@@ -27,6 +27,7 @@ from personalab.nodes.rules.retrieval import (
     layer_priority,
     mention_penalty,
     recency_score,
+    relevance_gate,
     says_when,
     score_candidates,
     select,
@@ -266,3 +267,48 @@ def test_a_breakdown_as_plain_data_is_what_asdict_gives_and_owns_its_dicts() -> 
     assert plain == asdict(breakdown)
     plain["weighted"]["recency"] = 9.0
     assert breakdown.weighted == {"recency": 0.2}
+
+
+def _issue_29_pool(power: float):  # type: ignore[no-untyped-def]
+    """Issue 29's example: 13 memories; one shares the query's rare word (keyword 1.0, relevance .74) but is old,
+    unimportant and archived; twelve are unrelated (relevance .05–.2) but recent, important and active."""
+    strong = Candidate(
+        "memory", 1, "那道红烧狮子头", embedding=np.array([0.35, math.sqrt(1 - 0.35**2)]),
+        importance=0.2, layer="archive", turn=0,
+    )  # fmt: skip
+    weak = []
+    for n in range(12):
+        vector = 0.125 + 0.375 * n / 11  # relevance 0.4 · vector: .05 … .2
+        angle = [vector, math.sqrt(1 - vector**2)]
+        weak.append(
+            Candidate(
+                "memory", 2 + n, f"无关的事 {n}", embedding=np.array(angle), importance=1.0, layer="active", turn=200
+            )
+        )
+    candidates = [strong, *weak]
+    fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 5.0)], "vector": [PathHit(c.id, 1.0) for c in candidates]})}
+    scored = score_candidates(candidates, fused, MatchText.of("狮子头"), np.array([1.0, 0.0]), 200, RetrievalConfig())
+    return select(scored, SCENE_WEIGHTS[Scene.CASUAL], Scene.CASUAL, k=10, gate_power=power)[0]
+
+
+def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> None:
+    gated = _issue_29_pool(RetrievalConfig().relevance_gate)
+    assert gated[0].id == 1
+    top = gated[0].breakdown
+    assert top.keyword == 1.0 and top.context_relevance == pytest.approx(0.74)
+    assert all(0.05 - 1e-9 <= item.breakdown.context_relevance <= 0.2 + 1e-9 for item in gated[1:])
+    # the shares still add up to the score, each but relevance's gated
+    assert all(i.score == pytest.approx(sum(i.breakdown.weighted.values())) for i in gated)
+    # the seed's plain sum (gate off): recency, importance and layer let an unrelated memory come first
+    assert _issue_29_pool(0.0)[0].id != 1
+
+
+def test_candidates_of_comparable_relevance_are_still_ordered_by_the_scene_weights() -> None:
+    old = _candidate(1, [1.0, 0.0], importance=0.5, turn=0)
+    recent = _candidate(2, [1.0, 0.0], importance=0.5, turn=100, content="another")
+    items, _ = select(
+        _score([old, recent], [1.0, 0.0], turn=100), SCENE_WEIGHTS[Scene.CASUAL], Scene.CASUAL, k=2, gate_power=2.0
+    )
+    assert [i.id for i in items] == [2, 1]
+    assert list(relevance_gate([0.74, 0.37, 0.0], 2.0)) == pytest.approx([1.0, 0.25, 0.0])
+    assert list(relevance_gate([0.0, 0.0], 2.0)) == [1.0, 1.0] and list(relevance_gate([0.5, 0.1], 0.0)) == [1.0, 1.0]

@@ -419,6 +419,7 @@ class RetrievalConfig:
     time_boost: float = 0.0  # relevance added, for a question asking when, to memories that say when (`says_when`)
     query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
     speaker_boost: float = 0.0  # relevance added to a memory whose speaker the query names (`names_speaker`)
+    relevance_gate: float = 2.0  # the power of `relevance_gate` (0: the seed's plain sum, issue 29)
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
@@ -602,23 +603,47 @@ def _similarity_matrix(items: Sequence[_Scored]) -> np.ndarray:
     return matrix
 
 
+def relevance_gate(relevance: Sequence[float], power: float) -> np.ndarray:
+    """Issue 29 (a deviation from seed 001 `CalculateMemoryScore`, docs/retrieval.md): how much of its recency,
+    importance, diversity and layer weight a candidate keeps — (its relevance / the pool's best relevance) ** power.
+    The seed adds the factors, so with relevance under half the weight a memory unrelated to the query (relevance
+    .05–.2) but recent and important tied with, or beat, the one that shares the query's rare word (.74); gated, the
+    best match keeps its whole score and candidates of comparable relevance are still ordered by the scene's
+    weights. `power` 0 is the seed's plain sum."""
+    values = np.asarray(relevance, dtype=np.float64)
+    best = float(values.max(initial=0.0))
+    if power <= 0 or best <= 0:
+        return np.ones(len(values))
+    return np.clip(values / best, 0.0, 1.0) ** power
+
+
 def select(
-    scored: Sequence[_Scored], weights: ScoringWeights, scene: Scene, k: int, dedupe_threshold: float = 0.8
+    scored: Sequence[_Scored],
+    weights: ScoringWeights,
+    scene: Scene,
+    k: int,
+    dedupe_threshold: float = 0.8,
+    gate_power: float = 0.0,
 ) -> tuple[list[RetrievedItem], list[dict[str, Any]]]:
     """Greedy MMR: repeatedly take the candidate with the best total score given what is already taken
     (diversity changes as items are taken). A candidate whose tokens overlap an already taken one by more
-    than `dedupe_threshold` is skipped (seed: seenContent). Returns (selected best first, skipped)."""
+    than `dedupe_threshold` is skipped (seed: seenContent). Every factor but relevance counts in proportion to
+    `relevance_gate(…, gate_power)` (0: the seed's sum). Returns (selected best first, skipped)."""
     n = len(scored)
     if n == 0 or k <= 0:
         return [], []
     similarity = _similarity_matrix(scored)
+    gate = relevance_gate([s.relevance for s in scored], gate_power)
     static = np.array(
         [
             s.relevance * weights.context_relevance
-            + s.recency * weights.recency
-            + s.candidate.importance * weights.importance
-            + s.layer_priority * weights.layer_priority
-            for s in scored
+            + g
+            * (
+                s.recency * weights.recency
+                + s.candidate.importance * weights.importance
+                + s.layer_priority * weights.layer_priority
+            )
+            for s, g in zip(scored, gate, strict=True)
         ]
     )
     penalty = np.array([s.penalty for s in scored])
@@ -629,7 +654,7 @@ def select(
     skipped: list[dict[str, Any]] = []
     while len(chosen) < k and available.any():
         diversity = np.where(np.isinf(max_similarity), 1.0, np.clip(1.0 - max_similarity, 0.0, 1.0))
-        total = (static + diversity * weights.diversity) * penalty
+        total = (static + gate * diversity * weights.diversity) * penalty
         total = np.where(available, total, -np.inf)
         best = int(np.argmax(total))  # first of equal scores: fused order breaks ties
         available[best] = False
@@ -643,12 +668,13 @@ def select(
             continue
         chosen_tokens.append((item.candidate.id, tokens))
         max_similarity = np.maximum(max_similarity, similarity[best])
+        kept = float(gate[best])  # the shares as scored: each but relevance's gated
         weighted = {
             "context_relevance": item.relevance * weights.context_relevance,
-            "recency": item.recency * weights.recency,
-            "importance": item.candidate.importance * weights.importance,
-            "diversity": float(diversity[best]) * weights.diversity,
-            "layer_priority": item.layer_priority * weights.layer_priority,
+            "recency": item.recency * weights.recency * kept,
+            "importance": item.candidate.importance * weights.importance * kept,
+            "diversity": float(diversity[best]) * weights.diversity * kept,
+            "layer_priority": item.layer_priority * weights.layer_priority * kept,
         }
         breakdown = Breakdown(
             scene=scene.value,
@@ -870,7 +896,7 @@ def retrieve(
     scored, irrelevant = drop_irrelevant(
         score_candidates(kept, by_key, query_match, embedding, now_turn, config), config.min_relevance
     )
-    items, skipped = select(scored, weights, scene.scene, k, config.dedupe_threshold)
+    items, skipped = select(scored, weights, scene.scene, k, config.dedupe_threshold, config.relevance_gate)
     lap("score")
 
     if config.mark_mentioned:
