@@ -29,7 +29,7 @@ from typing import Any
 from personalab.evals.data_dir import data_folder
 from personalab.evals.locomo import percentile
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
+from personalab.nodes.rules.retrieval import GATED_POWER, RetrievalConfig, retrieve
 
 FORMAT = "personalab.paraphrase-cn"
 KS = (1, 3, 5, 10)
@@ -109,7 +109,7 @@ def run_eval(memories: Sequence[Memory], probes: Sequence[Probe], data: Path) ->
 
     ways: dict[str, Callable[[str], list[str]]] = {
         "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, mark_mentioned=False)),
-        "gated": by_retrieve(RetrievalConfig(mark_mentioned=False)),
+        "gated": by_retrieve(RetrievalConfig(relevance_gate=GATED_POWER, mark_mentioned=False)),
         "dense": dense,
     }
     rows: dict[str, list[tuple[float, ...]]] = {way: [] for way in ways}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from personalab.nodes.rules.keywords import MatchText
 from personalab.nodes.rules.retrieval import (
+    GATED_POWER,
     SCENE_WEIGHTS,
     Candidate,
     PathHit,
@@ -292,7 +293,7 @@ def _issue_29_pool(power: float):  # type: ignore[no-untyped-def]
 
 
 def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> None:
-    gated = _issue_29_pool(RetrievalConfig().relevance_gate)
+    gated = _issue_29_pool(GATED_POWER)
     assert gated[0].id == 1
     top = gated[0].breakdown
     assert top.keyword == 1.0 and top.context_relevance == pytest.approx(0.74)
