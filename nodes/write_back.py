@@ -13,6 +13,8 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.consolidation import extract_facts
+from personalab.nodes.rules.curation import scene_witnesses
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
@@ -80,7 +82,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         queue_writes(session, [review_write(stored_turn(state, written[-1].id))])
     failpoint("after_reply")  # fault tests: the reply and its queued writes are stored, nothing applied yet
     apply_soon(ctx.database_url, instance_id)
-    prefetched = prefetch_next_turn(state, ctx.stall_turns, branch, ctx.database_url)  # queued behind the event, so it sees it
+    prefetched = prefetch_next_turn(
+        state, ctx.stall_turns, branch, ctx.database_url
+    )  # queued behind the event, so it sees it
     return {
         "story_state_id": story_state_id,
         "debug": {
@@ -110,12 +114,29 @@ def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[d
     items = record_turn_lines(state, reply_lines)
     if items:
         rows.append(write_row("record", instance_id, f"record:{place}", {"items": items}))
+    # issue 26: the facts the user told, consolidated with the stored ones off the reply's path (rules)
+    if extract_facts(state["message"]):
+        rows.append(
+            write_row(
+                "consolidate",
+                instance_id,
+                f"consolidate:{place}",
+                {
+                    "message": state["message"],
+                    "user_name": user_name,
+                    "turn": state["turn"],
+                    "line_id": state.get("user_line_id"),
+                    "witnesses": next((item.get("witnesses") for item in items), None),
+                },
+            )
+        )
     check = mention_check(state)
     if check is not None:
         rows.append(write_row("mention", instance_id, f"mention:{place}", check))
     return rows
 
 
+SCENE_LINES = 6  # the lines before a turn whose speakers count as present at it (issue 26 witnesses)
 TEMPLATE_WORDS = ("回应",)  # words of the turn memory's own template (`turn_event_text`), in every turn's memory
 
 
@@ -151,7 +172,7 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
     asked = [line for line in history[-count:] if line.get("id") is not None]
     before = history[max(0, len(history) - count - CONTEXT_LINES) : max(0, len(history) - count)]
     character = state["character"]
-    return record_items(
+    items = record_items(
         [*asked, *reply_lines],
         state["turn"],
         character_role_id=character.get("role_id"),
@@ -159,6 +180,9 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
         user_name=state.get("user_name"),
         previous_lines=before,
     )
+    # issue 26, seed 000: who was present — the character, the user, and whoever spoke in the scene lately
+    present = scene_witnesses([*history[-(count + SCENE_LINES) :], *asked], character.get("role_id"))
+    return [{**item, "witnesses": present} for item in items]
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
