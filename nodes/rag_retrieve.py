@@ -28,8 +28,10 @@ from personalab.nodes.rules.curation import (
     character_identity,
     drop_repeated_exchanges,
     is_private,
+    npc_identity,
     witnessed_by,
 )
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.injection import (
     SECTION_HEADERS,
     InjectionItem,
@@ -56,7 +58,8 @@ from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
-from personalab.stores.memory import MemoryRow, MemoryStore
+from personalab.stores.memory import MemoryRow, MemoryStore, instance_identities
+from personalab.stores.saves import get_save
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up
 from personalab.stores.worldbook import (
@@ -356,6 +359,33 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         "worldbook_sticky": {item.entry.id for item in fired.triggered if item.trigger == "sticky"},
         "injection": injection,
     }
+
+
+def recall_witnessed(
+    database_url: str | None,
+    instance_id: int,
+    query: str,
+    *,
+    npc: str | None = None,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Issue 26: what a script NPC of the scene (`npc`, its script_role_id; None: the instance's character)
+    remembers of the instance for `query` — only the memories it witnessed or was told (seed 000's lines: it was
+    in the scene). An NPC that never appeared in the instance is an `InvalidInput` naming it; nothing is written
+    (mentions are not marked). Returns `RetrievalResult.to_dict()` plus `unwitnessed` (ids left out)."""
+    with session_scope(database_url) as session:
+        save = get_save(session, instance_id)
+        branch = set(get_path_ids(session, instance_id))
+    who = character_identity(save.role_id) if npc is None else npc_identity(str(npc))
+    if npc is not None and who not in instance_identities(database_url, instance_id):
+        raise InvalidInput(f"npc {npc!r} is not in the scene of instance {instance_id} (no line of it)")
+    store = BranchMemories(
+        MemoryStore(db_url=database_url, chroma_path=chroma_path()), instance_id, branch, witness=who
+    )
+    found = retrieve(store, instance_id, query, k=k, config=RetrievalConfig(mark_mentioned=False)).to_dict()
+    found["unwitnessed"] = store.unwitnessed
+    found["witness"] = who
+    return found
 
 
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -1022,3 +1022,22 @@ class MemoryStore:
         prefix = f"memories_{instance_id}_"
         names = [getattr(c, "name", c) for c in chroma_client(self.chroma_path).list_collections()]
         return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()}
+
+
+def instance_identities(database_url: str | None, instance_id: int) -> set[str]:
+    """Issue 26: the identities (`nodes.rules.curation.line_identity`) that spoke in an instance's dialogue, and
+    its character's: who can have witnessed anything in it. `NotFound` for an unknown instance."""
+    from personalab.nodes.rules.curation import USER, character_identity, line_identity
+    from personalab.stores.tables import Line
+
+    with session_scope(database_url) as session:
+        save = get_save(session, instance_id)
+        rows = session.exec(
+            select(Line.attribute, Line.role_id, Line.script_role_id).where(Line.save_id == instance_id).distinct()
+        ).all()
+    found = {character_identity(save.role_id), USER}
+    for attribute, role_id, script_role_id in rows:
+        who = line_identity({"attribute": attribute, "role_id": role_id, "script_role_id": script_role_id})
+        if who is not None:
+            found.add(who)
+    return found

@@ -92,6 +92,35 @@ def is_turn_memory(content: str, turn: int) -> bool:
     return content.lstrip().startswith(f"第{turn}轮：")
 
 
+_TURN_TEXT = re.compile(r"^(?:- )?第(\d+)轮：(.+?)说「(.*?)」；(.+?)回应「(.*)」")
+
+
+def turn_memory_lines(content: str) -> list[str]:
+    """The lines a turn's memory (``第N轮：A说「…」；B回应「…」``) holds, as the record writes them (``A：…``)."""
+    match = _TURN_TEXT.match(content.strip())
+    if not match:
+        return []
+    return [f"{match.group(2)}：{match.group(3)}", f"{match.group(4)}：{match.group(5)}"]
+
+
+def once_per_turn(blocks: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The retrieved region's blocks (title, items) with each turn's memory (``第N轮：…``, a memory or a director
+    event) once: a later item of a turn an earlier item presented is left out."""
+    seen: set[str] = set()
+    out: list[tuple[str, list[str]]] = []
+    for title, items in blocks:
+        kept = []
+        for text in items:
+            match = re.match(r"^(?:- )?第(\d+)轮：", text)
+            if match:
+                if match.group(1) in seen:
+                    continue
+                seen.add(match.group(1))
+            kept.append(text)
+        out.append((title, kept))
+    return out
+
+
 def exchange_source(item: Mapping[str, Any]) -> ExchangeSource | None:
     """The exchange a retrieved memory (`RetrievedItem.to_dict()`) holds: a dialogue-record entry its line, the turn's
     memory the whole turn, a fact made from a line (``source_line_id`` in its data) that line; None for anything
@@ -103,6 +132,8 @@ def exchange_source(item: Mapping[str, Any]) -> ExchangeSource | None:
         return ExchangeSource(turn, int(item["line_id"]))
     if is_turn_memory(str(item.get("content") or ""), turn):
         return ExchangeSource(turn, WHOLE_TURN)
+    if "fact" in (item.get("tags") or ()) and item.get("line_id") is not None:
+        return ExchangeSource(turn, int(item["line_id"]))  # a consolidated fact: the user's line it came from
     return None
 
 
@@ -126,6 +157,10 @@ def record_parts(content: str) -> tuple[list[str], str]:
     return [line.strip() for line in lines[:own] if line.strip()], "\n".join(lines[own:]).strip()
 
 
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
 def drop_repeated_exchanges(
     items: Sequence[Mapping[str, Any]],
     *,
@@ -144,7 +179,7 @@ def drop_repeated_exchanges(
     duplicates: list[dict[str, Any]] = []
     in_window: list[Any] = []
     presented: list[tuple[ExchangeSource, Any]] = []
-    said: dict[str, Any] = {" ".join(text.split()): "recall_window" for text in window_lines if text.strip()}
+    said: dict[str, Any] = {_norm(text): "recall_window" for text in window_lines if text.strip()}
     for item in items:
         source = exchange_source(item)
         if source is None:
@@ -154,9 +189,13 @@ def drop_repeated_exchanges(
             in_window.append(item["id"])
             continue
         repeated = next((key for seen, key in presented if seen.overlaps(source)), None)
-        context, own = record_parts(str(item.get("content") or "")) if source.line != WHOLE_TURN else ([], "")
+        content = str(item.get("content") or "")
+        whole = source.line == WHOLE_TURN
+        context, own = record_parts(content) if item.get("type") == "record" else ([], "")
         if repeated is None and own:
             repeated = said.get(" ".join(own.split()))
+        if repeated is None and whole:  # the turn's memory repeats a line presented already
+            repeated = next((said[key] for key in map(_norm, turn_memory_lines(content)) if key in said), None)
         if repeated is not None:
             duplicates.append(
                 {
@@ -169,13 +208,13 @@ def drop_repeated_exchanges(
             )
             continue
         shown = dict(item)
-        if source.line != WHOLE_TURN:
-            fresh = [line for line in context if " ".join(line.split()) not in said]
-            if len(fresh) < len(context):
-                shown["content"] = "\n".join([*fresh, own])
-                shown["trimmed_context"] = len(context) - len(fresh)
-            for line in [*context, own]:
-                said.setdefault(" ".join(line.split()), item["id"])
+        fresh = [line for line in context if _norm(line) not in said]
+        if len(fresh) < len(context):
+            shown["content"] = "\n".join([*fresh, own])
+            shown["trimmed_context"] = len(context) - len(fresh)
+        for line in [*context, own, *(turn_memory_lines(content) if whole else [])]:
+            if line:
+                said.setdefault(_norm(line), item["id"])
         presented.append((source, item["id"]))
         kept.append(shown)
     return kept, duplicates, in_window
