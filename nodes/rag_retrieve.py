@@ -24,9 +24,11 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.consolidation import asks_about_past, past_note
 from personalab.nodes.rules.curation import (
+    IMPORTANT_INSTRUCTIONS,
     PRIVATE_NOTE,
     character_identity,
     drop_repeated_exchanges,
+    is_guideline,
     is_private,
     npc_identity,
     witnessed_by,
@@ -42,7 +44,7 @@ from personalab.nodes.rules.injection import (
     time_ago,
 )
 from personalab.nodes.rules.keywords import MatchText, tokenize
-from personalab.nodes.rules.knowledge import select_knowledge
+from personalab.nodes.rules.knowledge import applies_to, select_knowledge
 from personalab.nodes.rules.record import record_text, speaker_of
 from personalab.nodes.rules.retrieval import (
     CandidatePath,
@@ -332,9 +334,21 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
     found["unwitnessed"] = store.unwitnessed  # found by a path, left out: the character was not there
     stored_at = store.store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
     now = datetime.now(UTC)
+    # seed 001 Current Guidelines: the library's rules for the character (tag 指令 / 规则 …), every turn
+    guidelines = [
+        InjectionItem(key=f"guideline:{entry.id}", text=f"- {entry.content.strip()}", score=entry.importance)
+        for entry in sorted(knowledge, key=lambda e: -e.importance)
+        if is_guideline(entry.tag)
+        and entry.enabled
+        and entry.content.strip()
+        and applies_to(entry, character.get("role_id"), instance_id)
+    ]
+    known = known_items(own_lines_in(history, character.get("role_id")))
     injection = build_injection(
+        guidelines=guidelines,
+        important=list(IMPORTANT_INSTRUCTIONS) if known else [],  # they speak of the 已知信息 block
         knowledge=select_knowledge(
-            knowledge,
+            [entry for entry in knowledge if not is_guideline(entry.tag)],
             f"{dialogue}\n{query}",
             role_id=character.get("role_id"),
             save_id=instance_id,
@@ -345,7 +359,7 @@ def gather(state: TurnState, ctx: Context) -> dict[str, Any]:
         char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
         user_name=state.get("user_name"),
         turn=turn,  # knowledge made from events: seed 001's time prefix
-        known=known_items(own_lines_in(history, character.get("role_id"))),
+        known=known,
         character_memories=[memory_item(item, turn, stored_at, now) for item in found["items"] if not is_private(item)],
         private_memories=private_items(
             [memory_item(item, turn, stored_at, now) for item in found["items"] if is_private(item)]

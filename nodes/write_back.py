@@ -17,6 +17,7 @@ from personalab.nodes.rules.consolidation import extract_facts
 from personalab.nodes.rules.curation import scene_witnesses
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
+from personalab.nodes.rules.injection import count_tokens
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn, story_fields
@@ -66,6 +67,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 user_line_id=state["user_line_id"],
                 reply_line_id=written[-1].id,
                 model=state.get("model", ""),
+                # issue 26: the turn's cost in tokens (the prompt as assembled, the reply as counted there)
+                prompt_tokens=((state.get("debug") or {}).get("prompt") or {}).get("total_tokens"),
+                reply_tokens=count_tokens(state.get("reply") or ""),
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)

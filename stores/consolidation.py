@@ -32,7 +32,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_tables import MemoryConsolidation, MemoryEntry
 from personalab.stores.tables import utcnow
-from sqlalchemy import update
+from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 FACT_IMPORTANCE = 0.8  # a fact the user told about themselves: above small talk, kept by the layer flow
@@ -117,7 +117,8 @@ def _consolidate_fact(
             .order_by(col(MemoryEntry.id).desc())
             .limit(1)
         ).first()
-        reason, before = decision.reason, None
+        reason: str = decision.reason
+        before: dict[str, Any] | None = None
         if decision.target_id is not None:
             closed = session.exec(
                 update(MemoryEntry)
@@ -130,6 +131,30 @@ def _consolidate_fact(
             )
             if closed.rowcount:  # type: ignore[attr-defined]
                 before = {"valid_to_turn": None, "superseded_by": None}
+                # the old fact's own line in the dialogue record is no longer true either: closed with it
+                source = session.get(MemoryEntry, decision.target_id)
+                if source is not None and source.line_id is not None:
+                    # and so is the turn's own memory (``第N轮：…``) that repeated it
+                    records = session.exec(
+                        select(MemoryEntry.id).where(
+                            MemoryEntry.instance_id == instance_id,
+                            MemoryEntry.character_id == character,
+                            col(MemoryEntry.valid_to_turn).is_(None),
+                            or_(
+                                (col(MemoryEntry.line_id) == source.line_id) & (col(MemoryEntry.type) == "record"),
+                                (col(MemoryEntry.turn) == source.turn)
+                                & col(MemoryEntry.content).startswith(f"第{source.turn}轮：")
+                                & col(MemoryEntry.type).in_(["conversation", "event"]),
+                            ),
+                        )
+                    ).all()
+                    if records:
+                        session.exec(
+                            update(MemoryEntry)
+                            .where(col(MemoryEntry.id).in_(list(records)))
+                            .values(valid_to_turn=turn, superseded_by=new)
+                        )
+                        before["record_ids"] = list(records)
             else:  # edited away meanwhile: nothing to close, the new fact stands alone
                 reason += f"; memory {decision.target_id} was no longer current, left as it was"
         step = _step_row(instance_id, character, turn, decision, memory_id=new, before=before)
@@ -224,10 +249,13 @@ def undo_step(
         step = session.get(MemoryConsolidation, step_id)
         assert step is not None
         if step.before is not None and step.target_id is not None:
+            before = dict(step.before)
+            records = before.pop("record_ids", [])
+            reopen = [step.target_id, *records]
             session.exec(
                 update(MemoryEntry)
-                .where(col(MemoryEntry.id) == step.target_id, col(MemoryEntry.instance_id) == instance_id)
-                .values(**step.before, updated_at=utcnow())
+                .where(col(MemoryEntry.id).in_(reopen), col(MemoryEntry.instance_id) == instance_id)
+                .values(**before, updated_at=utcnow())
             )
         step.undone_at = utcnow()
         session.add(step)

@@ -12,11 +12,22 @@ from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rag_retrieve import recall_witnessed
 from personalab.nodes.rules.consolidation import asks_about_past, decide, extract_facts
-from personalab.nodes.rules.curation import PRIVATE_HEADER, PRIVATE_NOTE, drop_repeated_exchanges
+from personalab.nodes.rules.curation import (
+    IMPORTANT_HEADER,
+    IMPORTANT_INSTRUCTIONS,
+    PRIVATE_HEADER,
+    PRIVATE_NOTE,
+    drop_repeated_exchanges,
+)
 from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER
 from personalab.stores.background import flush_event_writes
 from personalab.stores.consolidation import consolidate_message, consolidation_steps, undo_step
+from personalab.stores.db import session_scope
+from personalab.stores.history import get_path_ids, line_times
 from personalab.stores.memory import MemoryStore
+from personalab.stores.turns import token_usage
+from personalab.stores.worldbook import add_knowledge
 
 
 def turn(url: str, instance: int, message: str, **extra: Any) -> dict[str, Any]:
@@ -213,7 +224,8 @@ def test_the_current_truth_comes_first_and_the_past_is_answerable(sqlite_url: st
     now = turn(sqlite_url, instance, "我现在住在哪个城市？")
     text = region(openai_stub)
     assert "【住处】莱姆：告诉你，我搬到上海了" in text
-    assert "【住处】莱姆：我住在北京" not in text
+    memories = text[text.index("=== 相关记忆 ===") :].split("\n\n")[0]
+    assert "我住在北京" not in memories  # neither the closed fact nor its line in the dialogue record
     assert steps[0]["memory_id"] in now["debug"]["retrieval"]["superseded"]
 
     openai_stub.queue("【平静】北京。")
@@ -221,3 +233,44 @@ def test_the_current_truth_comes_first_and_the_past_is_answerable(sqlite_url: st
     text = region(openai_stub)
     assert "已过时" in text, text
     assert text.index("搬到上海了") < text.index("【住处】莱姆：我住在北京。（已过时：第5轮起不再如此）")
+
+
+# --- guidelines and the 重要指令 block ------------------------------------------------------------------------
+
+
+def test_a_guideline_of_the_library_and_the_important_instructions_reach_the_prompt(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    instance = create_sample_instance(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        add_knowledge(s, "指令", "雷娜说话简短，从不超过三句", importance=0.9)
+        add_knowledge(s, "地点", "旧仓库在据点东侧", keywords=["旧仓库"], importance=0.8)
+    turn(sqlite_url, instance, "你好")
+    openai_stub.queue("【平静】嗯。")
+    turn(sqlite_url, instance, "旧仓库在哪？")
+    text = region(openai_stub)
+    rules_at = text.index("=== 指令/规则 ===")
+    assert rules_at < text.index("雷娜说话简短，从不超过三句") < text.index("=== 世界知识 ===")
+    assert "[指令]" not in text  # a rule, not world knowledge
+    assert text.index(KNOWN_INFO_HEADER) < text.index(IMPORTANT_HEADER)
+    assert all(line in text for line in IMPORTANT_INSTRUCTIONS)
+
+
+# --- a time on every line, tokens per turn ------------------------------------------------------------------
+
+
+def test_every_line_has_its_time_and_every_turn_its_tokens(sqlite_url: str) -> None:
+    instance = create_sample_instance(sqlite_url)
+    first = turn(sqlite_url, instance, "你好")
+    turn(sqlite_url, instance, "今天去哪？")
+    with session_scope(sqlite_url) as s:
+        ids = get_path_ids(s, instance)
+        times = line_times(s, instance, ids)
+    assert set(times) == set(ids) and all(times[i] is not None for i in ids)
+    usage = token_usage(sqlite_url, instance)
+    assert [t["turn"] for t in usage["turns"]] == [1, 2] and usage["turns_counted"] == 2
+    assert usage["turns"][0]["prompt_tokens"] == first["debug"]["prompt"]["total_tokens"] > 0
+    assert usage["prompt_tokens"] == sum(t["prompt_tokens"] for t in usage["turns"])
+    assert usage["reply_tokens"] > 0
+    with pytest.raises(NotFound):
+        token_usage(sqlite_url, 9999)

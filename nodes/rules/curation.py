@@ -223,3 +223,23 @@ def drop_repeated_exchanges(
 def is_private(item: Mapping[str, Any]) -> bool:
     """A memory the character keeps to itself (type ``internal``)."""
     return item.get("type") in PRIVATE_TYPES
+
+
+# --------------------------------------------------------------------------------------------------
+# Guidelines (seed 001 三层注入 1. Current Guidelines 指令/规则) and the 重要指令 block (BuildOptimizedSystemPrompt)
+
+GUIDELINE_TAGS = frozenset({"指令", "规则", "指南", "guideline", "guidelines", "instruction", "instructions", "rule"})
+IMPORTANT_HEADER = "=== 重要指令 ==="
+# seed 001 避免重复的策略 3 (系统提示优化): the block after the memories, when the 已知信息 block is there
+IMPORTANT_INSTRUCTIONS = (
+    "请勿重复提及'已知信息'部分的内容",
+    "重点关注'相关记忆'部分的内容",
+    "如果用户询问你已知的事情，可以简短确认，但不要详细重复",
+    "保持对话的自然流畅，避免机械重复",
+)
+
+
+def is_guideline(tag: str) -> bool:
+    """A knowledge-library entry that is a rule for the character (its tag 指令 / 规则 / guideline …), injected in
+    the 指令/规则 section, every turn, instead of as world knowledge."""
+    return tag.strip().casefold() in GUIDELINE_TAGS

@@ -1,6 +1,6 @@
 """Curated memory (issue 26): each memory records who witnessed it (`witnesses`) and the turns it held
 (`valid_from_turn`, `valid_to_turn`, `superseded_by`); `memory_consolidation` records every consolidation step so
-that it can be undone. Rows already stored keep no witnesses (seen by everyone) and no validity (still true).
+that it can be undone; every `line` has its time (`created_at`; older lines none); `turn_record` records the tokens of each turn (`prompt_tokens`, `reply_tokens`). Rows already stored keep no witnesses (seen by everyone) and no validity (still true).
 
 Every step checks first, like 0002: add_missing_columns (stores/db.py) may have added the columns already.
 
@@ -37,6 +37,9 @@ def upgrade() -> None:
     _add_column("memory_entry", sa.Column("valid_from_turn", sa.Integer(), nullable=True))
     _add_column("memory_entry", sa.Column("valid_to_turn", sa.Integer(), nullable=True))
     _add_column("memory_entry", sa.Column("superseded_by", sa.Integer(), nullable=True))
+    _add_column("line", sa.Column("created_at", UTCDateTime(), nullable=True))
+    _add_column("turn_record", sa.Column("prompt_tokens", sa.Integer(), nullable=True))
+    _add_column("turn_record", sa.Column("reply_tokens", sa.Integer(), nullable=True))
     if "memory_consolidation" not in _inspector().get_table_names():
         op.create_table(
             "memory_consolidation",
