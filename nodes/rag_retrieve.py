@@ -100,14 +100,14 @@ def memory_age(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datet
 def window_texts(
     history: Sequence[Mapping[str, Any]], character: Mapping[str, Any], user_name: str | None, turns: int
 ) -> list[str]:
-    """The lines of the prompt's recall window (its last `turns` turns and the current one) as the dialogue record
+    """The lines of the prompt's recall window (its last `turns` turns, the current one included) as the dialogue record
     writes them (``speaker：text``), so a memory that repeats one of them is not presented again."""
     window: list[Mapping[str, Any]] = []
     users = 0
     for line in reversed(history):
         if line.get("attribute") == "user":
             users += 1
-            if users > turns + 1:
+            if users > turns:  # the current turn counts as one of the window's (`repeats_recent_dialogue`)
                 break
         window.append(line)
     return [

@@ -79,7 +79,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             for line in written
         ]
         # the writes that follow the reply (event, dialogue record, mention marks), durable with it (issue 14)
-        queued = turn_writes(state, written[-1].id, reply_lines)
+        queued = turn_writes(state, written[-1].id, reply_lines, consolidate=ctx.consolidation)
         queue_writes(session, queued)
         # and the turn's review, held for the review node, which settles it: if this process dies before the
         # review's commit, the outbox reviews the turn (seed 003's rules) and its memories are not lost
@@ -100,7 +100,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     }
 
 
-def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def turn_writes(
+    state: TurnState, reply_line_id: int | None, reply_lines: list[dict[str, Any]], *, consolidate: bool = False
+) -> list[dict[str, Any]]:
     """The outbox rows of a stored reply: its event for the director (id `i<instance>-l<reply line>`), its lines
     for the dialogue record, and the mention check of the memories it was given."""
     instance_id, character = state["instance_id"], state["character"]
@@ -119,7 +121,7 @@ def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[d
     if items:
         rows.append(write_row("record", instance_id, f"record:{place}", {"items": items}))
     # issue 26: the facts the user told, consolidated with the stored ones off the reply's path (rules)
-    if extract_facts(state["message"]):
+    if consolidate and extract_facts(state["message"]):
         rows.append(
             write_row(
                 "consolidate",

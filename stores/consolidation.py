@@ -129,7 +129,7 @@ def _consolidate_fact(
                 )
                 .values(valid_to_turn=turn, superseded_by=new, updated_at=utcnow())
             )
-            if closed.rowcount:  # type: ignore[attr-defined]
+            if closed.rowcount:
                 before = {"valid_to_turn": None, "superseded_by": None}
                 # the old fact's own line in the dialogue record is no longer true either: closed with it
                 source = session.get(MemoryEntry, decision.target_id)

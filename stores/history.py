@@ -266,9 +266,8 @@ def line_times(session: Session, save_id: int, line_ids: Sequence[int]) -> dict[
     found: dict[int, datetime | None] = {}
     for start in range(0, len(line_ids), _IN_CHUNK):
         chunk = list(line_ids[start : start + _IN_CHUNK])
-        rows = session.exec(
-            select(col(Line.id), col(Line.created_at)).where(col(Line.save_id) == save_id, col(Line.id).in_(chunk))
-        ).all()
+        stmt = select(col(Line.id), col(Line.created_at)).where(col(Line.save_id) == save_id, col(Line.id).in_(chunk))
+        rows = session.connection().execute(stmt).all()
         found.update({int(line_id): created for line_id, created in rows if line_id is not None})
     return found
 

@@ -32,7 +32,10 @@ from personalab.stores.worldbook import add_knowledge
 
 def turn(url: str, instance: int, message: str, **extra: Any) -> dict[str, Any]:
     extra.setdefault("user_name", "莱姆")
-    with turn_graph(Context(database_url=url, recall_turns=2, rag_timeout_s=30.0)) as (graph, context):
+    with turn_graph(Context(database_url=url, recall_turns=2, rag_timeout_s=30.0, consolidation=True)) as (
+        graph,
+        context,
+    ):
         state = run_turn(graph, context, instance, message, **extra)
     flush_event_writes()
     return state
