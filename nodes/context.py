@@ -50,6 +50,7 @@ class Context:
     retrieved_tokens: Annotated[int, describe("retrieved_tokens")] = _setting("retrieved_tokens")
     tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
     recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
+    consolidation: Annotated[bool, describe("consolidation")] = _setting("consolidation")  # issue 26
     chars_per_token: Annotated[float, describe("chars_per_token")] = _setting("chars_per_token")
     tokenizer: Annotated[str, describe("tokenizer")] = _setting("tokenizer")
     # the reply model's window and reply cap: the regions are fitted inside the window (seed 002 Prompt区域分配)
@@ -85,9 +86,7 @@ def _knobs_model() -> type[BaseModel]:
     """A pydantic model of the run knobs with Context's types and bounds; every knob optional, nothing else."""
     hints = get_type_hints(Context, include_extras=True)
     spec: dict[str, Any] = {name: (hints[name] | None, None) for name in RUN_KNOBS}
-    return create_model(
-        "RunKnobs", __config__=ConfigDict(extra="forbid", strict=False), **spec
-    )
+    return create_model("RunKnobs", __config__=ConfigDict(extra="forbid", strict=False), **spec)
 
 
 RunKnobs = _knobs_model()

@@ -22,6 +22,18 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.consolidation import asks_about_past, past_note
+from personalab.nodes.rules.curation import (
+    IMPORTANT_INSTRUCTIONS,
+    PRIVATE_NOTE,
+    character_identity,
+    drop_repeated_exchanges,
+    is_guideline,
+    is_private,
+    npc_identity,
+    witnessed_by,
+)
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.injection import (
     SECTION_HEADERS,
     InjectionItem,
@@ -29,11 +41,11 @@ from personalab.nodes.rules.injection import (
     build_injection,
     known_items,
     memory_line,
-    repeats_recent_dialogue,
     time_ago,
 )
 from personalab.nodes.rules.keywords import MatchText, tokenize
-from personalab.nodes.rules.knowledge import select_knowledge
+from personalab.nodes.rules.knowledge import applies_to, select_knowledge
+from personalab.nodes.rules.record import record_text, speaker_of
 from personalab.nodes.rules.retrieval import (
     CandidatePath,
     KeywordIndex,
@@ -49,7 +61,8 @@ from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
-from personalab.stores.memory import MemoryRow, MemoryStore
+from personalab.stores.memory import MemoryRow, MemoryStore, instance_identities
+from personalab.stores.saves import get_save
 from personalab.stores.trigger_config import trigger_config_for_instance
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_or_why
@@ -86,6 +99,48 @@ def memory_age(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datet
     return time_ago(turns, (now - created).total_seconds() if created is not None else None)
 
 
+def window_texts(
+    history: Sequence[Mapping[str, Any]], character: Mapping[str, Any], user_name: str | None, turns: int
+) -> list[str]:
+    """The lines of the prompt's recall window (its last `turns` turns, the current one included) as the dialogue record
+    writes them (``speaker：text``), so a memory that repeats one of them is not presented again."""
+    window: list[Mapping[str, Any]] = []
+    users = 0
+    for line in reversed(history):
+        if line.get("attribute") == "user":
+            users += 1
+            if users > turns:  # the current turn counts as one of the window's (`repeats_recent_dialogue`)
+                break
+        window.append(line)
+    return [
+        record_text(
+            speaker_of(
+                line,
+                character_role_id=character.get("role_id"),
+                character_name=character.get("name") or "",
+                user_name=user_name,
+            ),
+            str(line.get("content") or ""),
+        )
+        for line in window
+        if line.get("attribute") != "system" and str(line.get("content") or "").strip()
+    ]
+
+
+def memory_item(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datetime], now: datetime) -> InjectionItem:
+    """A retrieved memory as a line of the retrieved region (`- content（3 轮前，2 天前）`)."""
+    return InjectionItem(
+        key=f"memory:{item['id']}",
+        text=memory_line(item["content"], memory_age(item, turn, stored_at, now)),
+        score=item["score"],
+    )
+
+
+def private_items(items: list[InjectionItem]) -> list[InjectionItem]:
+    """The private block (issue 26): its note that these are never said aloud, then the private memories."""
+    return [InjectionItem(key="private:note", text=PRIVATE_NOTE), *items] if items else []
+
+
 def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
     """The plan's system-position sections as titled blocks of the prompt's retrieved region, in the seed's order."""
     blocks: list[MemoryBlock] = []
@@ -113,10 +168,12 @@ class BranchMemories:
     What was skipped is in `off_branch` (ids, first seen first). The rows read to tell the line are kept and
     serve `load`, so the scoring reads no memory twice."""
 
-    def __init__(self, store: MemoryStore, instance_id: int, branch: set[int]) -> None:
+    def __init__(self, store: MemoryStore, instance_id: int, branch: set[int], witness: str | None = None) -> None:
         self.store = store
         self.instance_id = instance_id
         self.branch = branch
+        self.witness = witness  # issue 26: only what this identity witnessed (None: the instance's character)
+        self.unwitnessed: list[int] = []
         self.rows: dict[int, MemoryRow] = {}
         self.off_branch: list[int] = []
         self._skipped: set[int] = set()
@@ -136,6 +193,11 @@ class BranchMemories:
 
     def _here(self, memory_id: int) -> bool:
         row = self.rows.get(memory_id)
+        if row is not None and not witnessed_by(row.witnesses, self.witness):
+            if memory_id not in self._skipped:
+                self._skipped.add(memory_id)
+                self.unwitnessed.append(memory_id)
+            return False
         if row is None or row.line_id is None or row.line_id in self.branch:
             return True  # a memory not found is dropped by the retrieval itself
         if memory_id not in self._skipped:
@@ -241,7 +303,12 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         "scan_ms": round((time.perf_counter() - scanning) * 1000, 2),
     }
     # seed 000's tree: the paths keep to this branch's memories before they are cut (see `BranchMemories`)
-    store = BranchMemories(MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()), instance_id, branch)
+    store = BranchMemories(
+        MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()),
+        instance_id,
+        branch,
+        witness=character_identity(character.get("role_id")),  # issue 26: what the character witnessed
+    )
     memories = retrieve(
         store,
         instance_id,
@@ -257,39 +324,62 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
     )
     # seed 001 MarkMemoryAsMentioned: not here — a memory is mentioned when the reply used it (write_back)
     found = memories.to_dict()
-    # don't repeat (seed 001 避免重复): a turn the prompt's recent dialogue has is not a memory again
-    in_dialogue = [
-        item["id"] for item in found["items"] if repeats_recent_dialogue(item, turn=turn, window_turns=ctx.recall_turns)
+    # each exchange once (issue 26, seed 001 避免重复): a turn the prompt's recent dialogue has is not a memory
+    # again, and a line already presented (by a better memory or the window) is not presented twice
+    items, duplicates, in_dialogue = drop_repeated_exchanges(
+        found["items"],
+        turn=turn,
+        window_turns=ctx.recall_turns,
+        window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
+    )
+    # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
+    # after the current ones and marked as no longer true
+    past = asks_about_past(query) or asks_about_past(state["message"])
+    current = [item for item in items if item.get("valid_to_turn") is None]
+    closed = [
+        {**item, "content": f"{item['content']}{past_note(int(item['valid_to_turn']))}"}
+        for item in items
+        if item.get("valid_to_turn") is not None and past
     ]
-    items = [item for item in found["items"] if item["id"] not in in_dialogue or item["kind"] != "memory"]
-    found["items"] = items[: ctx.rag_results]
+    found["superseded"] = [item["id"] for item in items if item.get("valid_to_turn") is not None and not past]
+    found["items"] = [*current, *closed][: ctx.rag_results]
     found["in_recent_dialogue"] = in_dialogue
+    found["duplicates"] = duplicates
     found["off_branch"] = store.off_branch  # found by a path, left out: written on a branch the user left
+    found["unwitnessed"] = store.unwitnessed  # found by a path, left out: the character was not there
     stored_at = store.store.created_times(instance_id, [int(i["id"]) for i in found["items"] if i["kind"] == "memory"])
     now = datetime.now(UTC)
+    # seed 001 Current Guidelines: the library's rules for the character (tag 指令 / 规则 …), every turn
+    guidelines = [
+        InjectionItem(key=f"guideline:{entry.id}", text=f"- {entry.content.strip()}", score=entry.importance)
+        for entry in sorted(knowledge, key=lambda e: -e.importance)
+        if is_guideline(entry.tag)
+        and entry.enabled
+        and entry.content.strip()
+        and applies_to(entry, character.get("role_id"), instance_id)
+    ]
+    known = known_items(own_lines_in(history, character.get("role_id")))
     selected = select_knowledge(
-        knowledge,
+        [entry for entry in knowledge if not is_guideline(entry.tag)],
         f"{dialogue}\n{query}",
         role_id=character.get("role_id"),
         save_id=instance_id,
         similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
     )
     injection = build_injection(
+        guidelines=guidelines,
+        important=list(IMPORTANT_INSTRUCTIONS) if known else [],  # they speak of the 已知信息 block
         knowledge=selected,
         triggered=fired.triggered,
         worldbook_config=config,
         char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
         user_name=state.get("user_name"),
         turn=turn,  # knowledge made from events: seed 001's time prefix
-        known=known_items(own_lines_in(history, character.get("role_id"))),
-        character_memories=[
-            InjectionItem(
-                key=f"memory:{item['id']}",
-                text=memory_line(item["content"], memory_age(item, turn, stored_at, now)),
-                score=item["score"],
-            )
-            for item in found["items"]
-        ],
+        known=known,
+        character_memories=[memory_item(item, turn, stored_at, now) for item in found["items"] if not is_private(item)],
+        private_memories=private_items(
+            [memory_item(item, turn, stored_at, now) for item in found["items"] if is_private(item)]
+        ),
         budget=ctx.retrieved_tokens,
     )
     return {
@@ -340,6 +430,33 @@ def prepare_worldbook(instance_id: int, ctx: Context) -> tuple[PreparedWorldbook
     return book, round((time.perf_counter() - started) * 1000, 2)
 
 
+def recall_witnessed(
+    database_url: str | None,
+    instance_id: int,
+    query: str,
+    *,
+    npc: str | None = None,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Issue 26: what a script NPC of the scene (`npc`, its script_role_id; None: the instance's character)
+    remembers of the instance for `query` — only the memories it witnessed or was told (seed 000's lines: it was
+    in the scene). An NPC that never appeared in the instance is an `InvalidInput` naming it; nothing is written
+    (mentions are not marked). Returns `RetrievalResult.to_dict()` plus `unwitnessed` (ids left out)."""
+    with session_scope(database_url) as session:
+        save = get_save(session, instance_id)
+        branch = set(get_path_ids(session, instance_id))
+    who = character_identity(save.role_id) if npc is None else npc_identity(str(npc))
+    if npc is not None and who not in instance_identities(database_url, instance_id):
+        raise InvalidInput(f"npc {npc!r} is not in the scene of instance {instance_id} (no line of it)")
+    store = BranchMemories(
+        MemoryStore(db_url=database_url, chroma_path=chroma_path()), instance_id, branch, witness=who
+    )
+    found = retrieve(store, instance_id, query, k=k, config=RetrievalConfig(mark_mentioned=False)).to_dict()
+    found["unwitnessed"] = store.unwitnessed
+    found["witness"] = who
+    return found
+
+
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
     # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
@@ -380,7 +497,10 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 "count": len(memories["items"]),
                 "dropped": memories["dropped"],
                 "in_recent_dialogue": memories["in_recent_dialogue"],
+                "duplicates": memories["duplicates"],
+                "superseded": memories["superseded"],
                 "off_branch": memories["off_branch"],
+                "unwitnessed": memories["unwitnessed"],
                 "timings_ms": memories.get("timings_ms"),
                 "injection": plan.debug(),
                 "worldbook_skipped": found["worldbook_skipped"],

@@ -14,8 +14,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.consolidation import extract_facts
+from personalab.nodes.rules.curation import scene_witnesses
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
+from personalab.nodes.rules.injection import count_tokens
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
@@ -85,6 +88,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 user_line_id=state["user_line_id"],
                 reply_line_id=written[-1].id,
                 model=state.get("model", ""),
+                # issue 26: the turn's cost in tokens (the prompt as assembled, the reply as counted there)
+                prompt_tokens=((state.get("debug") or {}).get("prompt") or {}).get("total_tokens"),
+                reply_tokens=count_tokens(state.get("reply") or ""),
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
@@ -98,7 +104,7 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             for line in written
         ]
         # the writes that follow the reply (event, dialogue record, mention marks), durable with it (issue 14)
-        queued = turn_writes(state, written[-1].id, reply_lines)
+        queued = turn_writes(state, written[-1].id, reply_lines, consolidate=ctx.consolidation)
         queue_writes(session, queued)
         # and the turn's review, held for the review node, which settles it: if this process dies before the
         # review's commit, the outbox reviews the turn (seed 003's rules) and its memories are not lost
@@ -119,7 +125,9 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     }
 
 
-def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def turn_writes(
+    state: TurnState, reply_line_id: int | None, reply_lines: list[dict[str, Any]], *, consolidate: bool = False
+) -> list[dict[str, Any]]:
     """The outbox rows of a stored reply: its event for the director (id `i<instance>-l<reply line>`), its lines
     for the dialogue record, and the mention check of the memories it was given."""
     instance_id, character = state["instance_id"], state["character"]
@@ -137,12 +145,29 @@ def turn_writes(state: TurnState, reply_line_id: int | None, reply_lines: list[d
     items = record_turn_lines(state, reply_lines)
     if items:
         rows.append(write_row("record", instance_id, f"record:{place}", {"items": items}))
+    # issue 26: the facts the user told, consolidated with the stored ones off the reply's path (rules)
+    if consolidate and extract_facts(state["message"]):
+        rows.append(
+            write_row(
+                "consolidate",
+                instance_id,
+                f"consolidate:{place}",
+                {
+                    "message": state["message"],
+                    "user_name": user_name,
+                    "turn": state["turn"],
+                    "line_id": state.get("user_line_id"),
+                    "witnesses": next((item.get("witnesses") for item in items), None),
+                },
+            )
+        )
     check = mention_check(state)
     if check is not None:
         rows.append(write_row("mention", instance_id, f"mention:{place}", check))
     return rows
 
 
+SCENE_LINES = 6  # the lines before a turn whose speakers count as present at it (issue 26 witnesses)
 TEMPLATE_WORDS = ("回应",)  # words of the turn memory's own template (`turn_event_text`), in every turn's memory
 
 
@@ -178,7 +203,7 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
     asked = [line for line in history[-count:] if line.get("id") is not None]
     before = history[max(0, len(history) - count - CONTEXT_LINES) : max(0, len(history) - count)]
     character = state["character"]
-    return record_items(
+    items = record_items(
         [*asked, *reply_lines],
         state["turn"],
         character_role_id=character.get("role_id"),
@@ -186,6 +211,9 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
         user_name=state.get("user_name"),
         previous_lines=before,
     )
+    # issue 26, seed 000: who was present — the character, the user, and whoever spoke in the scene lately
+    present = scene_witnesses([*history[-(count + SCENE_LINES) :], *asked], character.get("role_id"))
+    return [{**item, "witnesses": present} for item in items]
 
 
 def abort_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

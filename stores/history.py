@@ -14,6 +14,7 @@ Errors (all subclasses of `HistoryError`, itself a `ValueError`):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
@@ -236,9 +237,7 @@ def lines_on_current_branches(session: Session, wanted: Mapping[int, Collection[
     return found
 
 
-def get_lines(
-    session: Session, line_ids: Sequence[int], names: Sequence[str] | None = None
-) -> list[dict[str, Any]]:
+def get_lines(session: Session, line_ids: Sequence[int], names: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Lines by id as plain dicts (every column, or `names`, which must start with `id`), in the order of
     `line_ids`; `LookupError` names a missing id."""
     if not line_ids:
@@ -258,7 +257,21 @@ def get_lines(
     return [found[line_id] for line_id in line_ids]
 
 
-_COLUMN_NAMES = [column.name for column in Line.__table__.columns]  # type: ignore[attr-defined]
+# every column but the line's time (issue 26), which the turn's lines do not carry: `line_times` reads it
+_COLUMN_NAMES = [column.name for column in Line.__table__.columns if column.name != "created_at"]  # type: ignore[attr-defined]
+
+
+def line_times(session: Session, save_id: int, line_ids: Sequence[int]) -> dict[int, datetime | None]:
+    """When each of an instance's lines was stored (UTC; None for a line stored before times were recorded)."""
+    found: dict[int, datetime | None] = {}
+    for start in range(0, len(line_ids), _IN_CHUNK):
+        chunk = list(line_ids[start : start + _IN_CHUNK])
+        stmt = select(col(Line.id), col(Line.created_at)).where(col(Line.save_id) == save_id, col(Line.id).in_(chunk))
+        rows = session.connection().execute(stmt).all()
+        found.update({int(line_id): created for line_id, created in rows if line_id is not None})
+    return found
+
+
 _IN_CHUNK = 900  # under SQLite's default limit of host parameters per statement
 
 

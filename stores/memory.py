@@ -158,6 +158,8 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "notes",
         "pinned",
         "line_id",
+        "witnesses",
+        "valid_from_turn",
     }
     if not isinstance(item, Mapping):
         raise InvalidInput(f"{where or 'memory'}: must be an object of fields, got {type(item).__name__}")
@@ -180,6 +182,10 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         turn = item.get("turn")
         if turn is not None:
             turn = _check_turn(turn)
+        witnesses = _check_witnesses(item.get("witnesses"))
+        valid_from = item.get("valid_from_turn")
+        if valid_from is not None:
+            valid_from = _check_turn(valid_from)
         texts = {name: item.get(name) or "" for name in ("related_character", "location", "notes")}
         for name, value in texts.items():
             if not isinstance(value, str):
@@ -198,9 +204,25 @@ def prepare_new_memory(item: Mapping[str, Any], where: str = "") -> dict[str, An
         "turn": turn,
         "pinned": bool(item.get("pinned", False)),
         "line_id": line_id,
+        "witnesses": witnesses,
+        "valid_from_turn": valid_from,
         "search_text": memory_search_text(content, tags, context),
         **texts,
     }
+
+
+def _check_witnesses(value: object) -> list[str] | None:
+    """Who witnessed a memory (issue 26, `nodes.rules.curation.line_identity`): None or a list of identities."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInput(f"witnesses {value!r} is not a list of identities (user, role:<id>, npc:<id>, narration)")
+    out = []
+    for who in value:
+        if not isinstance(who, str) or not who.strip():
+            raise InvalidInput(f"witness {who!r} is not an identity (user, role:<id>, npc:<id>, narration)")
+        out.append(who.strip())
+    return sorted(set(out))
 
 
 def _joined(context: str, content: str) -> str:
@@ -248,6 +270,9 @@ class MemoryRow(NamedTuple):
     user_edited: bool
     line_id: int | None
     related_character: str  # who said it, for a dialogue line (recall favours the speaker a question names)
+    witnesses: list[str] | None  # who was present (issue 26), None: everyone
+    valid_to_turn: int | None  # the turn a fact stopped being true (issue 26), None: still true
+    superseded_by: int | None
 
 
 @dataclass(frozen=True)
@@ -1006,3 +1031,22 @@ class MemoryStore:
         prefix = f"memories_{instance_id}_"
         names = [getattr(c, "name", c) for c in chroma_client(self.chroma_path).list_collections()]
         return {int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()}
+
+
+def instance_identities(database_url: str | None, instance_id: int) -> set[str]:
+    """Issue 26: the identities (`nodes.rules.curation.line_identity`) that spoke in an instance's dialogue, and
+    its character's: who can have witnessed anything in it. `NotFound` for an unknown instance."""
+    from personalab.nodes.rules.curation import USER, character_identity, line_identity
+    from personalab.stores.tables import Line
+
+    with session_scope(database_url) as session:
+        save = get_save(session, instance_id)
+        rows = session.exec(
+            select(Line.attribute, Line.role_id, Line.script_role_id).where(Line.save_id == instance_id).distinct()
+        ).all()
+    found = {character_identity(save.role_id), USER}
+    for attribute, role_id, script_role_id in rows:
+        who = line_identity({"attribute": attribute, "role_id": role_id, "script_role_id": script_role_id})
+        if who is not None:
+            found.add(who)
+    return found

@@ -12,6 +12,7 @@ table and carry the `line_id` of the line they keep.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from personalab.stores.tables import utcnow
 from sqlalchemy import JSON, Column, Index, Text
@@ -61,6 +62,16 @@ class MemoryEntry(SQLModel, table=True):
     last_mentioned_turn: int | None = None
     last_mentioned_at: datetime | None = None
 
+    # Issue 26 (curation). Who was present when it happened (seed 000's line identities: ``role:<role_id>``,
+    # ``npc:<script_role_id>``, ``user``, ``narration``); None or empty: made before witnesses were recorded,
+    # seen by everyone of the instance.
+    witnesses: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # The turns a fact held (Zep/Graphiti's validity interval): from `valid_from_turn`, until `valid_to_turn`
+    # (None: still true). A fact a later one updated keeps its row, closed, pointing at its successor.
+    valid_from_turn: int | None = None
+    valid_to_turn: int | None = None
+    superseded_by: int | None = None
+
 
 class MemoryIndexState(SQLModel, table=True):
     """Revision of an instance's searchable memory text (see the module docstring)."""
@@ -69,3 +80,25 @@ class MemoryIndexState(SQLModel, table=True):
 
     instance_id: int = Field(foreign_key="save.id", primary_key=True)
     revision: int = 0
+
+
+class MemoryConsolidation(SQLModel, table=True):
+    """One consolidation step (issue 26, mem0's add / update / merge / none decisions): what a new fact did to
+    the stored ones, who decided it (``rules`` or ``model``), and what to put back to undo it (`before`: the
+    changed columns of the old memory as they were). `undone_at` is set once the step was undone."""
+
+    __tablename__ = "memory_consolidation"
+
+    id: int | None = Field(default=None, primary_key=True)
+    instance_id: int = Field(foreign_key="save.id", index=True)
+    character_id: int = 0
+    turn: int = 0
+    action: str  # nodes.rules.consolidation.Action
+    memory_id: int | None = None  # the new memory (add / update), or the one a repeat merged into
+    target_id: int | None = None  # the stored memory it updated or merged into
+    slot: str = ""  # what the fact is about (`nodes.rules.consolidation.fact_slot`)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    decided_by: str = "rules"
+    before: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow)
+    undone_at: datetime | None = None

@@ -245,7 +245,29 @@ def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
         mark(session)
 
 
+def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+    """Issue 26: the facts the user's message told, consolidated with the stored ones by the rules
+    (`stores.consolidation`), each step recorded; applied once (a step already recorded for the line is not
+    taken again)."""
+    from personalab.stores.consolidation import consolidate_message, consolidated_line
+
+    data = row.payload
+    if not consolidated_line(store._url(), row.instance_id, data.get("line_id")):
+        consolidate_message(
+            store,
+            row.instance_id,
+            message=data["message"],
+            user_name=data["user_name"],
+            turn=data["turn"],
+            line_id=data.get("line_id"),
+            witnesses=data.get("witnesses"),
+        )
+    with session_scope(store._url()) as session:
+        mark(session)
+
+
 APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
+    "consolidate": _apply_consolidation,
     "event": _apply_event,
     "memory": _apply_memories,
     "record": _apply_record,

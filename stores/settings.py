@@ -59,7 +59,9 @@ LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lowe
 EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
-Failpoint = Annotated[Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)]
+Failpoint = Annotated[
+    Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)
+]
 FailpointAction = Annotated[Literal["kill", "stop"], BeforeValidator(_lower)]
 
 
@@ -276,6 +278,12 @@ class Settings(BaseSettings):
         "prompt budgets and the context window are then counted in the model's own tokens instead of at "
         "PERSONALAB_CHARS_PER_TOKEN; empty: the approximate counter.",
     )
+    consolidation: bool = Field(
+        False,
+        description="Consolidate the facts the user tells about themselves with the stored ones (issue 26: add / "
+        "update / merge / none, each step recorded and undoable; docs/memory.md). Off by default: its outbox write "
+        "is applied on its own, one more embeddings call on a turn that tells a fact.",
+    )
     recall_turns: WholeNumber = Field(
         20,
         ge=1,
@@ -302,7 +310,8 @@ class Settings(BaseSettings):
         "commas, e.g. tok-a:alice,tok-b:bob.",
     )
     jwt_secret: SecretStr | None = Field(
-        None, description="With PERSONALAB_AUTH=jwt: the shared secret of HS256 tokens (or set PERSONALAB_JWT_JWKS_URL)."
+        None,
+        description="With PERSONALAB_AUTH=jwt: the shared secret of HS256 tokens (or set PERSONALAB_JWT_JWKS_URL).",
     )
     jwt_jwks_url: HttpUrl | None = Field(
         None,

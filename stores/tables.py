@@ -118,6 +118,8 @@ class Line(SQLModel, table=True):
     save_id: int = Field(foreign_key="save.id", index=True)
 
     parent_line_id: int | None = Field(default=None, foreign_key="line.id", nullable=True, index=True)
+    # issue 26: when the line was stored (UTC), so "what did we do last week" has an answer; None on older lines
+    created_at: datetime | None = Field(default_factory=utcnow, nullable=True)
 
 
 class PlaySession(SQLModel, table=True):

@@ -41,6 +41,10 @@ class TurnRecord(SQLModel, table=True):
     error: str | None = None
     model: str = ""
     created_at: datetime = Field(default_factory=utcnow)
+    # issue 26: what the turn cost — the reply prompt's tokens and the reply's (as the prompt assembly counts
+    # them); None on turns stored before they were recorded
+    prompt_tokens: int | None = None
+    reply_tokens: int | None = None
 
 
 class StoryState(SQLModel, table=True):

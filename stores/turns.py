@@ -346,3 +346,34 @@ def remember_run_reply(session: Session, save_id: int, run_key: str | None, repl
     if row is not None:
         row.reply_line_id = reply_line_id
         session.add(row)
+
+
+def token_usage(database_url: str | None, instance_id: int) -> dict[str, Any]:
+    """Issue 26: the tokens an instance's turns cost — per turn (`turns`: turn, prompt and reply tokens, model,
+    time) and in all (`prompt_tokens`, `reply_tokens`, `turns_counted`); turns stored before tokens were recorded
+    count as unknown, not as 0. `NotFound` for an unknown instance."""
+    with session_scope(database_url) as session:
+        get_save(session, instance_id)
+        rows = session.exec(
+            select(TurnRecord)
+            .where(TurnRecord.save_id == instance_id, TurnRecord.status == "ok")
+            .order_by(col(TurnRecord.id))
+        ).all()
+        turns = [
+            {
+                "turn": row.turn,
+                "prompt_tokens": row.prompt_tokens,
+                "reply_tokens": row.reply_tokens,
+                "model": row.model,
+                "created_at": row.created_at,
+            }
+            for row in rows
+        ]
+    counted = [t for t in turns if t["prompt_tokens"] is not None]
+    return {
+        "instance_id": instance_id,
+        "turns": turns,
+        "turns_counted": len(counted),
+        "prompt_tokens": sum(t["prompt_tokens"] for t in counted),
+        "reply_tokens": sum(t["reply_tokens"] or 0 for t in counted),
+    }

@@ -44,7 +44,7 @@ def test_the_next_turn_of_the_same_process_plays_at_once_when_the_database_is_ba
             assert not run_turn(graph, ctx, instance, "你好。").get("error")
             monkeypatch.setattr(f"personalab.nodes.{module}.failpoint", outage)
             with pytest.raises(StoreUnavailable, match="cannot be reached"):
-                run_turn(graph, ctx, instance, fact)
+                run_turn(graph, ctx, instance, fact, selected_choice={"level": "important"})  # the review writes
             monkeypatch.setattr(f"personalab.nodes.{module}.failpoint", lambda name: None)
             link.up()
             # the same graph: its checkpointer's connection and the engine's pool were cut; this process's own lock
@@ -57,10 +57,14 @@ def test_the_next_turn_of_the_same_process_plays_at_once_when_the_database_is_ba
             under = session.exec(select(Line).where(col(Line.parent_line_id) == users[0].id)).all()
             replies = [line for line in under if line.attribute != "user"]  # the next turn's user line is kept there
             records = session.exec(
-                select(TurnRecord).where(col(TurnRecord.user_line_id) == users[0].id, col(TurnRecord.reply_line_id).is_not(None))
+                select(TurnRecord).where(
+                    col(TurnRecord.user_line_id) == users[0].id, col(TurnRecord.reply_line_id).is_not(None)
+                )
             ).all()
             pending = session.exec(
-                select(OutboxWrite).where(col(OutboxWrite.instance_id) == instance, col(OutboxWrite.applied_at).is_(None))
+                select(OutboxWrite).where(
+                    col(OutboxWrite.instance_id) == instance, col(OutboxWrite.applied_at).is_(None)
+                )
             ).all()
         assert len(users) == 1
         assert pending == []  # queued writes retried; the failed turn's review too, not held for 120 s
@@ -72,7 +76,9 @@ def test_the_next_turn_of_the_same_process_plays_at_once_when_the_database_is_ba
             assert replies == [] and records == []  # a turn that failed before its reply stored none of it
 
 
-def test_the_served_checkpointer_outlives_a_database_outage(postgres_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_served_checkpointer_outlives_a_database_outage(
+    postgres_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`make_checkpointer` (langgraph.json): the server's one checkpointer connection is made again after the
     database came back, instead of failing every later run."""
     from personalab.stores.checkpoints import make_checkpointer

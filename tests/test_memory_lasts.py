@@ -35,10 +35,11 @@ def test_back_to_back_turns_retrieve_the_previous_turns_memories(sqlite_url: str
     # a one-turn recent-dialogue window, so the fact's turn is a memory (not the dialogue) when it is asked about
     with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
         run_turn(graph, ctx, instance, FILLER[0])
-        run_turn(graph, ctx, instance, FACT)
+        run_turn(graph, ctx, instance, FACT, selected_choice={"level": "important"})  # a turn the review writes
         asked = run_turn(graph, ctx, instance, QUESTION)
         # what the turn just before wrote is in the store: its memory (turn 2) was written before turn 3 searched
-        assert {1, 2} <= {entry.turn for entry in MemoryStore(db_url=sqlite_url).list_memories(instance)}
+        stored = MemoryStore(db_url=sqlite_url).list_memories(instance, include_record=True)
+        assert {1, 2} <= {entry.turn for entry in stored}
     assert asked["debug"]["retrieval"]["status"] == "ok"
     assert any("林小禾" in text and "第2轮" in text for text in contents(asked)), contents(asked)
 
@@ -53,7 +54,13 @@ def test_back_to_back_turns_as_the_server_runs_them_retrieve_the_previous_turns_
     instance = create_sample_instance(sqlite_url)
     with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
         for message in (FILLER[0], FACT):
-            graph.invoke({"instance_id": instance, "message": message}, turn_config(instance), context=ctx)
+            # the fact's turn one the review writes (issue 26: not every turn leaves a turn memory)
+            choice = {"level": "important"} if message == FACT else None
+            graph.invoke(
+                {"instance_id": instance, "message": message, "selected_choice": choice},
+                turn_config(instance),
+                context=ctx,
+            )
         graph.invoke({"instance_id": instance, "message": QUESTION}, turn_config(instance), context=ctx)
         asked = graph.get_state(turn_config(instance)).values
     assert any("林小禾" in item["content"] and "第2轮" in item["content"] for item in asked["retrieved"])
@@ -142,7 +149,9 @@ def test_turns_in_the_recent_dialogue_are_not_memories_again_and_what_was_said_i
     one (outside the window) is; the character's last lines are listed under 已知信息(请勿重复)."""
     instance = create_sample_instance(sqlite_url)
     with turn_graph(Context(database_url=sqlite_url, recall_turns=2)) as (graph, ctx):
-        run_turn(graph, ctx, instance, FACT)  # turn 1: outside the window at turn 4
+        run_turn(
+            graph, ctx, instance, FACT, selected_choice={"level": "important"}
+        )  # turn 1: outside the window at turn 4
         run_turn(graph, ctx, instance, "林小禾最喜欢银杏叶。")  # turn 3: inside it
         run_turn(graph, ctx, instance, FILLER[1])
         asked = run_turn(graph, ctx, instance, QUESTION)
@@ -155,8 +164,16 @@ def test_turns_in_the_recent_dialogue_are_not_memories_again_and_what_was_said_i
     region = retrieved_region_text(asked)
     assert "=== 已知信息(请勿重复) ===" in region
     known = region.split("=== 已知信息(请勿重复) ===", 1)[1]
-    last_reply = run_reply_of(sqlite_url, instance, turn=3)
-    assert last_reply[:20] in known
+    from personalab.stores.db import session_scope
+    from personalab.stores.history import get_chat_history
+
+    with session_scope(sqlite_url) as session:  # the character's last line before this turn's reply
+        said = [
+            line.content
+            for line in get_chat_history(session, instance)
+            if line.attribute == "assistant" and line.id not in asked["debug"]["reply_line_ids"]
+        ]
+    assert said[-1][:20] in known
     assert any(row["section"] == "known" for row in debug["injection"])  # under the retrieved region's budget
 
 

@@ -37,6 +37,8 @@ from sqlmodel import col, select
 FACT = "我妹妹今年十二岁，她叫小雨"
 FILLER = "我们继续赶路吧。"
 ASK = "你还记得我妹妹叫什么、几岁吗？"
+# a turn the review says to remember: it queues its turn memory too (issue 26: small talk does not)
+IMPORTANT = {"level": "important"}
 # the prompt keeps one turn of recent dialogue: a fact two turns back reaches it only from the memory's writes
 ONE_TURN = {"recall_turns": 1}
 
@@ -96,7 +98,7 @@ def test_a_turn_played_while_chroma_is_down_keeps_its_writes_until_chroma_is_bac
         flush_event_writes()
         applied_before = len(rows(db_url, instance, applied=True))
         monkeypatch.setattr(Collection, "upsert", chroma_down)
-        told = run_turn(graph, context, instance, FACT)
+        told = run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
         assert told["reply"] and told.get("error") is None  # the turn itself plays
         flush_event_writes()
         waiting = rows(db_url, instance, applied=False)
@@ -137,7 +139,7 @@ def test_writes_left_by_a_process_that_died_after_the_reply_are_applied_by_the_n
     with monkeypatch.context() as dying:
         _never_applied(dying)
         with turn_graph(Context(database_url=db_url, **ONE_TURN)) as (graph, context):
-            run_turn(graph, context, instance, FACT)
+            run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
             run_turn(graph, context, instance, FILLER)
         flush_event_writes()
     left = rows(db_url, instance, applied=False)
@@ -162,8 +164,8 @@ def test_a_row_applied_twice_or_by_two_processes_at_once_writes_once(
     with monkeypatch.context() as dying:
         _never_applied(dying)
         with turn_graph(Context(database_url=db_url)) as (graph, context):
-            run_turn(graph, context, instance, "你好，雷娜。")
-            run_turn(graph, context, instance, FACT)
+            run_turn(graph, context, instance, "你好，雷娜。", selected_choice=IMPORTANT)
+            run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
         flush_event_writes()
     queued = rows(db_url, instance, applied=False)
     assert len(queued) >= 6
@@ -211,7 +213,7 @@ def test_a_failed_turn_queues_no_writes(sqlite_url: str, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(write_back, "save_story_state", fails)
     with turn_graph(Context(database_url=sqlite_url)) as (graph, context), pytest.raises(InstanceBusy):
-        run_turn(graph, context, instance, FACT)
+        run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
     assert rows(sqlite_url, instance) == []
 
 

@@ -339,10 +339,11 @@ def test_plan_rejects_something_that_is_not_a_review() -> None:
         )
 
 
-def test_every_turn_leaves_a_memory_worth_its_review() -> None:
+def test_a_turn_leaves_a_memory_when_the_review_says_so() -> None:
+    """Issue 26: small talk leaves no turn memory (the dialogue record keeps its lines); a turn worth writing does."""
     ordinary = run_rule_review(ReviewInput("c", "ch", "u", "嗯", "好"))
-    (memory,) = turn_memories(ordinary, {"relationship_memory": None}, "第1轮：嗯", 1)
-    assert (memory["type"], memory["importance"], memory["tags"]) == ("event", 0.1, [])
+    assert not ordinary.should_write_memory
+    assert turn_memories(ordinary, {"relationship_memory": None}, "第1轮：嗯", 1) == []
     important = run_rule_review(ReviewInput("c", "ch", "u", "我决定了", "好", {"level": "turning_point"}))
     turn, relation = turn_memories(important, {"relationship_memory": "信任加深"}, "第2轮：我决定了", 2)
     assert (turn["type"], turn["importance"], turn["tags"]) == ("conversation", important.memory_value, ["important"])

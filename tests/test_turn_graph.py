@@ -205,7 +205,7 @@ def test_daily_retrieval_never_sees_another_instances_events(sqlite_url: str) ->
     # a one-turn recent dialogue: b's first turn is a memory on its second (not left out as the dialogue)
     with turn_graph(ctx_for(sqlite_url, recall_turns=1)) as (graph, ctx):
         run_turn(graph, ctx, a, "我把金色怀表藏在了旧仓库。")
-        run_turn(graph, ctx, b, "今天天气不错。")
+        run_turn(graph, ctx, b, "今天天气不错。", selected_choice={"level": "important"})  # a turn the review writes
         flush_event_writes()
         state = run_turn(graph, ctx, b, "金色怀表藏在哪里？")
     assert state["retrieved"], "b's own memories are found"

@@ -62,15 +62,16 @@ def test_a_turning_point_writes_memory_plot_node_and_a_pending_suggestion(sqlite
         assert [str(e.id) for e in entries] == [str(approved.worldbook_entry_id)]
 
 
-def test_an_ordinary_turn_is_remembered_at_low_importance(sqlite_url: str) -> None:
-    """Every turn is an active-layer memory (seed 001); a skipped one is worth little and fades with the layers."""
+def test_an_ordinary_turn_is_kept_in_the_record_only(sqlite_url: str) -> None:
+    """Issue 26: a skipped turn leaves no curated memory (the review does not say to write one); its lines are in
+    the dialogue record."""
     instance = create_sample_instance(sqlite_url)
     (state,) = play(sqlite_url, instance, "嗯。")
     assert state["review"]["skipped"] is True
     flush_event_writes()
-    (memory,) = MemoryStore(db_url=sqlite_url).list_memories(instance)
-    assert (memory.type, memory.layer, memory.importance) == ("event", "active", 0.1)
-    assert "嗯。" in memory.content
+    assert MemoryStore(db_url=sqlite_url).list_memories(instance) == []
+    records = MemoryStore(db_url=sqlite_url).list_memories(instance, include_record=True)
+    assert any("嗯。" in memory.content for memory in records)
 
 
 def test_gap_is_computed_from_stored_timestamps(sqlite_url: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
 from personalab.nodes.rules.character import substitute
+from personalab.nodes.rules.curation import IMPORTANT_HEADER, PRIVATE_HEADER
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
@@ -46,12 +47,15 @@ from personalab.nodes.rules.worldbook import (
 )
 
 # the seed's three sections, with its 已知信息(请勿重复) block (BuildOptimizedSystemPrompt) before the memories
-SECTIONS = ("guidelines", "world_knowledge", "known", "character_memories")
+# + the character's private memories (issue 26, type internal) in a block of their own, after what may be said
+SECTIONS = ("guidelines", "world_knowledge", "known", "character_memories", "private_memories", "important")
 SECTION_HEADERS: Mapping[str, str] = {
     "guidelines": "=== 指令/规则 ===",
     "world_knowledge": "=== 世界知识 ===",
     "known": KNOWN_INFO_HEADER,
     "character_memories": "=== 相关记忆 ===",
+    "private_memories": PRIVATE_HEADER,
+    "important": IMPORTANT_HEADER,  # seed 001's 重要指令, last (issue 26)
 }
 
 TokenCounter = Callable[[str], int]
@@ -147,6 +151,8 @@ def plan_injection(
     headers: Mapping[str, str] = SECTION_HEADERS,
     skipped: Iterable[SkippedItem] = (),
     known: Iterable[InjectionItem | str] = (),
+    private_memories: Iterable[InjectionItem | str] = (),
+    important: Iterable[InjectionItem | str] = (),
 ) -> InjectionPlan:
     """Seed 001 InjectSmartContext: guidelines → world knowledge → character memories in one budget.
 
@@ -159,6 +165,8 @@ def plan_injection(
         "world_knowledge": _as_items("world_knowledge", world_knowledge),
         "known": _as_items("known", known),
         "character_memories": _as_items("character_memories", character_memories),
+        "private_memories": _as_items("private_memories", private_memories),
+        "important": _as_items("important", important),
     }
     lines: dict[str, list[str]] = {p: [] for p in POSITIONS}
     section_lines: dict[str, list[str]] = {s: [] for s in SECTIONS}
@@ -325,6 +333,8 @@ def build_injection(
     triggered: Iterable[TriggeredEntry] = (),
     character_memories: Iterable[InjectionItem | str] = (),
     known: Iterable[InjectionItem | str] = (),
+    private_memories: Iterable[InjectionItem | str] = (),
+    important: Iterable[InjectionItem | str] = (),
     budget: int,
     worldbook_config: WorldbookConfig | None = None,
     token_counter: TokenCounter = count_tokens,
@@ -353,6 +363,8 @@ def build_injection(
         headers=headers,
         skipped=skipped,
         known=known,
+        private_memories=private_memories,
+        important=important,
     )
     fired = [i.key.split(":", 1)[1] for i in plan.included if i.key.startswith("worldbook:")]
     return Injection(plan, fired)

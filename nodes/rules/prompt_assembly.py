@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from personalab.nodes.rules import prompts
+from personalab.nodes.rules.curation import once_per_turn
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.plot import check_plot_state
 from personalab.nodes.rules.tokens import TextTokens, TokenCounter
@@ -317,7 +318,7 @@ def assemble_prompt(
         )
 
     # retrieved — single items, lowest-ranked first
-    blocks = _blocks(retrieved_blocks)
+    blocks = once_per_turn(_blocks(retrieved_blocks))  # issue 26: each exchange once across the blocks
     keep = [len(items) for _, items in blocks]
     retrieved_debug = _region(0, budgets.retrieved)
     for (title, _items), count_kept in zip(blocks, keep, strict=True):

@@ -795,6 +795,9 @@ def memory_candidate(entry: Any, embedding: np.ndarray | None) -> Candidate:
             "user_edited": entry.user_edited,
             "mention_count": entry.mention_count,
             "line_id": getattr(entry, "line_id", None),  # a dialogue-record entry's line (nodes.rules.record)
+            # issue 26: until when a fact held (None: still true) and what replaced it
+            "valid_to_turn": getattr(entry, "valid_to_turn", None),
+            "superseded_by": getattr(entry, "superseded_by", None),
         },
         speaker=getattr(entry, "related_character", "") or "",
     )

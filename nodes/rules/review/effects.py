@@ -485,20 +485,23 @@ MIN_TURN_IMPORTANCE = 0.1
 def turn_memories(
     review: ReviewOutput, plan: Mapping[str, Any], event_text: str, turn: int, user_message: str = ""
 ) -> list[dict[str, Any]]:
-    """The memories a reviewed turn leaves (seeds 001 + 003): the turn itself, always, in the active layer and
-    worth what the review says it is worth (an ordinary exchange fades with the layers, a turning point stays),
+    """The memories a reviewed turn leaves (seeds 001 + 003): the turn itself when the review says it is worth
+    writing (`should_write_memory`; issue 26: not every turn — the dialogue record keeps every line anyway, a turn
+    memory of small talk only repeated it), in the active layer and worth what the review says it is worth,
     raised to the fact estimate of the user's message where the review's table gives less
     (`nodes.rules.importance`: "我妹妹今年十二岁" is worth keeping though the table gives it 0); plus a
     relationship memory when the relationship moved a lot."""
-    memories = [
-        {
-            "content": event_text,
-            "type": "conversation" if review.should_write_memory else "event",
-            "importance": max(MIN_TURN_IMPORTANCE, raised_importance(review.memory_value, user_message)),
-            "tags": ["important"] if review.should_write_memory else [],
-            "turn": turn,
-        }
-    ]
+    memories: list[dict[str, Any]] = []
+    if review.should_write_memory:
+        memories.append(
+            {
+                "content": event_text,
+                "type": "conversation",
+                "importance": max(MIN_TURN_IMPORTANCE, raised_importance(review.memory_value, user_message)),
+                "tags": ["important"],
+                "turn": turn,
+            }
+        )
     if plan.get("relationship_memory"):
         memories.append(
             {
