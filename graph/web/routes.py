@@ -13,6 +13,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from personalab.graph.api import cards, dialogue, library
+from personalab.graph.api.schemas.library import CHARACTER_TEXT
 from personalab.graph.http.guards import PathId
 from personalab.graph.http.users import auth_enabled, verify
 from personalab.graph.runner import run_turn, turn_graph
@@ -31,16 +32,7 @@ PAGE_INSTANCES = 50
 GAPS = ("minutes", "hours", "days", "long_absence")
 CHOICE_LEVELS = ("normal", "important", "turning_point", "ending")  # seed 003's choice levels
 STATIC = {"htmx.min.js": "text/javascript", "app.js": "text/javascript", "app.css": "text/css"}
-TEXT_FIELDS = (
-    "description",
-    "persona",
-    "traits",
-    "backstory",
-    "motives",
-    "example_dialogue",
-    "system_prompt",
-    "post_history_instructions",
-)
+TEXT_FIELDS = CHARACTER_TEXT  # a character's text fields, each a textarea of the edit page
 GREETING_SEPARATOR = "\n---\n"
 
 
