@@ -542,6 +542,14 @@ def _named_id_cases(method: str, template: str, name: str, theirs: str, words: s
 
 
 CASES += [
+    # administration is the server operator's: a signed-in user is refused, naming the operation (issue 23)
+    ("GET", "/admin/locks", "bob", {}, 403, "locks"),
+    ("DELETE", "/admin/locks/{a_instance}", "bob", {}, 403, "release lock"),
+    ("DELETE", "/admin/locks/{huge}", "bob", {}, 422, "instance_id"),
+    ("GET", "/admin/doctor", "bob", {}, 403, "doctor"),
+    ("GET", "/admin/doctor?repair=no", "bob", {}, 422, "repair"),
+    ("GET", "/admin/migrations", "bob", {}, 403, "migrations"),
+    ("POST", "/admin/migrations/upgrade", "bob", {}, 403, "migrations"),
     ("GET", "/trigger-config?instance_id={a_instance}", "bob", {}, 404, "instance {a_instance}"),
     ("GET", "/trigger-config?character_id={huge}", "bob", {}, 422, "character_id"),
     (

@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import cli, one_line
 from personalab.graph.api import library
 from personalab.graph.api.facade import PersonaLab
-from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.errors import InvalidInput, NotAllowed, NotFound
 
 
 def _instance(url: str | None, owner: str | None = None, outline: tuple[str, ...] = ("相遇", "同行", "离别")) -> int:
@@ -230,5 +230,26 @@ def test_admin_locks_doctor_migrations_are_the_operators(capsys: pytest.CaptureF
     assert isinstance(admin.doctor()["findings"], list)
     user = PersonaLab(owner="alice").admin
     for call in (user.locks, lambda: user.release_lock(instance), user.doctor, user.migration_state, user.upgrade):
-        with pytest.raises(InvalidInput, match="operator"):
+        with pytest.raises(NotAllowed, match="operator"):
             call()
+
+
+def test_admin_over_http_is_the_local_operators(data_dir: Path) -> None:
+    """Issue 23: the administration routes over HTTP. Without auth the caller is the operator (as on the CLI):
+    the locks are listed and a stuck one released, doctor and the migration state answer; the hostile sweep
+    (tests/test_hostile_http.py) checks a signed-in user gets 403 naming the operation."""
+    from fastapi.testclient import TestClient
+    from personalab.graph.http.app import app
+    from personalab.stores.turns import acquire_turn_lock
+
+    instance = _instance(None)
+    acquire_turn_lock(instance, 60.0)  # a turn that holds the instance
+    client = TestClient(app)
+    (held,) = client.get("/admin/locks").json()
+    assert held["instance_id"] == instance
+    assert client.delete(f"/admin/locks/{instance}").json()["unlocked"] is True
+    assert client.get("/admin/locks").json() == []
+    assert client.delete("/admin/locks/999999").status_code == 404
+    assert client.get("/admin/migrations").json()["head"]
+    assert isinstance(client.get("/admin/doctor").json()["findings"], list)
+    assert client.post("/admin/migrations/upgrade").status_code == 200

@@ -1,7 +1,7 @@
 """Administration through the API (issue 14, 23): the turn locks (listed, a stuck one released), `doctor` (queued
 writes, orphan vectors, expired locks, checkpoint sizes; repaired on request) and the database's migrations
 (its revision, the upgrade). All of it is the server operator's: a caller bound to a signed-in user gets
-`InvalidInput` naming the operation, and nothing is read or changed.
+`NotAllowed` naming the operation, and nothing is read or changed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.story import check_id
 from personalab.nodes.context import Context
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.errors import NotAllowed
 from personalab.stores import migrate
 from personalab.stores.background import flush_event_writes
 from personalab.stores.db import session_scope
@@ -27,7 +27,7 @@ class AdminApi:
 
     def _operator(self, what: str) -> str | None:
         if self.caller.owner is not None:
-            raise InvalidInput(f"{what}: administration is the server operator's, not a signed-in user's")
+            raise NotAllowed(f"{what}: administration is the server operator's, not a signed-in user's")
         # the configured URL as the turns name it (their background writers are keyed by it), not None
         return self.caller.database_url if self.caller.database_url is not None else Context().database_url
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from personalab.graph.http import dialogue
+from personalab.graph.http.admin import router as admin_router
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
@@ -32,6 +33,7 @@ app.include_router(worldbook_router)
 app.include_router(trigger_config_router)
 app.include_router(story_router)
 app.include_router(memory_router)
+app.include_router(admin_router)
 app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
 
 

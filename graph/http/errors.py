@@ -20,12 +20,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from personalab.graph.api.library import InUse
 from personalab.graph.http.users import Unauthenticated
-from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound, PersonaLabError, StoreUnavailable
+from personalab.nodes.rules.errors import (
+    InstanceBusy,
+    InvalidInput,
+    NotAllowed,
+    NotFound,
+    PersonaLabError,
+    StoreUnavailable,
+)
 
 STATUS: tuple[tuple[type[PersonaLabError], int], ...] = (
     (InUse, 409),  # before InvalidInput, which it is too
     (InstanceBusy, 409),
     (NotFound, 404),
+    (NotAllowed, 403),
     (InvalidInput, 422),
     (StoreUnavailable, 503),
     (Unauthenticated, 401),

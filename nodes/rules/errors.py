@@ -36,6 +36,10 @@ class TurnLockLost(InstanceBusy):
     """This turn's lock on its instance lapsed and another process took it over: the turn stops, nothing stored."""
 
 
+class NotAllowed(PersonaLabError, PermissionError):
+    """An operation the caller may not run at all (administration, for a signed-in user): the message names it."""
+
+
 class StoreUnavailable(PersonaLabError):
     """The database cannot be opened or written (a read-only file or folder, an unreachable server): not the
     input's fault, but not a bug either; the message names the database and what the system said."""
