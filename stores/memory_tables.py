@@ -96,7 +96,7 @@ class MemoryConsolidation(SQLModel, table=True):
     action: str  # nodes.rules.consolidation.Action
     memory_id: int | None = None  # the new memory (add / update), or the one a repeat merged into
     target_id: int | None = None  # the stored memory it updated or merged into
-    slot: str = ""  # what the fact is about (`nodes.rules.consolidation.fact_slot`)
+    slot: str = ""  # what the fact is about (`nodes.rules.consolidation.slot_of`)
     reason: str = Field(default="", sa_column=Column(Text, nullable=False))
     decided_by: str = "rules"
     before: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))

@@ -26,7 +26,7 @@ from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 # command → (its module in graph/cli, its help line); a module registering several commands is named by each
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the memory builder on the seed's scene, then a scripted 12-turn session"),
-    "serve": ("serve", "serve the web app and the HTTP API on one local server (prints the URL)"),
+    "serve": ("serve", "the web app and the HTTP API on one local server (prints the URL)"),
     "turn": ("turn", "run one turn and stream the reply"),
     "core": ("story", "an instance's core memory: show, versions, diff, roll back"),
     "plot": ("story", "an instance's outline and current point, plot nodes"),
@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worldbook": ("worldbook", "the world book (triggered lore entries)"),
     "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),
     "trigger-config": ("trigger_config", "seed 004's memory trigger configuration, per scope"),
-    "reply": ("replies", "what fed a reply: the memories, world book, knowledge and cuts of its prompt"),
+    "reply": ("replies", "what fed a reply"),
     "memory": ("memory", "the character's long-term memory of an instance"),
     "db": ("database", "the database's schema: upgrade (run the migrations), current (its revision)"),
     "doctor": (
