@@ -43,7 +43,8 @@ def left_writes(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> int:
         dying.setattr(write_back, "apply_soon", lambda *args: None)
         dying.setattr(review, "apply_soon", lambda *args: None)
         with turn_graph(Context()) as (graph, context):
-            run_turn(graph, context, instance, FACT)
+            # a turn the review says to remember (issue 26): it queues its turn memory beside its event and record
+            run_turn(graph, context, instance, FACT, selected_choice={"level": "important"})
         flush_event_writes()
     assert pending(instance) >= 3
     return instance
