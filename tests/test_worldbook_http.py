@@ -63,8 +63,10 @@ def test_a_lorebook_in_and_out_and_the_settings(http: Any) -> None:
     exported = http.get("/worldbook/export?format=sillytavern").json()
     assert exported["entries"]["0"]["sticky"] == 2
     bad = http.post("/worldbook/import", content=b'{"entries": [{"key": ["/(/"], "content": "x"}]}')
-    assert bad.status_code == 422 and "regular expression" in bad.json()["detail"]
-    assert len(http.get("/worldbook/export").json()["entries"]) == 1  # nothing stored from the bad file
+    # issue 28: an entry whose key is not a valid regular expression is named and skipped, the rest imported
+    assert bad.status_code == 200 and bad.json()["imported"] == 0
+    assert "entry 1" in bad.json()["skipped"][0] and "regular expression" in bad.json()["skipped"][0]
+    assert len(http.get("/worldbook/export").json()["entries"]) == 1  # nothing stored of the bad entry
     assert http.post("/worldbook/import", content=b"not json").status_code == 422
 
     put = http.put("/worldbook/settings", json={"budget_share": 0.1, "recursive": False})
