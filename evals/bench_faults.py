@@ -48,6 +48,10 @@ from personalab.evals.data_dir import data_folder, postgres_schema
 from personalab.evals.outage import PostgresLink, SqliteWriteLock, postgres_link
 from personalab.evals.report import percentile
 
+REMEMBERED = "important"
+"""Each trial's turn is a choice the review says to remember (issue 26: small talk writes no turn memory), so the
+check that its turn memory survived the kill or the outage applies to every trial."""
+
 KILL_PHASES = ("before_model", "mid_stream", "after_reply", "during_writes")
 # the database down from a phase of the turn on (PostgreSQL): `db_down_<failpoint>`
 OUTAGE_PHASES = ("db_down_before_model", "db_down_after_reply", "db_down_during_writes")
@@ -142,7 +146,7 @@ def _outage_turn(link: Outage, instance_id: int, fact: str, phase: str) -> tuple
         env["PERSONALAB_SQLITE_BUSY_TIMEOUT"] = str(SQLITE_TURN_WAIT_S)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         turn = subprocess.Popen(
-            [_cli(), "turn", "--instance", str(instance_id), fact],
+            [_cli(), "turn", "--instance", str(instance_id), "--choice", REMEMBERED, fact],
             env=env,
             stdout=out,
             stderr=err,
@@ -317,7 +321,7 @@ def run_campaign(
                     usable_s, problem = _recover(url, instance_id, since=back)  # from the database's return
                 else:
                     killed = subprocess.run(
-                        [_cli(), "turn", "--instance", str(instance_id), fact],
+                        [_cli(), "turn", "--instance", str(instance_id), "--choice", REMEMBERED, fact],
                         env={**os.environ, "PERSONALAB_FAILPOINT": phase, "PERSONALAB_FAILPOINT_ACTION": "kill"},
                         capture_output=True,
                         text=True,
