@@ -44,7 +44,7 @@ from personalab.stores.review_tables import PlotNodeRow, WorldbookSuggestionRow
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Line, utcnow
 from personalab.stores.worldbook import GLOBAL, Scope, add_worldbook_entry, check_scope
-from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -77,7 +77,7 @@ class PlotNode(BaseModel):
     model_config = ConfigDict(frozen=True, from_attributes=True)
 
     id: int
-    save_id: int
+    save_id: int = Field(serialization_alias="instance_id")  # public: one name per concept (issue 23)
     turn: int
     line_id: int | None
     level: str | None
@@ -85,7 +85,7 @@ class PlotNode(BaseModel):
     created_at: StoredTime
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
 
 class WorldbookSuggestion(BaseModel):
@@ -94,7 +94,7 @@ class WorldbookSuggestion(BaseModel):
     model_config = ConfigDict(frozen=True, from_attributes=True)
 
     id: int
-    save_id: int
+    save_id: int = Field(serialization_alias="instance_id")  # public: one name per concept (issue 23)
     turn: int
     line_id: int | None
     choice_level: str | None
@@ -111,7 +111,7 @@ class WorldbookSuggestion(BaseModel):
     worldbook_entry_id: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
 
 # --- branches -------------------------------------------------------------------------------------

@@ -310,13 +310,7 @@ class KnowledgeApi:
         self, data: Any, *, character_id: int | None = None, instance_id: int | None = None
     ) -> dict[str, Any]:
         """A knowledge file's JSON data into the scope, all or nothing; the import report."""
-        check_scope_owner(
-            self.caller.owner,
-            character_id=character_id,
-            instance_id=instance_id,
-            change=True,
-            database_url=self.caller.database_url,
-        )
+        self.caller.check_scope(character_id, instance_id, change=True)
         scope = scope_of(character_id, instance_id)
         with session_scope(self.caller.database_url) as session:
             report = import_knowledge(session, data, scope)
@@ -325,20 +319,12 @@ class KnowledgeApi:
     def import_file(
         self, path: str | os.PathLike[str], *, character_id: int | None = None, instance_id: int | None = None
     ) -> dict[str, Any]:
-        check_scope_owner(
-            self.caller.owner,
-            character_id=character_id,
-            instance_id=instance_id,
-            change=True,
-            database_url=self.caller.database_url,
-        )
+        self.caller.check_scope(character_id, instance_id, change=True)
         return self.import_data(read_json_file(path), character_id=character_id, instance_id=instance_id)
 
     def export(
         self, *, character_id: int | None = None, instance_id: int | None = None, with_keywords: bool = False
     ) -> dict[str, Any]:
-        check_scope_owner(
-            self.caller.owner, character_id=character_id, instance_id=instance_id, database_url=self.caller.database_url
-        )
+        self.caller.check_scope(character_id, instance_id)
         with session_scope(self.caller.database_url) as session:
             return export_knowledge(session, scope_of(character_id, instance_id), with_keywords=with_keywords)

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from personalab.graph.api.caller import Caller
-from personalab.graph.api.knowledge import check_scope_owner
 from personalab.graph.api.story import check_id, instance_of
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.stores.db import session_scope
@@ -57,9 +56,7 @@ class SuggestionsApi:
                 raise NotFound(f"world-book suggestion {suggestion_id} does not exist") from None
             role_id = save.role_id if suggestion.scope == "character" else None
         if change and role_id is not None:
-            check_scope_owner(
-                self.caller.owner, character_id=role_id, change=True, database_url=self.caller.database_url
-            )
+            self.caller.check_scope(role_id, change=True)
 
     def get(self, suggestion_id: int) -> dict[str, Any]:
         self._check(suggestion_id, False)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from personalab.graph.api.caller import Caller
-from personalab.graph.api.knowledge import check_scope_owner, scope_of
+from personalab.graph.api.knowledge import scope_of
 from personalab.graph.api.schemas.trigger_config import TriggerConfigPublic
 from personalab.stores.db import session_scope
 from personalab.stores.trigger_config import (
@@ -30,18 +30,9 @@ class TriggerConfigApi:
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
 
-    def _check(self, character_id: int | None, instance_id: int | None, change: bool) -> None:
-        check_scope_owner(
-            self.caller.owner,
-            character_id=character_id,
-            instance_id=instance_id,
-            change=change,
-            database_url=self.caller.database_url,
-        )
-
     def get(self, *, character_id: int | None = None, instance_id: int | None = None) -> TriggerConfigPublic:
         """What is set on the scope and what is in effect there (with each field's source)."""
-        self._check(character_id, instance_id, False)
+        self.caller.check_scope(character_id, instance_id, change=False)
         scope = scope_of(character_id, instance_id)
         with session_scope(self.caller.database_url) as session:
             own = get_trigger_config(session, scope)
@@ -64,14 +55,14 @@ class TriggerConfigApi:
     ) -> TriggerConfigPublic:
         """Set fields of the scope (None unsets one; `max_per_type` merges per type), after `clear` unsets all;
         one transaction: a bad value changes nothing."""
-        self._check(character_id, instance_id, True)
+        self.caller.check_scope(character_id, instance_id, change=True)
         with session_scope(self.caller.database_url) as session:
             set_trigger_config(session, scope_of(character_id, instance_id), changes, clear=clear)
         return self.get(character_id=character_id, instance_id=instance_id)
 
     def reset(self, *, character_id: int | None = None, instance_id: int | None = None) -> TriggerConfigPublic:
         """Unset everything set on the scope: the wider scopes' values (or the defaults) apply again."""
-        self._check(character_id, instance_id, True)
+        self.caller.check_scope(character_id, instance_id, change=True)
         with session_scope(self.caller.database_url) as session:
             reset_trigger_config(session, scope_of(character_id, instance_id))
         return self.get(character_id=character_id, instance_id=instance_id)

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from personalab.graph.api.caller import Caller
-from personalab.graph.api.knowledge import check_scope_owner, scope_of, update_worldbook_settings, worldbook_settings
+from personalab.graph.api.knowledge import scope_of, update_worldbook_settings, worldbook_settings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.validation import bad_character
 from personalab.nodes.rules.worldbook import (
@@ -85,15 +85,6 @@ class WorldbookApi:
 
     # ownership
 
-    def _scope_check(self, character_id: int | None, instance_id: int | None, change: bool) -> None:
-        check_scope_owner(
-            self.caller.owner,
-            character_id=character_id,
-            instance_id=instance_id,
-            change=change,
-            database_url=self.caller.database_url,
-        )
-
     def _entry_check(self, entry_id: Any, change: bool) -> None:
         """`NotFound` naming the entry unless the caller may read (or `change`) it."""
         with session_scope(self.caller.database_url) as session:
@@ -104,7 +95,7 @@ class WorldbookApi:
         if scope == (None, None):
             raise NotFound(f"world-book entry {entry_id} does not exist")  # the global book is the operator's
         try:
-            self._scope_check(scope[0], scope[1], change)
+            self.caller.check_scope(scope[0], scope[1], change=change)
         except NotFound:
             raise NotFound(f"world-book entry {entry_id} does not exist") from None
 
@@ -114,7 +105,7 @@ class WorldbookApi:
         self, content: str, *, character_id: int | None = None, instance_id: int | None = None, **fields: Any
     ) -> dict[str, Any]:
         """A new entry in the scope; `fields` are the entry's own fields (keywords, trigger_type, ...)."""
-        self._scope_check(character_id, instance_id, True)
+        self.caller.check_scope(character_id, instance_id, change=True)
         with session_scope(self.caller.database_url) as session:
             return entry_view(add_entry(session, content, scope_of(character_id, instance_id), fields))
 
@@ -122,7 +113,7 @@ class WorldbookApi:
         self, *, character_id: int | None = None, instance_id: int | None = None, visible: bool = False
     ) -> list[dict[str, Any]]:
         """The scope's entries (with `visible`: all it sees, global + character + own), oldest first."""
-        self._scope_check(character_id, instance_id, False)
+        self.caller.check_scope(character_id, instance_id, change=False)
         with session_scope(self.caller.database_url) as session:
             entries = list_worldbook(session, scope_of(character_id, instance_id), visible=visible)
         return [entry_view(entry) for entry in entries]
@@ -168,7 +159,7 @@ class WorldbookApi:
         self, data: Any, *, character_id: int | None = None, instance_id: int | None = None
     ) -> dict[str, Any]:
         """Import a world-book file's JSON data into the scope, all or nothing; the import report."""
-        self._scope_check(character_id, instance_id, True)
+        self.caller.check_scope(character_id, instance_id, change=True)
         scope = scope_of(character_id, instance_id)
         with session_scope(self.caller.database_url) as session:
             report = import_worldbook(session, data, scope)
@@ -178,7 +169,7 @@ class WorldbookApi:
         self, path: str | os.PathLike[str], *, character_id: int | None = None, instance_id: int | None = None
     ) -> dict[str, Any]:
         """`import_data` of the JSON in `path` (a regular file, at most the import limit)."""
-        self._scope_check(character_id, instance_id, True)
+        self.caller.check_scope(character_id, instance_id, change=True)
         return self.import_data(read_json_file(path), character_id=character_id, instance_id=instance_id)
 
     def export(
@@ -191,7 +182,7 @@ class WorldbookApi:
         """The scope's entries as a PersonaLab export or a SillyTavern world-info file."""
         if format not in FORMATS:
             raise InvalidInput(f"format {format!r} is not one of {', '.join(FORMATS)} (field 'format')")
-        self._scope_check(character_id, instance_id, False)
+        self.caller.check_scope(character_id, instance_id, change=False)
         scope = scope_of(character_id, instance_id)
         with session_scope(self.caller.database_url) as session:
             return export_sillytavern(session, scope) if format == "sillytavern" else export_worldbook(session, scope)

@@ -81,8 +81,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `personalab` parser. With `command`, only that command's module is imported and registered, the other
     commands are listed by their help line; without, every module is registered."""
     parser, sub = sub_parsers("personalab", "Memory engine for long-running role-play characters")
-    parser.epilog = "Installed packages add commands of their own (entry points 'personalab.commands'): the " \
+    parser.epilog = (
+        "Installed packages add commands of their own (entry points 'personalab.commands'): the "
         "evaluations add 'eval' and 'bench'."
+    )
     wanted = COMMANDS[command][0] if command in COMMANDS else None
     for name, (module, help_) in COMMANDS.items():
         if name in sub.choices:

@@ -130,6 +130,13 @@ def memory_list(args: argparse.Namespace) -> int:
     if not page.items:
         filtered = args.layer or args.type or args.kind
         echo(f"instance {args.instance} has no memories" + (" matching the filters" if filtered else ""))
+        if not filtered and page.offset == 0:
+            # the dialogue record is memory too (retrieval searches it) but is listed only when asked for
+            record = _api().memories.list(
+                args.instance, layer="record", all_branches=args.all_branches, character_id=args.character, limit=0
+            )
+            if record.total:
+                echo(f"({record.total} exchange(s) in the dialogue record: --layer record lists them)")
     elif page.total > page.offset + len(page.items):
         echo(f"… {page.total - page.offset - len(page.items)} more (--offset {page.offset + len(page.items)})")
     return 0

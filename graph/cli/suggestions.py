@@ -35,15 +35,13 @@ def _line(s: dict[str, Any]) -> str:
     entry = f" → world-book entry {s['worldbook_entry_id']}" if s["worldbook_entry_id"] is not None else ""
     line = f" line {s['line_id']}" if s["line_id"] is not None else ""
     return (
-        f"#{s['id']} [{s['status']}] instance {s['save_id']} turn {s['turn']}{line}{level} ({s['scope']}{keys}): "
+        f"#{s['id']} [{s['status']}] instance {s['instance_id']} turn {s['turn']}{line}{level} ({s['scope']}{keys}): "
         f"{_preview(s['content'])}{entry}"
     )
 
 
 def suggestions_list(args: argparse.Namespace) -> int:
-    items = PersonaLab().suggestions.list(
-        instance_id=args.instance, status=args.status, all_branches=args.all_branches
-    )
+    items = PersonaLab().suggestions.list(instance_id=args.instance, status=args.status, all_branches=args.all_branches)
     if args.json:
         print(json_text(items))
         return 0

@@ -71,9 +71,7 @@ def knowledge_add(args: argparse.Namespace) -> int:
 
 
 def knowledge_list(args: argparse.Namespace) -> int:
-    entries = PersonaLab().knowledge.list(
-        visible=args.visible, character_id=args.character, instance_id=args.instance
-    )
+    entries = PersonaLab().knowledge.list(visible=args.visible, character_id=args.character, instance_id=args.instance)
     if args.json:
         keys = ("id", "scope", "tag", "content", "importance", "keywords", "enabled", "user_edited")
         print(json_text([{key: e[key] for key in keys} for e in entries]))

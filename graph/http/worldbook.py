@@ -27,7 +27,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
-from personalab.graph.api import knowledge as api
 from personalab.graph.api.schemas.worldbook import EntryCreate, EntryUpdate, ReorderRequest
 from personalab.graph.api.worldbook import MAX_IMPORT_BYTES, bad_character, parse_json
 from personalab.graph.http.deps import Api
@@ -40,10 +39,8 @@ router = APIRouter(route_class=LimitedBodyRoute)
 
 
 def _check(api_: Api, character_id: int | None, instance_id: int | None, change: bool) -> None:
-    """The scope is one the signed-in user may read (or `change`): graph/api/knowledge.check_scope_owner."""
-    api.check_scope_owner(
-        api_.owner, character_id=character_id, instance_id=instance_id, change=change, database_url=api_.database_url
-    )
+    """The scope is one the signed-in user may read (or `change`): graph/api/caller.Caller.check_scope."""
+    api_.caller.check_scope(character_id, instance_id, change=change)
 
 
 async def _body(request: Request, limit: int, what: str) -> bytes:
