@@ -61,7 +61,9 @@ def _source_options(entry: WorldbookEntry, changes: Mapping[str, Any], where: st
         if name in changes:
             value = changes[name]
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMER:
-                raise InvalidInput(f"{where}: field '{name}' must be a whole number of turns from 0 to {MAX_TIMER}, got {value!r}")
+                raise InvalidInput(
+                    f"{where}: field '{name}' must be a whole number of turns from 0 to {MAX_TIMER}, got {value!r}"
+                )
             options[name] = value
     source = dict(entry.source or {})
     source_format = entry.source_format or "world info"

@@ -45,7 +45,13 @@ def test_the_configuration_pages_show_every_field_its_effective_value_and_source
         for lang, word in (("zh-CN", "触发配置"), ("en", "Trigger configuration")):
             page = client.get(path, headers={"Accept-Language": lang})
             assert page.status_code == 200 and word in page.text
-            for field in ("semantic_similarity", "max_per_type.goal", "relevance_threshold", "template", "wb.scan_depth"):
+            for field in (
+                "semantic_similarity",
+                "max_per_type.goal",
+                "relevance_threshold",
+                "template",
+                "wb.scan_depth",
+            ):
                 assert f'name="{field}"' in page.text
             assert 'data-source="default"' in page.text
     PersonaLab().trigger_config.set({"relevance_threshold": 0.4})
@@ -74,7 +80,9 @@ def test_a_bad_value_is_named_as_you_type_and_on_save_nothing_is_saved(
 ) -> None:
     _character, instance = _instance()
     base = f"/app/instances/{instance}/config"
-    typed = client.post(f"{base}/validate", data={field: value}, headers={"HX-Request": "true", "HX-Trigger-Name": field})
+    typed = client.post(
+        f"{base}/validate", data={field: value}, headers={"HX-Request": "true", "HX-Trigger-Name": field}
+    )
     assert typed.status_code == 200 and named in typed.text and 'class="error"' in typed.text
     saved = client.post(base, data={field: value, "keyword_matching": "false"})
     assert saved.status_code == 400 and named in saved.text
@@ -92,11 +100,18 @@ def shown_settings() -> tuple[str, ...]:
 def test_a_good_value_validates_quietly_saves_is_live_and_resets(client: TestClient) -> None:
     character, instance = _instance()
     base = f"/app/instances/{instance}/config"
-    ok = client.post(f"{base}/validate", data={"relevance_threshold": "0.3"}, headers={"HX-Trigger-Name": "relevance_threshold"})
+    ok = client.post(
+        f"{base}/validate", data={"relevance_threshold": "0.3"}, headers={"HX-Trigger-Name": "relevance_threshold"}
+    )
     assert ok.status_code == 200 and ok.text == ""
     page = client.post(
         base,
-        data={"semantic_similarity": "false", "max_per_type.goal": "1", "wb.scan_depth": "4", "template": "· {content}"},
+        data={
+            "semantic_similarity": "false",
+            "max_per_type.goal": "1",
+            "wb.scan_depth": "4",
+            "template": "· {content}",
+        },
     )
     assert page.status_code == 200 and "下一轮起生效" in page.text
     effective = PersonaLab().trigger_config.effective(instance)
@@ -164,7 +179,14 @@ def test_world_book_entries_are_added_edited_reordered_and_deleted(client: TestC
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("probability", "150"), ("priority", "abc"), ("sticky", "-1"), ("cooldown", "x"), ("content", "  "), ("position", "nowhere")],
+    [
+        ("probability", "150"),
+        ("priority", "abc"),
+        ("sticky", "-1"),
+        ("cooldown", "x"),
+        ("content", "  "),
+        ("position", "nowhere"),
+    ],
 )
 def test_a_bad_entry_value_names_the_field_and_changes_nothing(client: TestClient, field: str, value: str) -> None:
     _character, instance = _instance()
@@ -184,7 +206,14 @@ def test_adding_an_entry_without_content_is_one_message(client: TestClient) -> N
 
 LOREBOOK = {
     "entries": {
-        "0": {"uid": 0, "key": ["灯塔"], "keysecondary": [], "content": "灯塔每夜亮起。", "order": 10, "probability": 60},
+        "0": {
+            "uid": 0,
+            "key": ["灯塔"],
+            "keysecondary": [],
+            "content": "灯塔每夜亮起。",
+            "order": 10,
+            "probability": 60,
+        },
         "1": {"uid": 1, "key": ["港口"], "keysecondary": [], "content": "港口停着旧船。", "order": 20, "sticky": 2},
     }
 }
@@ -193,7 +222,10 @@ LOREBOOK = {
 def test_a_sillytavern_lorebook_is_imported_and_exported_from_the_page(client: TestClient) -> None:
     character, _instance_id = _instance()
     base = f"/app/characters/{character}/worldbook"
-    page = client.post(f"{base}/import", files={"lorebook": ("lore.json", json.dumps(LOREBOOK, ensure_ascii=False), "application/json")})
+    page = client.post(
+        f"{base}/import",
+        files={"lorebook": ("lore.json", json.dumps(LOREBOOK, ensure_ascii=False), "application/json")},
+    )
     assert page.status_code == 200 and 'id="imported"' in page.text
     entries = PersonaLab().worldbook.list(character_id=character)
     assert sorted(e["content"] for e in entries) == ["港口停着旧船。", "灯塔每夜亮起。"]
@@ -213,7 +245,8 @@ def test_a_broken_lorebook_is_one_message_and_nothing_changes(client: TestClient
     _character, instance = _instance()
     entry = _entry(instance)
     page = client.post(
-        f"/app/instances/{instance}/worldbook/import", files={"lorebook": ("broken.json", io.BytesIO(content), "application/json")}
+        f"/app/instances/{instance}/worldbook/import",
+        files={"lorebook": ("broken.json", io.BytesIO(content), "application/json")},
     )
     assert page.status_code == 400 and 'id="console-error"' in page.text and "lorebook" in page.text.lower()
     assert [e["id"] for e in PersonaLab().worldbook.list(instance_id=instance)] == [entry]
@@ -225,20 +258,31 @@ def test_a_broken_lorebook_is_one_message_and_nothing_changes(client: TestClient
 def test_knowledge_entries_are_added_edited_imported_and_deleted(client: TestClient) -> None:
     _character, instance = _instance()
     base = f"/app/instances/{instance}/knowledge"
-    assert client.post(base, data={"tag": "地理", "content": "北方是雪原。", "importance": "0.8", "keywords": "北方"}).status_code == 200
+    assert (
+        client.post(
+            base, data={"tag": "地理", "content": "北方是雪原。", "importance": "0.8", "keywords": "北方"}
+        ).status_code
+        == 200
+    )
     entry = PersonaLab().knowledge.list(instance_id=instance)[0]
     assert entry["importance"] == 0.8 and entry["keywords"] == ["北方"]
-    page = client.post(f"/app/knowledge/entries/{entry['id']}", data={"tag": "地理", "content": "北方是冻土。", "importance": "7"})
+    page = client.post(
+        f"/app/knowledge/entries/{entry['id']}", data={"tag": "地理", "content": "北方是冻土。", "importance": "7"}
+    )
     assert page.status_code == 400 and "importance" in page.text
     assert PersonaLab().knowledge.get(entry["id"])["content"] == "北方是雪原。"
-    client.post(f"/app/knowledge/entries/{entry['id']}", data={"tag": "地理", "content": "北方是冻土。", "importance": "0.6"})
+    client.post(
+        f"/app/knowledge/entries/{entry['id']}", data={"tag": "地理", "content": "北方是冻土。", "importance": "0.6"}
+    )
     assert PersonaLab().knowledge.get(entry["id"])["content"] == "北方是冻土。"
     exported = client.get(f"{base}/export").json()
     broken = client.post(f"{base}/import", files={"file": ("k.json", b"{oops", "application/json")})
     assert broken.status_code == 400 and len(PersonaLab().knowledge.list(instance_id=instance)) == 1
     client.post(f"/app/knowledge/entries/{entry['id']}/delete")
     assert PersonaLab().knowledge.list(instance_id=instance) == []
-    again = client.post(f"{base}/import", files={"file": ("k.json", json.dumps(exported, ensure_ascii=False), "application/json")})
+    again = client.post(
+        f"{base}/import", files={"file": ("k.json", json.dumps(exported, ensure_ascii=False), "application/json")}
+    )
     assert again.status_code == 200 and len(PersonaLab().knowledge.list(instance_id=instance)) == 1
 
 
@@ -306,14 +350,22 @@ def test_suggestions_are_approved_or_rejected_and_the_point_set_by_hand(client: 
     first, second = _suggestion(instance), _suggestion(instance, 2)
     page = client.get(base)
     assert page.status_code == 200 and f'id="suggestion-{first}"' in page.text
-    done = client.post(f"{base}/suggestions/{first}", data={"decision": "approve", "content": "北方废墟有旧城。", "keywords": "废墟"})
+    done = client.post(
+        f"{base}/suggestions/{first}", data={"decision": "approve", "content": "北方废墟有旧城。", "keywords": "废墟"}
+    )
     assert done.status_code == 200
     assert PersonaLab().suggestions.get(first)["status"] == "approved"
-    assert any(e["content"] == "北方废墟有旧城。" for e in PersonaLab().worldbook.list(instance_id=instance, visible=True))
+    assert any(
+        e["content"] == "北方废墟有旧城。" for e in PersonaLab().worldbook.list(instance_id=instance, visible=True)
+    )
     again = client.post(f"{base}/suggestions/{first}", data={"decision": "reject"})
     assert again.status_code == 400  # already decided: one message
     bad = client.post(f"{base}/suggestions/{second}", data={"decision": "maybe"})
-    assert bad.status_code == 400 and "decision" in bad.text and PersonaLab().suggestions.get(second)["status"] == "pending"
+    assert (
+        bad.status_code == 400
+        and "decision" in bad.text
+        and PersonaLab().suggestions.get(second)["status"] == "pending"
+    )
     client.post(f"{base}/suggestions/{second}", data={"decision": "reject"})
     assert PersonaLab().suggestions.get(second)["status"] == "rejected"
     assert client.post(f"{base}/point", data={"index": "2"}).status_code == 200
@@ -339,12 +391,15 @@ def test_another_users_instance_is_never_reachable(client: TestClient, monkeypat
     monkeypatch.setenv("PERSONALAB_AUTH", "tokens")
     monkeypatch.setenv("PERSONALAB_AUTH_TOKENS", ",".join(f"{token}:{user}" for user, token in TOKENS.items()))
     character, instance = _instance(owner="alice")
-    entry = int(PersonaLab(owner="alice").worldbook.add("爱丽丝的秘密。", keywords=["秘密"], instance_id=instance)["id"])
+    entry = int(
+        PersonaLab(owner="alice").worldbook.add("爱丽丝的秘密。", keywords=["秘密"], instance_id=instance)["id"]
+    )
     knowledge = int(PersonaLab(owner="alice").knowledge.add("秘密", "只有爱丽丝知道。", instance_id=instance)["id"])
     suggestion = _suggestion(instance)
-    assert client.get(f"/app/instances/{instance}/config").status_code == 303 or "login" in client.get(
-        f"/app/instances/{instance}/config"
-    ).url.path
+    assert (
+        client.get(f"/app/instances/{instance}/config").status_code == 303
+        or "login" in client.get(f"/app/instances/{instance}/config").url.path
+    )
     client.post("/app/login", data={"token": TOKENS["alice"]})
     assert client.get(f"/app/instances/{instance}/core").status_code == 200
     client.post("/app/logout")
@@ -382,7 +437,10 @@ def test_another_users_instance_is_never_reachable(client: TestClient, monkeypat
     refused = client.get("/app/config")  # the global scope is the operator's
     assert refused.status_code == 422 and "global scope" in refused.text
     alice = PersonaLab(owner="alice")
-    assert alice.worldbook.get(entry)["content"] == "爱丽丝的秘密。" and len(alice.worldbook.list(instance_id=instance)) == 1
+    assert (
+        alice.worldbook.get(entry)["content"] == "爱丽丝的秘密。"
+        and len(alice.worldbook.list(instance_id=instance)) == 1
+    )
     assert alice.knowledge.get(knowledge)["content"] == "只有爱丽丝知道。"
     assert alice.trigger_config.get(instance_id=instance).set == {}
     assert alice.suggestions.get(suggestion)["status"] == "pending"

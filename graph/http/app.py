@@ -19,8 +19,8 @@ from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
-from personalab.graph.web.routes import router as web_router
 from personalab.graph.web.console_pages import router as console_router
+from personalab.graph.web.routes import router as web_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)

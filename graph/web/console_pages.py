@@ -91,7 +91,9 @@ class Scope:
 
     @property
     def kind(self) -> str:
-        return "instance" if self.instance_id is not None else "character" if self.character_id is not None else "global"
+        return (
+            "instance" if self.instance_id is not None else "character" if self.character_id is not None else "global"
+        )
 
 
 def _scope(request: Request) -> Scope:
@@ -171,9 +173,7 @@ def _config_view(api: PersonaLab, scope: Scope) -> dict[str, Any]:
     return {"trigger": trigger, "settings": settings}
 
 
-def _config_page(
-    request: Request, user: WebUser, scope: Scope, status_code: int = 200, **extra: Any
-) -> HTMLResponse:
+def _config_page(request: Request, user: WebUser, scope: Scope, status_code: int = 200, **extra: Any) -> HTMLResponse:
     api = _api(user)
     return render(
         request,
@@ -265,7 +265,10 @@ def _words(text: str) -> list[str]:
 def _worldbook_page(request: Request, user: WebUser, scope: Scope, status_code: int = 200, **extra: Any) -> Response:
     api = _api(user)
     name = _title(api, scope)
-    entries = sorted(api.worldbook.list(**scope.kw), key=lambda entry: (-entry["priority"], entry["id"]))
+    entries = sorted(
+        api.worldbook.list(character_id=scope.character_id, instance_id=scope.instance_id),
+        key=lambda entry: (-entry["priority"], entry["id"]),
+    )
     return render(
         request,
         "console_worldbook.html",
@@ -344,9 +347,7 @@ def _entry_scope(entry: dict[str, Any]) -> Scope:
     return Scope()
 
 
-def _entry_page(
-    request: Request, user: WebUser, entry_id: int, status_code: int = 200, **extra: Any
-) -> Response:
+def _entry_page(request: Request, user: WebUser, entry_id: int, status_code: int = 200, **extra: Any) -> Response:
     entry = _api(user).worldbook.get(entry_id)
     return render(
         request,
@@ -416,7 +417,10 @@ def move_entry(user: User, entry_id: PathId, direction: Annotated[str, Form()] =
         raise InvalidInput(f"field 'direction': {direction!r} is not up or down")
     api = _api(user)
     scope = _entry_scope(api.worldbook.get(entry_id))
-    entries = sorted(api.worldbook.list(**scope.kw), key=lambda entry: (-entry["priority"], entry["id"]))
+    entries = sorted(
+        api.worldbook.list(character_id=scope.character_id, instance_id=scope.instance_id),
+        key=lambda entry: (-entry["priority"], entry["id"]),
+    )
     ids = [entry["id"] for entry in entries]
     at = ids.index(entry_id)
     other = at - 1 if direction == "up" else at + 1
@@ -424,7 +428,9 @@ def move_entry(user: User, entry_id: PathId, direction: Annotated[str, Form()] =
         orders = [entry["priority"] for entry in entries]
         high, low = (at, other) if direction == "down" else (other, at)
         top = max(orders[high], orders[low] + 1)
-        api.worldbook.reorder({ids[low]: top, ids[high]: top - 1} if direction == "up" else {ids[high]: top - 1, ids[low]: top})
+        api.worldbook.reorder(
+            {ids[low]: top, ids[high]: top - 1} if direction == "up" else {ids[high]: top - 1, ids[low]: top}
+        )
     return _go(f"{scope.base}/worldbook#entry-{entry_id}")
 
 
@@ -441,7 +447,7 @@ def _knowledge_page(request: Request, user: WebUser, scope: Scope, status_code: 
         user=user,
         scope=scope,
         name=name,
-        entries=api.knowledge.list(**scope.kw),
+        entries=api.knowledge.list(character_id=scope.character_id, instance_id=scope.instance_id),
         **extra,
     )
 
@@ -552,7 +558,15 @@ def diff_rows(old: dict[str, Any], new: dict[str, Any], old_label: str, new_labe
     for line in difflib.unified_diff(_text(old), _text(new), old_label, new_label, lineterm="", n=2):
         if line.startswith(("---", "+++")):
             continue
-        kind = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else "same"
+        kind = (
+            "hunk"
+            if line.startswith("@@")
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "same"
+        )
         rows.append((kind, line))
     return rows
 
@@ -600,7 +614,11 @@ def core_page(request: Request, user: User, instance_id: PathId) -> Response:
             if old is None:
                 raise InvalidInput("field 'a': choose the version to compare from")
             before = api.core_memory.version(instance_id, old)["core"]
-            after = api.core_memory.show(instance_id)["core"] if new is None else api.core_memory.version(instance_id, new)["core"]
+            after = (
+                api.core_memory.show(instance_id)["core"]
+                if new is None
+                else api.core_memory.version(instance_id, new)["core"]
+            )
         except (InvalidInput, NotFound) as exc:
             return _core_page(request, user, instance_id, 404 if isinstance(exc, NotFound) else 400, error=str(exc))
         labels = (f"v{old}", "current" if new is None else f"v{new}")
@@ -622,9 +640,7 @@ def rollback_core(request: Request, user: User, instance_id: PathId, to: Annotat
 # --- director and review --------------------------------------------------------------------------------------------
 
 
-def _director_page(
-    request: Request, user: WebUser, instance_id: int, status_code: int = 200, **extra: Any
-) -> Response:
+def _director_page(request: Request, user: WebUser, instance_id: int, status_code: int = 200, **extra: Any) -> Response:
     api = _api(user)
     instance = api.instances.get(instance_id)
     current_nodes = api.plot.nodes(instance_id)
@@ -638,7 +654,9 @@ def _director_page(
         scope=Scope(instance_id=instance_id),
         name=instance.title,
         pending=api.suggestions.list(instance_id=instance_id, status="pending", all_branches=True),
-        decided=[s for s in api.suggestions.list(instance_id=instance_id, all_branches=True) if s["status"] != "pending"],
+        decided=[
+            s for s in api.suggestions.list(instance_id=instance_id, all_branches=True) if s["status"] != "pending"
+        ],
         current_nodes=current_nodes,
         other_nodes=other_nodes,
         plot=api.plot.outline(instance_id),
@@ -673,9 +691,7 @@ def decide_suggestion(
     _suggestion_of(api, instance_id, suggestion_id)
     try:
         if decision == "approve":
-            api.suggestions.approve(
-                suggestion_id, content=content.strip() or None, keywords=_words(keywords) or None
-            )
+            api.suggestions.approve(suggestion_id, content=content.strip() or None, keywords=_words(keywords) or None)
         elif decision == "reject":
             api.suggestions.reject(suggestion_id)
         else:
