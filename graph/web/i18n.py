@@ -399,7 +399,7 @@ CONSOLE_ZH: dict[str, str] = {
     "console_done_deleted": "已删除。",
     "console_current": "当前",
     "console_initial": "来自人设，尚未改写",
-    "console_turn": "第几轮",
+    "console_turn": "轮次",
     "console_versions": "版本",
     "console_no_versions": "还没有版本：维护尚未改写核心记忆。",
     "console_version": "版本",
