@@ -83,7 +83,7 @@ def test_configure_roll_back_approve_and_edit_from_the_console(browser: Any, app
     page.select_option("#f-semantic_similarity", "false")
     page.click("#config-save")
     expect(page.locator("[data-effective=semantic_similarity]")).to_have_text("false")
-    expect(page.locator("#row-f-semantic_similarity .source")).to_have_text(f"来自 instance {instance}")
+    expect(page.locator("#row-f-semantic_similarity .source")).to_have_text(f"来自 会话实例 {instance}")
     _shot(page, "console-config")
     assert api.trigger_config.effective(instance).effective["semantic_similarity"] is False
 

@@ -445,3 +445,13 @@ def test_another_users_instance_is_never_reachable(client: TestClient, monkeypat
     assert alice.trigger_config.get(instance_id=instance).set == {}
     assert alice.suggestions.get(suggestion)["status"] == "pending"
     assert alice.plot.outline(instance)["current_plot_index"] == 1
+
+
+def test_the_field_error_escapes_what_was_typed(client: TestClient) -> None:
+    _character, instance = _instance()
+    typed = client.post(
+        f"/app/instances/{instance}/config/validate",
+        data={"wb.recursive": HOSTILE},
+        headers={"HX-Trigger-Name": "wb.recursive"},
+    )
+    assert "recursive" in typed.text and "<script>" not in typed.text and "&lt;script&gt;" in typed.text
