@@ -122,6 +122,8 @@ def test_configure_roll_back_approve_and_edit_from_the_console(browser: Any, app
     page.goto(f"{base}/director")
     suggestion = page.locator("#pending form.suggestion").first
     expect(suggestion).to_be_visible()
+    expect(page.locator("#plot-nodes")).to_contain_text("去北方的废墟")  # the turning point's node, this branch
+    expect(page.locator("#plot-nodes")).not_to_contain_text("【")
     suggestion.locator("textarea").fill("北方的废墟下是旧城的地铁。")
     _shot(page, "console-director")
     suggestion.locator("button[value=approve]").click()

@@ -54,6 +54,9 @@ def test_the_configuration_pages_show_every_field_its_effective_value_and_source
             ):
                 assert f'name="{field}"' in page.text
             assert 'data-source="default"' in page.text
+    assert 'href="/app/config"' in client.get("/app/instances").text  # the operator's nav link
+    assert f'href="/app/characters/{character}/config"' in client.get("/app/characters").text
+    assert f'href="/app/instances/{instance}/core"' in client.get(f"/app/instances/{instance}").text
     PersonaLab().trigger_config.set({"relevance_threshold": 0.4})
     PersonaLab().trigger_config.set({"max_total_length": 300}, character_id=character)
     page = client.get(f"/app/instances/{instance}/config").text
@@ -434,6 +437,7 @@ def test_another_users_instance_is_never_reachable(client: TestClient, monkeypat
     ]
     for path, data in posts:
         assert client.post(path, data=data).status_code == 404, path
+    assert 'href="/app/config"' not in client.get("/app/instances").text  # no global console link for a user
     refused = client.get("/app/config")  # the global scope is the operator's
     assert refused.status_code == 422 and "global scope" in refused.text
     alice = PersonaLab(owner="alice")

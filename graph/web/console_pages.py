@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -640,12 +641,23 @@ def rollback_core(request: Request, user: User, instance_id: PathId, to: Annotat
 # --- director and review --------------------------------------------------------------------------------------------
 
 
+EMOTION_TAG = re.compile(r"【[^】\n]{1,16}】")
+
+
+def _without_tags(node: dict[str, Any]) -> dict[str, Any]:
+    """A plot node as shown: the 【emotion】 tags its summary copied from the reply left out (the app never shows
+    raw tags, issue 24)."""
+    return {**node, "summary": EMOTION_TAG.sub("", str(node.get("summary") or ""))}
+
+
 def _director_page(request: Request, user: WebUser, instance_id: int, status_code: int = 200, **extra: Any) -> Response:
     api = _api(user)
     instance = api.instances.get(instance_id)
-    current_nodes = api.plot.nodes(instance_id)
+    current_nodes = [_without_tags(node) for node in api.plot.nodes(instance_id)]
     on_branch = {node["id"] for node in current_nodes}
-    other_nodes = [node for node in api.plot.nodes(instance_id, all_branches=True) if node["id"] not in on_branch]
+    other_nodes = [
+        _without_tags(node) for node in api.plot.nodes(instance_id, all_branches=True) if node["id"] not in on_branch
+    ]
     return render(
         request,
         "console_director.html",
