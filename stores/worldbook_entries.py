@@ -22,7 +22,10 @@ from personalab.stores.worldbook import Scope, add_worldbook_entry, worldbook_en
 from personalab.stores.worldbook_tables import WorldbookEntryRow, WorldbookEntrySourceRow
 from sqlmodel import Session
 
-EDITABLE: tuple[str, ...] = (*EXPORTED_FIELDS, "probability")
+TIMED_EFFECTS: tuple[str, ...] = ("sticky", "cooldown", "delay")  # SillyTavern's timed effects, in turns
+SOURCE_OPTIONS: tuple[str, ...] = ("probability", *TIMED_EFFECTS)  # kept in the entry's SillyTavern source
+EDITABLE: tuple[str, ...] = (*EXPORTED_FIELDS, *SOURCE_OPTIONS)
+MAX_TIMER = 10_000  # turns: a sticky, cooldown or delay longer than any chat
 
 
 def entry_row(session: Session, entry_id: Any) -> WorldbookEntryRow:
@@ -39,20 +42,37 @@ def get_entry(session: Session, entry_id: int) -> WorldbookEntry:
     return worldbook_entries(session, [entry_row(session, entry_id)])[0]
 
 
-def _with_probability(entry: WorldbookEntry, probability: Any, where: str) -> tuple[dict[str, Any], str]:
-    """The entry's SillyTavern source with `probability` set (and used), and its format."""
-    if isinstance(probability, bool) or not isinstance(probability, int | float) or not math.isfinite(probability):
-        raise InvalidInput(f"{where}: field 'probability' must be a number from 0 to 100, got {probability!r}")
-    if not 0 <= probability <= 100:
-        raise InvalidInput(f"{where}: field 'probability' must be a number from 0 to 100, got {probability!r}")
+def _source_options(entry: WorldbookEntry, changes: Mapping[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """The entry's SillyTavern source with the options of `changes` set (`probability`, used then; the timed
+    effects `sticky`, `cooldown`, `delay` in turns, issue 25), and its format. A bad value: `InvalidInput` naming
+    the field, before anything is written."""
+    options: dict[str, Any] = {}
+    if "probability" in changes:
+        probability = changes["probability"]
+        if (
+            isinstance(probability, bool)
+            or not isinstance(probability, int | float)
+            or not math.isfinite(probability)
+            or not 0 <= probability <= 100
+        ):
+            raise InvalidInput(f"{where}: field 'probability' must be a number from 0 to 100, got {probability!r}")
+        options.update(probability=probability, useProbability=True)
+    for name in TIMED_EFFECTS:
+        if name in changes:
+            value = changes[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMER:
+                raise InvalidInput(
+                    f"{where}: field '{name}' must be a whole number of turns from 0 to {MAX_TIMER}, got {value!r}"
+                )
+            options[name] = value
     source = dict(entry.source or {})
     source_format = entry.source_format or "world info"
     if source_format == "character book":
         extensions = dict(source.get("extensions") or {})
-        extensions.update(probability=probability, useProbability=True)
+        extensions.update(options)
         source["extensions"] = extensions
     else:
-        source.update(probability=probability, useProbability=True)
+        source.update(options)
     return source, source_format
 
 
@@ -83,7 +103,9 @@ def update_entry(session: Session, entry_id: int, changes: Mapping[str, Any]) ->
     row = entry_row(session, entry_id)
     entry = worldbook_entries(session, [row])[0]
     data = entry.model_dump(exclude={"created_at"})
-    data.update({name: value for name, value in changes.items() if name != "probability"})
+    data.update({name: value for name, value in changes.items() if name not in SOURCE_OPTIONS})
+    options = [name for name in SOURCE_OPTIONS if name in changes]
+    source_change = _source_options(entry, changes, where) if options else None  # checked before any write
     if isinstance(changes.get("temporal"), Mapping):
         # a window's bounds change one by one (None unsets one): the others stay
         data["temporal"] = {**entry.temporal.model_dump(), **changes["temporal"]}
@@ -93,8 +115,8 @@ def update_entry(session: Session, entry_id: int, changes: Mapping[str, Any]) ->
         setattr(row, name, value)
     row.updated_at = utcnow()
     session.add(row)
-    if "probability" in changes:
-        source, source_format = _with_probability(entry, changes["probability"], where)
+    if source_change is not None:
+        source, source_format = source_change
         stored = session.get(WorldbookEntrySourceRow, entry_id)
         if stored is None:
             stored = WorldbookEntrySourceRow(entry_id=entry_id, format=source_format, data=source)

@@ -77,3 +77,23 @@ def effective_worldbook_settings(session: Session, scope: Scope = GLOBAL) -> Wor
     else:
         found = _settings(_row(session, GLOBAL))
     return found.over(DEFAULT_SETTINGS)
+
+
+def worldbook_settings_sources(session: Session, scope: Scope = GLOBAL) -> dict[str, str]:
+    """Where each setting in effect for `scope` comes from (issue 25's configuration page): "instance 3",
+    "character 2", "global" or "default", the most specific scope that sets it, as `effective_worldbook_settings`
+    reads them."""
+    check_scope(session, scope)
+    layers: list[tuple[str, WorldbookSettings]] = []
+    if scope.save_id is not None:
+        save = get_save(session, scope.save_id)
+        layers.append((scope.label, _settings(_row(session, scope))))
+        if save.role_id:
+            layers.append((f"character {save.role_id}", _settings(_row(session, Scope(role_id=save.role_id)))))
+    elif scope.role_id is not None:
+        layers.append((scope.label, _settings(_row(session, scope))))
+    layers.append(("global", _settings(_row(session, GLOBAL))))
+    sources: dict[str, str] = {}
+    for name in SETTING_FIELDS:
+        sources[name] = next((label for label, found in layers if getattr(found, name) is not None), "default")
+    return sources

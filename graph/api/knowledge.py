@@ -34,6 +34,7 @@ from personalab.stores.worldbook_settings import (
     effective_worldbook_settings,
     get_worldbook_settings,
     set_worldbook_settings,
+    worldbook_settings_sources,
 )
 from personalab.stores.worldbook_tables import KnowledgeEntryRow
 
@@ -239,7 +240,8 @@ def worldbook_settings(
     with session_scope(database_url) as session:
         own = get_worldbook_settings(session, scope)
         effective = effective_worldbook_settings(session, scope)
-    return {"scope": scope.label, "set": own.as_dict(), "effective": effective.as_dict()}
+        sources = worldbook_settings_sources(session, scope)
+    return {"scope": scope.label, "set": own.as_dict(), "effective": effective.as_dict(), "sources": sources}
 
 
 def update_worldbook_settings(

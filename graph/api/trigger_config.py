@@ -15,6 +15,8 @@ from typing import Any
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.knowledge import scope_of
 from personalab.graph.api.schemas.trigger_config import TriggerConfigPublic
+from personalab.nodes.rules.trigger_config import DEFAULTS, FIELDS, TriggerConfig, merge
+from personalab.nodes.rules.worldbook import KINDS, POSITIONS
 from personalab.stores.db import session_scope
 from personalab.stores.trigger_config import (
     effective_trigger_config,
@@ -22,6 +24,8 @@ from personalab.stores.trigger_config import (
     reset_trigger_config,
     set_trigger_config,
 )
+
+__all__ = ["DEFAULTS", "FIELDS", "KINDS", "POSITIONS", "TriggerConfigApi"]
 
 
 class TriggerConfigApi:
@@ -44,6 +48,12 @@ class TriggerConfigApi:
     def effective(self, instance_id: int) -> TriggerConfigPublic:
         """What a turn of `instance_id` uses, field by field, and where each field comes from."""
         return self.get(instance_id=instance_id)
+
+    @staticmethod
+    def validate(changes: Mapping[str, Any]) -> None:
+        """Check fields as `set` would (`InvalidInput` naming the field: `trigger_config.relevance_threshold: …`),
+        storing nothing: the configuration page's check as the user types (issue 25)."""
+        merge(changes, TriggerConfig(), clear=True)
 
     def set(
         self,

@@ -27,6 +27,7 @@ from personalab.nodes.rules.worldbook import (
     SETTING_FIELDS,
     TRIGGER_TYPES,
     WorldbookEntry,
+    WorldbookSettings,
     sillytavern_options,
 )
 from personalab.stores.db import session_scope
@@ -67,12 +68,17 @@ __all__ = [
 
 
 def entry_view(entry: WorldbookEntry) -> dict[str, Any]:
-    """An entry as JSON data: id, scope, its own fields (the export's), probability when its source sets one."""
+    """An entry as JSON data: id, scope, its own fields (the export's), the probability and timed effects
+    (sticky, cooldown, delay) its SillyTavern source sets (else the defaults)."""
+    options = sillytavern_options(entry)
     return {
         "id": int(entry.id),
         "scope": entry.scope,
         **entry.fields_dict(),
-        "probability": sillytavern_options(entry).probability,
+        "probability": options.probability,
+        "sticky": options.sticky,
+        "cooldown": options.cooldown,
+        "delay": options.delay,
         "source_format": entry.source_format,
     }
 
@@ -192,6 +198,15 @@ class WorldbookApi:
         write_json_file(path, data, overwrite=True)
 
     # settings
+
+    @staticmethod
+    def validate_settings(changes: Mapping[str, Any]) -> None:
+        """Check settings as `set_settings` would (`InvalidInput` naming the field), storing nothing: the
+        configuration page's check as the user types (issue 25)."""
+        unknown = sorted(str(name) for name in changes if name not in SETTING_FIELDS)
+        if unknown:
+            raise InvalidInput(f"{unknown[0]}: unknown world-book setting (one of {', '.join(SETTING_FIELDS)})")
+        WorldbookSettings(**{name: value for name, value in changes.items() if value is not None})
 
     def settings(self, *, character_id: int | None = None, instance_id: int | None = None) -> dict[str, Any]:
         """The scope's settings: set there and in effect."""

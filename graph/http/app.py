@@ -19,6 +19,7 @@ from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
+from personalab.graph.web.console_pages import router as console_router
 from personalab.graph.web.routes import router as web_router
 
 app = FastAPI(title="PersonaLab")
@@ -34,6 +35,9 @@ app.include_router(trigger_config_router)
 app.include_router(story_router)
 app.include_router(memory_router)
 app.include_router(admin_router)
+# the memory console's pages under /app (graph/web/console_pages.py, issue 25): before the web router, whose last
+# route is the catch-all 404 page `/app/{rest:path}`
+app.include_router(console_router)
 app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
 
 
