@@ -103,6 +103,18 @@ def test_after_turns_the_series_has_one_point_per_turn_and_every_picture_is_vali
     assert f"/app/instances/{instance}/stats" in client.get(f"/app/instances/{instance}").text
 
 
+def test_after_a_regenerate_the_series_follows_the_branch_and_the_timeline_shows_both(client: TestClient) -> None:
+    instance = _instance(client)
+    _play(client, instance, MESSAGES[:2])
+    reply = client.post(f"/app/instances/{instance}/turn", data={"action": "regenerate"})
+    assert re.findall(r"^event: (.+)$", reply.text, re.M)[-1] == "done", reply.text[-500:]
+    series = PersonaLab().statistics.series(instance)
+    # the replaced reply's turn is on another branch now: still one point per turn of the current one
+    assert [point.turn for point in series.turns] == [1, 2]
+    assert {m.branch for m in series.timeline} >= {"current", "other"}
+    _valid_svg(client.get(f"/app/instances/{instance}/stats/timeline.svg").content)
+
+
 def test_the_page_and_pictures_follow_the_language(client: TestClient) -> None:
     instance = _instance(client)
     _play(client, instance, MESSAGES[:1])

@@ -91,7 +91,7 @@ class Statistics:
         here = set(path)
         return ChartSeries(
             instance_id=instance_id,
-            turns=[_turn_figures(turn, made, records, stories) for turn in turns],
+            turns=_points(turns, made, records, stories),
             timeline=[
                 TimelineMemory(
                     id=row["id"],
@@ -106,21 +106,49 @@ class Statistics:
         )
 
 
-def _turn_figures(
-    turn: dict[str, Any], made: list[tuple[int, str, str, int]], records: list[Any], stories: dict[int, dict[str, Any]]
-) -> TurnFigures:
-    """One turn's point of the chart series (`Statistics.series`)."""
-    number = int(turn["turn"])
-    by_layer: dict[str, int] = {}
-    by_type: dict[str, int] = {}
-    total: dict[str, int] = {}
+def _points(
+    turns: list[dict[str, Any]],
+    made: list[tuple[int, str, str, int]],
+    records: list[Any],
+    stories: dict[int, dict[str, Any]],
+) -> list[TurnFigures]:
+    """The series' points, one per turn (`Statistics.series`), in one pass over the turns: the memories made are
+    summed per turn once and the running totals carried along, so a long instance costs turns + groups, not their
+    product."""
+    by_turn: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
     for at, layer, memory_type, n in made:
-        if at == number:
-            by_layer[layer] = by_layer.get(layer, 0) + n
-            by_type[memory_type] = by_type.get(memory_type, 0) + n
-        if at <= number:
-            total[layer] = total.get(layer, 0) + n
-    usage = usage_counts(row.data for row in records if row.turn == number)
+        layers, types = by_turn.setdefault(at, ({}, {}))
+        layers[layer] = layers.get(layer, 0) + n
+        types[memory_type] = types.get(memory_type, 0) + n
+    replies: dict[int, list[dict[str, Any]]] = {}
+    for row in records:
+        replies.setdefault(int(row.turn), []).append(row.data)
+    pending = sorted(by_turn)  # turns with memories, added to the totals as the walk passes them
+    passed = 0
+    total: dict[str, int] = {}
+    points = []
+    for turn in turns:
+        number = int(turn["turn"])
+        while passed < len(pending) and pending[passed] <= number:
+            for layer, n in by_turn[pending[passed]][0].items():
+                total[layer] = total.get(layer, 0) + n
+            passed += 1
+        layers, types = by_turn.get(number, ({}, {}))
+        points.append(_turn_figures(turn, layers, types, dict(total), replies.get(number, []), stories))
+    return points
+
+
+def _turn_figures(
+    turn: dict[str, Any],
+    by_layer: dict[str, int],
+    by_type: dict[str, int],
+    total: dict[str, int],
+    replies: list[dict[str, Any]],
+    stories: dict[int, dict[str, Any]],
+) -> TurnFigures:
+    """One turn's point of the chart series."""
+    number = int(turn["turn"])
+    usage = usage_counts(replies)
     triggers = {name: counts["retrieved"] for name, counts in usage["trigger"].items()}
     figures = turn["figures"]
     state = stories.get(number) or {}
