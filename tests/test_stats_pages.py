@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 from fastapi.testclient import TestClient
 from personalab.graph.api import PersonaLab
+from personalab.graph.api.schemas.memory import ChartSeries, TimelineMemory, TurnFigures
 from personalab.graph.web.stats_charts import CHARTS
 
 TOKENS = {"alice": "tok-stats-alice-7d1", "bob": "tok-stats-bob-2f4"}
@@ -180,3 +183,67 @@ def test_the_cjk_font_is_found_through_the_font_manager(caplog: pytest.LogCaptur
     if not Path(stats_charts.CJK_FONT_FILE).exists():
         pytest.skip("fonts-wqy-microhei is not installed here (./run test installs it)")
     assert Path(str(font.get_file())).name.startswith("wqy")
+
+
+def _synthetic_series() -> ChartSeries:
+    """A series as `api.statistics.series` gives it, without a database: five turns of every figure."""
+    turns = [
+        TurnFigures(
+            turn=n,
+            memories_made={"active": 1, "record": 3},
+            memories_made_by_type={"event": 1, "record": 3},
+            memories_total={"active": n, "record": 3 * n},
+            retrieved=n,
+            used=max(0, n - 1),
+            retrieved_by_trigger={"bm25": n, "vector": 1},
+            prompt_tokens=1000 + n,
+            region_tokens={"head": 800, "middle": 100 + n, "retrieved": 90, "tail": 10},
+            graph_ms=50.0,
+            node_ms={"history_fetch": 5.0, "rag_retrieve": 20.0, "generate": 10.0, "write_back": 8.0},
+            relationship={"trust": n, "affection": 0, "familiarity": 2 * n},
+            plot_index=1 + n // 3,
+            plot_completed=n // 3,
+            plot_points=3,
+        )
+        for n in range(1, 6)
+    ]
+    timeline = [
+        TimelineMemory(id=n, turn=n % 6, layer="record" if n % 2 else "active", type="event", branch=branch)
+        for n, branch in enumerate(["current", "other", "no_line"] * 4)
+    ]
+    return ChartSeries(instance_id=1, turns=turns, timeline=timeline, timeline_limit=2000)
+
+
+def test_pictures_drawn_in_parallel_threads_are_the_pictures_drawn_one_by_one() -> None:
+    """Each picture is its own Figure on an Agg canvas (no pyplot state): drawn side by side in worker threads they
+    come out exactly as drawn alone."""
+    from personalab.graph.web.i18n import translator
+    from personalab.graph.web.stats_charts import render_chart
+
+    series, t = _synthetic_series(), translator("zh")
+    alone = {name: render_chart(name, series, t, "png") for name in CHARTS}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(lambda name: (name, render_chart(name, series, t, "png")), list(CHARTS) * 3))
+    for name, data in together:
+        assert data == alone[name], name
+    for name in CHARTS:
+        _valid_svg(render_chart(name, series, translator("en"), "svg"))
+
+
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # matplotlib's own, one per Chinese glyph
+def test_without_a_cjk_font_the_pictures_still_draw_and_a_warning_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    from personalab.graph.web import stats_charts
+    from personalab.graph.web.i18n import translator
+
+    monkeypatch.setattr(stats_charts, "CJK_FONT_NAMES", ("No Such Font Sans",))
+    monkeypatch.setattr(stats_charts, "CJK_FONT_FILE", str(tmp_path / "missing.ttc"))
+    stats_charts.cjk_font.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=stats_charts.__name__):
+            data = stats_charts.render_chart("growth", _synthetic_series(), translator("zh"), "png")
+        _valid_png(data)
+        assert any("fonts-wqy-microhei" in record.getMessage() for record in caplog.records)
+    finally:
+        stats_charts.cjk_font.cache_clear()

@@ -2,7 +2,9 @@
 `/app/instances/{id}/stats` shows the memory counts and the pictures of `api.statistics.series` drawn on the server
 (graph/web/stats_charts.py), each at `/app/instances/{id}/stats/{chart}.svg` (or `.png`). Everything goes through
 the façade `PersonaLab` bound to the page's user: another user's instance is a 404 page, like one that does not
-exist. The pictures are drawn in a worker thread."""
+exist. The routes are plain functions, so FastAPI runs them (the queries and the drawing) in its worker threads,
+never on the event loop; matplotlib is imported by the first page or picture asked for,
+not when the app starts (it adds more than a second)."""
 
 from __future__ import annotations
 
@@ -14,22 +16,22 @@ from personalab.graph.api import PersonaLab
 from personalab.graph.http.guards import PathId
 from personalab.graph.web.i18n import translator
 from personalab.graph.web.pages import PREFIX, WebRoute, WebUser, language, render, web_user
-from personalab.graph.web.stats_charts import CHARTS, FORMATS, render_chart
 from personalab.nodes.rules.errors import NotFound
-from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(prefix=PREFIX, route_class=WebRoute, include_in_schema=False)
 User = Annotated[WebUser, Depends(web_user)]
 
 
 @router.get("/instances/{instance_id:int}/stats")
-async def stats_page(request: Request, user: User, instance_id: PathId) -> Response:
+def stats_page(request: Request, user: User, instance_id: PathId) -> Response:
     """The page: the instance's memory counts, and one picture per chart (an empty-state message before the first
     turn)."""
+    from personalab.graph.web.stats_charts import CHARTS
+
     api = PersonaLab(owner=user.owner)
-    instance = await run_in_threadpool(api.instances.get, instance_id)
-    series = await run_in_threadpool(api.statistics.series, instance_id)
-    counts = await run_in_threadpool(api.statistics.memory, instance_id)
+    instance = api.instances.get(instance_id)
+    series = api.statistics.series(instance_id)
+    counts = api.statistics.memory(instance_id)
     return render(
         request,
         "stats_page.html",
@@ -43,15 +45,17 @@ async def stats_page(request: Request, user: User, instance_id: PathId) -> Respo
 
 
 @router.get("/instances/{instance_id:int}/stats/{name}.{fmt}")
-async def stats_chart(request: Request, user: User, instance_id: PathId, name: str, fmt: str) -> Response:
+def stats_chart(request: Request, user: User, instance_id: PathId, name: str, fmt: str) -> Response:
     """One picture of the page, drawn from the series in a worker thread (matplotlib's Agg, no shared state)."""
+    from personalab.graph.web.stats_charts import CHARTS, FORMATS, render_chart
+
     if name not in CHARTS:
         raise NotFound(f"chart {name!r} does not exist (one of {', '.join(CHARTS)})")
     if fmt not in FORMATS:
         raise NotFound(f"chart format {fmt!r} does not exist (svg or png)")
     api = PersonaLab(owner=user.owner)
-    series = await run_in_threadpool(api.statistics.series, instance_id)
-    data = await run_in_threadpool(render_chart, name, series, translator(language(request)), fmt)
+    series = api.statistics.series(instance_id)
+    data = render_chart(name, series, translator(language(request)), fmt)
     # the picture follows the instance's turns: the browser asks again each time the page is opened
     return Response(
         data, media_type=FORMATS[fmt], headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
