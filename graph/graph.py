@@ -28,7 +28,7 @@ from personalab.graph.routing import (
 )
 from personalab.nodes.context import Context
 from personalab.nodes.director import director
-from personalab.nodes.end_turn import end_turn, releasing_on_failure
+from personalab.nodes.end_turn import end_turn, releasing_on_failure, timed
 from personalab.nodes.generate import generate
 from personalab.nodes.history_fetch import history_fetch
 from personalab.nodes.maintenance import maintenance
@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 # the served graph's input / output / context JSON schemas (Studio's form) come from these three types
 builder = StateGraph(TurnState, context_schema=Context, input_schema=TurnInput, output_schema=TurnOutput)
-builder.add_node("history_fetch", history_fetch)  # takes the instance's lock; releases it itself when it fails
+builder.add_node(
+    "history_fetch", timed("history_fetch", history_fetch)
+)  # takes the instance's lock; releases it itself when it fails
 # from here to end_turn the turn holds the lock: a node that raises releases it (releasing_on_failure)
 for name, node in (
     ("memory_build", memory_build),
@@ -63,7 +65,8 @@ for name, node in (
     ("maintenance", maintenance),
     ("end_turn", end_turn),
 ):
-    builder.add_node(name, releasing_on_failure(node))
+    # each node's time goes into `debug.node_ms` (issue 25: the per-node turn time chart; stored by end_turn)
+    builder.add_node(name, timed(name, releasing_on_failure(node)))
 
 builder.add_edge(START, "history_fetch")
 # a replayed run whose turn is done answers with the stored reply and ends (issue 27)

@@ -24,7 +24,7 @@ from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.background import turn_ended
 from personalab.stores.checkpoints import prune_after_turn
 from personalab.stores.db import session_scope
-from personalab.stores.turns import drop_turn_lock, release_turn_lock, update_story_state
+from personalab.stores.turns import drop_turn_lock, record_turn_figures, release_turn_lock, update_story_state
 
 
 def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -39,7 +39,15 @@ def end_turn(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     turn_ended(instance_id)
     # the thread keeps only its latest checkpoint: the story state lives in `story_state` (issue 14)
     prune_after_turn(instance_id, ctx.database_url)
-    return {"lock_token": None, "debug": {"turn_time": turn_time(state)}}
+    took = turn_time(state)
+    reply_line_ids = (state.get("debug") or {}).get("reply_line_ids") or []
+    if took and reply_line_ids:
+        # issue 25: the turn's times stored with its record, for the statistics charts (end_turn's own is
+        # in graph_ms only: it is still running)
+        figures = {**took, "node_ms": dict((state.get("debug") or {}).get("node_ms") or {})}
+        with session_scope(ctx.database_url) as session:
+            record_turn_figures(session, instance_id, int(reply_line_ids[-1]), figures)
+    return {"lock_token": None, "debug": {"turn_time": took}}
 
 
 def turn_time(state: TurnState) -> dict[str, float]:
@@ -53,6 +61,22 @@ def turn_time(state: TurnState) -> dict[str, float]:
     graph_ms = round((time.time() - float(started)) * 1000, 2)
     model_ms = float(clock.get("reply_model_ms") or 0.0)
     return {"graph_ms": graph_ms, "without_reply_model_ms": round(graph_ms - model_ms, 2)}
+
+
+def timed(name: str, node: Node) -> Node:
+    """`node`, adding its wall-clock time to the turn's `debug.node_ms` (issue 25: per-node turn time)."""
+
+    @functools.wraps(node)
+    def run(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
+        started = time.perf_counter()
+        update = node(state, runtime)
+        if isinstance(update, dict):
+            debug = dict(update.get("debug") or {})
+            debug["node_ms"] = {**(debug.get("node_ms") or {}), name: round((time.perf_counter() - started) * 1000, 2)}
+            update = {**update, "debug": debug}
+        return update
+
+    return run
 
 
 class Node(Protocol):

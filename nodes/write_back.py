@@ -19,6 +19,7 @@ from personalab.nodes.rules.curation import scene_witnesses
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.injection import count_tokens
+from personalab.nodes.rules.prompt_assembly import REGIONS
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
@@ -91,6 +92,8 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 # issue 26: the turn's cost in tokens (the prompt as assembled, the reply as counted there)
                 prompt_tokens=((state.get("debug") or {}).get("prompt") or {}).get("total_tokens"),
                 reply_tokens=count_tokens(state.get("reply") or ""),
+                # issue 25: the prompt's tokens per region, for the statistics charts (times follow at end_turn)
+                figures={"regions": region_tokens((state.get("debug") or {}).get("prompt") or {})},
             ),
         )
         story_state_id = save_story_state(session, instance_id, state["turn"], story_fields(state), written[-1].id)
@@ -122,6 +125,15 @@ def write_back(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "mention_check": next((len(w["payload"]["retrieved"]) for w in queued if w["kind"] == "mention"), 0),
             "queued_writes": [w["key"] for w in queued],
         },
+    }
+
+
+def region_tokens(prompt: dict[str, Any]) -> dict[str, int]:
+    """The prompt's tokens per region (seed 001's head, middle, retrieved, tail) from the assembly's debug."""
+    return {
+        name: int(part["tokens"])
+        for name in REGIONS
+        if isinstance(part := prompt.get(name), dict) and isinstance(part.get("tokens"), int)
     }
 
 

@@ -45,6 +45,8 @@ class TurnRecord(SQLModel, table=True):
     # them); None on turns stored before they were recorded
     prompt_tokens: int | None = None
     reply_tokens: int | None = None
+    # issue 25 (charts): the prompt's tokens per region, the graph's time and each node's (ms); None before
+    figures: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class StoryState(SQLModel, table=True):

@@ -224,6 +224,17 @@ def record_turn(session: Session, record: TurnRecord) -> TurnRecord:
     return record
 
 
+def record_turn_figures(session: Session, save_id: int, reply_line_id: int, figures: dict[str, Any]) -> None:
+    """Add `figures` (issue 25: times of the turn) to the record of the turn whose reply ends at `reply_line_id`,
+    in the caller's transaction; nothing when there is no such record."""
+    row = session.exec(
+        select(TurnRecord).where(TurnRecord.save_id == save_id, TurnRecord.reply_line_id == reply_line_id)
+    ).first()
+    if row is not None:
+        row.figures = {**(row.figures or {}), **figures}
+        session.add(row)
+
+
 def last_turn_time(session: Session, save_id: int) -> datetime | None:
     """When the instance's previous turn happened (for the time gap of seed 003)."""
     stmt = select(TurnRecord.created_at).where(TurnRecord.save_id == save_id)

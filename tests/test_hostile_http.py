@@ -520,6 +520,7 @@ CASES: list[Case] = [
     *_memory_cases("DELETE", MEMORY + "/pin"),
     *_id_cases("GET", "/instances/{instance_id}/memory-statistics", "instance_id", "b_instance", "a_instance"),
     ("GET", "/instances/{b_instance}/memory-statistics?all_branches=maybe", "bob", {}, 422, "all_branches"),
+    *_id_cases("GET", "/instances/{instance_id}/statistics/series", "instance_id", "b_instance", "a_instance"),
     ("GET", "/lines/{a_reply}/provenance", "bob", {}, 404, "line {a_reply} does not exist"),
     ("GET", "/lines/{b_line}/provenance", "bob", {}, 404, "not a reply"),
     ("GET", "/lines/{b_reply}/provenance", "bob", {}, 404, "has no provenance"),

@@ -7,6 +7,10 @@ Counts of the instance's memories by seed 001's layer, type, seed 004's kind (de
 other branches); how often memories of each layer, type, kind and retrieval path (the trigger: bm25, vector, tag,
 worldbook, …) were retrieved for a reply and put into its prompt, and world-book entries by trigger type (from the
 stored provenance of the replies on the current branch); growth over turns (memories made per turn, running total).
+
+    api.statistics.series(7)
+
+The data series of the statistics charts (issue 25): one point per stored turn of the current branch.
 """
 
 from __future__ import annotations
@@ -15,9 +19,16 @@ from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import check_instance
-from personalab.graph.api.schemas.memory import MemoryStatistics
+from personalab.graph.api.schemas.memory import ChartSeries, MemoryStatistics, TimelineMemory, TurnFigures
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.provenance import memory_kind, usage_counts
+from personalab.stores.chart_series import (
+    TIMELINE_LIMIT,
+    branch_story_rows,
+    branch_turns,
+    made_per_turn,
+    timeline_rows,
+)
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory_statistics import branch_counts, growth_by_turn, memory_counts
@@ -30,12 +41,16 @@ class Statistics:
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
 
-    def memory(self, instance_id: Any, *, all_branches: bool = False) -> MemoryStatistics:
-        """The instance's memory statistics (module docstring); retrieval counts of the current branch's replies
-        unless `all_branches`."""
+    def _check(self, instance_id: Any) -> int:
         if isinstance(instance_id, bool) or not isinstance(instance_id, int) or not 0 <= instance_id <= 2**31 - 1:
             raise InvalidInput(f"instance must be an id (a whole number), got {instance_id!r}")
         check_instance(instance_id, owner=self.caller.owner, database_url=self.caller.database_url)
+        return instance_id
+
+    def memory(self, instance_id: Any, *, all_branches: bool = False) -> MemoryStatistics:
+        """The instance's memory statistics (module docstring); retrieval counts of the current branch's replies
+        unless `all_branches`."""
+        instance_id = self._check(instance_id)
         with session_scope(self.caller.database_url) as session:
             counts = memory_counts(session, instance_id)
             path = get_path_ids(session, instance_id)
@@ -60,3 +75,109 @@ class Statistics:
             retrieval={name: usage[name] for name in ("layer", "type", "kind", "trigger", "worldbook_trigger")},
             growth=growth,
         )
+
+    def series(self, instance_id: Any) -> ChartSeries:
+        """The charts' data (issue 25): per stored turn of the current branch, oldest first, the memories made and
+        the running totals by layer, retrieval and use (by trigger), prompt tokens per region, the graph's and each
+        node's time, relationship and plot; and the newest memories across turns and branches. No turns: empty."""
+        instance_id = self._check(instance_id)
+        with session_scope(self.caller.database_url) as session:
+            path = get_path_ids(session, instance_id)
+            turns = branch_turns(session, instance_id, path)
+            stories = branch_story_rows(session, instance_id, path)
+            made = made_per_turn(session, instance_id, path)
+            records = provenance_rows(session, instance_id, path)
+            timeline = timeline_rows(session, instance_id)
+        here = set(path)
+        return ChartSeries(
+            instance_id=instance_id,
+            turns=_points(turns, made, records, stories),
+            timeline=[
+                TimelineMemory(
+                    id=row["id"],
+                    turn=row["turn"],
+                    layer=row["layer"],
+                    type=row["type"],
+                    branch="no_line" if row["line_id"] is None else "current" if row["line_id"] in here else "other",
+                )
+                for row in timeline
+            ],
+            timeline_limit=TIMELINE_LIMIT,
+        )
+
+
+def _points(
+    turns: list[dict[str, Any]],
+    made: list[tuple[int, str, str, int]],
+    records: list[Any],
+    stories: dict[int, dict[str, Any]],
+) -> list[TurnFigures]:
+    """The series' points, one per turn (`Statistics.series`), in one pass over the turns: the memories made are
+    summed per turn once and the running totals carried along, so a long instance costs turns + groups, not their
+    product."""
+    by_turn: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
+    for at, layer, memory_type, n in made:
+        layers, types = by_turn.setdefault(at, ({}, {}))
+        layers[layer] = layers.get(layer, 0) + n
+        types[memory_type] = types.get(memory_type, 0) + n
+    replies: dict[int, list[dict[str, Any]]] = {}
+    for row in records:
+        replies.setdefault(int(row.turn), []).append(row.data)
+    pending = sorted(by_turn)  # turns with memories, added to the totals as the walk passes them
+    passed = 0
+    total: dict[str, int] = {}
+    points = []
+    for turn in turns:
+        number = int(turn["turn"])
+        while passed < len(pending) and pending[passed] <= number:
+            for layer, n in by_turn[pending[passed]][0].items():
+                total[layer] = total.get(layer, 0) + n
+            passed += 1
+        layers, types = by_turn.get(number, ({}, {}))
+        points.append(_turn_figures(turn, layers, types, dict(total), replies.get(number, []), stories))
+    return points
+
+
+def _turn_figures(
+    turn: dict[str, Any],
+    by_layer: dict[str, int],
+    by_type: dict[str, int],
+    total: dict[str, int],
+    replies: list[dict[str, Any]],
+    stories: dict[int, dict[str, Any]],
+) -> TurnFigures:
+    """One turn's point of the chart series."""
+    number = int(turn["turn"])
+    usage = usage_counts(replies)
+    triggers = {name: counts["retrieved"] for name, counts in usage["trigger"].items()}
+    figures = turn["figures"]
+    state = stories.get(number) or {}
+    plot = state.get("plot_state") or {}
+    outline = list(plot.get("story_outline") or [])
+    relationship = state.get("relationship")
+    return TurnFigures(
+        turn=number,
+        created_at=turn["created_at"],
+        memories_made=by_layer,
+        memories_made_by_type=by_type,
+        memories_total=total,
+        retrieved=sum(c["retrieved"] for c in usage["layer"].values()),
+        used=sum(c["used"] for c in usage["layer"].values()),
+        retrieved_by_trigger=triggers,
+        prompt_tokens=turn["prompt_tokens"],
+        reply_tokens=turn["reply_tokens"],
+        region_tokens=dict(figures.get("regions") or {}),
+        graph_ms=figures.get("graph_ms"),
+        reply_model_ms=figures.get("reply_model_ms") or _model_ms(figures),
+        node_ms=dict(figures.get("node_ms") or {}),
+        relationship={k: int(v) for k, v in relationship.items()} if isinstance(relationship, dict) else None,
+        plot_index=plot.get("current_plot_index") if plot else None,
+        plot_completed=sum(1 for point in outline if point.get("status") == "completed") if plot else None,
+        plot_points=len(outline) if plot else None,
+    )
+
+
+def _model_ms(figures: dict[str, Any]) -> float | None:
+    """The reply model's time: the graph's time less the rest (end_turn stores those two)."""
+    graph_ms, rest = figures.get("graph_ms"), figures.get("without_reply_model_ms")
+    return round(float(graph_ms) - float(rest), 2) if graph_ms is not None and rest is not None else None

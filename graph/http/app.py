@@ -16,11 +16,14 @@ from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.memory import router as memory_router
 from personalab.graph.http.run_context import RunContextGuard
+from personalab.graph.http.statistics import router as statistics_router
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
 from personalab.graph.web.console_pages import router as console_router
+from personalab.graph.web.routes import fallback_router as web_fallback_router
 from personalab.graph.web.routes import router as web_router
+from personalab.graph.web.stats_pages import router as stats_pages_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
@@ -35,10 +38,13 @@ app.include_router(trigger_config_router)
 app.include_router(story_router)
 app.include_router(memory_router)
 app.include_router(admin_router)
-# the memory console's pages under /app (graph/web/console_pages.py, issue 25): before the web router, whose last
-# route is the catch-all 404 page `/app/{rest:path}`
+app.include_router(statistics_router)
+# the web app's pages under /app (graph/web): the app (issue 24), the memory console and its statistics (issue 25);
+# last, the page for any other /app/… path
+app.include_router(web_router)
 app.include_router(console_router)
-app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
+app.include_router(stats_pages_router)
+app.include_router(web_fallback_router)
 
 
 @app.get("/", include_in_schema=False)

@@ -523,6 +523,11 @@ async def turn(
     )
 
 
-@router.get("/{rest:path}")
+# any other /app/… path: a page of its own, on a router the app includes after every page router (graph/http/app.py),
+# so the order the page modules are included in does not matter
+fallback_router = APIRouter(prefix=PREFIX, route_class=WebRoute, include_in_schema=False)
+
+
+@fallback_router.get("/{rest:path}")
 def not_found(request: Request, rest: str) -> Response:
     return error_page(request, f"/app/{rest} does not exist", 404)

@@ -229,3 +229,51 @@ class MemoryStatistics(BaseModel):
     replies_with_provenance: int
     retrieval: dict[str, dict[str, dict[str, int]]]
     growth: list[dict[str, int]]
+
+
+class TurnFigures(BaseModel):
+    """One stored turn of the current branch, as the statistics charts draw it (issue 25): the memories it made (by
+    layer and type) and the running total after it, what its reply's retrieval found and put into the prompt (by
+    trigger), its prompt's tokens per region, the graph's and each node's time, and the relationship and plot it
+    left. None where the turn was stored before the figure was recorded."""
+
+    turn: int
+    created_at: datetime | None = None
+    memories_made: dict[str, int] = Field(default_factory=dict, description="by layer")
+    memories_made_by_type: dict[str, int] = Field(default_factory=dict)
+    memories_total: dict[str, int] = Field(default_factory=dict, description="by layer, after this turn")
+    retrieved: int = 0
+    used: int = 0
+    retrieved_by_trigger: dict[str, int] = Field(default_factory=dict)
+    prompt_tokens: int | None = None
+    reply_tokens: int | None = None
+    region_tokens: dict[str, int] = Field(default_factory=dict)
+    graph_ms: float | None = None
+    reply_model_ms: float | None = None
+    node_ms: dict[str, float] = Field(default_factory=dict)
+    relationship: dict[str, int] | None = None
+    plot_index: int | None = None
+    plot_completed: int | None = None
+    plot_points: int | None = None
+
+
+class TimelineMemory(BaseModel):
+    """A memory on the timeline: the turn it was made, its layer and type, and where its line is (the current
+    branch, another branch, or no line)."""
+
+    id: int
+    turn: int
+    layer: str
+    type: str
+    branch: str
+
+
+class ChartSeries(BaseModel):
+    """The data series of an instance's statistics charts (issue 25; seed 004 记忆可视化界面): one `TurnFigures` per
+    stored turn of the current branch, oldest first, and the newest memories for the timeline (at most
+    `timeline_limit`, across turns and branches)."""
+
+    instance_id: int
+    turns: list[TurnFigures]
+    timeline: list[TimelineMemory]
+    timeline_limit: int
