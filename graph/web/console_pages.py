@@ -684,7 +684,7 @@ def director_page(request: Request, user: User, instance_id: PathId) -> Response
 
 def _suggestion_of(api: PersonaLab, instance_id: int, suggestion_id: int) -> None:
     """The suggestion must be this instance's (a stale or crafted form naming another one: `NotFound`)."""
-    if api.suggestions.get(suggestion_id).get("save_id") not in (instance_id, None):
+    if api.suggestions.get(suggestion_id)["instance_id"] != instance_id:
         raise NotFound(f"world-book suggestion {suggestion_id} does not exist")
 
 
