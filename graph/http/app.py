@@ -19,6 +19,7 @@ from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
+from personalab.graph.web.memory_pages import router as memory_pages_router
 from personalab.graph.web.routes import router as web_router
 
 app = FastAPI(title="PersonaLab")
@@ -34,6 +35,7 @@ app.include_router(trigger_config_router)
 app.include_router(story_router)
 app.include_router(memory_router)
 app.include_router(admin_router)
+app.include_router(memory_pages_router)  # the memory console's pages (issue 25), before the app's catch-all
 app.include_router(web_router)  # the web app's pages under /app (graph/web, issue 24)
 
 
