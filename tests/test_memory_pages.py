@@ -69,18 +69,22 @@ def test_the_inspector_lists_filters_edits_pins_and_deletes_memories(client: Tes
     # filters: layer, type, text (keyword), turn range, branch
     only = client.get(f"/app/instances/{instance_id}/memories", params={"layer": "archive", "type": "trait"}).text
     assert f'id="memory-{made.id}"' in only
-    assert f'id="memory-{made.id}"' not in client.get(
-        f"/app/instances/{instance_id}/memories", params={"layer": "active"}
-    ).text
-    assert f'id="memory-{made.id}"' in client.get(
-        f"/app/instances/{instance_id}/memories", params={"q": "下雨", "branch": "all"}
-    ).text
-    assert f'id="memory-{made.id}"' not in client.get(
-        f"/app/instances/{instance_id}/memories", params={"q": "不存在的字"}
-    ).text
-    assert f'id="memory-{made.id}"' not in client.get(
-        f"/app/instances/{instance_id}/memories", params={"turn_from": 5, "turn_to": 9}
-    ).text
+    assert (
+        f'id="memory-{made.id}"'
+        not in client.get(f"/app/instances/{instance_id}/memories", params={"layer": "active"}).text
+    )
+    assert (
+        f'id="memory-{made.id}"'
+        in client.get(f"/app/instances/{instance_id}/memories", params={"q": "下雨", "branch": "all"}).text
+    )
+    assert (
+        f'id="memory-{made.id}"'
+        not in client.get(f"/app/instances/{instance_id}/memories", params={"q": "不存在的字"}).text
+    )
+    assert (
+        f'id="memory-{made.id}"'
+        not in client.get(f"/app/instances/{instance_id}/memories", params={"turn_from": 5, "turn_to": 9}).text
+    )
     semantic = client.get(f"/app/instances/{instance_id}/memories", params={"q": "怀表在哪", "mode": "semantic"})
     assert semantic.status_code == 200 and "怀表" in semantic.text
     # the memory made from the turn shows where it came from (turn and line, linked)
@@ -117,9 +121,7 @@ def test_an_edit_that_empties_a_memory_is_refused_and_nothing_changes(client: Te
     page = client.post(f"/app/instances/{instance_id}/memories/{made.id}", data={"content": "   ", "type": "event"})
     assert page.status_code == 422 and "empty" in page.text and 'id="error-message"' in page.text
     assert _snapshot(instance_id) == before
-    bad = client.post(
-        f"/app/instances/{instance_id}/memories/{made.id}", data={"content": "x", "importance": "7"}
-    )
+    bad = client.post(f"/app/instances/{instance_id}/memories/{made.id}", data={"content": "x", "importance": "7"})
     assert bad.status_code == 422 and _snapshot(instance_id) == before
 
 
@@ -159,7 +161,7 @@ def test_export_then_import_round_trips_and_a_broken_file_changes_nothing(client
     assert any(row["content"] == "导出的记忆" for row in data)
     before = _snapshot(second)
     broken = client.post(
-        f"/app/instances/{second}/memories/import", files={"document": ("m.json", b"[{\"content\": ", "application/json")}
+        f"/app/instances/{second}/memories/import", files={"document": ("m.json", b'[{"content": ', "application/json")}
     )
     assert broken.status_code == 422 and _snapshot(second) == before
     done = client.post(

@@ -172,7 +172,9 @@ def add_memory(
             pinned=bool(pinned),
         )
     except ValueError as exc:
-        raise InvalidInput(_one_line(exc) if isinstance(exc, ValidationError) else f"field 'importance': {exc}")
+        raise InvalidInput(
+            _one_line(exc) if isinstance(exc, ValidationError) else f"field 'importance': {exc}"
+        ) from None
     memory = _api(user).memories.add(instance_id, made)
     return _go(f"{_base(instance_id)}/{memory.id}?done=added")
 
@@ -279,7 +281,9 @@ def edit_memory(
             notes=notes.replace("\r\n", "\n"),
         )
     except ValueError as exc:
-        raise InvalidInput(_one_line(exc) if isinstance(exc, ValidationError) else f"field 'importance': {exc}")
+        raise InvalidInput(
+            _one_line(exc) if isinstance(exc, ValidationError) else f"field 'importance': {exc}"
+        ) from None
     _api(user).memories.edit(instance_id, memory_id, changes)
     return _go(f"{_base(instance_id)}/{memory_id}?done=saved")
 
@@ -340,9 +344,7 @@ def try_page(request: Request, user: User, instance_id: PathId) -> Response:
 
 
 @router.post("/instances/{instance_id:int}/try")
-async def try_it(
-    request: Request, user: User, instance_id: PathId, message: Annotated[str, Form()] = ""
-) -> Response:
+async def try_it(request: Request, user: User, instance_id: PathId, message: Annotated[str, Form()] = "") -> Response:
     """What the turn's retrieval would find and inject for `message` now; no turn is played, nothing changes."""
     api = _api(user)
     instance = await run_in_threadpool(api.instances.get, instance_id)
