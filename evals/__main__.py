@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from personalab.evals import (
     bench_builder,
-    bench_console,
     bench_cold,
+    bench_console,
     bench_faults,
     bench_history,
     bench_load,

@@ -134,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
             turn_ms.append(float(state["debug"]["timings_ms"]["rag_retrieve"]))
     ratio = _p(try_ms, 0.95) / _p(turn_ms, 0.95)
     print("\n| retrieval | runs | p50 ms | p95 ms |\n| --- | --- | --- | --- |")
-    print(f"| the turn's `rag_retrieve` node | {len(turn_ms)} | {statistics.median(turn_ms):.1f} | {_p(turn_ms, 0.95):.1f} |")
+    print(
+        f"| the turn's `rag_retrieve` node | {len(turn_ms)} | {statistics.median(turn_ms):.1f} | {_p(turn_ms, 0.95):.1f} |"
+    )
     print(f"| try it (`memories.preview`) | {len(try_ms)} | {statistics.median(try_ms):.1f} | {_p(try_ms, 0.95):.1f} |")
     print(f"\ntry it p95 / turn retrieval p95: **{ratio:.2f}×** (goal ≤ 1.2×)")
     return 0

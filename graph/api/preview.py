@@ -11,13 +11,14 @@ query rewrite is a model call and is not run here (the record says so).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from personalab.nodes.context import Context
 from personalab.nodes.history_fetch import character_of, read_recall_window, seconds_since, window_turns
 from personalab.nodes.rag_retrieve import gather
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.worldbook import elapsed_seconds
+from personalab.nodes.state import TurnState
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.saves import get_save
@@ -61,7 +62,7 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
     ctx = Context(database_url=database_url) if database_url else Context()
     state = turn_state_for(instance_id, message, database_url, ctx)
     started = time.perf_counter()
-    found = gather(state, ctx)
+    found = gather(cast(TurnState, state), ctx)
     ms = (time.perf_counter() - started) * 1000
     memories = found["memories"]
     plan = found["injection"].plan

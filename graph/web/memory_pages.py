@@ -144,7 +144,6 @@ def inspector(
         query=query,
         layers=LAYERS,
         types=TYPES,
-        scenes=api.memories.scenes(instance_id),
         done=done,
     )
 
