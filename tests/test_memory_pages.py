@@ -176,8 +176,13 @@ def test_why_this_reply_shows_the_stored_provenance_with_scores(client: TestClie
     instance_id = _instance(client)
     _turn(client, instance_id, FACT)
     # a fact told earlier, out of the recent dialogue (which the prompt holds anyway): a memory
-    PersonaLab().memories.add(instance_id, MemoryCreate(content="阿岚的怀表藏在灯塔下面", type="event"))
+    told = PersonaLab().memories.add(instance_id, MemoryCreate(content="阿岚的怀表藏在灯塔下面", type="event"))
+    assert told.last_used_turn is None
     _turn(client, instance_id, "你还记得我的怀表藏在哪里吗？")
+    # "last used": the reply's prompt held it, written with the reply's provenance
+    assert PersonaLab().memories.get(instance_id, told.id).last_used_turn == 2
+    row = client.get(f"/app/instances/{instance_id}/memories").text.split(f'id="memory-{told.id}"')[1]
+    assert re.search(r'class="last-used">\S+ 2', row)
     chat = client.get(f"/app/instances/{instance_id}").text
     links = re.findall(rf"/app/instances/{instance_id}/lines/(\d+)/why", chat)
     assert len(links) >= 2  # a "why" link on every reply line

@@ -102,6 +102,8 @@ def public(entry: MemoryEntry) -> MemoryPublic:
         line_id=entry.line_id,
         created_at=entry.created_at,
         updated_at=entry.updated_at,
+        last_used_turn=entry.last_used_turn,
+        last_used_at=entry.last_used_at,
     )
 
 

@@ -83,6 +83,8 @@ class MemoryPublic(BaseModel):
     line_id: int | None
     created_at: datetime
     updated_at: datetime
+    last_used_turn: int | None = None  # issue 25: the last reply whose prompt held it
+    last_used_at: datetime | None = None
 
 
 class MemoryPage(BaseModel):
