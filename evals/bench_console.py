@@ -4,7 +4,9 @@
    through FastAPI's TestClient on the real app and SQLite: request to last byte), for the first page, a deep page,
    a layer filter and a text search;
 2. "try it" (`api.memories.preview`, the turn's own gathering without the turn) against the turn's own retrieval
-   (the `rag_retrieve` node's time in `run_turn`), alternated in the same run on the same instance.
+   (the `rag_retrieve` node's time in `run_turn`), alternated in the same run on the same instance (each message
+   is tried before its turn on even turns and after it on odd ones: whichever runs second finds the message's
+   embedding cached).
 
 The memories are seeded with one bulk SQL insert (not turns): they are in the SQL store (what the inspector pages
 and the keyword path read), not in the vector index, so the semantic path finds only the played turns' memories.
@@ -123,21 +125,35 @@ def run(args: argparse.Namespace) -> int:
     messages = ["怀表在哪里？", "灯塔附近发生过什么？", "你还记得码头的事吗？", "父亲留下了什么？", "风暴那天怎么了？"]
     turn_ms: list[float] = []
     try_ms: list[float] = []
+    gather_ms: list[float] = []  # the preview's gathering alone (the part the turn's node times)
     with turn_graph() as (graph, ctx):
         api.memories.preview(instance.id, messages[0])  # warm
         for n in range(args.turns):
             message = messages[n % len(messages)]
-            started = time.perf_counter()
-            api.memories.preview(instance.id, message)
-            try_ms.append((time.perf_counter() - started) * 1000)
+
+            def try_it(message: str = message) -> None:
+                started = time.perf_counter()
+                record = api.memories.preview(instance.id, message)
+                try_ms.append((time.perf_counter() - started) * 1000)
+                gather_ms.append(float(record["ms"]))
+
+            # alternate which goes first: the second would find the message's embedding cached
+            if n % 2 == 0:
+                try_it()
             state = run_turn(graph, ctx, instance.id, message)
             turn_ms.append(float(state["debug"]["timings_ms"]["rag_retrieve"]))
+            if n % 2 == 1:
+                try_it()
     ratio = _p(try_ms, 0.95) / _p(turn_ms, 0.95)
     print("\n| retrieval | runs | p50 ms | p95 ms |\n| --- | --- | --- | --- |")
     print(
         f"| the turn's `rag_retrieve` node | {len(turn_ms)} | {statistics.median(turn_ms):.1f} | {_p(turn_ms, 0.95):.1f} |"
     )
     print(f"| try it (`memories.preview`) | {len(try_ms)} | {statistics.median(try_ms):.1f} | {_p(try_ms, 0.95):.1f} |")
+    print(
+        f"| try it, its gathering only | {len(gather_ms)} | {statistics.median(gather_ms):.1f} "
+        f"| {_p(gather_ms, 0.95):.1f} |"
+    )
     print(f"\ntry it p95 / turn retrieval p95: **{ratio:.2f}×** (goal ≤ 1.2×)")
     return 0
 

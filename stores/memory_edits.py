@@ -85,10 +85,13 @@ def page_memories(
     text: str | None = None,
     pinned: bool | None = None,
     newest_first: bool = False,
+    count_limit: int | None = None,
 ) -> tuple[int, list[MemoryEntry]]:
     """(how many match, the page `offset`..`offset+limit` of them in id order, or newest first). `types`: any of
     these types; `turn_from`..`turn_to`: the turns made (both ends kept); `location`: the scene, exactly;
-    `text`: a part of the content (case-insensitive, `%` and `_` taken literally); `pinned`: only (un)pinned."""
+    `text`: a part of the content (case-insensitive, `%` and `_` taken literally); `pinned`: only (un)pinned.
+    `count_limit`: count at most this many plus one (a filter no index serves need not scan every row to say
+    "more than N")."""
     if offset < 0 or limit < 0:
         raise InvalidInput(f"offset {offset} / limit {limit}: must be whole numbers ≥ 0")
     where: list[Any] = [MemoryEntry.instance_id == instance_id, *branch_clause(path)]
@@ -111,7 +114,11 @@ def page_memories(
         where.append(col(MemoryEntry.type).in_(list(types)))
     if not include_record and layer != MemoryType.RECORD.value and MemoryType.RECORD.value not in (types or ()):
         where.append(MemoryEntry.type != MemoryType.RECORD.value)
-    total = int(session.exec(select(func.count()).select_from(MemoryEntry).where(*where)).one())
+    if count_limit is None:
+        total = int(session.exec(select(func.count()).select_from(MemoryEntry).where(*where)).one())
+    else:
+        capped = select(MemoryEntry.id).where(*where).limit(count_limit + 1).subquery()
+        total = int(session.exec(select(func.count()).select_from(capped)).one())
     order = col(MemoryEntry.id).desc() if newest_first else col(MemoryEntry.id)
     rows = session.exec(select(MemoryEntry).where(*where).order_by(order).offset(offset).limit(limit))
     return total, list(rows.all())

@@ -153,12 +153,14 @@ class Memories:
         text: str | None = None,
         pinned: bool | None = None,
         newest_first: bool = False,
+        count_limit: int | None = None,
     ) -> MemoryPage:
         """The instance's memories in id order (or newest first), one page: by seed 001's layer (or ``record``, the
         dialogue record), type, seed 004's kind (episodic / semantic / trait / goal), character, the turns made
         (`turn_from`..`turn_to`), the scene (the memory's location), a part of its text, pinned or not; the
         current branch unless `all_branches`. The dialogue record is left out unless asked for (`include_record`,
-        layer or type record)."""
+        layer or type record). `count_limit`: count the matches only up to this many (`total_capped` says the
+        count stopped there)."""
         for name, bound in (("turn_from", turn_from), ("turn_to", turn_to)):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
                 raise InvalidInput(f"{name} must be a whole number ≥ 0, got {bound!r}")
@@ -205,6 +207,7 @@ class Memories:
                 text=(text or "").strip() or None,
                 pinned=pinned,
                 newest_first=newest_first,
+                count_limit=count_limit,
             )
         return MemoryPage(
             instance_id=instance_id,
@@ -213,6 +216,7 @@ class Memories:
             limit=limit,
             all_branches=all_branches,
             items=[public(row) for row in rows],
+            total_capped=count_limit is not None and total > count_limit,
         )
 
     def _entry(self, session: Session, instance_id: int, memory_id: Any) -> MemoryEntry:

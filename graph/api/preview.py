@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from personalab.nodes.context import Context
 from personalab.nodes.history_fetch import character_of, read_recall_window, seconds_since, window_turns
-from personalab.nodes.rag_retrieve import gather
+from personalab.nodes.rag_retrieve import gather, prepare_worldbook
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState
@@ -62,7 +62,8 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
     ctx = Context(database_url=database_url) if database_url else Context()
     state = turn_state_for(instance_id, message, database_url, ctx)
     started = time.perf_counter()
-    found = gather(cast(TurnState, state), ctx)
+    book, _ms = prepare_worldbook(instance_id, ctx)  # as the turn does: the process's prepared book when current
+    found = gather(cast(TurnState, state), ctx, book)
     ms = (time.perf_counter() - started) * 1000
     memories = found["memories"]
     plan = found["injection"].plan

@@ -24,6 +24,7 @@ router = APIRouter(prefix=PREFIX, route_class=WebRoute, include_in_schema=False)
 User = Annotated[WebUser, Depends(web_user)]
 INTEGER_MAX = 2_147_483_647
 PAGE_SIZE = 50
+COUNT_LIMIT = 2000  # a filtered view counts its matches up to here ("2000+")
 LAYERS = ("active", "situational", "event_log", "archive", "record")  # seed 001's layers and the dialogue record
 TYPES = (
     "conversation",
@@ -103,6 +104,7 @@ def inspector(
     }
     hits = None
     total = 0
+    capped = False
     items: list[Any] = []
     if q.strip() and mode == "semantic":
         found = api.memories.search(instance_id, q.strip(), k=PAGE_SIZE, all_branches=branch == "all")
@@ -126,9 +128,15 @@ def inspector(
             offset=(page - 1) * PAGE_SIZE,
             limit=PAGE_SIZE,
             newest_first=True,
+            # no index serves a text, scene or turn filter: count the matches only up to COUNT_LIMIT
+            count_limit=COUNT_LIMIT if (q or scene or turn_from is not None or turn_to is not None) else None,
         )
-        items, total = listed.items, listed.total
+        items, total, capped = listed.items, listed.total, listed.total_capped
+        if capped:
+            total = COUNT_LIMIT
         pages = max(1, -(-total // PAGE_SIZE))
+        if capped:
+            pages = max(pages, page + (1 if len(items) == PAGE_SIZE else 0))
     query = urlencode({key: value for key, value in filters.items() if value != ""})
     return render(
         request,
@@ -138,6 +146,7 @@ def inspector(
         items=items,
         hits={int(hit.id): hit for hit in hits} if hits is not None else None,
         total=total,
+        capped=capped,
         page_number=page,
         pages=pages,
         filters=filters,

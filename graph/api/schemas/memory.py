@@ -96,6 +96,7 @@ class MemoryPage(BaseModel):
     limit: int
     all_branches: bool
     items: list[MemoryPublic]
+    total_capped: bool = False  # `total` is a floor: the count stopped at the caller's `count_limit` (+1)
 
 
 class MemoryVersion(BaseModel):
