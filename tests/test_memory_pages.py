@@ -207,6 +207,8 @@ def test_try_it_shows_the_retrieval_and_stores_nothing(client: TestClient) -> No
     page = client.post(f"/app/instances/{instance_id}/try", data={"message": "我的怀表在哪里？"})
     assert page.status_code == 200 and 'id="record-memories"' in page.text and "怀表" in page.text
     assert f'data-memory-id="{pinned.id}"' in page.text
+    pinned_row = page.text.split(f'data-memory-id="{pinned.id}"')[1].split("</tr>")[0]
+    assert 'class="badge pin"' in pinned_row  # the pin shows beside its scores
     assert _snapshot(instance_id) == before_memories
     assert api.dialogue.history(instance_id, limit=1000) == before_lines
     empty = client.post(f"/app/instances/{instance_id}/try", data={"message": "  "})

@@ -110,7 +110,17 @@ def inspector(
         found = api.memories.search(instance_id, q.strip(), k=PAGE_SIZE, all_branches=branch == "all")
         hits = [hit for hit in found.items if hit.kind == "memory"]
         by_id = {int(hit.id): hit for hit in hits}
-        items = [api.memories.get(instance_id, memory_id) for memory_id in by_id]
+        items = [
+            m
+            for m in (api.memories.get(instance_id, memory_id) for memory_id in by_id)
+            # the other filters hold for the ranked ones too
+            if (not layer or m.layer == layer)
+            and (not type or m.type == type)
+            and (not scene or m.location == scene)
+            and (turn_from is None or m.turn >= turn_from)
+            and (turn_to is None or m.turn <= turn_to)
+            and (not pinned or m.pinned == (pinned == "yes"))
+        ]
         total = len(items)
         pages = 1
     else:
