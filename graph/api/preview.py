@@ -4,7 +4,8 @@ It reads what the turn's first node reads (the current branch, its recall window
 start from, the character) and runs the turn's own gathering (`nodes.rag_retrieve.gather`: memories, world book,
 knowledge, the retrieved region's budget) over it, then shapes the result as a reply's provenance record
 (`nodes.rules.provenance.reply_provenance`), so the page shows it exactly as "why this reply" shows a stored reply.
-Nothing is written: no line, no lock, no mention mark, no story state. The query is the message itself: the turn's
+Nothing is written: no line, no lock, no mention mark, no story state. Like the turn, it first waits for the
+instance's queued writes (read your writes), so a memory of the last reply is already searchable. The query is the message itself: the turn's
 query rewrite is a model call and is not run here (the record says so).
 """
 
@@ -19,6 +20,7 @@ from personalab.nodes.rag_retrieve import gather, prepare_worldbook
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState
+from personalab.stores.background import wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.saves import get_save
@@ -60,6 +62,8 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
     """The provenance-shaped record of what the turn's retrieval would put into the prompt for `message`, with
     `ms`: how long the gathering took."""
     ctx = Context(database_url=database_url) if database_url else Context()
+    # read your writes, as the turn's retrieval does: the instance's memories queued after its last reply are in
+    wait_for_writes(instance_id)
     state = turn_state_for(instance_id, message, database_url, ctx)
     started = time.perf_counter()
     book, _ms = prepare_worldbook(instance_id, ctx)  # as the turn does: the process's prepared book when current
