@@ -27,6 +27,8 @@ from personalab.stores.saves import get_save
 from personalab.stores.tables import Background, Line, Role
 from personalab.stores.turns import branch_story_state, last_turn_time
 
+NO_REWRITE = "not run"  # the status "try it" records for the query rewrite (a model call it does not make)
+
 
 def turn_state_for(instance_id: int, message: str, database_url: str | None, ctx: Context) -> dict[str, Any]:
     """The state the turn's retrieval would see for `message` on the current branch (read only)."""
@@ -84,7 +86,7 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
                     "worldbook_fired": found["worldbook_fired"],
                     "knowledge": found["knowledge"],
                 },
-                "query_rewrite": {"status": "not run (try it uses the message as the query)"},
+                "query_rewrite": {"status": NO_REWRITE},
             },
         }
     )

@@ -371,6 +371,7 @@ MEMORY_EN: dict[str, str] = {
     "score_score": "score",
     "try_help": "Type a message to see what would be retrieved and put into the prompt for it now. No turn is played and nothing is stored.",
     "try_button": "Try",
+    "try_no_rewrite": "not rewritten: try it uses the message as the query (the rewrite is a model call)",
     "try_injected": "The text that would be injected",
 }
 
@@ -488,6 +489,7 @@ MEMORY_ZH: dict[str, str] = {
     "score_score": "得分",
     "try_help": "输入一条消息，查看此刻会检索并注入哪些内容。不会进行一轮对话，也不会保存任何东西。",
     "try_button": "试一试",
+    "try_no_rewrite": "未改写：试一试直接用消息作查询（改写需要调用模型）",
     "try_injected": "将被注入的文本",
 }
 
