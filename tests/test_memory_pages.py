@@ -248,3 +248,19 @@ def test_another_users_instance_is_never_reachable(
             assert page.status_code in (403, 404) and "爱丽丝的秘密" not in page.text, path
         assert _snapshot(instance_id) == before
         assert "爱丽丝的秘密" in alice.get(f"/app/instances/{instance_id}/memories").text
+
+
+def test_the_pages_data_is_reachable_through_the_http_api(client: TestClient) -> None:
+    first, second = _instance(client), _instance(client)
+    api = PersonaLab()
+    mine = api.memories.add(first, MemoryCreate(content="码头的钥匙在雷娜手里", type="event")).id
+    theirs = api.memories.add(second, MemoryCreate(content="别处的记忆")).id
+    listed = client.get(f"/instances/{first}/memories", params={"text": "钥匙", "newest_first": True}).json()
+    assert [item["id"] for item in listed["items"]] == [mine] and "last_used_turn" in listed["items"][0]
+    refused = client.post(f"/instances/{first}/memories/bulk", json={"ids": [mine, theirs], "action": "pin"})
+    assert refused.status_code == 422 and str(theirs) in refused.text
+    assert not api.memories.get(first, mine).pinned
+    done = client.post(f"/instances/{first}/memories/bulk", json={"ids": [mine], "action": "pin"})
+    assert done.json() == {"changed": [mine]} and api.memories.get(first, mine).pinned
+    record = client.post(f"/instances/{first}/memories/preview", json={"message": "钥匙在哪里？"}).json()
+    assert any(item["id"] == mine and item["pinned"] for item in record["memories"])
