@@ -67,6 +67,7 @@ def test_why_edit_pin_and_try_in_the_browser(browser: Any, app_url: str) -> None
     expect(row.locator(".scores")).to_contain_text("关键词")
     expect(page.locator("#rewritten-query")).not_to_be_empty()
     _shot(page, "memory-why")
+    why_url = page.url
 
     # correct it in the inspector: the old text stays as a version, the next reply's provenance has the new text
     page.goto(memories)
@@ -100,4 +101,7 @@ def test_why_edit_pin_and_try_in_the_browser(browser: Any, app_url: str) -> None
     phone.goto(memories)
     expect(phone.locator("#memories")).to_be_visible()
     assert phone.evaluate("document.documentElement.scrollWidth") <= 375
+    for path in (f"{url}/instances/{instance_id}/try", why_url):
+        phone.goto(path)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 375, path
     assert not page.js_errors and not phone.js_errors

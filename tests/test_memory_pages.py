@@ -228,12 +228,18 @@ def test_another_users_instance_is_never_reachable(
         bob.post("/app/login", data={"token": TOKENS["bob"]})
         instance_id = _instance(alice)
         memory = PersonaLab(owner="alice").memories.add(instance_id, MemoryCreate(content="爱丽丝的秘密"))
+        _turn(alice, instance_id, "你还记得爱丽丝的秘密吗？")
+        reply = re.findall(
+            rf"/app/instances/{instance_id}/lines/(\d+)/why", alice.get(f"/app/instances/{instance_id}").text
+        )
+        assert reply and "爱丽丝的秘密" in alice.get(f"/app/instances/{instance_id}/lines/{reply[-1]}/why").text
         before = _snapshot(instance_id)
         for path in (
             f"/app/instances/{instance_id}/memories",
             f"/app/instances/{instance_id}/memories/{memory.id}",
             f"/app/instances/{instance_id}/memories/export",
             f"/app/instances/{instance_id}/try",
+            f"/app/instances/{instance_id}/lines/{reply[-1]}/why",
         ):
             page = bob.get(path)
             assert page.status_code in (403, 404) and "爱丽丝的秘密" not in page.text, path
