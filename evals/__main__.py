@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from personalab.evals import (
     bench_builder,
     bench_cold,
+    bench_console,
     bench_faults,
     bench_history,
     bench_load,
@@ -75,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_load.register(kinds)
     bench_faults.register(kinds)
     bench_worldbook.register(kinds)
+    bench_console.register(kinds)
     evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
     kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
     locomo_eval = kinds.add_parser(
