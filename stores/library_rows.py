@@ -221,16 +221,40 @@ def instance_ids(session: Session, owner: str | None) -> list[int]:
 
 
 def instance_rows(
-    session: Session, owner: str | None, character_id: int | None = None, background_id: int | None = None
+    session: Session,
+    owner: str | None,
+    character_id: int | None = None,
+    background_id: int | None = None,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
 ) -> tuple[list[Save], Any]:
-    """`owner`'s instances (of one character and/or background), newest first, and a select of their ids."""
+    """`owner`'s instances (of one character and/or background), newest first (`offset`/`limit`: one page of
+    them, cut in SQL), and the ids of those listed (what `instance_summaries` reads the rest for)."""
+    chosen = _instance_filter(owner, character_id, background_id)
+    statement = select(Save).where(*chosen).order_by(col(Save.id).desc())
+    if offset or limit is not None:
+        statement = statement.offset(offset).limit(limit)
+        listed = list(session.exec(statement).all())
+        return listed, [row.id for row in listed]
+    return list(session.exec(statement).all()), select(Save.id).where(*chosen)
+
+
+def instance_count(
+    session: Session, owner: str | None, character_id: int | None = None, background_id: int | None = None
+) -> int:
+    """How many instances `instance_rows` lists for the same filter (the pages of a paged list)."""
+    chosen = _instance_filter(owner, character_id, background_id)
+    return int(session.exec(select(func.count()).select_from(Save).where(*chosen)).one())
+
+
+def _instance_filter(owner: str | None, character_id: int | None, background_id: int | None) -> list[Any]:
     chosen = visible(col(Save.owner), None, owner)
     if character_id is not None:
         chosen.append(col(Save.role_id) == character_id)
     if background_id is not None:
         chosen.append(col(Save.background_id) == background_id)
-    listed = list(session.exec(select(Save).where(*chosen).order_by(col(Save.id).desc())).all())
-    return listed, select(Save.id).where(*chosen)
+    return chosen
 
 
 def instance_summaries(session: Session, listed: Sequence[Save], scope: Any) -> list[dict[str, Any]]:

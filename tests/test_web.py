@@ -175,7 +175,8 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     # the turn input's other parts: a narration line before the user's, a time gap and a picked choice
     more = {
         "message": "好",
-        "host_line": "雨停了。",
+        "host_speaker": ["", "", ""],
+        "host_text": ["雨停了。", "", ""],
         "time_gap": "hours",
         "choice_text": "同行",
         "choice_level": "important",
@@ -186,6 +187,50 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     client.post(f"/app/instances/{instance}/sessions")
     after = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "我回来了"}).text)
     assert after[-1][0] == "done" and after[-1][1]["recap"], after[-1]
+
+
+def test_host_lines_of_a_scene_go_before_the_users_line_in_order(client: TestClient) -> None:
+    """Seed 000's example 2: narration and other characters of the scene spoken by the host, then the user."""
+    instance = _instance(client)
+    chat = client.get(f"/app/instances/{instance}")
+    assert chat.text.count('name="host_text"') == 3 and '<option value="旁白">' in chat.text
+    turn = {
+        "message": "赶紧穿上啦，我回避一下！",
+        "user_name": "莱姆",
+        "host_speaker": ["", "白小喵", "雷娜"],
+        "host_text": ["圣诞节到了，莱姆来到了钦灵的家里", "喵？有客人来了。", "我衣服还没换好呢，不要看啦！"],
+    }
+    assert _events(client.post(f"/app/instances/{instance}/turn", data=turn).text)[-1][0] == "done"
+    lines = dialogue.history(instance, offset=0, limit=20)["lines"]
+    said = [(line["attribute"], line["speaker"], line["content"]) for line in lines]
+    character = library.get_instance(instance).character_id
+    assert said[1:5] == [
+        ("assistant", "旁白", "圣诞节到了，莱姆来到了钦灵的家里"),
+        ("assistant", "白小喵", "喵？有客人来了。"),
+        ("assistant", "雷娜", "我衣服还没换好呢，不要看啦！"),
+        ("user", "莱姆", "赶紧穿上啦，我回避一下！"),
+    ], said
+    assert lines[1]["role_id"] is None and lines[2]["role_id"] is None and lines[3]["role_id"] == character
+    assert said[5:] and all(line[:2] == ("assistant", "雷娜") for line in said[5:])  # the reply (one line or more)
+    page = client.get(f"/app/instances/{instance}").text
+    # the scene's speakers are offered next time
+    assert "喵？有客人来了。" in page and '<option value="白小喵">' in page
+    # rows without text are skipped; a speaker over the limit or rows that do not pair up store nothing
+    before = dialogue.line_count(instance)
+    long_name = client.post(
+        f"/app/instances/{instance}/turn",
+        data={"message": "好", "host_speaker": ["名" * 101, ""], "host_text": ["台词", ""]},
+    )
+    assert long_name.status_code == 422 and "host_speaker" in long_name.text
+    unpaired = client.post(
+        f"/app/instances/{instance}/turn", data={"message": "好", "host_speaker": ["a", "b"], "host_text": ["台词"]}
+    )
+    assert unpaired.status_code == 422 and "host_speaker" in unpaired.text
+    nul = client.post(
+        f"/app/instances/{instance}/turn", data={"message": "好", "host_speaker": [""], "host_text": ["a\x00b"]}
+    )
+    assert "lines_before" in nul.text
+    assert dialogue.line_count(instance) == before
 
 
 def test_an_empty_message_a_stale_page_and_a_bad_action_are_one_message_and_store_nothing(client: TestClient) -> None:
