@@ -290,6 +290,40 @@ def test_with_auth_on_the_app_asks_for_a_token_and_users_never_see_each_others_t
     assert dialogue.line_count(instance) == 1  # the greeting only
 
 
+def test_with_jwt_auth_the_sign_in_page_takes_a_jwt_and_says_why_one_is_refused(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import jwt
+
+    secret = "web-jwt-secret-0123456789abcdef0123456789"
+    monkeypatch.setenv("PERSONALAB_AUTH", "jwt")
+    monkeypatch.setenv("PERSONALAB_JWT_SECRET", secret)
+    later = int(time.time()) + 3600
+    alice = jwt.encode({"sub": "alice", "exp": later}, secret, algorithm="HS256")
+    bob = jwt.encode({"sub": "bob", "exp": later}, secret, algorithm="HS256")
+    page = client.get("/app/instances")
+    assert page.url.path == "/app/login" and "JWT" in page.text
+    for token, why in (
+        (jwt.encode({"sub": "alice", "exp": int(time.time()) - 60}, secret, algorithm="HS256"), "expired"),
+        (
+            jwt.encode({"sub": "alice", "exp": later}, "another-secret-0123456789abcdef0123", algorithm="HS256"),
+            "not valid",
+        ),
+        (jwt.encode({"exp": later}, secret, algorithm="HS256"), "lacks the claim"),
+    ):
+        refused = client.post("/app/login", data={"token": token})
+        assert refused.status_code == 401 and why in refused.text and token not in refused.text, refused.text
+    client.post("/app/login", data={"token": alice})
+    assert "alice" in client.get("/app/instances").text
+    instance = _instance(client)
+    client.cookies.clear()
+    client.post("/app/login", data={"token": bob})
+    assert "bob" in client.get("/app/instances").text and "雷娜" not in client.get("/app/characters").text
+    assert client.get(f"/app/instances/{instance}").status_code == 404
+
+
 def test_the_emotion_splitter_holds_a_tag_split_over_tokens() -> None:
     splitter = EmotionSplitter()
     out = []

@@ -15,7 +15,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from personalab.graph.api import cards, dialogue, library
 from personalab.graph.api.schemas.library import CHARACTER_TEXT
 from personalab.graph.http.guards import PathId
-from personalab.graph.http.users import auth_enabled, verify
+from personalab.graph.http.users import Unauthenticated, auth_enabled, auth_mode, verify
 from personalab.graph.runner import run_turn, turn_graph
 from personalab.graph.web.i18n import LANG_COOKIE, LANGUAGES, translator
 from personalab.graph.web.pages import PREFIX, TOKEN_COOKIE, WebRoute, WebUser, error_page, language, render, web_user
@@ -82,18 +82,22 @@ def static(name: str) -> Response:
 def login_page(request: Request) -> Response:
     if not auth_enabled():
         return _go(f"{PREFIX}/instances")
-    return render(request, "login.html", user=WebUser(owner=None, name=""), failed=False)
+    return render(request, "login.html", user=WebUser(owner=None, name=""), failed=None, mode=auth_mode())
 
 
 @router.post("/login")
 def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
-    """Check the token as the HTTP API would, then keep it in an HttpOnly, SameSite=Strict cookie."""
+    """Check the token (a static token or a JWT, by `PERSONALAB_AUTH`) as the HTTP API checks its bearer header,
+    then keep it in an HttpOnly, SameSite=Strict cookie; refused, the page says why (expired, wrong signature,
+    unknown token: the message never contains the token). A JWT is checked again on every request, so the
+    session ends when it expires."""
     if not auth_enabled():
         return _go(f"{PREFIX}/instances")
     try:
         verify(f"Bearer {token.strip()}")
-    except PersonaLabError:
-        return render(request, "login.html", status_code=401, user=WebUser(owner=None, name=""), failed=True)
+    except Unauthenticated as exc:
+        nobody = WebUser(owner=None, name="")
+        return render(request, "login.html", status_code=401, user=nobody, failed=str(exc), mode=auth_mode())
     response = _go(f"{PREFIX}/instances")
     response.set_cookie(TOKEN_COOKIE, token.strip(), httponly=True, samesite="strict", path=PREFIX)
     return response
