@@ -61,7 +61,7 @@ def seed(instances: int, lines: int) -> dict[str, int]:
     from personalab.stores.db import session_scope
     from personalab.stores.tables import Line, Save
     from personalab.stores.turn_tables import StoryState, TurnRecord
-    from sqlalchemy import func, insert, select, update
+    from sqlalchemy import func, insert, select, text, update
 
     if instances < 2 or lines < 2 * instances:
         raise SystemExit("bench web: --instances must be at least 2 and --lines at least twice --instances")
@@ -146,6 +146,11 @@ def seed(instances: int, lines: int) -> dict[str, int]:
         session.execute(insert(StoryState), states)
         session.execute(insert(TurnRecord), records)
         session.execute(update(Save).where(Save.id == first_save).values(updated_at=datetime.now(UTC)))
+        if session.get_bind().dialect.name == "postgresql":  # rows given their ids: the sequences move past them
+            for table in ("save", "line"):
+                session.execute(
+                    text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+                )
     return {
         "long": first_save,
         "short": first_save + instances - 1,
@@ -262,9 +267,25 @@ def run(args: argparse.Namespace) -> int:
     if args.requests < 2 or args.turns < 0:
         raise SystemExit("bench web: --requests must be at least 2 and --turns at least 0")
     os.environ["PERSONALAB_LLM"] = "scripted"
-    os.environ.setdefault("PERSONALAB_AUTH", "none")
-    if not os.environ.get("PERSONALAB_DATABASE_URL"):
-        os.environ["PERSONALAB_DATA_DIR"] = args.data_dir or tempfile.mkdtemp(prefix="bench_web_pages_")
+    os.environ["PERSONALAB_AUTH"] = "none"
+    os.environ["PERSONALAB_DATA_DIR"] = args.data_dir or tempfile.mkdtemp(prefix="bench_web_pages_")
+    os.environ.pop("PERSONALAB_DATABASE_URL", None)
+    if args.postgres_url:
+        from personalab.evals.data_dir import postgres_schema
+
+        with postgres_schema(args.postgres_url, prefix="bench_web_") as url:
+            os.environ["PERSONALAB_DATABASE_URL"] = url
+            print("database: PostgreSQL (a schema of its own, dropped afterwards)")
+            pages(args)
+        os.environ.pop("PERSONALAB_DATABASE_URL", None)
+    else:
+        print("database: SQLite (the embedded default)")
+        pages(args)
+    return turns(args)
+
+
+def pages(args: argparse.Namespace) -> None:
+    """The fixture, then each page's server time and the chat page's weight."""
     started = time.perf_counter()
     ids = seed(args.instances, args.lines)
     print(f"seeded {args.instances:,} instances, {args.lines:,} lines in {time.perf_counter() - started:.1f} s\n")
@@ -278,6 +299,10 @@ def run(args: argparse.Namespace) -> int:
         f"\nchat page weight (HTML + CSS + JS, uncompressed, no avatars): {kb:.1f} KB "
         f"(goal ≤ {GOAL_CHAT_WEIGHT_KB:.0f} KB {_mark(kb <= GOAL_CHAT_WEIGHT_KB)})\n"
     )
+
+
+def turns(args: argparse.Namespace) -> int:
+    """Send → first token, chat page against the HTTP API, alternated in one run."""
     if not args.turns:
         return 0
     web, api = first_tokens(args.turns)
@@ -302,4 +327,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
     web.add_argument("--requests", type=int, default=50, help="requests per page (after a warm-up)")
     web.add_argument("--turns", type=int, default=10, help="turn pairs for the first-token figure; 0 skips it")
     web.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
+    web.add_argument(
+        "--postgres-url",
+        default="",
+        help="time the pages on this PostgreSQL database (a schema of its own) instead of SQLite",
+    )
     web.set_defaults(handler=run)
