@@ -374,19 +374,18 @@ def delete_instance(user: User, instance_id: PathId) -> Response:
 # --- the chat -----------------------------------------------------------------------------------------------------
 
 
-def _panels(instance: library.Instance, owner: str | None) -> dict[str, Any]:
+def _panels(view: dict[str, Any]) -> dict[str, Any]:
     """What the side panels show: the story state of the current branch (plot, relationship, core memory); before
     the branch's first turn, the background's outline from its first point."""
-    branch = dialogue.story_state(instance.id, owner=owner)
+    branch = view["branch"]
     state = branch.get("story_state") or {}
     plot = state.get("plot_state") or {}
     points = list(plot.get("story_outline") or [])
     current = plot.get("current_plot_index")
-    if not points and instance.background_id is not None:
-        outline = library.get_background(instance.background_id, owner=owner).outline
+    if not points and view["outline"]:
         points = [
             {"index": n, "content": text, "status": "in_progress" if n == 1 else "pending"}
-            for n, text in enumerate(outline, start=1)
+            for n, text in enumerate(view["outline"], start=1)
         ]
         current = 1
     return {
@@ -401,15 +400,15 @@ def _panels(instance: library.Instance, owner: str | None) -> dict[str, Any]:
 
 
 def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
-    instance = library.get_instance(instance_id, owner=owner)
-    page = dialogue.history(instance_id, offset=-PAGE_LINES, limit=PAGE_LINES, owner=owner)
-    character = library.get_character(instance.character_id, owner=owner) if instance.character_id else None
+    """The chat page's content, from one API call (one database session, a few queries)."""
+    view = dialogue.view(instance_id, offset=-PAGE_LINES, limit=PAGE_LINES, owner=owner)
+    page, character = view["page"], view["character"]
     return {
-        "instance": instance,
+        "instance": view["instance"],
         "character": character,
         "page": page,
         "lines": page["lines"],
-        "panels": _panels(instance, owner),
+        "panels": _panels(view),
         "gaps": GAPS,
         "choice_levels": CHOICE_LEVELS,
         "host_rows": HOST_ROWS,
@@ -443,15 +442,14 @@ def older_lines(
     if before <= 0:
         raise InvalidInput("before: must be a position after the first line")
     start = max(0, before - PAGE_LINES)
-    page = dialogue.history(instance_id, offset=start, limit=before - start, owner=user.owner)
-    instance = library.get_instance(instance_id, owner=user.owner)
-    character = library.get_character(instance.character_id, owner=user.owner) if instance.character_id else None
+    view = dialogue.view(instance_id, offset=start, limit=before - start, owner=user.owner)
+    page = view["page"]
     return render(
         request,
         "lines.html",
         user=user,
-        instance=instance,
-        character=character,
+        instance=view["instance"],
+        character=view["character"],
         page=page,
         lines=page["lines"],
         last_line_id=None,
