@@ -52,6 +52,55 @@ def _story_state(turn: int, core: dict[str, Any]) -> dict[str, Any]:
     return {"plot_state": plot, "relationship": relationship, "core_memory": core}
 
 
+def seed_library(count: int, avatar_kb: int) -> None:
+    """`count` more characters, each with an avatar of `avatar_kb` KB, and `count` more backgrounds of five outline
+    points (a library as a user has it: the library pages must not read every avatar's bytes)."""
+    from personalab.stores.db import session_scope
+    from personalab.stores.tables import Background, OutlinePoint, Role
+    from sqlalchemy import func, insert, select, text
+
+    if count <= 0:
+        return
+    avatar = b"\x89PNG\r\n\x1a\n" + os.urandom(max(0, avatar_kb * 1024 - 8))
+    with session_scope() as session:
+        first_role = (session.execute(select(func.max(Role.id))).scalar() or 0) + 1
+        first_background = (session.execute(select(func.max(Background.id))).scalar() or 0) + 1
+        session.execute(
+            insert(Role),
+            [
+                {
+                    "id": first_role + n,
+                    "name": f"角色 {n + 1}",
+                    "description": "废土上的旅人。" * 20,
+                    "greetings": ["你好。"],
+                    "avatar_image": avatar,
+                    "avatar_mime": "image/png",
+                }
+                for n in range(count)
+            ],
+        )
+        session.execute(
+            insert(Background),
+            [
+                {"id": first_background + n, "name": f"背景 {n + 1}", "world_setting": "荒原。" * 50}
+                for n in range(count)
+            ],
+        )
+        session.execute(
+            insert(OutlinePoint),
+            [
+                {"background_id": first_background + n, "position": position, "content": text}
+                for n in range(count)
+                for position, text in enumerate(OUTLINE, start=1)
+            ],
+        )
+        if session.get_bind().dialect.name == "postgresql":
+            for table in ("role", "background"):
+                session.execute(
+                    text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+                )
+
+
 def seed(instances: int, lines: int) -> dict[str, int]:
     """The fixture in the database of `PERSONALAB_DATA_DIR` / `PERSONALAB_DATABASE_URL`, by bulk inserts: returns
     the ids the pages are measured on (`long`: the instance with half the lines, `short`, `character`,
@@ -303,7 +352,11 @@ def pages(args: argparse.Namespace) -> None:
     """The fixture, then each page's server time and the chat page's weight."""
     started = time.perf_counter()
     ids = seed(args.instances, args.lines)
-    print(f"seeded {args.instances:,} instances, {args.lines:,} lines in {time.perf_counter() - started:.1f} s\n")
+    seed_library(args.characters - 1, args.avatar_kb)
+    print(
+        f"seeded {args.instances:,} instances, {args.lines:,} lines, {args.characters:,} characters (avatars of "
+        f"{args.avatar_kb} KB) and backgrounds in {time.perf_counter() - started:.1f} s\n"
+    )
     rows, weight = page_times(ids, args.instances, args.requests)
     print(
         f"| page ({args.instances:,} instances, {args.lines:,} lines) | p50 ms | p95 ms | goal p95 ≤ 50 ms "
@@ -342,6 +395,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
     )
     web.add_argument("--instances", type=int, default=1_000)
     web.add_argument("--lines", type=int, default=10_000, help="lines in the database, all instances")
+    web.add_argument("--characters", type=int, default=100, help="characters (and backgrounds) in the library")
+    web.add_argument("--avatar-kb", type=int, default=200, help="each character's avatar size")
     web.add_argument("--requests", type=int, default=50, help="requests per page (after a warm-up)")
     web.add_argument("--turns", type=int, default=10, help="turn pairs for the first-token figure; 0 skips it")
     web.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")

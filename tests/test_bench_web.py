@@ -20,7 +20,22 @@ def test_bench_web_times_every_page_of_its_fixture(
         ("PERSONALAB_DATA_DIR", str(data_dir)),
     ):
         monkeypatch.setenv(name, value)  # the bench sets these for its run: put back afterwards
-    argv = ["bench", "web", "--instances", "4", "--lines", "60", "--requests", "2", "--turns", "0"]
+    argv = [
+        "bench",
+        "web",
+        "--instances",
+        "4",
+        "--lines",
+        "60",
+        "--requests",
+        "2",
+        "--turns",
+        "0",
+        "--characters",
+        "5",
+        "--avatar-kb",
+        "4",
+    ]
     if backend == "postgres":
         from conftest import PG_BASE, _pg_reachable
 
@@ -35,7 +50,7 @@ def test_bench_web_times_every_page_of_its_fixture(
 
         dispose_engines()  # the bench's PostgreSQL schema is gone
     out = capsys.readouterr().out
-    assert "seeded 4 instances, 60 lines" in out
+    assert "seeded 4 instances, 60 lines, 5 characters" in out
     for page in ("instances list, page 1", "chat, 30 lines on the branch", "older lines, the first 40", "backgrounds"):
         assert f"| {page}" in out, out
     assert "chat page weight" in out

@@ -313,8 +313,8 @@ def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1
         total=total,
         page_number=page,
         pages=pages,
-        characters=library.list_characters(owner=user.owner),
-        backgrounds=library.list_backgrounds(owner=user.owner),
+        characters=library.character_names(owner=user.owner),
+        backgrounds=library.background_names(owner=user.owner),
     )
 
 
