@@ -111,6 +111,7 @@ def seed(instances: int, lines: int) -> dict[str, int]:
     from personalab.stores.tables import Line, Save
     from personalab.stores.turn_tables import StoryState, TurnRecord
     from sqlalchemy import func, insert, select, text, update
+    from sqlmodel import col
 
     if instances < 2 or lines < 2 * instances:
         raise SystemExit("bench web: --instances must be at least 2 and --lines at least twice --instances")
@@ -194,7 +195,7 @@ def seed(instances: int, lines: int) -> dict[str, int]:
             session.execute(insert(Line), line_rows[start : start + 5_000])
         session.execute(insert(StoryState), states)
         session.execute(insert(TurnRecord), records)
-        session.execute(update(Save).where(Save.id == first_save).values(updated_at=datetime.now(UTC)))
+        session.execute(update(Save).where(col(Save.id) == first_save).values(updated_at=datetime.now(UTC)))
         if session.get_bind().dialect.name == "postgresql":  # rows given their ids: the sequences move past them
             for table in ("save", "line"):
                 session.execute(

@@ -62,7 +62,8 @@ def instances_using_each(
         return found
     query = select(column, Save.id).where(col(column).in_(wanted), *visible(col(Save.owner), None, owner))
     for value, instance_id in session.exec(query.order_by(col(Save.id))).all():
-        found[int(value)].append(int(instance_id))
+        if value is not None and instance_id is not None:
+            found[int(value)].append(int(instance_id))
     return found
 
 

@@ -167,7 +167,7 @@ class Dialogue(_Area):
             row = branch_story_state(session, instance_id, path)
             state = dict(row.state) if row is not None else {}
             plot = state.get("plot_state") or {}
-            no_plot = not plot.get("story_outline") and instance_row.background_id is not None
+            background_id = instance_row.background_id
             return {
                 "instance": instance,
                 "character": _character(session, role, self.owner) if role is not None else None,
@@ -187,7 +187,12 @@ class Dialogue(_Area):
                     "story_state": state,
                     "story_state_id": row.id if row is not None else None,
                 },
-                "outline": rows.outline(session, instance_row.background_id) if no_plot else None,
+                # the plot starts at point 1 of the background's outline until the branch stores a state
+                "outline": (
+                    rows.outline(session, background_id)
+                    if background_id is not None and not plot.get("story_outline")
+                    else None
+                ),
             }
 
     def siblings(self, instance_id: int, line_id: int) -> dict[str, Any]:

@@ -198,7 +198,8 @@ class Characters(_Area):
         """Every character the caller sees (their own and the shared ones; the operator: all)."""
         with self._session() as session:
             listed = rows.character_list_rows(session, self.owner)  # three queries however many there are
-            used = rows.instances_using_each(session, Save.role_id, [row.id for row, _ in listed], self.owner)
+            ids = [row.id for row, _ in listed if row.id is not None]
+            used = rows.instances_using_each(session, Save.role_id, ids, self.owner)
             return [
                 _character(session, row, self.owner, avatar_bytes=size, instances=used[row.id])
                 for row, size in listed
