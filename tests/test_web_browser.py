@@ -328,7 +328,13 @@ def test_two_users_signed_in_with_jwts_never_see_each_others_things(browser: Any
         _import_card(alice, url, CARD)
         _background(alice, url, "雾港", ["搁浅"])
         _new_instance(alice, url, "爱丽丝的存档")
+        # a host line of the scene (seed 000) before hers: it goes in first, and the row is empty after the turn
+        alice.click("details.more summary")
+        alice.fill("#host_speaker_1", "守卫")
+        alice.fill("#host_text_1", "雾里传来脚步声。")
         _send(alice, "只有我知道的秘密")
+        expect(alice.locator("#lines .line.assistant", has_text="雾里传来脚步声。")).to_contain_text("守卫")
+        expect(alice.locator("#host_text_1")).to_have_value("")
         secret_chat = alice.url
         for where in ("instances", "characters", "backgrounds"):
             bob.goto(f"{url}/{where}")
