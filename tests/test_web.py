@@ -417,6 +417,11 @@ def test_a_long_instance_list_is_paged(client: TestClient) -> None:
     second = client.get("/app/instances?page=2")
     assert second.text.count('<tr id="instance-') == 5 and f'id="instance-{first}"' in second.text
     assert client.get("/app/instances?page=99").text.count('<tr id="instance-') == 5
+    # the API's page: cut in SQL, newest first, with the total; a user's page counts only their own
+    listed, total = library.list_instances_page(offset=50, limit=50)
+    assert total == 55 and [item.id for item in listed] == sorted((item.id for item in listed), reverse=True)
+    assert listed[-1].id == first and listed[-1].character_name == "雷娜" and listed[-1].plot is not None
+    assert library.list_instances_page(offset=0, limit=50, owner="somebody-else") == ([], 0)
 
 
 def test_the_history_pages_back_to_the_first_line(client: TestClient) -> None:
