@@ -246,6 +246,7 @@ def page_times(
         "older lines, the first 40": f"/app/instances/{long}/lines?before=40",
         "chat, a short instance": f"/app/instances/{short}",
         "instance delete confirmation": f"/app/instances/{short}/delete",
+        "character delete confirmation (1,000 instances go)": f"/app/characters/{ids['character']}/delete",
     }
     from sqlalchemy import event
     from sqlalchemy.engine import Engine

@@ -422,6 +422,9 @@ def test_a_long_instance_list_is_paged(client: TestClient) -> None:
     assert total == 55 and [item.id for item in listed] == sorted((item.id for item in listed), reverse=True)
     assert listed[-1].id == first and listed[-1].character_name == "雷娜" and listed[-1].plot is not None
     assert library.list_instances_page(offset=0, limit=50, owner="somebody-else") == ([], 0)
+    # the character's delete confirmation names how many go and lists the newest 50
+    confirm = client.get(f"/app/characters/{character}/delete").text
+    assert confirm.count("<li>") == 50 and "还有 5 个" in confirm and "第53号" in confirm
 
 
 def test_the_history_pages_back_to_the_first_line(client: TestClient) -> None:

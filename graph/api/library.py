@@ -833,9 +833,17 @@ def background_names(*, owner: str | None = None, database_url: str | None = Non
 
 
 def list_instances_page(
-    *, offset: int = 0, limit: int = 50, owner: str | None = None, database_url: str | None = None
+    *,
+    offset: int = 0,
+    limit: int = 50,
+    character_id: int | None = None,
+    background_id: int | None = None,
+    owner: str | None = None,
+    database_url: str | None = None,
 ) -> tuple[list[Instance], int]:
-    return Instances(_caller(owner, database_url)).page(offset=offset, limit=limit)
+    return Instances(_caller(owner, database_url)).page(
+        offset=offset, limit=limit, character_id=character_id, background_id=background_id
+    )
 
 
 def get_instance(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> Instance:

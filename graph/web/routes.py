@@ -219,8 +219,10 @@ async def import_card(request: Request, user: User, card: Annotated[UploadFile |
 @router.get("/characters/{character_id:int}/delete")
 def delete_character_page(request: Request, user: User, character_id: PathId) -> Response:
     item = library.get_character(character_id, owner=user.owner)
-    uses = library.list_instances(character_id=character_id, owner=user.owner)
-    return render(request, "delete.html", user=user, kind="character", item=item, name=item.name, uses=uses)
+    uses, total = library.list_instances_page(limit=PAGE_INSTANCES, character_id=character_id, owner=user.owner)
+    return render(
+        request, "delete.html", user=user, kind="character", item=item, name=item.name, uses=uses, total=total
+    )
 
 
 @router.post("/characters/{character_id:int}/delete")
@@ -280,8 +282,10 @@ async def edit_background(request: Request, user: User, background_id: PathId) -
 @router.get("/backgrounds/{background_id:int}/delete")
 def delete_background_page(request: Request, user: User, background_id: PathId) -> Response:
     item = library.get_background(background_id, owner=user.owner)
-    uses = library.list_instances(background_id=background_id, owner=user.owner)
-    return render(request, "delete.html", user=user, kind="background", item=item, name=item.name, uses=uses)
+    uses, total = library.list_instances_page(limit=PAGE_INSTANCES, background_id=background_id, owner=user.owner)
+    return render(
+        request, "delete.html", user=user, kind="background", item=item, name=item.name, uses=uses, total=total
+    )
 
 
 @router.post("/backgrounds/{background_id:int}/delete")
