@@ -17,6 +17,7 @@ from personalab.evals import (
     bench_load,
     bench_retrieval,
     bench_turn,
+    bench_web,
     bench_worldbook,
     convert,
     locomo,
@@ -77,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_faults.register(kinds)
     bench_worldbook.register(kinds)
     bench_console.register(kinds)
+    bench_web.register(kinds)
     evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
     kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
     locomo_eval = kinds.add_parser(
