@@ -29,6 +29,7 @@ from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
+from personalab.stores.card_play import card_play_fields
 from personalab.stores.branches import place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
@@ -280,11 +281,13 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 [point.content for point in outline_of(session, background.id)] if background and background.id else []
             )
             previous = last_turn_time(session, instance_id)
+            play = card_play_fields(session, save, background)  # issue 28: the card's scenario, depth, language
     except BaseException:
         release_turn_lock(instance_id, token, ctx.database_url)
         raise
 
     character = character_of(role, name, save.background_id, background.world_setting if background else "")
+    character.update(play)  # type: ignore[typeddict-item]
     update: TurnUpdate = {
         **cast(TurnUpdate, kept),
         "turn": kept.get("turn", 0) + 1,

@@ -188,11 +188,14 @@ def _cmd_instance(args: argparse.Namespace) -> int:
                 raise InvalidInput("instance create: --sample makes its own character and background")
             item = instances.create_sample()
         else:
-            if args.character is None or args.background is None:
-                raise InvalidInput("instance create: give --character ID and --background ID (or --sample)")
+            if args.character is None:
+                raise InvalidInput("instance create: give --character ID (and --background ID, or none: the card's "
+                                   "scenario), or --sample")
             data = {"character_id": args.character, "background_id": args.background, "greeting": args.greeting}
             if args.title is not None:
                 data["title"] = args.title
+            if args.language is not None:
+                data["language"] = args.language
             item = instances.create(data)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
@@ -296,7 +299,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = instance.add_subparsers(dest="action", required=True, parser_class=type(instance))
     create = actions.add_parser("create", help="a new instance of a character in a background; prints its id")
     create.add_argument("--character", type=ID)
-    create.add_argument("--background", type=ID)
+    create.add_argument(
+        "--background", type=ID, help="the background (none: one made from the character's card scenario, open)"
+    )
+    create.add_argument("--language", help="the prompt's scaffolding language: zh or en (default: the card's)")
     create.add_argument("--title")
     create.add_argument("--greeting", type=ID, default=0, help="which greeting opens it (0: the first)")
     create.add_argument("--sample", action="store_true", help="the shipped sample character and background")
