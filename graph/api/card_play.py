@@ -42,3 +42,9 @@ def open_background(session: Any, role: Any, owner: str | None, language: str) -
     opening = substitute(scenario, role.name, catalog_for(language).default_user_name)
     outline = open_outline(opening, OPEN_STORY_POINTS.get(language, OPEN_STORY_POINTS["en"]).format(name=role.name))
     return add_open_background(session, role, owner, OPEN_BACKGROUND_NAMES.get(language, OPEN_BACKGROUND_NAMES["en"]).format(name=role.name), outline)
+
+
+def imported_language(value: Any) -> str | None:
+    """An exported instance's language as it was (None, from before issue 28, stays None: Chinese); a value this
+    version does not support is refused naming the file's field."""
+    return None if value is None else check_language(value, "file.instance.language")

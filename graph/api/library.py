@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from personalab.graph.api.caller import Caller
-from personalab.graph.api.card_play import instance_language, open_background
+from personalab.graph.api.card_play import imported_language, instance_language, open_background
 from personalab.graph.api.schemas.library import (
     CHARACTER_TEXT,
     DEFAULT_OUTLINE,
@@ -636,7 +636,12 @@ class Instances(_Area):
                         "file.background",
                     )
                     background = rows.add_background(
-                        session, outline.name, outline.world_setting, outline.outline, owner=self.owner
+                        session,
+                        outline.name,
+                        outline.world_setting,
+                        outline.outline,
+                        owner=self.owner,
+                        open_outline=doc.background.get("open_outline") is True or None,  # issue 28
                     )
                     background_created = True
                 background_id = background.id
@@ -659,6 +664,7 @@ class Instances(_Area):
                 {
                     "owner": self.owner,
                     "last_message_id": maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None,
+                    "language": imported_language(doc.instance.get("language")),  # issue 28
                     **stamps,
                 },
                 stamp=False,
