@@ -25,8 +25,8 @@ from personalab.nodes.rules.context_window import ContextWindow, assemble_within
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.deadline import reply_deadline
 from personalab.nodes.rules.director import director_blocks
-from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.failpoints import failpoint

@@ -29,8 +29,8 @@ from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
-from personalab.stores.card_play import card_play_fields
 from personalab.stores.branches import place_turn_lines
+from personalab.stores.card_play import card_play_fields
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
@@ -266,7 +266,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             save = get_save(session, instance_id)
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
             if run_key is not None and not replayed:
-                remember_run(session, instance_id, run_key, cast(int, written[-1].id))  # with the line, in its transaction
+                remember_run(
+                    session, instance_id, run_key, cast(int, written[-1].id)
+                )  # with the line, in its transaction
             sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"

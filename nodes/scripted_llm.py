@@ -12,9 +12,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from personalab.nodes.rules import prompts
-from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog
 from personalab.nodes.rules.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
 from personalab.nodes.rules.memory_layers import extractive_summary
+from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog
 
 # the canned reply lines are in the prompt catalogs (nodes/rules/prompt_catalog.py), one per language (issue 28)
 
@@ -157,7 +157,7 @@ def _scripted_core_memory(user_text: str) -> str:
         core = parse_core_memory(_section(user_text, prompts.OLD_CORE_MEMORY))
     except ValueError:
         return "抱歉，旧核心记忆无法解析。"
-    turn_match = _TURN_RE.search(user_text)
+    turn_match = _TURN_RES[ZH.language].search(user_text)
     turn = int(turn_match.group(1)) if turn_match else 0
     said = [
         line.split("：", 1)[1]

@@ -135,7 +135,10 @@ def test_the_chinese_catalog_assembles_exactly_the_prompt_as_before() -> None:
     args: dict[str, Any] = {
         "system_instruction": prompts.role_play_instruction("雷娜"),
         "core_memory": {"name": "雷娜"},
-        "plot_state": {"story_outline": [{"index": 1, "content": "出发", "status": "in_progress"}], "current_plot_index": 1},
+        "plot_state": {
+            "story_outline": [{"index": 1, "content": "出发", "status": "in_progress"}],
+            "current_plot_index": 1,
+        },
         "relationship": {"trust": 1},
         "world_setting": "废土",
         "recent_messages": [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "嗯。"}],
@@ -151,7 +154,10 @@ def test_a_depth_prompt_stands_at_its_depth_in_the_dialogue() -> None:
     base: dict[str, Any] = {
         "system_instruction": EN.role_play_instruction("Mira", open_story=True),
         "core_memory": {},
-        "plot_state": {"story_outline": [{"index": 1, "content": "x", "status": "in_progress"}], "current_plot_index": 1},
+        "plot_state": {
+            "story_outline": [{"index": 1, "content": "x", "status": "in_progress"}],
+            "current_plot_index": 1,
+        },
         "relationship": None,
         "world_setting": "",
         "recent_messages": dialogue,
@@ -208,7 +214,9 @@ def test_an_unsupported_language_is_one_clear_error_listing_the_supported_ones(
     lab = api.PersonaLab(database_url=url)
     imported = lab.cards.import_bytes(EN_CARD.read_bytes(), "mira.json")
     before = len(lab.instances.list()), len(lab.backgrounds.list())
-    with pytest.raises(InvalidInput, match=r"instance.language: 'fr' is not a supported language \(supported: zh, en\)"):
+    with pytest.raises(
+        InvalidInput, match=r"instance.language: 'fr' is not a supported language \(supported: zh, en\)"
+    ):
         lab.instances.create({"character_id": imported.character_id, "language": "fr"})
     code, _, err = cli(capsys, "instance", "create", "--character", str(imported.character_id), "--language", "klingon")
     assert code == 2

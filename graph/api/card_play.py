@@ -41,7 +41,13 @@ def open_background(session: Any, role: Any, owner: str | None, language: str) -
     scenario = str(card_of_role(session, role.id).get("scenario") or "")
     opening = substitute(scenario, role.name, catalog_for(language).default_user_name)
     outline = open_outline(opening, OPEN_STORY_POINTS.get(language, OPEN_STORY_POINTS["en"]).format(name=role.name))
-    return add_open_background(session, role, owner, OPEN_BACKGROUND_NAMES.get(language, OPEN_BACKGROUND_NAMES["en"]).format(name=role.name), outline)
+    return add_open_background(
+        session,
+        role,
+        owner,
+        OPEN_BACKGROUND_NAMES.get(language, OPEN_BACKGROUND_NAMES["en"]).format(name=role.name),
+        outline,
+    )
 
 
 def imported_language(value: Any) -> str | None:

@@ -448,7 +448,9 @@ class Instances(_Area):
             if not greetings and item.greeting:
                 raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
             # a background made for this instance already carries the character's name
-            default_title = background.name if item.background_id is None else f"{character_row.name} · {background.name}"
+            default_title = (
+                background.name if item.background_id is None else f"{character_row.name} · {background.name}"
+            )
             title = item.title.strip() or default_title
             instance_row = create_save(session, character_row.id, background.id, title=title)
             assert instance_row.id is not None

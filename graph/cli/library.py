@@ -189,8 +189,10 @@ def _cmd_instance(args: argparse.Namespace) -> int:
             item = instances.create_sample()
         else:
             if args.character is None:
-                raise InvalidInput("instance create: give --character ID (and --background ID, or none: the card's "
-                                   "scenario), or --sample")
+                raise InvalidInput(
+                    "instance create: give --character ID (and --background ID, or none: the card's "
+                    "scenario), or --sample"
+                )
             data = {"character_id": args.character, "background_id": args.background, "greeting": args.greeting}
             if args.title is not None:
                 data["title"] = args.title

@@ -185,7 +185,7 @@ def check_language(language: object, field_name: str = "language") -> str:
     """`language` when supported (case and spaces ignored); `InvalidInput` naming the field and listing the
     supported languages otherwise."""
     code = language.strip().lower() if isinstance(language, str) else None
-    if code not in CATALOGS:
+    if code is None or code not in CATALOGS:
         raise InvalidInput(
             f"{field_name}: {language!r} is not a supported language (supported: {', '.join(LANGUAGES)})"
         )
