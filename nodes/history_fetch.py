@@ -22,6 +22,7 @@ from personalab.nodes.rules.core_memory import LAST_TURNS
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.reply import format_reply
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
@@ -276,7 +277,12 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             kept = kept_state(session, state, instance_id, path, anchor)
             # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
             branch = set(path)
-            recap = recap_items(recap_turns(session, sitting.previous, branch=branch), name) if sitting.previous else []
+            recap_line = catalog_for(save.language).recap_line  # issue 28: in the instance's language
+            recap = (
+                recap_items(recap_turns(session, sitting.previous, branch=branch), name, recap_line)
+                if sitting.previous
+                else []
+            )
             (head_end, tail_start), history = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = (

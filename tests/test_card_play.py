@@ -238,3 +238,22 @@ def test_http_creates_an_instance_from_a_card_alone_and_refuses_a_bad_language(d
     bad = client.post("/instances", json={"character_id": character_id, "language": "fr"})
     assert 400 <= bad.status_code < 500
     assert "language" in bad.text and "supported: zh, en" in bad.text
+
+
+def test_the_web_form_creates_an_instance_from_a_card_alone_and_shows_a_bad_language(data_dir: Path) -> None:
+    from fastapi.testclient import TestClient
+    from personalab.graph.http.app import app
+
+    with TestClient(app, follow_redirects=True) as client:
+        page = client.post("/app/characters/import", files={"card": ("mira.json", EN_CARD.read_bytes(), "text/json")})
+        assert page.status_code == 200
+        form = client.get("/app/instances")
+        assert 'name="language"' in form.text and '<option value="">' in form.text
+        (character,) = api.PersonaLab().characters.list()
+        made = client.post("/app/instances", data={"character_id": character.id, "background_id": "", "language": ""})
+        assert made.status_code == 200
+        (instance,) = api.PersonaLab().instances.list()
+        assert (instance.language, instance.background_name) == ("en", "Mira · scenario")
+        bad = client.post("/app/instances", data={"character_id": character.id, "language": "fr"})
+        assert 400 <= bad.status_code < 500 and "supported: zh, en" in bad.text
+        assert len(api.PersonaLab().instances.list()) == 1

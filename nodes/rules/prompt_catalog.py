@@ -77,6 +77,7 @@ class Catalog:
     plot_lines: tuple[str, ...]
     recall_event: str
     recall_nothing: str
+    recap_line: str  # one turn of the last session's recap (seed 002 跨会话延续)
     titles: Mapping[str, str] = field(default_factory=dict)
     items: Mapping[str, str] = field(default_factory=dict)
 
@@ -145,6 +146,7 @@ ZH = Catalog(
     ),
     recall_event=ZH_RECALL_EVENT,
     recall_nothing=ZH_RECALL_NOTHING,
+    recap_line="第{turn}轮 用户：{user}／{name}：{reply}",
 )
 
 EN = Catalog(
@@ -174,6 +176,7 @@ EN = Catalog(
     plot_lines=en.PLOT_LINES,
     recall_event=en.RECALL_EVENT,
     recall_nothing=en.RECALL_NOTHING,
+    recap_line=en.RECAP_LINE,
     titles=en.TITLES,
     items=en.ITEMS,
 )

@@ -124,4 +124,5 @@ PLOT_LINES = (
     'I have a feeling "{point}" is close.',
 )
 RECALL_EVENT = "【serious】Now I remember: {event}."
+RECAP_LINE = "Turn {turn} User: {user} / {name}: {reply}"
 RECALL_NOTHING = "【serious】I remember we still have something to do."
