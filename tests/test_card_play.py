@@ -257,3 +257,19 @@ def test_the_web_form_creates_an_instance_from_a_card_alone_and_shows_a_bad_lang
         bad = client.post("/app/instances", data={"character_id": character.id, "language": "fr"})
         assert 400 <= bad.status_code < 500 and "supported: zh, en" in bad.text
         assert len(api.PersonaLab().instances.list()) == 1
+
+
+def test_the_chinese_sample_plays_with_the_prompt_it_had_before_issue_28(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped sample's 4th prompt, recorded with main before this change (fixtures/
+    card_play_zh_sample_prompt.json), is what the same 4 turns send now, message for message."""
+    code, out, _ = cli(capsys, "instance", "create", "--sample")
+    assert code == 0
+    instance = out.strip()
+    for message in ("雷娜，我们从哪里开始？", "去据点看看。", "你还记得那次冲突吗？"):
+        assert cli(capsys, "turn", "--instance", instance, message, "--json")[0] == 0
+    code, out, _ = cli(capsys, "turn", "--instance", instance, "继续前进。", "--json")
+    assert code == 0
+    recorded = json.loads((FIXTURES / "card_play_zh_sample_prompt.json").read_text(encoding="utf-8"))
+    assert json.loads(out)["prompt"] == recorded
