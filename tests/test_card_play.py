@@ -236,8 +236,12 @@ def test_http_creates_an_instance_from_a_card_alone_and_refuses_a_bad_language(d
     assert made.status_code in (200, 201), made.text
     assert made.json()["language"] == "en" and made.json()["background_name"] == "Mira · scenario"
     bad = client.post("/instances", json={"character_id": character_id, "language": "fr"})
-    assert 400 <= bad.status_code < 500
-    assert "language" in bad.text and "supported: zh, en" in bad.text
+    assert bad.status_code == 422
+    assert "instance.language" in bad.text and "supported: zh, en" in bad.text
+    changed = client.put(f"/instances/{made.json()['id']}/language", json={"language": "zh"})
+    assert changed.status_code == 200 and changed.json()["language"] == "zh"
+    refused = client.put(f"/instances/{made.json()['id']}/language", json={"language": "xx"})
+    assert refused.status_code == 422 and "supported: zh, en" in refused.text
 
 
 def test_the_web_form_creates_an_instance_from_a_card_alone_and_shows_a_bad_language(data_dir: Path) -> None:
@@ -273,3 +277,19 @@ def test_the_chinese_sample_plays_with_the_prompt_it_had_before_issue_28(
     assert code == 0
     recorded = json.loads((FIXTURES / "card_play_zh_sample_prompt.json").read_text(encoding="utf-8"))
     assert json.loads(out)["prompt"] == recorded
+
+
+def test_an_instance_changes_its_language_from_the_next_turn_on(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    lab = api.PersonaLab(database_url=url)
+    imported = lab.cards.import_bytes(EN_CARD.read_bytes(), "mira.json")
+    instance = lab.instances.create({"character_id": imported.character_id})
+    code, out, err = cli(capsys, "instance", "language", str(instance.id), "zh", "--json")
+    assert code == 0, err
+    assert json.loads(out)["language"] == "zh" == lab.instances.get(instance.id).language
+    (state,) = play(url, instance.id, "你好")
+    assert state["prompt"][0]["content"].startswith("〔PersonaLab任务：reply〕")
+    code, _, err = cli(capsys, "instance", "language", str(instance.id), "de")
+    assert code == 2 and "'de' is not a supported language (supported: zh, en)" in one_line(err)
+    with pytest.raises(InvalidInput, match="supported: zh, en"):
+        lab.instances.set_language(instance.id, "")
+    assert lab.instances.get(instance.id).language == "zh"

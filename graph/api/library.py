@@ -61,7 +61,7 @@ from personalab.graph.api.schemas.library import (
 from personalab.nodes.rules.character import seeded_core_memory, substitute
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state
-from personalab.nodes.rules.prompt_catalog import DEFAULT_LANGUAGE, catalog_for
+from personalab.nodes.rules.prompt_catalog import DEFAULT_LANGUAGE, catalog_for, check_language
 from personalab.stores import library_rows as rows
 from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
@@ -539,6 +539,15 @@ class Instances(_Area):
         with self._session() as session:
             instance_row = rows.instance_row(session, instance_id, self.owner)
             rows.change_row(session, instance_row, {"title": name})
+            return _instance(session, instance_row)
+
+    def set_language(self, instance_id: int, language: str) -> Instance:
+        """The language of the instance's prompt scaffolding from its next turn on (issue 28): `zh` or `en`;
+        `InvalidInput` listing the supported ones otherwise."""
+        code = check_language(language, "instance.language")
+        with self._session() as session:
+            instance_row = rows.instance_row(session, instance_id, self.owner)
+            rows.change_row(session, instance_row, {"language": code})
             return _instance(session, instance_row)
 
     def delete(self, instance_id: int) -> Deleted:

@@ -209,6 +209,9 @@ def _cmd_instance(args: argparse.Namespace) -> int:
     if args.action == "rename":
         item = instances.rename(args.id, args.title)
         return _print(item, args.json, [_instance_line(item)])
+    if args.action == "language":  # issue 28
+        item = instances.set_language(args.id, args.language)
+        return _print(item, args.json, [_instance_line(item)])
     if args.action == "delete":
         deleted = instances.delete(args.id)
         return _print(deleted, args.json, [_deleted_line(deleted)])
@@ -316,6 +319,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="one instance")
     show.add_argument("id", type=ID)
     _json_flag(show)
+    language = actions.add_parser("language", help="the prompt's scaffolding language of an instance: zh or en")
+    language.add_argument("id", type=ID)
+    language.add_argument("language")
+    _json_flag(language)
     rename = actions.add_parser("rename", help="give an instance a new title")
     rename.add_argument("id", type=ID)
     rename.add_argument("title")
