@@ -14,15 +14,12 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
 from personalab.nodes.rules.memory_layers import extractive_summary
-from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog
+from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog, detect_language
 
 # the canned reply lines are in the prompt catalogs (nodes/rules/prompt_catalog.py), one per language (issue 28)
 
 
 _TTS = ("うん、わかった", "そうだね", "ちょっと待って", "なるほど")
-
-
-_TRAITS = ("谨慎", "重情义", "倔强", "敏锐", "温柔")
 
 
 _TURN_RES = {
@@ -164,21 +161,24 @@ def _scripted_core_memory(user_text: str) -> str:
         for line in _section(user_text, prompts.RECENT_DIALOGUE).splitlines()
         if line.startswith(prompts.SPEAKER_USER + "：")
     ]
-    topic = _topic(said[-1]) if said else "近来的经历"
-    trait = _TRAITS[turn % len(_TRAITS)]
+    # the dialogue's language picks the canned words (issue 28: an English instance keeps an English core memory)
+    lines = CATALOGS[detect_language(*said)] if said else ZH
+    topic = _topic(said[-1]) if said else lines.core_topic
+    trait = lines.core_traits[turn % len(lines.core_traits)]
     traits = core.get("traits")
     if isinstance(traits, list) and trait not in traits and len(traits) < 8:
         traits.append(trait)
     oppositions = core.get("binary_oppositions")
     if isinstance(oppositions, list):
         if not oppositions and MAX_BINARY:
-            oppositions.append({"a": "信任", "b": "戒备", "balance": 0.5, "note": "对用户的态度仍在摇摆"})
+            first = lines.core_opposition
+            oppositions.append({"a": first["a"], "b": first["b"], "balance": 0.5, "note": first["note"]})
         elif isinstance(oppositions[0], dict) and isinstance(oppositions[0].get("balance"), int | float):
             shift = 0.05 if turn % 20 < 10 else -0.05
             oppositions[0]["balance"] = round(min(1.0, max(0.0, oppositions[0]["balance"] + shift)), 2)
     changes = core.get("recent_changes")
     if isinstance(changes, list):
-        changes.append({"turn": turn, "change": f"与用户谈到「{topic}」后，变得更加{trait}"})
+        changes.append({"turn": turn, "change": lines.core_change.format(topic=topic, trait=trait)})
         del changes[:-MAX_CHANGES]
         while validate_core_memory(core) and len(changes) > 1:
             del changes[0]

@@ -293,3 +293,14 @@ def test_an_instance_changes_its_language_from_the_next_turn_on(url: str, capsys
     with pytest.raises(InvalidInput, match="supported: zh, en"):
         lab.instances.set_language(instance.id, "")
     assert lab.instances.get(instance.id).language == "zh"
+
+
+def test_an_english_instance_keeps_an_english_core_memory_with_the_offline_model(sqlite_url: str) -> None:
+    lab = api.PersonaLab(database_url=sqlite_url)
+    imported = lab.cards.import_bytes(EN_CARD.read_bytes(), "mira.json")
+    instance = lab.instances.create({"character_id": imported.character_id})
+    with turn_graph(Context(database_url=sqlite_url, maintenance_every=3)) as (graph, ctx):
+        states = [run_turn(graph, ctx, instance.id, message) for message in (*MESSAGES, "Good night, Mira.")]
+    core = states[-1]["core_memory"]
+    assert core["recent_changes"] and not CJK.search(json.dumps(core, ensure_ascii=False)), core
+    assert "[Core memory]" in states[-1]["prompt"][0]["content"]

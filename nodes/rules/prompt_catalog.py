@@ -78,6 +78,11 @@ class Catalog:
     recall_event: str
     recall_nothing: str
     recap_line: str  # one turn of the last session's recap (seed 002 跨会话延续)
+    # the scripted model's core-memory rewrite (nodes/scripted_llm.py): traits, first opposition, change, topic
+    core_traits: tuple[str, ...] = ()
+    core_opposition: Mapping[str, str] = field(default_factory=dict)
+    core_change: str = ""
+    core_topic: str = ""
     titles: Mapping[str, str] = field(default_factory=dict)
     items: Mapping[str, str] = field(default_factory=dict)
 
@@ -147,6 +152,10 @@ ZH = Catalog(
     recall_event=ZH_RECALL_EVENT,
     recall_nothing=ZH_RECALL_NOTHING,
     recap_line="第{turn}轮 用户：{user}／{name}：{reply}",
+    core_traits=("谨慎", "重情义", "倔强", "敏锐", "温柔"),
+    core_opposition={"a": "信任", "b": "戒备", "note": "对用户的态度仍在摇摆"},
+    core_change="与用户谈到「{topic}」后，变得更加{trait}",
+    core_topic="近来的经历",
 )
 
 EN = Catalog(
@@ -177,6 +186,10 @@ EN = Catalog(
     recall_event=en.RECALL_EVENT,
     recall_nothing=en.RECALL_NOTHING,
     recap_line=en.RECAP_LINE,
+    core_traits=en.CORE_TRAITS,
+    core_opposition=en.CORE_OPPOSITION,
+    core_change=en.CORE_CHANGE,
+    core_topic=en.CORE_TOPIC,
     titles=en.TITLES,
     items=en.ITEMS,
 )

@@ -126,3 +126,9 @@ PLOT_LINES = (
 RECALL_EVENT = "【serious】Now I remember: {event}."
 RECAP_LINE = "Turn {turn} User: {user} / {name}: {reply}"
 RECALL_NOTHING = "【serious】I remember we still have something to do."
+
+# the scripted model's core-memory rewrite of an English instance (its dialogue is English)
+CORE_TRAITS = ("cautious", "loyal", "stubborn", "perceptive", "gentle")
+CORE_OPPOSITION = {"a": "trust", "b": "wariness", "note": "still torn about the user"}
+CORE_CHANGE = 'after talking with the user about "{topic}", became more {trait}'
+CORE_TOPIC = "recent events"
