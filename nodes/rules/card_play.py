@@ -106,16 +106,12 @@ def insert_depth_prompt(parts: MutableMapping[str, list[dict[str, str]]], prompt
         region, index = "tail", len(parts["tail"])
     else:
         region, index = chat[max(len(chat) - prompt.depth, 0)]
-        if region == "tail" and prompt.depth == 1:
-            index = _before_tail_extras(parts["tail"])
+        if region == "tail":
+            # right before the user's input is before the tail's lead-in (post-history instructions, a world-book
+            # assistant line), which belongs with the input
+            index = 0
     parts[region].insert(index, message)
     return {"depth": prompt.depth, "role": prompt.role, "region": region, "index": index, "chars": len(prompt.text)}
-
-
-def _before_tail_extras(tail: Sequence[Mapping[str, str]]) -> int:
-    """Depth 1 stands right before the user's input, i.e. before the tail's own lead-in (post-history
-    instructions, a world-book assistant line) that belongs with the input."""
-    return 0
 
 
 def open_outline(scenario: str, fallback: str) -> list[str]:
