@@ -48,9 +48,10 @@ def persona_text(fields: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def definition_parts(character: Mapping[str, Any]) -> list[tuple[str, str]]:
+def definition_parts(character: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(name, text) of the head's character block, most important first: system prompt, persona, description.
-    Empty fields are left out; texts are already substituted by the caller."""
+    Empty fields are left out; texts are already substituted by the caller. `labels`: the headings in the
+    instance's language (issue 28, prompt_catalog.Catalog.labels), the Chinese ones by default."""
     parts = []
     for name, label in (
         ("system_prompt", SYSTEM_PROMPT_LABEL),
@@ -59,7 +60,7 @@ def definition_parts(character: Mapping[str, Any]) -> list[tuple[str, str]]:
     ):
         value = str(character.get(name) or "").strip()
         if value:
-            parts.append((name, label + "\n" + value))
+            parts.append((name, (labels or {}).get(name, label) + "\n" + value))
     return parts
 
 
