@@ -110,6 +110,7 @@ SLOW_FILES: set[str] = {
     "test_packaging.py",
 }
 SLOW_TESTS: set[str] = {
+    "test_eval_conditions.py::test_conditions_through_one_shot_cli_turns",
     "test_bench_retrieval.py::test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals",
     "test_bench_turn.py::test_bench_turn_reports_nodes_totals_and_the_goal",
     "test_cli.py::test_console_script_exit_code",

@@ -1,0 +1,160 @@
+"""`personalab eval run --conditions full,recent,history` (issue 30: does memory help?).
+
+Played through the real ChatOpenAI client against the OpenAI-compatible stub in its extractive-reader mode
+(tests/openai_stub.py: it answers with the prompt's statement that best overlaps the question), on SQLite: a fact
+told 41 turns back is answered with PersonaLab's memory, not from the recent window alone, and from the whole
+history while it fits; the conditions side by side in report.json / report.md and on the console, each failed
+probe named with its reply, the exit code 1 when a scenario's goal is missed, `session: new`, and probes that name
+their instance.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_stub import OpenAIStub, openai_stub_fixture, reader_answer  # noqa: F401 - the fixture
+from personalab.evals.entry import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval_conditions"
+
+
+@pytest.fixture(name="reader")
+def reader_fixture(openai_stub: OpenAIStub) -> OpenAIStub:
+    openai_stub.reader = True
+    return openai_stub
+
+
+def run_eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["eval", "run", *argv, "--model", "openai", "--no-progress"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def copy(tmp_path: Path, *names: str) -> list[str]:
+    out = []
+    for name in names:
+        shutil.copy(FIXTURES / name, tmp_path / name)
+        out.append(str(tmp_path / name))
+    return out
+
+
+def conditions(out: Path) -> dict[str, dict[str, Any]]:
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return {group["scenario"]: group for group in report["conditions"]}
+
+
+def test_reader_copies_the_statement_that_answers_and_never_a_question() -> None:
+    request = {
+        "messages": [
+            {"role": "system", "content": "〔PersonaLab任务：reply〕你是阿澄。说话温和。"},
+            {"role": "user", "content": "我妹妹叫什么名字？"},
+            {"role": "assistant", "content": "【平静】今天天气不错。"},
+            {"role": "user", "content": "我妹妹的名字叫林小满。你喝咖啡吗？"},
+            {"role": "user", "content": "我妹妹叫什么名字？"},
+        ]
+    }
+    assert reader_answer(request) == "【平静】我妹妹的名字叫林小满。"
+    request["messages"] = [m for m in request["messages"] if "林小满" not in m["content"]]
+    assert reader_answer(request) == "【平静】我不记得了。"
+
+
+def test_full_memory_answers_a_fact_40_turns_back_and_the_recent_window_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub
+) -> None:
+    [path] = copy(tmp_path, "fact_40_back.yaml")
+    out = tmp_path / "out"
+    code, stdout, err = run_eval(
+        capsys, path, "--out", str(out), "--conditions", "full,recent,history", "--parallel", "2"
+    )
+    assert code == 0, stdout + err
+    group = conditions(out)["fact_40_back"]
+    full, recent, history = (group["conditions"][name] for name in ("full", "recent", "history"))
+    assert full["memory_use"] == {"used": 1, "scored": 1, "percent": 100.0}
+    assert recent["memory_use"] == {"used": 0, "scored": 1, "percent": 0.0}
+    assert history["memory_use"]["percent"] == 100.0 and history["history_not_fit"] == 0
+    goals = {row["figure"]: row["met"] for row in group["goals"]}
+    assert goals == {
+        "memory use gain, full − recent (points)": True,
+        "in character, full (%)": True,
+        "in character, recent (%)": True,
+        "in character, history (%)": True,
+        "contradictions, full": True,
+    }
+    # the replies are kept; the recent window's failed probe is named, with its reply
+    assert "林小满" in full["probe_replies"][0]["reply"]
+    [failed] = recent["failed_probes"]
+    assert failed["probe"] == "我妹妹叫什么名字？" and failed["where"] == "turns[2]"
+    assert failed["failed"] == ["reply: 林小满"] and failed["reply"] == "【平静】我不记得了。"
+    assert all(s["in_character"]["percent"] == 100.0 for s in group["conditions"].values())
+    # every condition played in its own instance and process, on its own data folder: the same 42 turns each
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["meta"]["conditions"] == ["full", "recent", "history"]
+    assert sorted(s["name"] for s in report["scenarios"]) == [
+        "fact_40_back@full",
+        "fact_40_back@history",
+        "fact_40_back@recent",
+    ]
+    assert {s["turns"] for s in report["scenarios"]} == {42}
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Does memory help? Conditions side by side" in markdown
+    assert "| memory use | 100% (1/1) | 0% (0/1) | 100% (1/1) |" in markdown
+    assert "Failed probes, **recent**" in markdown and "“我妹妹叫什么名字？”" in markdown
+    assert "fact_40_back: full: memory use 100%" in stdout and "recent: memory use 0%" in stdout
+
+
+def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "3")  # a short recent window: 7 turns back is out of it
+    paths = copy(tmp_path, "two_sittings.yaml", "fact_in_window.yaml")
+    out, data = tmp_path / "out", tmp_path / "data"
+    code, stdout, err = run_eval(
+        capsys, *paths, "--out", str(out), "--data-dir", str(data), "--conditions", "full,recent"
+    )
+    assert code == 1, stdout + err
+    groups = conditions(out)
+    # the fact still in the window: recent answers it too, the gain is 0 and the goal is missed
+    window = groups["fact_in_window"]
+    assert window["conditions"]["recent"]["memory_use"]["percent"] == 100.0
+    assert [row["met"] for row in window["goals"]] == [False]
+    assert "GOAL MISSED fact_in_window: memory use gain, full − recent (points): 0 (100% − 100%) (goal ≥ 30)" in stdout
+    # each probe played in the instance it names; instance 2's in a new sitting, and answered there from memory
+    two = groups["two_sittings"]
+    assert [row["met"] for row in two["goals"]] == [True]
+    full, recent = two["conditions"]["full"], two["conditions"]["recent"]
+    assert [(p["instance"], p["turn"]) for p in full["probe_replies"]] == [(1, 8), (2, 8)]
+    assert "林小满" in full["probe_replies"][0]["reply"] and "豆包" in full["probe_replies"][1]["reply"]
+    assert "豆包" not in full["probe_replies"][0]["reply"]  # instance 1 never heard of the dog
+    assert [(p["instance"], p["failed"]) for p in recent["failed_probes"]] == [
+        (1, ["reply: 林小满"]),
+        (2, ["reply: 豆包"]),
+    ]
+    from personalab.graph.api import PersonaLab
+
+    result = json.loads(next((out / "results").glob("two_sittings*full*.json")).read_text(encoding="utf-8"))
+    folder = next(p for p in data.iterdir() if p.name.startswith("two_sittings") and "full" in p.name)
+    api = PersonaLab(database_url=f"sqlite:///{folder / 'personalab.db'}")
+    instances = [i.id for i in api.instances.list()]
+    assert result["instances"] == 2
+    sittings = {iid: len(api.dialogue.sessions(iid)) for iid in instances}
+    assert sorted(sittings.values()) == [1, 2], sittings  # instance 2's probe started its second sitting
+
+
+def test_conditions_through_one_shot_cli_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "2")
+    [path] = copy(tmp_path, "cli_small.yaml")
+    out = tmp_path / "out"
+    code, stdout, err = run_eval(capsys, path, "--out", str(out), "--conditions", "full,recent", "--via", "cli")
+    assert code == 0, stdout + err
+    group = conditions(out)["cli_small"]
+    assert group["conditions"]["full"]["memory_use"]["percent"] == 100.0
+    assert group["conditions"]["recent"]["memory_use"]["percent"] == 0.0
+    assert [row["met"] for row in group["goals"]] == [True]
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert {s["via"] for s in report["scenarios"]} == {"cli"}
