@@ -351,6 +351,8 @@ def _run(args: argparse.Namespace) -> int:
         if settings().openai_api_key is None:
             option = "--judge" if args.judge else "--model openai"
             raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
+    # conditions side by side with a real model: its judge scores every probe too (issue 30)
+    judge = bool(args.judge or (args.model == "openai" and conditions != ("full",)))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {out}: not a folder")
@@ -366,7 +368,7 @@ def _run(args: argparse.Namespace) -> int:
         out,
         parallel=args.parallel,
         model=args.model,
-        judge=args.judge,
+        judge=judge,
         resume=args.resume,
         data_dir=args.data_dir,
         rag_timeout_s=args.rag_timeout or DEFAULT_RAG_TIMEOUT_S,
@@ -381,7 +383,7 @@ def _run(args: argparse.Namespace) -> int:
     meta = {
         "model": args.model,
         "parallel": args.parallel,
-        "judge": args.judge,
+        "judge": judge,
         "via": args.via,
         "conditions": list(conditions),
     }

@@ -228,6 +228,8 @@ def scenario_files(paths: Sequence[str | Path]) -> list[Path]:
         path = Path(item)
         if str(item) == "shipped" and not path.exists():
             path = shipped_scenarios_dir()
+        elif str(item).startswith("shipped/") and not path.exists():  # shipped/memory: a folder of the package's
+            path = shipped_scenarios_dir() / str(item).removeprefix("shipped/")
         if path.is_dir():
             found.extend(
                 sorted(

@@ -67,21 +67,17 @@ def test_full_memory_answers_a_fact_40_turns_back_and_the_recent_window_does_not
 ) -> None:
     [path] = copy(tmp_path, "fact_40_back.yaml")
     out = tmp_path / "out"
-    code, stdout, err = run_eval(
-        capsys, path, "--out", str(out), "--conditions", "full,recent,history", "--parallel", "2"
-    )
+    code, stdout, err = run_eval(capsys, path, "--out", str(out), "--conditions", "full,recent")
     assert code == 0, stdout + err
     group = conditions(out)["fact_40_back"]
-    full, recent, history = (group["conditions"][name] for name in ("full", "recent", "history"))
+    full, recent = group["conditions"]["full"], group["conditions"]["recent"]
     assert full["memory_use"] == {"used": 1, "scored": 1, "percent": 100.0}
     assert recent["memory_use"] == {"used": 0, "scored": 1, "percent": 0.0}
-    assert history["memory_use"]["percent"] == 100.0 and history["history_not_fit"] == 0
     goals = {row["figure"]: row["met"] for row in group["goals"]}
     assert goals == {
         "memory use gain, full − recent (points)": True,
         "in character, full (%)": True,
         "in character, recent (%)": True,
-        "in character, history (%)": True,
         "contradictions, full": True,
     }
     # the replies are kept; the recent window's failed probe is named, with its reply
@@ -90,18 +86,16 @@ def test_full_memory_answers_a_fact_40_turns_back_and_the_recent_window_does_not
     assert failed["probe"] == "我妹妹叫什么名字？" and failed["where"] == "turns[2]"
     assert failed["failed"] == ["reply: 林小满"] and failed["reply"] == "【平静】我不记得了。"
     assert all(s["in_character"]["percent"] == 100.0 for s in group["conditions"].values())
+    # with a real model configured the run's judge scored each probe as well (the stub's judge: recalled and used)
+    assert full["judge"]["memory_used"] == 1.0 and recent["judge"]["memory_used"] == 0.0
     # every condition played in its own instance and process, on its own data folder: the same 42 turns each
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    assert report["meta"]["conditions"] == ["full", "recent", "history"]
-    assert sorted(s["name"] for s in report["scenarios"]) == [
-        "fact_40_back@full",
-        "fact_40_back@history",
-        "fact_40_back@recent",
-    ]
+    assert report["meta"]["conditions"] == ["full", "recent"]
+    assert sorted(s["name"] for s in report["scenarios"]) == ["fact_40_back@full", "fact_40_back@recent"]
     assert {s["turns"] for s in report["scenarios"]} == {42}
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "## Does memory help? Conditions side by side" in markdown
-    assert "| memory use | 100% (1/1) | 0% (0/1) | 100% (1/1) |" in markdown
+    assert "| memory use | 100% (1/1) | 0% (0/1) |" in markdown
     assert "Failed probes, **recent**" in markdown and "“我妹妹叫什么名字？”" in markdown
     assert "fact_40_back: full: memory use 100%" in stdout and "recent: memory use 0%" in stdout
 
@@ -113,7 +107,7 @@ def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(
     paths = copy(tmp_path, "two_sittings.yaml", "fact_in_window.yaml")
     out, data = tmp_path / "out", tmp_path / "data"
     code, stdout, err = run_eval(
-        capsys, *paths, "--out", str(out), "--data-dir", str(data), "--conditions", "full,recent"
+        capsys, *paths, "--out", str(out), "--data-dir", str(data), "--conditions", "full,recent,history"
     )
     assert code == 1, stdout + err
     groups = conditions(out)
@@ -125,7 +119,10 @@ def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(
     # each probe played in the instance it names; instance 2's in a new sitting, and answered there from memory
     two = groups["two_sittings"]
     assert [row["met"] for row in two["goals"]] == [True]
-    full, recent = two["conditions"]["full"], two["conditions"]["recent"]
+    full, recent, history = (two["conditions"][name] for name in ("full", "recent", "history"))
+    # the whole history in the prompt (it fits the window here) answers both, and says it fitted
+    assert history["memory_use"]["percent"] == 100.0 and history["history_not_fit"] == 0
+    assert all(p["history_fit"] for p in history["probe_replies"])
     assert [(p["instance"], p["turn"]) for p in full["probe_replies"]] == [(1, 8), (2, 8)]
     assert "林小满" in full["probe_replies"][0]["reply"] and "豆包" in full["probe_replies"][1]["reply"]
     assert "豆包" not in full["probe_replies"][0]["reply"]  # instance 1 never heard of the dog
@@ -158,3 +155,50 @@ def test_conditions_through_one_shot_cli_turns(
     assert [row["met"] for row in group["goals"]] == [True]
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert {s["via"] for s in report["scenarios"]} == {"cli"}
+
+
+def test_shipped_memory_scenarios_tell_facts_20_to_60_turns_before_their_probes() -> None:
+    from personalab.evals.scenario import expand_turns, load_scenarios
+
+    scenarios = {s.name: s for s in load_scenarios(["shipped/memory"])}
+    assert {s.language for s in scenarios.values()} == {"zh", "en"}
+    for scenario in scenarios.values():
+        assert scenario.goals is not None and scenario.goals.memory_use_gain_points == 30
+        steps = expand_turns(scenario)
+        probes = [(turn, step) for turn, step in enumerate(steps, start=1) if step.kind == "probe"]
+        assert probes and any(step.session for _, step in probes)
+        for turn, step in probes:
+            assert step.expect is not None and step.expect.reply and step.expect.contradicts
+            told = [t for t, s in enumerate(steps[: turn - 1], start=1) if step.expect.reply[0] in s.message]
+            assert told and 20 <= turn - told[-1] <= 60, (scenario.name, step.message)
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--conditions", "full,nothing"], "--conditions: unknown condition 'nothing'; one of full, recent, history"),
+        (["--conditions", ","], "--conditions names no condition"),
+    ],
+)
+def test_bad_conditions_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    [path] = copy(tmp_path, "fact_in_window.yaml")
+    code = main(["eval", "run", path, "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and problem in err
+
+
+def test_a_probe_naming_an_instance_the_scenario_lacks_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    text = (FIXTURES / "fact_in_window.yaml").read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("  - probe: What is my sister's name?", "  - instance: 2\n    probe: What is my sister's name?"),
+        encoding="utf-8",
+    )
+    code = main(["eval", "run", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "s.yaml: at turns[1].instance: instance 2 but the scenario plays 1 instance(s)" in err
