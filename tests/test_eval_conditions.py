@@ -202,3 +202,26 @@ def test_a_probe_naming_an_instance_the_scenario_lacks_is_one_line(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "s.yaml: at turns[1].instance: instance 2 but the scenario plays 1 instance(s)" in err
+
+
+@pytest.mark.parametrize("mode", ["recent", "history"])
+def test_the_memory_mode_knob_keeps_long_term_memory_out_of_the_prompt(sqlite_url: str, mode: str) -> None:
+    """The run knob the conditions play with (nodes/context.py memory_mode), on one instance with the scripted
+    model: no retrieval, no query rewrite, no core-memory rewrite; `history` keeps every turn although the recent
+    window is one turn."""
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes.context import Context
+
+    instance = create_sample_instance(sqlite_url)
+    ctx = Context(database_url=sqlite_url, memory_mode=mode, recall_turns=1, maintenance_every=2)  # type: ignore[arg-type]
+    said = ["我妹妹叫林小满。", "今天风很大。", "我们歇一会儿吧。", "我妹妹叫什么？"]
+    with turn_graph(ctx) as (graph, ctx):
+        states = [run_turn(graph, ctx, instance, text) for text in said]
+    last = states[-1]
+    debug = last["debug"]
+    assert debug["retrieval"]["status"] == f"off (memory_mode {mode})"
+    assert debug["query_rewrite"]["status"] == f"off (memory_mode {mode})"
+    assert not any("maintenance" in (s["debug"].get("timings_ms") or {}) for s in states)
+    prompt = "\n".join(m["content"] for m in last["prompt"])
+    assert not [m for m in last["prompt"] if m["region"] == "retrieved" and "林小满" in m["content"]]
+    assert ("林小满" in prompt) is (mode == "history")
