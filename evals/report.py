@@ -4,7 +4,9 @@ Per scenario and overall: probe hit rate by distance between the fact and its pr
 (goal 0); memories of another instance retrieved (goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
 markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
 history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns; per turn the graph's time beside
-the whole process's (--via cli).
+the whole process's (--via cli). With `--conditions` (issue 30): the conditions side by side per scenario (memory
+use, contradictions, in character, history that did not fit, the judge), each failed probe with its reply, and the
+scenario's goals.
 """
 
 from __future__ import annotations

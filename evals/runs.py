@@ -1,5 +1,5 @@
 """`personalab eval run PATH... [--parallel N] [--out DIR] [--model scripted|openai] [--judge] [--resume]
-[--via inprocess|cli|served]`.
+[--via inprocess|cli|served] [--conditions full,recent,history]`.
 
 Validates every scenario file first (one line naming file, path and problem, exit 2), then plays them (evals.play),
 several scenarios at a time, with a progress bar. Each scenario plays in a process of its own (`evals.worker`) on
@@ -9,7 +9,9 @@ caches, background writers). Each finished scenario's result is written at once 
 Ctrl-C keeps what is done and `--resume` plays only the rest; the report (`report.md`, `report.json`, PNG plots)
 is written from every result in `OUT/results` at the end, and after an interruption too. `--via` says how the turns
 are played (evals/via.py): in the scenario's process (default), one `personalab turn --json` process per turn, or
-through `langgraph dev`.
+through `langgraph dev`. `--conditions` (issue 30) plays each scenario once per memory condition, each a unit
+`<name>@<condition>` of its own (process, data folder, instances), and the report sets them side by side; a goal
+the scenario file sets and the run misses makes the exit code 1.
 """
 
 from __future__ import annotations

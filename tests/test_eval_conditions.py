@@ -225,3 +225,38 @@ def test_the_memory_mode_knob_keeps_long_term_memory_out_of_the_prompt(sqlite_ur
     prompt = "\n".join(m["content"] for m in last["prompt"])
     assert not [m for m in last["prompt"] if m["region"] == "retrieved" and "林小满" in m["content"]]
     assert ("林小满" in prompt) is (mode == "history")
+
+
+def test_history_keeps_what_fits_the_window_and_the_report_says_what_did_not(sqlite_url: str) -> None:
+    from personalab.evals.report import condition_summary, conditions_markdown
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes.context import Context
+
+    instance = create_sample_instance(sqlite_url)
+    ctx = Context(database_url=sqlite_url, memory_mode="history", context_tokens=4000, max_reply_tokens=300)
+    long = "这一路上的风景很长很长，" * 20
+    with turn_graph(ctx) as (graph, ctx):
+        states = [run_turn(graph, ctx, instance, f"第{i}句：{long}") for i in range(12)]
+    prompt = "\n".join(m["content"] for m in states[-1]["prompt"])
+    kept = [f"第{i}句" in prompt for i in range(12)]
+    assert not kept[0] and kept[-1] and kept == sorted(kept)  # the oldest turns left out first, the newest kept
+    # a history probe that lost earlier lines is named as such in the report
+    probe = {
+        "instance": 1,
+        "turn": 12,
+        "where": "turns[3]",
+        "probe": "第0句说了什么？",
+        "checks": [{"kind": "reply", "phrase": "第0句", "ok": False}],
+        "reply": "【平静】我不记得了。",
+        "in_character": {"ok": True, "formatted": True, "ooc_markers": []},
+        "history_fit": False,
+        "history_missing": 5,
+    }
+    summary = condition_summary({"condition": "history", "status": "ok", "probes": [probe]})
+    assert summary["history_not_fit"] == 1
+    assert summary["failed_probes"][0]["failed"] == [
+        "reply: 第0句",
+        "history did not fit the window (5 user line(s) left out)",
+    ]
+    text = "\n".join(conditions_markdown([{"scenario": "s", "conditions": {"history": summary}, "goals": []}]))
+    assert "| history did not fit | 1 |" in text and "Reply: “【平静】我不记得了。”" in text
