@@ -260,3 +260,12 @@ def test_history_keeps_what_fits_the_window_and_the_report_says_what_did_not(sql
     ]
     text = "\n".join(conditions_markdown([{"scenario": "s", "conditions": {"history": summary}, "goals": []}]))
     assert "| history did not fit | 1 |" in text and "Reply: “【平静】我不记得了。”" in text
+
+
+def test_memory_mode_is_a_run_knob_of_the_served_context() -> None:
+    from personalab.nodes.context import validate_run_context
+    from personalab.nodes.rules.errors import InvalidInput
+
+    assert validate_run_context({"memory_mode": "recent"}) == {"memory_mode": "recent"}
+    with pytest.raises(InvalidInput, match="context.memory_mode: Input should be 'full', 'recent' or 'history'"):
+        validate_run_context({"memory_mode": "none"})
