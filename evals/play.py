@@ -17,6 +17,7 @@ model the same scenario gives the same scores.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -144,6 +145,7 @@ class InstanceLog:
     marker_turns: list[int] = field(default_factory=list)
     series: list[dict[str, Any]] = field(default_factory=list)
     completed: int = 0
+    users: list[str] = field(default_factory=list)  # the user lines played, oldest first
 
     def fact_turn(self, phrase: str) -> int | None:
         """The latest earlier turn whose user or host lines hold `phrase`."""
@@ -156,6 +158,42 @@ class InstanceLog:
 
 def _contains(haystack: str, phrase: str) -> bool:
     return phrase.casefold() in haystack.casefold()
+
+
+# issue 30: a reply out of character — the model speaking as a model, a note to the user, the prompt's own format
+# template or chat-template tokens left in the reply
+OOC_MARKERS: tuple[str, ...] = (
+    "作为AI",
+    "作为一个AI",
+    "作为人工智能",
+    "我是一个人工智能",
+    "AI助手",
+    "语言模型",
+    "as an ai",
+    "language model",
+    "(ooc",
+    "（ooc",
+    "[ooc",
+    "ooc:",
+    "（注：",
+    "(note:",
+    "<|im_",
+    "‹",
+    "{{char}}",
+    "{{user}}",
+)
+_EMOTION_RE = re.compile(r"^\s*【[^】\n]{1,12}】")
+
+
+def in_character(state: dict[str, Any]) -> dict[str, Any]:
+    """Does the reply stay in character (issue 30): the seed's 【emotion】 format and no out-of-character marker."""
+    reply = str(state.get("reply") or "")
+    raw = str(state.get("reply_raw") or reply)
+    formatted = any(segment.get("original_emotion") for segment in state.get("reply_lines") or []) or bool(
+        _EMOTION_RE.match(raw)
+    )
+    markers = [marker for marker in OOC_MARKERS if _contains(raw, marker)]
+    return {"ok": formatted and not markers, "formatted": formatted, "ooc_markers": markers}
 
 
 def score_probe(step: Step, state: dict[str, Any], log: InstanceLog) -> list[dict[str, Any]]:
@@ -183,6 +221,8 @@ def score_probe(step: Step, state: dict[str, Any], log: InstanceLog) -> list[dic
         checks.append({"kind": "prompt_lacks", "phrase": phrase, "ok": not _contains(whole, phrase)})
     for phrase in step.expect.reply:
         checks.append({"kind": "reply", "phrase": phrase, "ok": _contains(reply, phrase)})
+    for phrase in step.expect.contradicts:
+        checks.append({"kind": "contradicts", "phrase": phrase, "ok": not _contains(reply, phrase)})
     return checks
 
 
@@ -195,6 +235,7 @@ class PlayOptions:
     stop: threading.Event = field(default_factory=threading.Event)
     on_turn: Callable[[], None] | None = None
     judge: Any = None  # evals.judge.Judge or None
+    condition: str = "full"  # issue 30: the memory condition played (the turns' Context.memory_mode)
 
 
 class TurnFailed(Exception):
@@ -228,6 +269,8 @@ def play_scenario(
         "timings_ms": {},
         "judge": [],
         "model": None,
+        "condition": options.condition,
+        "goals": scenario.goals.model_dump(exclude_none=True) if scenario.goals else None,
     }
     try:
         setup = set_up(scenario)
@@ -240,7 +283,8 @@ def play_scenario(
     plan: list[tuple[Step, list[InstanceLog]]] = []
     for secret in scenario.secrets:
         plan.append((Step(kind="secret", message=secret.user, where="secrets"), [logs[secret.instance - 1]]))
-    plan.extend((step, logs) for step in steps)
+    # a step naming an instance is played in that instance only (issue 30)
+    plan.extend((step, [logs[step.instance - 1]] if step.instance else logs) for step in steps)
     user_name = scenario.user_name or options.user_name
     stall_turns = 0
     try:
@@ -332,13 +376,27 @@ def _one_turn(
     _count_foreign_memories(state, log, result["other_instances"])
     if step.kind == "probe":
         checks = score_probe(step, state, log)
-        probe = {"instance": log.number, "turn": log.turn, "where": step.where, "probe": step.message, "checks": checks}
+        probe = {
+            "instance": log.number,
+            "turn": log.turn,
+            "where": step.where,
+            "probe": step.message,
+            "checks": checks,
+            "reply": str(state.get("reply") or ""),  # kept to read later (issue 30)
+            "in_character": in_character(state),
+        }
+        if options.condition == "history":
+            # the whole history condition: did every earlier user line fit in the prompt's window?
+            missing = [text for text in dict.fromkeys(log.users) if not _contains(whole, text)]
+            probe["history_fit"] = not missing
+            probe["history_missing"] = len(missing)
         if options.judge is not None:
             probe["judge"] = options.judge.score(scenario, step, state)
             result["judge"].append(probe["judge"])
         result["probes"].append(probe)
     # what this turn put into the dialogue: the facts a later probe measures its distance to, and the history
     log.said.append((log.turn, step.message + "\n" + host_text))
+    log.users.append(step.message)
     played = [*({"role": "user", "content": line.get("content", "")} for line in step.lines_before)]
     played += [{"role": "user", "content": step.message}, {"role": "assistant", "content": state.get("reply") or ""}]
     log.history_tokens += tokens(played)

@@ -4,7 +4,9 @@ Per scenario and overall: probe hit rate by distance between the fact and its pr
 (goal 0); memories of another instance retrieved (goal 0); director adherence (outline points completed per 10 turns, fallbacks and how many recovered, forged
 markers honoured — goal 0); core-memory rewrites accepted / rejected; prompt tokens per turn against the whole
 history's tokens (seed 002: why retrieval, not the whole history); per-node latency p50 / p95 and RSS over turns; per turn the graph's time beside
-the whole process's (--via cli).
+the whole process's (--via cli). With `--conditions` (issue 30): the conditions side by side per scenario (memory
+use, contradictions, in character, history that did not fit, the judge), each failed probe with its reply, and the
+scenario's goals.
 """
 
 from __future__ import annotations
@@ -557,10 +559,233 @@ def write_report(
         "scenarios": [scenario_summary(r) for r in results],
         "plots": made,
     }
+    groups = conditions_side_by_side(results)
+    if groups:
+        data["conditions"] = groups
     (out / "report.json").write_text(json.dumps(data, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
-    (out / "report.md").write_text(markdown(results, total, meta, made, extra_rows), encoding="utf-8")
+    text = markdown(results, total, meta, made, extra_rows)
+    if groups:
+        text = text.rstrip("\n") + "\n" + "\n".join(conditions_markdown(groups)) + "\n"
+    (out / "report.md").write_text(text, encoding="utf-8")
     lines = [f"report: {out / 'report.md'} ({total['scenarios']} scenario(s), {total['turns']:,} turns)"]
     for row in [*extra_rows, *goals(total)]:
         lines.append(f"  {'ok ' if row['met'] else 'NO '} {row['figure']}: {row['measured']} (goal {row['goal']})")
     lines += [f"  FAILED {r['name']}: {r.get('error')}" for r in results if r.get("status") != "ok"]
+    if groups:
+        lines += ["conditions side by side (issue 30):", *conditions_console(groups)]
+    return lines
+
+
+# --- memory conditions side by side (issue 30: does memory help?) ----------------------------------------------
+
+
+def _probe_outcome(probe: dict[str, Any]) -> dict[str, Any]:
+    """One probe's reply scored: used the fact (every `reply` phrase), contradicted it (a `contradicts` phrase),
+    in character, and the checks it failed."""
+    checks = probe.get("checks") or []
+    reply_checks = [c for c in checks if c["kind"] == "reply"]
+    character = probe.get("in_character") or {}
+    failed = [f"{c['kind']}: {c['phrase']}" for c in checks if not c["ok"]]
+    if character and not character.get("ok"):
+        why = ", ".join(character.get("ooc_markers") or []) or "no 【emotion】 format"
+        failed.append(f"out of character: {why}")
+    if probe.get("history_fit") is False:
+        failed.append(f"history did not fit the window ({probe.get('history_missing')} user line(s) left out)")
+    return {
+        "instance": probe.get("instance"),
+        "turn": probe.get("turn"),
+        "where": probe.get("where"),
+        "probe": probe.get("probe"),
+        "used_fact": bool(reply_checks) and all(c["ok"] for c in reply_checks) if reply_checks else None,
+        "contradicted": any(not c["ok"] for c in checks if c["kind"] == "contradicts"),
+        "in_character": bool(character.get("ok")) if character else None,
+        "history_fit": probe.get("history_fit"),
+        "judge": probe.get("judge"),
+        "failed": failed,
+        "reply": probe.get("reply", ""),
+    }
+
+
+def condition_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """One condition's figures: memory use (% of probes with reply phrases whose reply used the fact),
+    contradictions, in character (%), history that did not fit, the judge's mean scores, every probe."""
+    outcomes = [_probe_outcome(p) for p in result.get("probes") or []]
+    scored = [o for o in outcomes if o["used_fact"] is not None]
+    used = sum(1 for o in scored if o["used_fact"])
+    judged = [o for o in outcomes if o["in_character"] is not None]
+    in_char = sum(1 for o in judged if o["in_character"])
+    return {
+        "condition": result.get("condition", "full"),
+        "status": result.get("status"),
+        "error": result.get("error"),
+        "probes": len(outcomes),
+        "memory_use": {"used": used, "scored": len(scored), "percent": _pct(used, len(scored))},
+        "contradictions": sum(1 for o in outcomes if o["contradicted"]),
+        "in_character": {"ok": in_char, "scored": len(judged), "percent": _pct(in_char, len(judged))},
+        "history_not_fit": sum(1 for o in outcomes if o["history_fit"] is False),
+        "judge": _judge_summary(result.get("judge") or []),
+        "failed_probes": [o for o in outcomes if o["failed"]],
+        "probe_replies": outcomes,
+    }
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+def conditions_side_by_side(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, its conditions' figures side by side and its goals checked (only the results of a run with
+    conditions: `scenario` and `condition` set, a name `<scenario>@<condition>`)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for result in results:
+        if "@" in str(result.get("name")) and result.get("scenario") and result.get("condition"):
+            grouped.setdefault(str(result["scenario"]), []).append(result)
+    out = []
+    for name, group in grouped.items():
+        by = {str(r["condition"]): condition_summary(r) for r in group}
+        goals_set = next((r.get("goals") for r in group if r.get("goals")), None) or {}
+        out.append({"scenario": name, "conditions": by, "goals": _goal_rows(goals_set, by)})
+    return out
+
+
+def _goal_rows(goals_set: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scenario's goals: figure, goal, measured, met (None: not measured in this run, e.g. no recent)."""
+    rows: list[dict[str, Any]] = []
+    gain = goals_set.get("memory_use_gain_points")
+    if gain is not None:
+        full = (by.get("full") or {}).get("memory_use", {}).get("percent")
+        recent = (by.get("recent") or {}).get("memory_use", {}).get("percent")
+        if full is None or recent is None:
+            rows.append(
+                {
+                    "figure": "memory use gain, full − recent (points)",
+                    "goal": f"≥ {gain:g}",
+                    "measured": "not measured (needs --conditions full,recent and probes with reply phrases)",
+                    "met": None,
+                }
+            )
+        else:
+            measured = round(full - recent, 1)
+            rows.append(
+                {
+                    "figure": "memory use gain, full − recent (points)",
+                    "goal": f"≥ {gain:g}",
+                    "measured": f"{measured:g} ({full:g}% − {recent:g}%)",
+                    "met": measured >= gain,
+                }
+            )
+    floor = goals_set.get("in_character_min_percent")
+    if floor is not None:
+        for condition, summary in by.items():
+            percent = summary["in_character"]["percent"]
+            rows.append(
+                {
+                    "figure": f"in character, {condition} (%)",
+                    "goal": f"≥ {floor:g}",
+                    "measured": "–" if percent is None else f"{percent:g}",
+                    "met": None if percent is None else percent >= floor,
+                }
+            )
+    most = goals_set.get("contradictions_max")
+    if most is not None and "full" in by:
+        found = by["full"]["contradictions"]
+        rows.append(
+            {"figure": "contradictions, full", "goal": f"≤ {most}", "measured": str(found), "met": found <= most}
+        )
+    return rows
+
+
+def missed_goals(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Every goal a scenario file set that this run measured and missed, one line each (`eval run` exits 1)."""
+    return [
+        f"{group['scenario']}: {row['figure']}: {row['measured']} (goal {row['goal']})"
+        for group in conditions_side_by_side(results)
+        for row in group["goals"]
+        if row["met"] is False
+    ]
+
+
+def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's section: conditions side by side, the goals, each failed probe with its reply."""
+    if not groups:
+        return []
+    lines = ["", "## Does memory help? Conditions side by side", ""]
+    lines.append(
+        "full = PersonaLab's memory; recent = the recent-dialogue window only (no long-term memory); history = the "
+        "whole dialogue in the prompt while it fits the window. Memory use: probes whose reply held every expected "
+        "phrase; in character: the 【emotion】 format and no out-of-character marker."
+    )
+    for group in groups:
+        by = group["conditions"]
+        names = list(by)
+        lines += ["", f"### {group['scenario']}", "", "| figure | " + " | ".join(names) + " |"]
+        lines.append("| --- |" + " --- |" * len(names))
+
+        def row(label: str, cell: Any, by: dict[str, Any] = by, names: list[str] = names) -> None:
+            lines.append(f"| {label} | " + " | ".join(cell(by[n]) for n in names) + " |")  # noqa: B023 - lines is the outer list, used at once
+
+        row("probes", lambda s: str(s["probes"]))
+        row(
+            "memory use",
+            lambda s: (
+                "–"
+                if s["memory_use"]["percent"] is None
+                else f"{s['memory_use']['percent']:g}% ({s['memory_use']['used']}/{s['memory_use']['scored']})"
+            ),
+        )
+        row("contradictions", lambda s: str(s["contradictions"]))
+        row(
+            "in character",
+            lambda s: "–" if s["in_character"]["percent"] is None else f"{s['in_character']['percent']:g}%",
+        )
+        row("history did not fit", lambda s: str(s["history_not_fit"]) if s["condition"] == "history" else "–")
+        row(
+            "judge: memory used",
+            lambda s: (
+                "–" if not s["judge"] or s["judge"].get("memory_used") is None else f"{s['judge']['memory_used']}"
+            ),
+        )
+        if group["goals"]:
+            lines += ["", "| goal | wanted | measured | met? |", "| --- | --- | --- | --- |"]
+            for goal in group["goals"]:
+                met = {True: "yes", False: "**NO**", None: "not measured"}[goal["met"]]
+                lines.append(f"| {goal['figure']} | {goal['goal']} | {goal['measured']} | {met} |")
+        for name in names:
+            failed = by[name]["failed_probes"]
+            if by[name]["status"] != "ok":
+                lines += ["", f"**{name}**: {by[name]['status']}: {by[name]['error']}"]
+            if not failed:
+                continue
+            lines += ["", f"Failed probes, **{name}**:", ""]
+            for probe in failed:
+                reply = str(probe["reply"]).replace("\n", " ")
+                lines.append(
+                    f"- instance {probe['instance']}, turn {probe['turn']} ({probe['where']}) “{probe['probe']}”: "
+                    f"{'; '.join(probe['failed'])}. Reply: “{reply[:300]}”"
+                )
+    return lines
+
+
+def conditions_console(groups: Sequence[dict[str, Any]]) -> list[str]:
+    """The console's lines: each scenario's conditions in one line, then each failed probe per condition."""
+    lines = []
+    for group in groups:
+        cells = []
+        for name, s in group["conditions"].items():
+            use = s["memory_use"]["percent"]
+            cells.append(
+                f"{name}: memory use {'–' if use is None else f'{use:g}%'}, contradictions {s['contradictions']}, "
+                f"in character {s['in_character']['percent'] if s['in_character']['percent'] is not None else '–'}%"
+                + (f", history did not fit {s['history_not_fit']}" if name == "history" else "")
+            )
+        lines.append(f"  {group['scenario']}: " + " | ".join(cells))
+        for goal in group["goals"]:
+            met = {True: "ok ", False: "NO ", None: "-- "}[goal["met"]]
+            lines.append(f"    {met}{goal['figure']}: {goal['measured']} (goal {goal['goal']})")
+        for name, s in group["conditions"].items():
+            for probe in s["failed_probes"]:
+                lines.append(
+                    f"    failed [{name}] instance {probe['instance']} {probe['where']} “{probe['probe']}”: "
+                    f"{'; '.join(probe['failed'])}"
+                )
     return lines

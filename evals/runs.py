@@ -1,5 +1,5 @@
 """`personalab eval run PATH... [--parallel N] [--out DIR] [--model scripted|openai] [--judge] [--resume]
-[--via inprocess|cli|served]`.
+[--via inprocess|cli|served] [--conditions full,recent,history]`.
 
 Validates every scenario file first (one line naming file, path and problem, exit 2), then plays them (evals.play),
 several scenarios at a time, with a progress bar. Each scenario plays in a process of its own (`evals.worker`) on
@@ -9,7 +9,9 @@ caches, background writers). Each finished scenario's result is written at once 
 Ctrl-C keeps what is done and `--resume` plays only the rest; the report (`report.md`, `report.json`, PNG plots)
 is written from every result in `OUT/results` at the end, and after an interruption too. `--via` says how the turns
 are played (evals/via.py): in the scenario's process (default), one `personalab turn --json` process per turn, or
-through `langgraph dev`.
+through `langgraph dev`. `--conditions` (issue 30) plays each scenario once per memory condition, each a unit
+`<name>@<condition>` of its own (process, data folder, instances), and the report sets them side by side; a goal
+the scenario file sets and the run misses makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from personalab.evals.worker import TICK
 from personalab.nodes.rules.errors import InvalidInput
 
 DEFAULT_RAG_TIMEOUT_S = 10.0
+CONDITIONS = ("full", "recent", "history")  # issue 30: the memory conditions (nodes/context.py memory_mode)
 WORKER = ("-m", "personalab.evals.worker")  # what `sys.executable` runs to play one scenario (evals/worker.py)
 COMMAND_LINE: list[str] = []  # the command as typed (set by evals.__main__), for the resume hint
 
@@ -85,14 +88,26 @@ def play_all(
     argv: Sequence[str] = (),
     via: str = "inprocess",
     repo: Path | None = None,
+    conditions: Sequence[str] = ("full",),
 ) -> tuple[list[dict[str, Any]], bool]:
     """Play the scenarios not already finished in `out` (with `resume`), each in a process of its own
     (`evals.worker`) with its own data folder `<data>/<name>`, `parallel` processes at a time; returns (every
-    result of this run's scenarios, interrupted?)."""
+    result of this run's scenarios, interrupted?). With `conditions` other than full alone (issue 30), each
+    scenario is played once per condition, each a unit of its own named `<name>@<condition>` (own process, data
+    folder and instances: nothing shared)."""
     from personalab.evals.play import check_samples
 
     for scenario in scenarios:
         check_samples(scenario)
+    condition_of: dict[str, tuple[str, str]] = {}  # unit name -> (condition, the scenario's own name)
+    if tuple(conditions) != ("full",):
+        units = []
+        for scenario in scenarios:
+            for condition in conditions:
+                unit = scenario.model_copy(update={"name": f"{scenario.name}@{condition}"})
+                condition_of[unit.name] = (condition, scenario.name)
+                units.append(unit)
+        scenarios = units
     out.mkdir(parents=True, exist_ok=True)
     done = finished_results(out) if resume else {}
     digests = {s.name: scenario_digest(s, via) for s in scenarios}
@@ -107,14 +122,20 @@ def play_all(
     todo = [s for s in scenarios if s.name not in kept]
     from personalab.evals.scenario import expand_turns
 
-    total = sum(len(expand_turns(s)) * s.instances + len(s.secrets) for s in todo)
+    total = sum(sum(1 if step.instance else s.instances for step in expand_turns(s)) + len(s.secrets) for s in todo)
     results: dict[str, dict[str, Any]] = dict(kept)
     with data_folder(data_dir, "personalab-eval-") as data:
         bar = _progress_bar(total, progress)
         players = Players(bar, model=model, judge=judge, rag_timeout_s=rag_timeout_s, via=via, repo=repo)
         pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="eval")
         futures: dict[Future[dict[str, Any]], Scenario] = {
-            pool.submit(players.play, scenario, data.resolve() / _safe(scenario.name)): scenario for scenario in todo
+            pool.submit(
+                players.play,
+                scenario,
+                data.resolve() / _safe(scenario.name),
+                *condition_of.get(scenario.name, ("full", scenario.name)),
+            ): scenario
+            for scenario in todo
         }
         pending = set(futures)
         try:
@@ -183,7 +204,9 @@ class Players:
         env.update(PERSONALAB_DATA_DIR=str(folder), PERSONALAB_LLM=self.model, PYTHONUNBUFFERED="1")
         return env
 
-    def play(self, scenario: Scenario, folder: Path) -> dict[str, Any]:
+    def play(
+        self, scenario: Scenario, folder: Path, condition: str = "full", scenario_name: str | None = None
+    ) -> dict[str, Any]:
         """Play `scenario` in a new process in the fresh data folder `folder`; its result (interrupted when the
         run was interrupted before the scenario finished)."""
         interrupted = {"name": scenario.name, "source": scenario.source, "status": "interrupted"}
@@ -199,6 +222,8 @@ class Players:
                 "rag_timeout_s": self.rag_timeout_s,
                 "via": self.via,
                 "repo": str(self.repo) if self.repo else None,
+                "condition": condition,
+                "scenario_name": scenario_name or scenario.name,
             },
         )
         with self._lock, open(log_path, "w", encoding="utf-8") as log:
@@ -312,6 +337,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    conditions = parse_conditions(args.conditions)
     if args.parallel < 1:
         raise InvalidInput(f"--parallel must be at least 1, got {args.parallel}")
     if args.rag_timeout is not None and args.rag_timeout <= 0:
@@ -327,6 +353,8 @@ def _run(args: argparse.Namespace) -> int:
         if settings().openai_api_key is None:
             option = "--judge" if args.judge else "--model openai"
             raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
+    # conditions side by side with a real model: its judge scores every probe too (issue 30)
+    judge = bool(args.judge or (args.model == "openai" and conditions != ("full",)))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {out}: not a folder")
@@ -342,7 +370,7 @@ def _run(args: argparse.Namespace) -> int:
         out,
         parallel=args.parallel,
         model=args.model,
-        judge=args.judge,
+        judge=judge,
         resume=args.resume,
         data_dir=args.data_dir,
         rag_timeout_s=args.rag_timeout or DEFAULT_RAG_TIMEOUT_S,
@@ -350,16 +378,37 @@ def _run(args: argparse.Namespace) -> int:
         argv=COMMAND_LINE,
         via=args.via,
         repo=repo,
+        conditions=conditions,
     )
-    from personalab.evals.report import write_report
+    from personalab.evals.report import missed_goals, write_report
 
-    meta = {"model": args.model, "parallel": args.parallel, "judge": args.judge, "via": args.via}
+    meta = {
+        "model": args.model,
+        "parallel": args.parallel,
+        "judge": judge,
+        "via": args.via,
+        "conditions": list(conditions),
+    }
     summary = write_report(results, out, meta=meta)
     for line in summary:
         print(line)
     if interrupted:
         return 130
-    return 1 if any(r.get("status") != "ok" for r in results) else 0
+    missed = missed_goals(results)
+    for line in missed:
+        print(f"GOAL MISSED {line}")
+    return 1 if missed or any(r.get("status") != "ok" for r in results) else 0
+
+
+def parse_conditions(text: str | None) -> tuple[str, ...]:
+    """`--conditions full,recent,history` (issue 30): known names, each once, in the order given."""
+    names = tuple(dict.fromkeys(part.strip() for part in (text or "full").split(",") if part.strip()))
+    if not names:
+        raise InvalidInput("--conditions names no condition: give some of " + ", ".join(CONDITIONS))
+    for name in names:
+        if name not in CONDITIONS:
+            raise InvalidInput(f"--conditions: unknown condition {name!r}; one of {', '.join(CONDITIONS)}")
+    return names
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
@@ -388,6 +437,13 @@ def register(kinds: argparse._SubParsersAction) -> None:
     )
     run_parser.add_argument(
         "--repo", help="with --via served: the folder with langgraph.json (default: the package's tree)"
+    )
+    run_parser.add_argument(
+        "--conditions",
+        default="full",
+        help="memory conditions played side by side, comma-separated (issue 30): full = PersonaLab's memory, "
+        "recent = the recent-dialogue window only, history = the whole dialogue in the prompt when it fits "
+        "(default: full)",
     )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     run_parser.set_defaults(handler=run)

@@ -36,6 +36,15 @@ class Expect(_Model):
     retrieved: tuple[str, ...] = ()
     prompt_lacks: tuple[str, ...] = ()
     reply: tuple[str, ...] = ()
+    contradicts: tuple[str, ...] = ()  # issue 30: none may be in the reply
+
+
+class Goals(_Model):
+    """What `eval run --conditions` must show (issue 30); a missed goal makes the run exit 1."""
+
+    memory_use_gain_points: float | None = None  # full minus recent, percentage points of probes using the fact
+    in_character_min_percent: float | None = None
+    contradictions_max: int | None = None
 
 
 class UserTurn(_Model):
@@ -44,6 +53,7 @@ class UserTurn(_Model):
     choice: Literal["normal", "important", "turning_point", "ending"] | None = None
     gap: Gap | None = None
     session: Literal["new"] | None = None
+    instance: int | None = Field(None, ge=1)  # played only in this instance (issue 30)
 
 
 class FillerTurns(_Model):
@@ -58,6 +68,7 @@ class ProbeTurn(_Model):
     lines_before: tuple[str | dict[str, Any], ...] = ()
     gap: Gap | None = None
     session: Literal["new"] | None = None
+    instance: int | None = Field(None, ge=1)  # played only in this instance (issue 30)
 
 
 class Secret(_Model):
@@ -82,6 +93,7 @@ class Scenario(_Model):
     knowledge: tuple[dict[str, Any], ...] = ()
     turns: tuple[UserTurn | FillerTurns | ProbeTurn, ...]
     secrets: tuple[Secret, ...] = ()
+    goals: Goals | None = None
     source: str = ""  # the file it came from (set by the loader, not in the file)
 
 
@@ -96,6 +108,7 @@ class Step(_Model):
     session: bool = False
     expect: Expect | None = None
     where: str = ""  # the item of the file it comes from, e.g. turns[4]
+    instance: int | None = None  # played only in this instance (1-based); None: in every instance
 
 
 @lru_cache(maxsize=1)
@@ -171,6 +184,13 @@ def parse_document(document: Any, source: str) -> Scenario:
             )
         if scenario.instances < 2:
             raise InvalidInput(f"{source}: at secrets[{index}]: secrets need at least 2 instances")
+    for index, turn in enumerate(scenario.turns):
+        number = getattr(turn, "instance", None)
+        if number is not None and number > scenario.instances:
+            raise InvalidInput(
+                f"{source}: at turns[{index}].instance: instance {number} but the scenario plays "
+                f"{scenario.instances} instance(s)"
+            )
     return scenario
 
 
@@ -208,6 +228,8 @@ def scenario_files(paths: Sequence[str | Path]) -> list[Path]:
         path = Path(item)
         if str(item) == "shipped" and not path.exists():
             path = shipped_scenarios_dir()
+        elif str(item).startswith("shipped/") and not path.exists():  # shipped/memory: a folder of the package's
+            path = shipped_scenarios_dir() / str(item).removeprefix("shipped/")
         if path.is_dir():
             found.extend(
                 sorted(
@@ -264,6 +286,7 @@ def expand_turns(scenario: Scenario) -> list[Step]:
                     session=item.session is not None,
                     expect=item.expect,
                     where=where,
+                    instance=item.instance,
                 )
             )
         else:
@@ -276,6 +299,7 @@ def expand_turns(scenario: Scenario) -> list[Step]:
                     gap=item.gap or ("days" if item.session else None),
                     session=item.session is not None,
                     where=where,
+                    instance=item.instance,
                 )
             )
     return steps

@@ -73,6 +73,15 @@ def _turn_fields(step: Step, user_name: str | None) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+def new_sitting(instance_id: int) -> None:
+    """`session: "new"` (issue 30): a new sitting of the instance starts before the step's turn, through the
+    API (`PersonaLab().dialogue.new_session`, what `personalab session new` does): the current sitting ends and
+    the next turn gets its recap."""
+    from personalab.graph.api import PersonaLab
+
+    PersonaLab().dialogue.new_session(instance_id)
+
+
 class InProcessTurns:
     via = "inprocess"
 
@@ -83,6 +92,8 @@ class InProcessTurns:
     def send(self, instance_id: int, step: Step, user_name: str | None) -> dict[str, Any]:
         from personalab.graph.runner import run_turn
 
+        if step.session:
+            new_sitting(instance_id)
         state = run_turn(self.graph, self.ctx, instance_id, step.message, **_turn_fields(step, user_name))
         flush_writes()
         return state
@@ -126,6 +137,14 @@ class CliTurns:
         return [*argv, "--", step.message]
 
     def send(self, instance_id: int, step: Step, user_name: str | None) -> dict[str, Any]:
+        if step.session:  # as a user would: `personalab session new` before the turn
+            subprocess.run(
+                [self.script, "session", "new", "--instance", str(instance_id)],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                check=True,
+            )
         started = time.perf_counter()
         with self.out.open("wb") as out, self.err.open("wb") as err:
             # a session of its own: a terminal's Ctrl-C stops the scenario between turns (the worker's flag), not
@@ -166,13 +185,14 @@ class ServedTurns:
 
     via = "served"
 
-    def __init__(self, url: str, server_pid: int | None) -> None:
+    def __init__(self, url: str, server_pid: int | None, memory_mode: str = "full") -> None:
         from langgraph_sdk import get_sync_client
         from personalab.stores.settings import settings
 
         self.client = get_sync_client(url=url, timeout=(10.0, SERVED_RUN_TIMEOUT_S, SERVED_RUN_TIMEOUT_S, 10.0))
         self.stall_turns = int(settings().stall_turns)
         self.server_pid = server_pid
+        self.memory_mode = memory_mode
         self._threads: set[str] = set()
 
     def send(self, instance_id: int, step: Step, user_name: str | None) -> dict[str, Any]:
@@ -182,10 +202,16 @@ class ServedTurns:
         if thread not in self._threads:
             self.client.threads.create(thread_id=thread, if_exists="do_nothing")
             self._threads.add(thread)
+        if step.session:
+            new_sitting(instance_id)  # the server reads the instance's sittings from the same database
         payload = {"instance_id": instance_id, "message": step.message, **_turn_fields(step, user_name)}
         timings: dict[str, float] = {}
         started = last = time.perf_counter()
-        for part in self.client.runs.stream(thread, "personalab", input=payload, stream_mode="updates"):
+        # the condition as a run knob of the run's context (nodes/context.py), not the server's configuration
+        context = {"memory_mode": self.memory_mode} if self.memory_mode != "full" else None
+        for part in self.client.runs.stream(
+            thread, "personalab", input=payload, stream_mode="updates", context=context
+        ):
             if part.event == "error":
                 raise RuntimeError(f"the run failed: {part.data}")
             if part.event == "updates" and isinstance(part.data, dict):
@@ -216,13 +242,17 @@ def default_repo() -> Path:
 
 
 @contextmanager
-def open_turns(via: str, *, folder: Path, rag_timeout_s: float, repo: Path | None = None) -> Iterator[Turns]:
-    """The turns of a scenario whose data folder is `folder` (this process's PERSONALAB_DATA_DIR), played `via`."""
+def open_turns(
+    via: str, *, folder: Path, rag_timeout_s: float, repo: Path | None = None, memory_mode: str = "full"
+) -> Iterator[Turns]:
+    """The turns of a scenario whose data folder is `folder` (this process's PERSONALAB_DATA_DIR), played `via`,
+    under the memory condition `memory_mode` (issue 30): the run context's `memory_mode` in this process and on
+    the served graph, the `PERSONALAB_MEMORY_MODE` of each `personalab turn` process."""
     if via == "inprocess":
         from personalab.graph.runner import turn_graph
         from personalab.nodes.context import Context
 
-        with turn_graph(Context(rag_timeout_s=rag_timeout_s)) as (graph, ctx):
+        with turn_graph(Context(rag_timeout_s=rag_timeout_s, memory_mode=memory_mode)) as (graph, ctx):  # type: ignore[arg-type]
             yield InProcessTurns(graph, ctx)
         return
     from personalab.stores.db import dispose_engines
@@ -230,7 +260,12 @@ def open_turns(via: str, *, folder: Path, rag_timeout_s: float, repo: Path | Non
     # this process set the scenario up; from here on only the turns' own processes use the stores
     flush_writes()
     dispose_engines()
-    env = {**os.environ, "PERSONALAB_DATA_DIR": str(folder), "PERSONALAB_RAG_TIMEOUT": f"{rag_timeout_s:g}"}
+    env = {
+        **os.environ,
+        "PERSONALAB_DATA_DIR": str(folder),
+        "PERSONALAB_RAG_TIMEOUT": f"{rag_timeout_s:g}",
+        "PERSONALAB_MEMORY_MODE": memory_mode,
+    }
     if via == "cli":
         yield CliTurns(env, folder)
         return
@@ -247,4 +282,4 @@ def open_turns(via: str, *, folder: Path, rag_timeout_s: float, repo: Path | Non
     with graph_server(repo or default_repo(), workdir, server_env) as url:
         pid_file = workdir / "server.pid"
         pid = int(pid_file.read_text()) if pid_file.exists() else None
-        yield ServedTurns(url, pid)
+        yield ServedTurns(url, pid, memory_mode)

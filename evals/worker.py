@@ -6,7 +6,7 @@ scenarios played at the same time share nothing: not the environment or the sett
 engines, Chroma clients and collections cached per path, not the warm-up, the background writers or the
 checkpointer. JOB is a JSON file: {"scenario": the validated scenario, "result": where to write the result,
 "judge": bool, "rag_timeout_s": float, "via": "inprocess" | "cli" | "served", "repo": the langgraph.json folder for
-served}. The scenario is set up here (Python API); its turns are played in this process, or one `personalab turn`
+served, "condition": the memory condition (issue 30: full | recent | history), "scenario_name": the file's name}. The scenario is set up here (Python API); its turns are played in this process, or one `personalab turn`
 process each, or by a `langgraph dev` this process starts (evals/via.py). The process writes one line `turn` per turn played to its standard output
 (the parent's progress bar; anything else the process prints goes to standard error), and the result (evals.play)
 to the result file. SIGINT (Ctrl-C, or the parent passing it on) stops the scenario at the next turn: the result
@@ -74,10 +74,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = Path(settings().data_dir)
     repo = Path(job["repo"]) if job.get("repo") else None
 
-    def turns() -> Any:
-        return open_turns(via, folder=folder, rag_timeout_s=float(job["rag_timeout_s"]), repo=repo)
+    condition = str(job.get("condition") or "full")
 
-    result = play_scenario(scenario, turns, PlayOptions(stop=stop, on_turn=tick, judge=judge))
+    def turns() -> Any:
+        return open_turns(
+            via, folder=folder, rag_timeout_s=float(job["rag_timeout_s"]), repo=repo, memory_mode=condition
+        )
+
+    options = PlayOptions(stop=stop, on_turn=tick, judge=judge, condition=condition)
+    result = play_scenario(scenario, turns, options)
+    result["scenario"] = str(job.get("scenario_name") or scenario.name)  # the file's name, without the condition
     result.setdefault("via", via)  # also when the set-up failed, before any turn
     flush_event_writes()
     write_json(Path(job["result"]), result)

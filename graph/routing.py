@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langgraph.graph import END
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, long_term_memory
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.director import is_stalled
 from personalab.nodes.state import TurnState
@@ -40,5 +40,8 @@ def after_progress_parse(state: TurnState) -> str:
 
 
 def after_review(state: TurnState, runtime: Runtime[Context]) -> str:
-    """Core memory is maintained every N turns (seed 002 定期维护机制)."""
-    return "maintenance" if should_maintain(state["turn"], context_of(runtime).maintenance_every) else "end_turn"
+    """Core memory is maintained every N turns (seed 002 定期维护机制); not without long-term memory (issue 30)."""
+    ctx = context_of(runtime)
+    if not long_term_memory(ctx):
+        return "end_turn"
+    return "maintenance" if should_maintain(state["turn"], ctx.maintenance_every) else "end_turn"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, get_type_hints
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.stores.settings import ReviewMode, describe, env_name, settings
+from personalab.stores.settings import MemoryMode, ReviewMode, describe, env_name, settings
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 
@@ -60,6 +60,26 @@ class Context:
     turn_deadline_s: Annotated[float, describe("turn_deadline")] = _setting("turn_deadline")
     # seed 003: the post-turn review runs on rules (no LLM call) unless told to ask the model
     review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
+    # issue 30: the evaluation's conditions (full memory / recent window only / whole history), one run at a time
+    memory_mode: Annotated[MemoryMode, describe("memory_mode")] = _setting("memory_mode")
+
+
+HISTORY_TURNS = 100_000  # memory_mode "history": every turn of the dialogue (the window then decides what fits)
+
+
+def long_term_memory(ctx: Context) -> bool:
+    """Whether the turn reads PersonaLab's long-term memory (issue 30: off in the recent and history conditions)."""
+    return ctx.memory_mode == "full"
+
+
+def recall_turns_of(ctx: Context) -> int:
+    """Turns of dialogue the prompt may keep: the recent window, or the whole dialogue in the history condition."""
+    return HISTORY_TURNS if ctx.memory_mode == "history" else ctx.recall_turns
+
+
+def middle_tokens_of(ctx: Context) -> int:
+    """The recent-dialogue region's budget; in the history condition the whole window (the window still caps it)."""
+    return max(ctx.middle_tokens, ctx.context_tokens) if ctx.memory_mode == "history" else ctx.middle_tokens
 
 
 # Fields only the server's configuration sets (issue 14): where data lives, the limits that protect the server

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, long_term_memory
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
 from personalab.stores.background import search_with_cap, wait_for_writes
@@ -24,6 +24,9 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     `off_branch`): what a branch the user left wrote comes back with its branch; the other instances' events
     are those of their own current branches (what another play-through abandoned is no reference)."""
     ctx = context_of(runtime)
+    if not long_term_memory(ctx):  # issue 30's recent / history conditions: no stored story events either
+        off = {"status": f"off (memory_mode {ctx.memory_mode})", "ms": 0.0, "current": 0, "others": 0}
+        return {"director_events": {"query": "", "current": [], "others": []}, "debug": {"director": off}}
     with session_scope(ctx.database_url) as session:
         branch = get_path_ids(session, state["instance_id"])  # the lines of the branch this turn continues
     search = story_search(state, state["plot_state"], branch, ctx.database_url)

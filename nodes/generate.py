@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, long_term_memory, middle_tokens_of, recall_turns_of
 from personalab.nodes.llm import MarkerFreeStream, get_chat_model, model_label
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.card_play import DepthPrompt
@@ -38,10 +38,10 @@ log = logging.getLogger(__name__)
 def budgets_of(ctx: Context) -> RegionBudgets:
     return RegionBudgets(
         head=ctx.head_tokens,
-        middle=ctx.middle_tokens,
+        middle=middle_tokens_of(ctx),
         retrieved=ctx.retrieved_tokens,
         tail=ctx.tail_tokens,
-        max_turns=ctx.recall_turns,
+        max_turns=recall_turns_of(ctx),
         chars_per_token=ctx.chars_per_token,
         # the model's own tokenizer when configured (issue 17): exact counts instead of chars_per_token
         text_tokens=text_tokens_of(ctx.tokenizer) if ctx.tokenizer else None,
@@ -54,11 +54,13 @@ def window_of(ctx: Context) -> ContextWindow:
     return ContextWindow(context_tokens=ctx.context_tokens, reply_tokens=ctx.max_reply_tokens)
 
 
-def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
+def retrieved_blocks(state: TurnState, ctx: Context | None = None) -> list[RetrievedBlock]:
     """The long-term memory injection first (world knowledge, then memories), then the director's two layers
-    (current facts, other stories' reference)."""
+    (current facts, other stories' reference). Without long-term memory (issue 30) no session recap either."""
     blocks = [RetrievedBlock(title=b["title"], items=list(b["items"])) for b in state.get("memory_blocks") or []]
-    if state.get("session_recap"):  # a new session's first turn: how the last one ended (seed 002 跨会话延续)
+    if state.get("session_recap") and (
+        ctx is None or long_term_memory(ctx)
+    ):  # a new session's first turn: how the last one ended (seed 002 跨会话延续)
         blocks.insert(0, RetrievedBlock(title=prompts.SESSION_RECAP_TITLE, items=list(state["session_recap"])))
     director = state.get("director_events")
     if director:
@@ -111,7 +113,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
         recent_messages=recent,
         retrieved_blocks=[
             RetrievedBlock(title=catalog.title(block.title), items=[catalog.item(item) for item in block.items])
-            for block in retrieved_blocks(state)
+            for block in retrieved_blocks(state, ctx)
         ],
         user_input=latest or state["message"],
         budgets=budgets_of(ctx),
@@ -132,7 +134,8 @@ def prompt_messages(prompt: Any) -> list[PromptMessage]:
 def calls_after_reply(state: TurnState, ctx: Context) -> int:
     """Model calls the turn makes once its reply is stored: the core-memory maintenance on its turns, the review
     in llm mode (seed 002 定期维护, seed 003); the deadline holds back a share for each."""
-    return int(should_maintain(state["turn"], ctx.maintenance_every)) + int(ctx.review_mode == "llm")
+    maintains = long_term_memory(ctx) and should_maintain(state["turn"], ctx.maintenance_every)
+    return int(maintains) + int(ctx.review_mode == "llm")
 
 
 def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -11,7 +11,7 @@ import logging
 import time
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, long_term_memory
 from personalab.nodes.llm import get_chat_model, load_client
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
@@ -43,6 +43,9 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "deadline_at": deadline_at,
             "debug": {"query_rewrite": {"status": "no dialogue before the input", "query": message}},
         }
+    if not long_term_memory(ctx):  # the query only serves retrieval, which is off (issue 30's recent / history)
+        status = f"off (memory_mode {ctx.memory_mode})"
+        return {"query": message, "deadline_at": deadline_at, "debug": {"query_rewrite": {"status": status}}}
     request = rewrite_messages(message, recent, max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages)))
     until = started + rewrite_seconds(ctx.turn_deadline_s)  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
     try:

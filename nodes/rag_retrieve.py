@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, long_term_memory
 from personalab.nodes.rules.consolidation import asks_about_past, past_note
 from personalab.nodes.rules.curation import (
     IMPORTANT_INSTRUCTIONS,
@@ -459,6 +459,9 @@ def recall_witnessed(
 
 def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     ctx = context_of(runtime)
+    if not long_term_memory(ctx):  # issue 30's recent / history conditions: the prompt reads no long-term memory
+        off = {"status": f"off (memory_mode {ctx.memory_mode})", "ms": 0.0}
+        return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": off}}
     # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])

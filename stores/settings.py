@@ -58,6 +58,7 @@ DatabaseUrl = Annotated[
 LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lower)]
 EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
+MemoryMode = Annotated[Literal["full", "recent", "history"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
 Failpoint = Annotated[
     Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)
@@ -288,6 +289,13 @@ class Settings(BaseSettings):
         20,
         ge=1,
         description="Recent turns of dialogue the prompt keeps; older ones are dropped (seed 002 Prompt区域分配).",
+    )
+    memory_mode: MemoryMode = Field(
+        "full",
+        description="What the prompt remembers (issue 30, for measuring what memory changes): full, PersonaLab's "
+        "long-term memory; recent, the recent-dialogue window only (no retrieval, dialogue record, curated "
+        "memories, world book, knowledge, session recap or core-memory rewrites); history, as recent but the whole "
+        "dialogue in the prompt as far as the window holds it.",
     )
     review_mode: ReviewMode = Field(
         "rule",

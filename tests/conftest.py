@@ -97,7 +97,13 @@ def _dispose(_url: str) -> None:
 # the fixtures a test uses and from the lists below, so no test file needs to name them.
 
 # files whose every test starts `langgraph dev` (or another server process)
-SERVED_FILES = {"test_served.py", "test_auth_http.py", "test_dialogue_served.py", "test_outbox_served.py", "test_bench_load.py"}
+SERVED_FILES = {
+    "test_served.py",
+    "test_auth_http.py",
+    "test_dialogue_served.py",
+    "test_outbox_served.py",
+    "test_bench_load.py",
+}
 # fixtures that start one
 SERVED_FIXTURES = {"server", "served"}
 # files of the fault campaign: kill -9, the database taken away, a full disk
@@ -110,6 +116,9 @@ SLOW_FILES: set[str] = {
     "test_packaging.py",
 }
 SLOW_TESTS: set[str] = {
+    "test_eval_conditions.py::test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting",
+    "test_eval_conditions.py::test_conditions_through_one_shot_cli_turns",
+    "test_eval_conditions.py::test_full_memory_answers_a_fact_40_turns_back_and_the_recent_window_does_not",
     "test_bench_retrieval.py::test_bench_retrieval_reports_latency_steps_memory_growth_and_the_goals",
     "test_bench_turn.py::test_bench_turn_reports_nodes_totals_and_the_goal",
     "test_cli.py::test_console_script_exit_code",

@@ -10,6 +10,13 @@ a longer answer is cut there with finish_reason `length`), and with `context_win
 server does, a request whose prompt (langchain-core's approximate counter at `chars_per_token`, or with `text_tokens`
 set the ChatML-rendered prompt in that tokenizer's tokens) plus its max tokens exceed the window (HTTP 400, "Requested tokens (N) exceed context window of W").
 
+With `reader = True` (issue 30) it is a deterministic extractive reader, a stand-in for a model that reads its
+prompt: a reply request (any request without another purpose's marker) is answered with the prompt's statement
+that shares the most words with the latest user message (CJK character pairs, English words; questions are never
+answers; ties go to the later statement), as `【平静】<statement>`; with nothing sharing at least `READER_MIN_OVERLAP`
+it answers that it does not remember. A query-rewrite request gets the user's latest input back; other purposes the
+default reply. So a fact the prompt holds is answered, and a fact it lacks is not.
+
 Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module): it starts the server on a free port of
 127.0.0.1, points OPENAI_BASE_URL / OPENAI_API_KEY at it, clears the PERSONALAB_* LLM settings, and stops it.
 """
@@ -17,6 +24,7 @@ Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -28,6 +36,62 @@ from typing import Any
 import pytest
 
 DEFAULT_REPLY = "【平静】这是测试服务器的默认回复。"
+READER_MIN_OVERLAP = 2
+READER_UNKNOWN = "【平静】我不记得了。"
+_PURPOSE_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
+_STATEMENT_RE = re.compile(r"[^。！？!?\n]+[。！？!?]?")
+_CJK_RE = re.compile(r"[\u4e00-\u9fff]")
+_WORD_RE = re.compile(r"[a-z][a-z']+")
+_STOPWORDS = frozenset(
+    "what who where when which how the and you your yours my mine our was were are is did does do that this "
+    "with for have has had remember recall tell me again about".split()
+)
+
+
+def _features(text: str) -> set[str]:
+    """CJK character pairs and English content words (possessive 's dropped)."""
+    chars = [c for c in text if _CJK_RE.match(c)]
+    pairs = {a + b for a, b in zip(chars, chars[1:], strict=False)}
+    words = {w.removesuffix("'s") for w in _WORD_RE.findall(text.lower())}
+    return pairs | {w for w in words if len(w) > 2 and w not in _STOPWORDS}
+
+
+def reader_answer(request: dict[str, Any]) -> str:
+    """The extractive reader's answer to a chat request (see the module doc)."""
+    messages = [m for m in request.get("messages") or [] if isinstance(m.get("content"), str)]
+    system = " ".join(m["content"] for m in messages if m.get("role") == "system")
+    purpose = _PURPOSE_RE.search(system)
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        return READER_UNKNOWN
+    question = messages[users[-1]]["content"]
+    if "评审" in system and "【角色的回复】" in question:  # the eval run's judge (evals/prompts.py)
+        recalled = question.split("【检索到的记忆】", 1)[-1].split("【用户的提问】", 1)[0]
+        reply = question.split("【角色的回复】", 1)[-1]
+        used = int(len(_features(recalled) & _features(reply)) >= READER_MIN_OVERLAP)
+        return json.dumps({"persona_consistency": 1, "memory_used": used, "reason": "stub reader"})
+    if purpose and purpose.group(1) == "query_rewrite":
+        latest = question.split("【用户最新输入】", 1)[-1].strip().splitlines()
+        return latest[0] if latest else question
+    if purpose and purpose.group(1) != "reply":
+        return DEFAULT_REPLY
+    asked = _features(question.splitlines()[-1] if question.strip() else question)
+    best, best_score = "", 0
+    for index, message in enumerate(messages):
+        if index == users[-1]:
+            continue
+        for statement in _STATEMENT_RE.findall(message["content"]):
+            statement = statement.strip()
+            if not statement or statement.endswith(("?", "？")):
+                continue
+            score = len(asked & _features(statement))
+            if score >= best_score and score > 0:
+                best, best_score = statement, score
+    if best_score < READER_MIN_OVERLAP:
+        return READER_UNKNOWN
+    return "【平静】" + re.sub(r"^\s*【[^】]*】", "", best).strip()
+
+
 LLM_ENV = (
     "PERSONALAB_MODEL",
     "PERSONALAB_TEMPERATURE",
@@ -63,6 +127,7 @@ class OpenAIStub:
         # the model's tokenizer (a text -> token count function): the prompt is then counted as llama.cpp's server
         # does, the chat template (ChatML) rendered and tokenized, instead of approximately
         self.text_tokens: Callable[[str], int] | None = None
+        self.reader = False  # the extractive reader (issue 30) instead of DEFAULT_REPLY
         self._queue: deque[StubReply] = deque()
         # replies kept for one purpose's requests (its marker in the system prompt, nodes/rules/prompts.py), whatever
         # the order of the calls: a cold process may give up a call (its deadline share) before it is sent
@@ -167,7 +232,9 @@ class OpenAIStub:
         for purpose, kept in self._by_purpose.items():
             if kept and f"〔PersonaLab任务：{purpose}〕" in system:
                 return kept.popleft()
-        return self._queue.popleft() if self._queue else StubReply()
+        if self._queue:
+            return self._queue.popleft()
+        return StubReply(reader_answer(request)) if self.reader else StubReply()
 
     def queue(self, *replies: StubReply | str) -> None:
         """Answer the next requests with these, in order (a string = a plain reply with that content)."""
