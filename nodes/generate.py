@@ -24,6 +24,7 @@ from personalab.nodes.rules.character import (
     POST_HISTORY_LABEL,
     definition_parts,
     substitute,
+    user_persona_parts,
 )
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
@@ -69,6 +70,12 @@ def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
     return blocks
 
 
+def user_persona_part(state: TurnState) -> list[tuple[str, str]]:
+    """The user's persona in the head's character block (issue 28): the instance's persona description."""
+    character = state["character"]
+    return user_persona_parts(character.get("user_persona"), character["name"], state.get("user_name"))
+
+
 def build_prompt(state: TurnState, ctx: Context) -> Any:
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
@@ -83,7 +90,8 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
     return assemble_within_window(
         window_of(ctx),
         system_instruction=prompts.role_play_instruction(name),
-        character_parts=definition_parts({key: field(key) for key in ("system_prompt", "persona", "description")}),
+        character_parts=definition_parts({key: field(key) for key in ("system_prompt", "persona", "description")})
+        + user_persona_part(state),
         example_dialogue=EXAMPLE_DIALOGUE_LABEL + "\n" + examples if examples.strip() else "",
         post_history=POST_HISTORY_LABEL + "\n" + post_history if post_history.strip() else "",
         core_memory=state.get("core_memory", {}),

@@ -33,6 +33,7 @@ from personalab.stores.branches import place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
+from personalab.stores.personas import persona_of_instance
 from personalab.stores.saves import get_save, outline_of
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
@@ -248,8 +249,6 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
-    if user_name and lines:
-        lines[-1]["display_name"] = user_name
     run_key = run_key_of()
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
@@ -263,9 +262,17 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 reply_to, branch_from, lines = replayed, None, []
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
+            # issue 28: the instance's persona names the user unless the call gives a name
+            persona = persona_of_instance(session, instance_id)
+            if user_name is None and persona is not None:
+                user_name = persona.name
+            if user_name and lines:
+                lines[-1]["display_name"] = user_name
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
             if run_key is not None and not replayed:
-                remember_run(session, instance_id, run_key, cast(int, written[-1].id))  # with the line, in its transaction
+                remember_run(
+                    session, instance_id, run_key, cast(int, written[-1].id)
+                )  # with the line, in its transaction
             sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
             name = role.name if role else "角色"
@@ -273,7 +280,13 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             kept = kept_state(session, state, instance_id, path, anchor)
             # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
             branch = set(path)
-            recap = recap_items(recap_turns(session, sitting.previous, branch=branch), name) if sitting.previous else []
+            recap = (
+                recap_items(
+                    recap_turns(session, sitting.previous, branch=branch), name, persona.name if persona else None
+                )
+                if sitting.previous
+                else []
+            )
             (head_end, tail_start), history = read_recall_window(session, path, window_turns(ctx), save.role_id, name)
             background = session.get(Background, save.background_id) if save.background_id else None
             outline = (
@@ -285,6 +298,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         raise
 
     character = character_of(role, name, save.background_id, background.world_setting if background else "")
+    if persona is not None and (persona.description or "").strip():
+        character["user_persona"] = persona.description
     update: TurnUpdate = {
         **cast(TurnUpdate, kept),
         "turn": kept.get("turn", 0) + 1,

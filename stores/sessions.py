@@ -148,12 +148,13 @@ def list_sessions(session: Session, save_id: int) -> list[dict[str, Any]]:
 RECAP_CHARS = 120  # per line of the recap: a reminder, not a transcript
 
 
-def recap_items(turns: list[dict[str, Any]], character_name: str) -> list[str]:
+def recap_items(turns: list[dict[str, Any]], character_name: str, user_name: str | None = None) -> list[str]:
     """The recap block's lines (seed 002 跨会话延续): one per turn of the last session, `第N轮 用户：…／name：…`,
-    each side cut to `RECAP_CHARS` characters (marked with …)."""
+    each side cut to `RECAP_CHARS` characters (marked with …); `user_name`: the instance's persona (issue 28)."""
 
     def cut(text: str) -> str:
         text = " ".join(text.split())
         return text if len(text) <= RECAP_CHARS else text[: RECAP_CHARS - 1] + "…"
 
-    return [f"第{t['turn']}轮 用户：{cut(t['user'])}／{character_name}：{cut(t['reply'])}" for t in turns]
+    user = user_name or "用户"
+    return [f"第{t['turn']}轮 {user}：{cut(t['user'])}／{character_name}：{cut(t['reply'])}" for t in turns]

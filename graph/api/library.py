@@ -63,6 +63,7 @@ from personalab.nodes.rules.plot import new_plot_state
 from personalab.stores import library_rows as rows
 from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
+from personalab.stores.personas import persona_row
 from personalab.stores.saves import append_lines, create_save, get_save
 from personalab.stores.tables import Background, Role, Save
 from personalab.stores.threads import thread_id_for
@@ -435,12 +436,14 @@ class Instances(_Area):
                 )
             if not greetings and item.greeting:
                 raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
+            persona = persona_row(session, item.persona_id, self.owner) if item.persona_id is not None else None
             title = item.title.strip() or f"{character_row.name} · {background.name}"
             instance_row = create_save(session, character_row.id, background.id, title=title)
             assert instance_row.id is not None
-            rows.change_row(session, instance_row, {"owner": self.owner}, stamp=False)
+            rows.change_row(session, instance_row, {"owner": self.owner, "persona_id": item.persona_id}, stamp=False)
             if greetings and greetings[item.greeting].strip():
-                text = substitute(greetings[item.greeting], character_row.name, DEFAULT_USER_NAME)
+                user = persona.name if persona is not None else DEFAULT_USER_NAME
+                text = substitute(greetings[item.greeting], character_row.name, user)
                 append_lines(
                     session,
                     instance_row.id,

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
-from personalab.graph.api import cards, dialogue, library
+from personalab.graph.api import PersonaLab, cards, dialogue, library
 from personalab.graph.api.schemas.library import CHARACTER_TEXT
 from personalab.graph.http.guards import PathId
 from personalab.graph.http.users import auth_enabled, verify
@@ -302,6 +302,7 @@ def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1
         pages=pages,
         characters=library.list_characters(owner=user.owner),
         backgrounds=library.list_backgrounds(owner=user.owner),
+        personas=PersonaLab(owner=user.owner).personas.list(),  # issue 28: the persona select
     )
 
 
@@ -311,8 +312,13 @@ def create_instance(
     character_id: FormId,
     background_id: FormId,
     title: Annotated[str, Form()] = "",
+    persona_id: Annotated[str, Form()] = "",
 ) -> Response:
-    data = {"character_id": character_id, "background_id": background_id, "title": title.strip()}
+    data: dict[str, Any] = {"character_id": character_id, "background_id": background_id, "title": title.strip()}
+    if persona_id.strip():  # issue 28: the persona select ("" plays with none)
+        if not persona_id.strip().isdigit():
+            raise InvalidInput(f"persona_id: {persona_id.strip()[:40]!r} is not a persona id")
+        data["persona_id"] = int(persona_id)
     made = library.create_instance(data, owner=user.owner)
     return _go(f"{PREFIX}/instances/{made.id}")
 
@@ -400,6 +406,7 @@ def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
         "gaps": GAPS,
         "choice_levels": CHOICE_LEVELS,
         "last_line_id": page["leaf"],
+        "personas": PersonaLab(owner=owner).personas.list(),  # issue 28: the persona select
     }
 
 

@@ -221,5 +221,3 @@ def recall_window(
             if len(last) == turns:
                 return first, index
     return size, size
-
-

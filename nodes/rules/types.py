@@ -9,7 +9,7 @@ At run time they are plain dicts: nothing here validates, so a turn does not pay
 
 from __future__ import annotations
 
-from typing import Any, Literal, Required
+from typing import Any, Literal, NotRequired, Required
 
 from personalab.nodes.rules.review.types import ChoiceLevelName
 from pydantic import ConfigDict, with_config
@@ -86,6 +86,8 @@ class Character(TypedDict):
     """Example dialogue showing how the character speaks (prompt middle; "" when none)."""
     post_history_instructions: str
     """Instructions placed after the dialogue, right before the user's input (prompt tail; "" when none)."""
+    user_persona: NotRequired[str]
+    """The description of the user's persona the instance plays with (issue 28; absent or "" when none)."""
 
 
 @with_config(DESCRIBED)

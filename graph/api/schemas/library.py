@@ -165,6 +165,8 @@ class InstanceInput(_Input):
     """Default: "<character> · <background>"."""
     greeting: int = Field(default=0, ge=0, le=INTEGER_MAX)
     """Which of the character's greetings opens the instance (0: the first)."""
+    persona_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    """The user's persona it plays with (issue 28; None: the user name per turn)."""
 
 
 class PlotProgress(BaseModel):
@@ -192,6 +194,8 @@ class Instance(BaseModel):
     owner: str | None = None
     thread_id: str | None = None
     """The LangGraph thread of its turns (issue 28: a client without Python runs a turn on it)."""
+    persona_id: int | None = None
+    """The user's persona it plays with (issue 28; None: the user name per turn)."""
 
 
 class Deleted(BaseModel):
