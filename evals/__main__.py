@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from personalab.evals import (
     bench_builder,
     bench_cold,
+    bench_console,
     bench_faults,
     bench_history,
     bench_load,
     bench_retrieval,
     bench_turn,
+    bench_web,
     bench_worldbook,
     convert,
     locomo,
@@ -75,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench_load.register(kinds)
     bench_faults.register(kinds)
     bench_worldbook.register(kinds)
+    bench_console.register(kinds)
+    bench_web.register(kinds)
     evaluate = sub.add_parser("eval", help="quality evaluations on benchmarks")
     kinds = evaluate.add_subparsers(dest="eval", required=True, parser_class=type(evaluate))
     locomo_eval = kinds.add_parser(

@@ -442,9 +442,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
         help="kill -9 at every phase of a turn, and the database down mid-turn; lines and memories lost or duplicated",
     )
     faults.add_argument("--trials", type=int, default=20, help="kills per phase and database")
-    faults.add_argument(
-        "--outage-trials", type=int, help="outages per db_down phase (PostgreSQL; default: --trials)"
-    )
+    faults.add_argument("--outage-trials", type=int, help="outages per db_down phase (PostgreSQL; default: --trials)")
     faults.add_argument("--phases", help=f"comma-separated, of: {', '.join(PHASES)} (default: all)")
     faults.add_argument("--databases", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
     faults.add_argument(

@@ -111,7 +111,9 @@ def _parse_conversation(raw: Any, where: str) -> LocomoConversation:
                 raise InvalidInput(f"{sample_id}: session {number}, turn {index + 1} has no text")
             dia_id = normalise_dia_id(str(turn.get("dia_id", "")))
             if dia_id is None:
-                raise InvalidInput(f"{sample_id}: session {number}, turn {index + 1}: bad dia_id {turn.get('dia_id')!r}")
+                raise InvalidInput(
+                    f"{sample_id}: session {number}, turn {index + 1}: bad dia_id {turn.get('dia_id')!r}"
+                )
             caption = turn.get("blip_caption")
             turns.append(
                 LocomoTurn(
@@ -270,7 +272,9 @@ def run_eval(
         entries = store.add_memories(instance, items)
         ingest_s += time.perf_counter() - started
         memories += len(entries)
-        dia_ids: dict[Any, str] = {entry.id: turn.dia_id for entry, turn in zip(entries, conversation.turns, strict=True)}
+        dia_ids: dict[Any, str] = {
+            entry.id: turn.dia_id for entry, turn in zip(entries, conversation.turns, strict=True)
+        }
         model = bm25_baseline(conversation)
         for question in conversation.questions:
             if question.category not in CATEGORIES:

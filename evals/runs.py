@@ -386,6 +386,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
         help="how each turn is played: in the scenario's process (default), a `personalab turn --json` process "
         "each, or through `langgraph dev` (LangGraph HTTP API)",
     )
-    run_parser.add_argument("--repo", help="with --via served: the folder with langgraph.json (default: the package's tree)")
+    run_parser.add_argument(
+        "--repo", help="with --via served: the folder with langgraph.json (default: the package's tree)"
+    )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     run_parser.set_defaults(handler=run)

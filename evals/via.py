@@ -240,7 +240,9 @@ def open_turns(via: str, *, folder: Path, rag_timeout_s: float, repo: Path | Non
 
     passed = ("PERSONALAB_LLM", "OPENAI_API_KEY", "OPENAI_BASE_URL")  # graph_server does not pass them on by itself
     server_env = {key: env[key] for key in passed if key in env}
-    server_env.update(PERSONALAB_DATA_DIR=env["PERSONALAB_DATA_DIR"], PERSONALAB_RAG_TIMEOUT=env["PERSONALAB_RAG_TIMEOUT"])
+    server_env.update(
+        PERSONALAB_DATA_DIR=env["PERSONALAB_DATA_DIR"], PERSONALAB_RAG_TIMEOUT=env["PERSONALAB_RAG_TIMEOUT"]
+    )
     workdir = folder / "server"
     with graph_server(repo or default_repo(), workdir, server_env) as url:
         pid_file = workdir / "server.pid"

@@ -51,6 +51,59 @@ def _instances_using(session: Session, column: Any, value: int, owner: str | Non
     return [int(i) for i in ids if i is not None]
 
 
+def instances_using_each(
+    session: Session, column: Any, values: Iterable[int], owner: str | None = None
+) -> dict[int, list[int]]:
+    """`_instances_using` for many characters (`column` Save.role_id) or backgrounds at once, in one query: each
+    value's instance ids, oldest first (a library page costs the same with 5 or 500 entries)."""
+    wanted = [value for value in values if value is not None]
+    found: dict[int, list[int]] = {value: [] for value in wanted}
+    if not wanted:
+        return found
+    query = select(column, Save.id).where(col(column).in_(wanted), *visible(col(Save.owner), None, owner))
+    for value, instance_id in session.exec(query.order_by(col(Save.id))).all():
+        if value is not None and instance_id is not None:
+            found[int(value)].append(int(instance_id))
+    return found
+
+
+def character_list_rows(session: Session, owner: str | None) -> list[tuple[Role, int]]:
+    """`character_rows` without reading the avatar images (a library page never needs their bytes), each with its
+    avatar's size in bytes (0: none)."""
+    from sqlalchemy.orm import defer
+
+    query = (
+        select(Role, func.coalesce(func.length(col(Role.avatar_image)), 0))
+        .where(*visible(col(Role.owner), col(Role.shared), owner))
+        .options(defer(Role.avatar_image))  # type: ignore[arg-type]
+        .order_by(col(Role.id))
+    )
+    return [(role, int(size)) for role, size in session.exec(query).all()]
+
+
+def outlines(session: Session, background_ids: Iterable[int]) -> dict[int, list[str]]:
+    """Each background's outline point texts in order, in one query."""
+    wanted = [value for value in background_ids if value is not None]
+    found: dict[int, list[str]] = {value: [] for value in wanted}
+    if wanted:
+        points = select(OutlinePoint.background_id, OutlinePoint.content).where(
+            col(OutlinePoint.background_id).in_(wanted)
+        )
+        for background_id, content in session.exec(
+            points.order_by(col(OutlinePoint.background_id), col(OutlinePoint.position))
+        ).all():
+            found[background_id].append(content)
+    return found
+
+
+def names(session: Session, kind: str, owner: str | None) -> list[tuple[int, str]]:
+    """(id, name) of every character (`kind` "character") or background `owner` sees, oldest first: what a picker
+    lists, without the rows' text, avatars or outlines."""
+    table: Any = Role if kind == "character" else Background
+    query = select(table.id, table.name).where(*visible(col(table.owner), col(table.shared), owner))
+    return [(int(row_id), str(name)) for row_id, name in session.exec(query.order_by(col(table.id))).all()]
+
+
 def instances_of_character(session: Session, character_id: int, owner: str | None = None) -> list[int]:
     """Ids of the instances of character `character_id` `owner` has (the operator: all)."""
     return _instances_using(session, Save.role_id, character_id, owner)
@@ -221,16 +274,40 @@ def instance_ids(session: Session, owner: str | None) -> list[int]:
 
 
 def instance_rows(
-    session: Session, owner: str | None, character_id: int | None = None, background_id: int | None = None
+    session: Session,
+    owner: str | None,
+    character_id: int | None = None,
+    background_id: int | None = None,
+    *,
+    offset: int = 0,
+    limit: int | None = None,
 ) -> tuple[list[Save], Any]:
-    """`owner`'s instances (of one character and/or background), newest first, and a select of their ids."""
+    """`owner`'s instances (of one character and/or background), newest first (`offset`/`limit`: one page of
+    them, cut in SQL), and the ids of those listed (what `instance_summaries` reads the rest for)."""
+    chosen = _instance_filter(owner, character_id, background_id)
+    statement = select(Save).where(*chosen).order_by(col(Save.id).desc())
+    if offset or limit is not None:
+        statement = statement.offset(offset).limit(limit)
+        listed = list(session.exec(statement).all())
+        return listed, [row.id for row in listed]
+    return list(session.exec(statement).all()), select(Save.id).where(*chosen)
+
+
+def instance_count(
+    session: Session, owner: str | None, character_id: int | None = None, background_id: int | None = None
+) -> int:
+    """How many instances `instance_rows` lists for the same filter (the pages of a paged list)."""
+    chosen = _instance_filter(owner, character_id, background_id)
+    return int(session.exec(select(func.count()).select_from(Save).where(*chosen)).one())
+
+
+def _instance_filter(owner: str | None, character_id: int | None, background_id: int | None) -> list[Any]:
     chosen = visible(col(Save.owner), None, owner)
     if character_id is not None:
         chosen.append(col(Save.role_id) == character_id)
     if background_id is not None:
         chosen.append(col(Save.background_id) == background_id)
-    listed = list(session.exec(select(Save).where(*chosen).order_by(col(Save.id).desc())).all())
-    return listed, select(Save.id).where(*chosen)
+    return chosen
 
 
 def instance_summaries(session: Session, listed: Sequence[Save], scope: Any) -> list[dict[str, Any]]:

@@ -79,11 +79,33 @@ def page_memories(
     include_record: bool = False,
     offset: int = 0,
     limit: int = 50,
+    turn_from: int | None = None,
+    turn_to: int | None = None,
+    location: str | None = None,
+    text: str | None = None,
+    pinned: bool | None = None,
+    newest_first: bool = False,
+    count_limit: int | None = None,
 ) -> tuple[int, list[MemoryEntry]]:
-    """(how many match, the page `offset`..`offset+limit` of them in id order). `types`: any of these types."""
+    """(how many match, the page `offset`..`offset+limit` of them in id order, or newest first). `types`: any of
+    these types; `turn_from`..`turn_to`: the turns made (both ends kept); `location`: the scene, exactly;
+    `text`: a part of the content (case-insensitive, `%` and `_` taken literally); `pinned`: only (un)pinned.
+    `count_limit`: count at most this many plus one (a filter no index serves need not scan every row to say
+    "more than N")."""
     if offset < 0 or limit < 0:
         raise InvalidInput(f"offset {offset} / limit {limit}: must be whole numbers ≥ 0")
     where: list[Any] = [MemoryEntry.instance_id == instance_id, *branch_clause(path)]
+    if turn_from is not None:
+        where.append(col(MemoryEntry.turn) >= turn_from)
+    if turn_to is not None:
+        where.append(col(MemoryEntry.turn) <= turn_to)
+    if location is not None:
+        where.append(MemoryEntry.location == location)
+    if pinned is not None:
+        where.append(MemoryEntry.pinned == pinned)
+    if text:
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where.append(col(MemoryEntry.content).ilike(f"%{escaped}%", escape="\\"))
     if character_id is not None:
         where.append(MemoryEntry.character_id == character_id)
     if layer is not None:
@@ -92,9 +114,53 @@ def page_memories(
         where.append(col(MemoryEntry.type).in_(list(types)))
     if not include_record and layer != MemoryType.RECORD.value and MemoryType.RECORD.value not in (types or ()):
         where.append(MemoryEntry.type != MemoryType.RECORD.value)
-    total = int(session.exec(select(func.count()).select_from(MemoryEntry).where(*where)).one())
-    rows = session.exec(select(MemoryEntry).where(*where).order_by(col(MemoryEntry.id)).offset(offset).limit(limit))
+    if count_limit is None:
+        total = int(session.exec(select(func.count()).select_from(MemoryEntry).where(*where)).one())
+    else:
+        capped = select(MemoryEntry.id).where(*where).limit(count_limit + 1).subquery()
+        total = int(session.exec(select(func.count()).select_from(capped)).one())
+    order = col(MemoryEntry.id).desc() if newest_first else col(MemoryEntry.id)
+    rows = session.exec(select(MemoryEntry).where(*where).order_by(order).offset(offset).limit(limit))
     return total, list(rows.all())
+
+
+def scenes_of(session: Session, instance_id: int, limit: int = 200) -> list[str]:
+    """The scenes (locations) the instance's memories name, for the inspector's filter (at most `limit`)."""
+    rows = session.exec(
+        select(MemoryEntry.location)
+        .where(MemoryEntry.instance_id == instance_id, MemoryEntry.location != "")
+        .distinct()
+        .order_by(col(MemoryEntry.location))
+        .limit(limit)
+    )
+    return [str(row) for row in rows.all()]
+
+
+def foreign_ids(session: Session, instance_id: int, memory_ids: Sequence[int]) -> list[int]:
+    """The ids among `memory_ids` that are not memories of the instance (another instance's, or none at all)."""
+    ids = sorted(set(memory_ids))
+    if not ids:
+        return []
+    mine = set(
+        session.exec(
+            select(MemoryEntry.id).where(MemoryEntry.instance_id == instance_id, col(MemoryEntry.id).in_(ids))
+        ).all()
+    )
+    return [i for i in ids if i not in mine]
+
+
+def pinned_among(session: Session, instance_id: int, memory_ids: Sequence[int]) -> list[int]:
+    """The pinned memories among `memory_ids` of the instance."""
+    if not memory_ids:
+        return []
+    rows = session.exec(
+        select(MemoryEntry.id).where(
+            MemoryEntry.instance_id == instance_id,
+            col(MemoryEntry.id).in_(list(memory_ids)),
+            MemoryEntry.pinned == True,  # noqa: E712 - SQL, not Python truth
+        )
+    )
+    return sorted(int(i) for i in rows.all() if i is not None)
 
 
 def memory_in(session: Session, instance_id: int, memory_id: int) -> MemoryEntry | None:

@@ -23,7 +23,11 @@ class MemoryEntry(SQLModel, table=True):
     """One memory (seed 001 `MemoryEntry`)."""
 
     __tablename__ = "memory_entry"
-    __table_args__ = (Index("ix_memory_entry_scope", "instance_id", "character_id", "layer"),)
+    __table_args__ = (
+        Index("ix_memory_entry_scope", "instance_id", "character_id", "layer"),
+        # issue 25: the inspector's current-branch page (`line_id IS NULL OR line_id IN path`) of one instance
+        Index("ix_memory_entry_branch", "instance_id", "line_id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     instance_id: int = Field(foreign_key="save.id", index=True)
@@ -61,6 +65,10 @@ class MemoryEntry(SQLModel, table=True):
     line_id: int | None = Field(default=None, index=True)
     last_mentioned_turn: int | None = None
     last_mentioned_at: datetime | None = None
+    # Issue 25: the last reply whose prompt held this memory (written with the reply's provenance, in its
+    # transaction); None: never in a prompt since it was recorded
+    last_used_turn: int | None = None
+    last_used_at: datetime | None = None
 
     # Issue 26 (curation). Who was present when it happened (seed 000's line identities: ``role:<role_id>``,
     # ``npc:<script_role_id>``, ``user``, ``narration``); None or empty: made before witnesses were recorded,

@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from personalab.stores.memapi_tables import ReplyProvenance
+from personalab.stores.memory_tables import MemoryEntry
+from personalab.stores.tables import utcnow
+from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 
@@ -28,6 +31,28 @@ def record_provenance(
             line_ids=[int(i) for i in line_ids],
             data=dict(data),
         )
+    )
+    mark_used(session, instance_id, turn, used_memory_ids(data))
+
+
+def used_memory_ids(data: Mapping[str, Any]) -> list[int]:
+    """The memories a provenance record says reached the prompt."""
+    found = []
+    for item in data.get("memories") or []:
+        memory_id = item.get("id")
+        if item.get("in_prompt") and isinstance(memory_id, int) and not isinstance(memory_id, bool):
+            found.append(memory_id)
+    return sorted(set(found))
+
+
+def mark_used(session: Session, instance_id: int, turn: int, memory_ids: Sequence[int]) -> None:
+    """Issue 25 "last used": the memories a reply's prompt held get its turn and time (the reply's transaction)."""
+    if not memory_ids:
+        return
+    session.exec(
+        update(MemoryEntry)
+        .where(col(MemoryEntry.instance_id) == instance_id, col(MemoryEntry.id).in_(list(memory_ids)))
+        .values(last_used_turn=turn, last_used_at=utcnow())
     )
 
 

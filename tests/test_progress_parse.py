@@ -278,3 +278,22 @@ def test_random_texts_survive_parse_then_format() -> None:
             exact += 1
             assert again == text, text
     assert exact > 500
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        # the issue-30 reply of a 1.5B model: the template's field names copied after the real action
+        ("【开心】好啊，走吧。(往后退了一步)‹语音文本>(动作)", [("开心", "好啊，走吧。", None, "往后退了一步")]),
+        (
+            "【惊讶】哇<语音文本>（动作）【好奇】今天想做什么呢？",
+            [("惊讶", "哇", None, None), ("好奇", "今天想做什么呢？", None, None)],
+        ),
+        ("【情绪】台词<语音文本>(动作)【开心】嗯。", [("开心", "嗯。", None, None)]),
+        ("【happy】Hi there.<tts text>(action)", [("happy", "Hi there.", None, None)]),
+        ("【开心】好的<hǎo de>(点头)", [("开心", "好的", "hǎo de", "点头")]),  # real fields stay
+    ],
+)
+def test_the_formats_own_placeholders_never_reach_a_stored_line(reply: str, expected: list[tuple]) -> None:
+    segments = parse_reply(reply)
+    assert [(s["original_emotion"], s["content"], s["tts_content"], s["action_content"]) for s in segments] == expected

@@ -175,7 +175,8 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     # the turn input's other parts: a narration line before the user's, a time gap and a picked choice
     more = {
         "message": "好",
-        "host_line": "雨停了。",
+        "host_speaker": ["", "", ""],
+        "host_text": ["雨停了。", "", ""],
         "time_gap": "hours",
         "choice_text": "同行",
         "choice_level": "important",
@@ -186,6 +187,50 @@ def test_a_turn_streams_tokens_and_emotions_without_raw_tags_or_markers(client: 
     client.post(f"/app/instances/{instance}/sessions")
     after = _events(client.post(f"/app/instances/{instance}/turn", data={"message": "我回来了"}).text)
     assert after[-1][0] == "done" and after[-1][1]["recap"], after[-1]
+
+
+def test_host_lines_of_a_scene_go_before_the_users_line_in_order(client: TestClient) -> None:
+    """Seed 000's example 2: narration and other characters of the scene spoken by the host, then the user."""
+    instance = _instance(client)
+    chat = client.get(f"/app/instances/{instance}")
+    assert chat.text.count('name="host_text"') == 3 and '<option value="旁白">' in chat.text
+    turn = {
+        "message": "赶紧穿上啦，我回避一下！",
+        "user_name": "莱姆",
+        "host_speaker": ["", "白小喵", "雷娜"],
+        "host_text": ["圣诞节到了，莱姆来到了钦灵的家里", "喵？有客人来了。", "我衣服还没换好呢，不要看啦！"],
+    }
+    assert _events(client.post(f"/app/instances/{instance}/turn", data=turn).text)[-1][0] == "done"
+    lines = dialogue.history(instance, offset=0, limit=20)["lines"]
+    said = [(line["attribute"], line["speaker"], line["content"]) for line in lines]
+    character = library.get_instance(instance).character_id
+    assert said[1:5] == [
+        ("assistant", "旁白", "圣诞节到了，莱姆来到了钦灵的家里"),
+        ("assistant", "白小喵", "喵？有客人来了。"),
+        ("assistant", "雷娜", "我衣服还没换好呢，不要看啦！"),
+        ("user", "莱姆", "赶紧穿上啦，我回避一下！"),
+    ], said
+    assert lines[1]["role_id"] is None and lines[2]["role_id"] is None and lines[3]["role_id"] == character
+    assert said[5:] and all(line[:2] == ("assistant", "雷娜") for line in said[5:])  # the reply (one line or more)
+    page = client.get(f"/app/instances/{instance}").text
+    # the scene's speakers are offered next time
+    assert "喵？有客人来了。" in page and '<option value="白小喵">' in page
+    # rows without text are skipped; a speaker over the limit or rows that do not pair up store nothing
+    before = dialogue.line_count(instance)
+    long_name = client.post(
+        f"/app/instances/{instance}/turn",
+        data={"message": "好", "host_speaker": ["名" * 101, ""], "host_text": ["台词", ""]},
+    )
+    assert long_name.status_code == 422 and "host_speaker" in long_name.text
+    unpaired = client.post(
+        f"/app/instances/{instance}/turn", data={"message": "好", "host_speaker": ["a", "b"], "host_text": ["台词"]}
+    )
+    assert unpaired.status_code == 422 and "host_speaker" in unpaired.text
+    nul = client.post(
+        f"/app/instances/{instance}/turn", data={"message": "好", "host_speaker": [""], "host_text": ["a\x00b"]}
+    )
+    assert "lines_before" in nul.text
+    assert dialogue.line_count(instance) == before
 
 
 def test_an_empty_message_a_stale_page_and_a_bad_action_are_one_message_and_store_nothing(client: TestClient) -> None:
@@ -243,6 +288,40 @@ def test_with_auth_on_the_app_asks_for_a_token_and_users_never_see_each_others_t
     sent = client.post(f"/app/instances/{instance}/turn", data={"action": "send", "message": "偷看"})
     assert sent.status_code == 404
     assert dialogue.line_count(instance) == 1  # the greeting only
+
+
+def test_with_jwt_auth_the_sign_in_page_takes_a_jwt_and_says_why_one_is_refused(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import jwt
+
+    secret = "web-jwt-secret-0123456789abcdef0123456789"
+    monkeypatch.setenv("PERSONALAB_AUTH", "jwt")
+    monkeypatch.setenv("PERSONALAB_JWT_SECRET", secret)
+    later = int(time.time()) + 3600
+    alice = jwt.encode({"sub": "alice", "exp": later}, secret, algorithm="HS256")
+    bob = jwt.encode({"sub": "bob", "exp": later}, secret, algorithm="HS256")
+    page = client.get("/app/instances")
+    assert page.url.path == "/app/login" and "JWT" in page.text
+    for token, why in (
+        (jwt.encode({"sub": "alice", "exp": int(time.time()) - 60}, secret, algorithm="HS256"), "expired"),
+        (
+            jwt.encode({"sub": "alice", "exp": later}, "another-secret-0123456789abcdef0123", algorithm="HS256"),
+            "not valid",
+        ),
+        (jwt.encode({"exp": later}, secret, algorithm="HS256"), "lacks the claim"),
+    ):
+        refused = client.post("/app/login", data={"token": token})
+        assert refused.status_code == 401 and why in refused.text and token not in refused.text, refused.text
+    client.post("/app/login", data={"token": alice})
+    assert "alice" in client.get("/app/instances").text
+    instance = _instance(client)
+    client.cookies.clear()
+    client.post("/app/login", data={"token": bob})
+    assert "bob" in client.get("/app/instances").text and "雷娜" not in client.get("/app/characters").text
+    assert client.get(f"/app/instances/{instance}").status_code == 404
 
 
 def test_the_emotion_splitter_holds_a_tag_split_over_tokens() -> None:
@@ -338,6 +417,14 @@ def test_a_long_instance_list_is_paged(client: TestClient) -> None:
     second = client.get("/app/instances?page=2")
     assert second.text.count('<tr id="instance-') == 5 and f'id="instance-{first}"' in second.text
     assert client.get("/app/instances?page=99").text.count('<tr id="instance-') == 5
+    # the API's page: cut in SQL, newest first, with the total; a user's page counts only their own
+    listed, total = library.list_instances_page(offset=50, limit=50)
+    assert total == 55 and [item.id for item in listed] == sorted((item.id for item in listed), reverse=True)
+    assert listed[-1].id == first and listed[-1].character_name == "雷娜" and listed[-1].plot is not None
+    assert library.list_instances_page(offset=0, limit=50, owner="somebody-else") == ([], 0)
+    # the character's delete confirmation names how many go and lists the newest 50
+    confirm = client.get(f"/app/characters/{character}/delete").text
+    assert confirm.count("<li>") == 50 and "还有 5 个" in confirm and "第53号" in confirm
 
 
 def test_the_history_pages_back_to_the_first_line(client: TestClient) -> None:

@@ -297,3 +297,52 @@ def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) ->
         _shot(alice, "login")
         alice.goto(f"{url}/instances")
         expect(alice).to_have_url(f"{url}/login")
+
+
+def test_two_users_signed_in_with_jwts_never_see_each_others_things(browser: Any, tmp_path: Path) -> None:
+    """PERSONALAB_AUTH=jwt: the sign-in page takes a JWT (HS256 with the server's secret); an expired one is refused
+    with the reason; two users in two browser contexts see only their own character, background and instance."""
+    import time
+
+    import jwt
+
+    secret = "browser-jwt-secret-0123456789abcdef01234567"
+    later = int(time.time()) + 3600
+    tokens = {user: jwt.encode({"sub": user, "exp": later}, secret, algorithm="HS256") for user in ("alice", "bob")}
+    with served(tmp_path, PERSONALAB_AUTH="jwt", PERSONALAB_JWT_SECRET=secret) as app_url:
+        url = f"{app_url}/app"
+        alice, bob = _page(browser), _page(browser, locale="en-US")
+        bob.goto(f"{url}/instances")
+        expect(bob).to_have_url(f"{url}/login")
+        expect(bob.locator("label[for=token]")).to_have_text("JWT")
+        bob.fill("#token", jwt.encode({"sub": "bob", "exp": int(time.time()) - 60}, secret, algorithm="HS256"))
+        bob.click("form button[type=submit]")
+        expect(bob.locator("#login-error")).to_contain_text("expired")
+        for page, user in ((alice, "alice"), (bob, "bob")):
+            page.goto(f"{url}/instances")
+            expect(page).to_have_url(f"{url}/login")
+            page.fill("#token", tokens[user])
+            page.click("form button[type=submit]")
+            expect(page).to_have_url(f"{url}/instances")
+            expect(page.locator(".user")).to_contain_text(user)
+        _import_card(alice, url, CARD)
+        _background(alice, url, "雾港", ["搁浅"])
+        _new_instance(alice, url, "爱丽丝的存档")
+        # a host line of the scene (seed 000) before hers: it goes in first, and the row is empty after the turn
+        alice.click("details.more summary")
+        alice.fill("#host_speaker_1", "守卫")
+        alice.fill("#host_text_1", "雾里传来脚步声。")
+        _send(alice, "只有我知道的秘密")
+        expect(alice.locator("#lines .line.assistant", has_text="雾里传来脚步声。")).to_contain_text("守卫")
+        expect(alice.locator("#host_text_1")).to_have_value("")
+        secret_chat = alice.url
+        for where in ("instances", "characters", "backgrounds"):
+            bob.goto(f"{url}/{where}")
+            text = bob.inner_text("main")
+            assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
+        bob.goto(secret_chat)
+        expect(bob.locator("#error-message")).to_be_visible()
+        assert "秘密" not in bob.inner_text("body")
+        alice.goto(f"{url}/instances")
+        expect(alice.locator("#instance-list")).to_contain_text("爱丽丝的存档")
+        assert not alice.js_errors and not bob.js_errors, (alice.js_errors, bob.js_errors)

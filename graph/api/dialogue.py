@@ -139,6 +139,62 @@ class Dialogue(_Area):
                 "lines": [_line_view(row, siblings.get(row["parent_line_id"], []), True) for row in rows],
             }
 
+    def view(self, instance_id: int, *, offset: int = -DEFAULT_PAGE, limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+        """What a chat page shows, read in one session (issue 24: a page is a few queries, however long the
+        dialogue): `{"instance", "character", "page", "branch", "outline"}` — the instance as the list shows it,
+        its character (None when it has none), `history`'s page of lines (`offset` / `limit` as there), the story
+        state of the current branch as `story_state` gives it, and the background's outline points when the
+        branch has no stored state yet (the plot starts at point 1)."""
+        from personalab.graph.api.library import _character, _instance
+        from personalab.stores import library_rows as rows
+        from personalab.stores.tables import Role
+        from personalab.stores.turns import branch_story_state
+
+        _check_id(instance_id, "instance")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidInput(f"offset must be a whole number, got {offset!r}")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidInput(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r}")
+        with self._session() as session:
+            instance_row = rows.instance_row(session, instance_id, self.owner)  # InstanceNotFound naming the id
+            instance = _instance(session, instance_row)
+            # the instance's own character, even one its owner has since unshared: the chat names its speaker
+            role = session.get(Role, instance_row.role_id) if instance_row.role_id is not None else None
+            path = get_path_ids(session, instance_id)
+            start = max(0, len(path) + offset) if offset < 0 else offset
+            lines = get_lines(session, path[start : start + limit])
+            siblings = sibling_ids(session, instance_id, {row["parent_line_id"] for row in lines})
+            row = branch_story_state(session, instance_id, path)
+            state = dict(row.state) if row is not None else {}
+            plot = state.get("plot_state") or {}
+            background_id = instance_row.background_id
+            return {
+                "instance": instance,
+                "character": _character(session, role, self.owner) if role is not None else None,
+                "page": {
+                    "instance_id": instance_id,
+                    "leaf": path[-1] if path else None,
+                    "total": len(path),
+                    "offset": start,
+                    "limit": limit,
+                    "lines": [_line_view(line, siblings.get(line["parent_line_id"], []), True) for line in lines],
+                },
+                "branch": {
+                    "instance_id": instance_id,
+                    "leaf": path[-1] if path else None,
+                    "lines": len(path),
+                    "turn": state.get("turn", 0),
+                    "story_state": state,
+                    "story_state_id": row.id if row is not None else None,
+                },
+                # the plot starts at point 1 of the background's outline until the branch stores a state
+                "outline": (
+                    rows.outline(session, background_id)
+                    if background_id is not None and not plot.get("story_outline")
+                    else None
+                ),
+            }
+
     def siblings(self, instance_id: int, line_id: int) -> dict[str, Any]:
         """The lines beside `line_id` (the same parent, itself included, oldest first), each marked `on_branch`
         when it is on the current branch: the replies a regenerate made, the user lines an edit made."""
@@ -400,6 +456,17 @@ def siblings(
     instance_id: int, line_id: int, *, owner: str | None = None, database_url: str | None = None
 ) -> dict[str, Any]:
     return _dialogue(owner, database_url).siblings(instance_id, line_id)
+
+
+def view(
+    instance_id: int,
+    *,
+    offset: int = -DEFAULT_PAGE,
+    limit: int = DEFAULT_PAGE,
+    owner: str | None = None,
+    database_url: str | None = None,
+) -> dict[str, Any]:
+    return _dialogue(owner, database_url).view(instance_id, offset=offset, limit=limit)
 
 
 def story_state(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> dict[str, Any]:

@@ -123,33 +123,51 @@ class _Area:
         return session_scope(self.database_url)
 
 
-def _character(session: Any, character_row: Role, owner: str | None) -> Character:
+def _character(
+    session: Any,
+    character_row: Role,
+    owner: str | None,
+    *,
+    avatar_bytes: int | None = None,
+    instances: builtins.list[int] | None = None,
+) -> Character:
+    """The public view of a character row; `avatar_bytes` / `instances` when the caller read them for many rows
+    at once (the row's avatar image is then not loaded)."""
     assert character_row.id is not None
+    size = len(character_row.avatar_image or b"") if avatar_bytes is None else avatar_bytes
     return Character(
         id=character_row.id,
         name=character_row.name,
         **{name: getattr(character_row, name) or "" for name in CHARACTER_TEXT},
         greetings=list(character_row.greetings or []),
-        avatar_mime=character_row.avatar_mime if character_row.avatar_image else None,
-        avatar_bytes=len(character_row.avatar_image or b""),
+        avatar_mime=character_row.avatar_mime if size else None,
+        avatar_bytes=size,
         created_at=character_row.created_at,
         updated_at=character_row.updated_at,
-        instances=rows.instances_of_character(session, character_row.id, owner),
+        instances=rows.instances_of_character(session, character_row.id, owner) if instances is None else instances,
         owner=character_row.owner,
         shared=bool(character_row.shared),
     )
 
 
-def _background(session: Any, background: Background, owner: str | None) -> BackgroundOut:
+def _background(
+    session: Any,
+    background: Background,
+    owner: str | None,
+    *,
+    outline: builtins.list[str] | None = None,
+    instances: builtins.list[int] | None = None,
+) -> BackgroundOut:
+    """The public view of a background row; `outline` / `instances` when the caller read them for many at once."""
     assert background.id is not None
     return BackgroundOut(
         id=background.id,
         name=background.name,
         world_setting=background.world_setting,
-        outline=rows.outline(session, background.id),
+        outline=rows.outline(session, background.id) if outline is None else outline,
         created_at=background.created_at,
         updated_at=background.updated_at,
-        instances=rows.instances_of_background(session, background.id, owner),
+        instances=rows.instances_of_background(session, background.id, owner) if instances is None else instances,
         owner=background.owner,
         shared=bool(background.shared),
     )
@@ -180,10 +198,19 @@ class Characters(_Area):
     def list(self) -> list[Character]:
         """Every character the caller sees (their own and the shared ones; the operator: all)."""
         with self._session() as session:
+            listed = rows.character_list_rows(session, self.owner)  # three queries however many there are
+            ids = [row.id for row, _ in listed if row.id is not None]
+            used = rows.instances_using_each(session, Save.role_id, ids, self.owner)
             return [
-                _character(session, character_row, self.owner)
-                for character_row in rows.character_rows(session, self.owner)
+                _character(session, row, self.owner, avatar_bytes=size, instances=used[row.id])
+                for row, size in listed
+                if row.id is not None
             ]
+
+    def names(self) -> builtins.list[tuple[int, str]]:
+        """(id, name) of every character the caller sees, as a picker lists them (one small query)."""
+        with self._session() as session:
+            return rows.names(session, "character", self.owner)
 
     def get(self, character_id: int) -> Character:
         with self._session() as session:
@@ -239,7 +266,20 @@ class Backgrounds(_Area):
     def list(self) -> list[BackgroundOut]:
         """Every background the caller sees (their own and the shared ones; the operator: all)."""
         with self._session() as session:
-            return [_background(session, row, self.owner) for row in rows.background_rows(session, self.owner)]
+            listed = [row for row in rows.background_rows(session, self.owner) if row.id is not None]
+            ids = [row.id for row in listed if row.id is not None]
+            outlines = rows.outlines(session, ids)  # three queries however many there are
+            used = rows.instances_using_each(session, Save.background_id, ids, self.owner)
+            return [
+                _background(session, row, self.owner, outline=outlines[row.id], instances=used[row.id])
+                for row in listed
+                if row.id is not None
+            ]
+
+    def names(self) -> builtins.list[tuple[int, str]]:
+        """(id, name) of every background the caller sees, as a picker lists them (one small query)."""
+        with self._session() as session:
+            return rows.names(session, "background", self.owner)
 
     def get(self, background_id: int) -> BackgroundOut:
         with self._session() as session:
@@ -465,6 +505,26 @@ class Instances(_Area):
         with self._session() as session:
             listed, scope = rows.instance_rows(session, self.owner, character_id, background_id)
             return _instances(session, listed, scope)
+
+    def page(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        character_id: int | None = None,
+        background_id: int | None = None,
+    ) -> tuple[builtins.list[Instance], int]:
+        """One page of `list` (newest first, `limit` from `offset`) and how many there are in all: the page is cut
+        in SQL and only its instances' branch state is read, so a page costs the same with 50 or 5,000 instances
+        (issue 24: the instance list of the web app)."""
+        if offset < 0 or limit < 1:
+            raise InvalidInput(f"instance page: offset {offset} and limit {limit} must be ≥ 0 and ≥ 1")
+        with self._session() as session:
+            total = rows.instance_count(session, self.owner, character_id, background_id)
+            listed, scope = rows.instance_rows(
+                session, self.owner, character_id, background_id, offset=offset, limit=limit
+            )
+            return _instances(session, listed, scope), total
 
     def get(self, instance_id: int) -> Instance:
         with self._session() as session:
@@ -767,6 +827,28 @@ def list_instances(
     return Instances(_caller(owner, database_url)).list(character_id=character_id, background_id=background_id)
 
 
+def character_names(*, owner: str | None = None, database_url: str | None = None) -> list[tuple[int, str]]:
+    return Characters(_caller(owner, database_url)).names()
+
+
+def background_names(*, owner: str | None = None, database_url: str | None = None) -> list[tuple[int, str]]:
+    return Backgrounds(_caller(owner, database_url)).names()
+
+
+def list_instances_page(
+    *,
+    offset: int = 0,
+    limit: int = 50,
+    character_id: int | None = None,
+    background_id: int | None = None,
+    owner: str | None = None,
+    database_url: str | None = None,
+) -> tuple[list[Instance], int]:
+    return Instances(_caller(owner, database_url)).page(
+        offset=offset, limit=limit, character_id=character_id, background_id=background_id
+    )
+
+
 def get_instance(instance_id: int, *, owner: str | None = None, database_url: str | None = None) -> Instance:
     return Instances(_caller(owner, database_url)).get(instance_id)
 
@@ -851,6 +933,9 @@ __all__ = [
     "list_backgrounds",
     "list_characters",
     "list_instances",
+    "list_instances_page",
+    "character_names",
+    "background_names",
     "owns",
     "rename_instance",
     "visible_to",

@@ -55,7 +55,16 @@ from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryStore
-from personalab.stores.memory_edits import drop_versions, keep_version, memory_in, page_memories, versions_of
+from personalab.stores.memory_edits import (
+    drop_versions,
+    foreign_ids,
+    keep_version,
+    memory_in,
+    page_memories,
+    pinned_among,
+    scenes_of,
+    versions_of,
+)
 from personalab.stores.memory_files import MAX_IMPORT_LINES, check_line, export_lines
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.provenance import provenance_rows
@@ -93,6 +102,8 @@ def public(entry: MemoryEntry) -> MemoryPublic:
         line_id=entry.line_id,
         created_at=entry.created_at,
         updated_at=entry.updated_at,
+        last_used_turn=entry.last_used_turn,
+        last_used_at=entry.last_used_at,
     )
 
 
@@ -136,10 +147,27 @@ class Memories:
         include_record: bool = False,
         offset: int = 0,
         limit: int = DEFAULT_PAGE,
+        turn_from: int | None = None,
+        turn_to: int | None = None,
+        scene: str | None = None,
+        text: str | None = None,
+        pinned: bool | None = None,
+        newest_first: bool = False,
+        count_limit: int | None = None,
     ) -> MemoryPage:
-        """The instance's memories in id order, one page: by seed 001's layer (or ``record``, the dialogue record),
-        type, seed 004's kind (episodic / semantic / trait / goal), character; the current branch unless
-        `all_branches`. The dialogue record is left out unless asked for (`include_record`, layer or type record)."""
+        """The instance's memories in id order (or newest first), one page: by seed 001's layer (or ``record``, the
+        dialogue record), type, seed 004's kind (episodic / semantic / trait / goal), character, the turns made
+        (`turn_from`..`turn_to`), the scene (the memory's location), a part of its text, pinned or not; the
+        current branch unless `all_branches`. The dialogue record is left out unless asked for (`include_record`,
+        layer or type record). `count_limit`: count the matches only up to this many (`total_capped` says the
+        count stopped there)."""
+        for name, bound in (("turn_from", turn_from), ("turn_to", turn_to)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+                raise InvalidInput(f"{name} must be a whole number ≥ 0, got {bound!r}")
+        if turn_from is not None and turn_to is not None and turn_from > turn_to:
+            raise InvalidInput(f"turn_from {turn_from} is after turn_to {turn_to}")
+        if text is not None and len(text) > 500:
+            raise InvalidInput("text: at most 500 characters")
         instance_id = self._instance(instance_id)
         layer_value = (
             None
@@ -173,6 +201,13 @@ class Memories:
                 include_record=include_record,
                 offset=offset,
                 limit=limit,
+                turn_from=turn_from,
+                turn_to=turn_to,
+                location=scene or None,
+                text=(text or "").strip() or None,
+                pinned=pinned,
+                newest_first=newest_first,
+                count_limit=count_limit,
             )
         return MemoryPage(
             instance_id=instance_id,
@@ -181,6 +216,7 @@ class Memories:
             limit=limit,
             all_branches=all_branches,
             items=[public(row) for row in rows],
+            total_capped=count_limit is not None and total > count_limit,
         )
 
     def _entry(self, session: Session, instance_id: int, memory_id: Any) -> MemoryEntry:
@@ -288,6 +324,68 @@ class Memories:
             dropped=data["dropped"],
             all_branches=all_branches,
         )
+
+    def scenes(self, instance_id: int) -> builtins.list[str]:
+        """The scenes (locations) the instance's memories name."""
+        instance_id = self._instance(instance_id)
+        with self._session() as session:
+            return scenes_of(session, instance_id)
+
+    def preview(self, instance_id: int, message: str) -> dict[str, Any]:
+        """What the turn's retrieval would find and inject for `message` now, without playing a turn (issue 25 "try
+        it"): the same gathering as the turn's `rag_retrieve` over the current branch, its recall window and story
+        state, as a record shaped like a reply's provenance (`api.replies`). Nothing is written (no line, no
+        mention, no lock)."""
+        from personalab.graph.api.preview import preview_retrieval
+
+        instance_id = self._instance(instance_id)
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidInput("message: type a message to try")
+        bad = bad_character(message)
+        if bad:
+            raise InvalidInput(f"message contains {bad}")
+        if len(message) > 4000:
+            raise InvalidInput("message: at most 4000 characters")
+        return preview_retrieval(instance_id, message.strip(), self.caller.database_url)
+
+    def bulk(
+        self, instance_id: int, memory_ids: Sequence[Any], action: str, *, layer: str | None = None
+    ) -> builtins.list[int]:
+        """One action over several memories of the instance (issue 25 bulk edit): ``pin``, ``unpin``, ``delete`` or
+        ``layer`` (move to `layer`). All or nothing: every id is checked first — an id that is not a memory of
+        this instance (another instance's, or none) is `InvalidInput` naming it, a pinned memory cannot change
+        layer — and nothing changes. Returns the ids acted on."""
+        instance_id = self._instance(instance_id)
+        if action not in ("pin", "unpin", "delete", "layer"):
+            raise InvalidInput(f"action {action!r} is not one of pin, unpin, delete, layer")
+        ids = [_id(value, "memory") for value in memory_ids]
+        if not ids:
+            raise InvalidInput("memories: select at least one memory")
+        if len(ids) > MAX_PAGE:
+            raise InvalidInput(f"memories: at most {MAX_PAGE} at once")
+        target = None
+        if action == "layer":
+            if not layer:
+                raise InvalidInput("layer: choose the layer to move the memories to")
+            target = parse_layer(layer).value
+        with self._session() as session:
+            foreign = foreign_ids(session, instance_id, ids)
+            if foreign:
+                shown = ", ".join(str(i) for i in foreign[:20])
+                raise InvalidInput(f"memories {shown}: not memories of instance {instance_id}; nothing was changed")
+            pinned = pinned_among(session, instance_id, ids) if action == "layer" else []
+        if pinned:
+            shown = ", ".join(str(i) for i in pinned[:20])
+            raise InvalidInput(f"memories {shown} are pinned: unpin them before moving them; nothing was changed")
+        unique = sorted(set(ids))
+        for memory_id in unique:
+            if action in ("pin", "unpin"):
+                self.pin(instance_id, memory_id, action == "pin")
+            elif action == "delete":
+                self.delete(instance_id, memory_id)
+            else:
+                self.edit(instance_id, memory_id, MemoryUpdate(layer=target))
+        return unique
 
     # ---- writing ----------------------------------------------------------------------------------------------
 

@@ -60,3 +60,15 @@ class Replies:
             created_at=row.created_at,
             record=dict(row.data),
         )
+
+    def scene_weights(self, scene: Any) -> dict[str, float]:
+        """Seed 001's scoring weights of the retrieval scene `scene` (as a reply's provenance names it); empty for
+        an unknown scene."""
+        from dataclasses import asdict
+
+        from personalab.nodes.rules.retrieval import SCENE_WEIGHTS
+
+        for known, weights in SCENE_WEIGHTS.items():
+            if str(getattr(known, "value", known)) == str(scene):
+                return {key: float(value) for key, value in asdict(weights).items()}
+        return {}

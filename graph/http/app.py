@@ -23,6 +23,7 @@ from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
 from personalab.graph.web.console_pages import router as console_router
 from personalab.graph.web.persona_pages import router as persona_pages_router
+from personalab.graph.web.memory_pages import router as memory_pages_router
 from personalab.graph.web.routes import fallback_router as web_fallback_router
 from personalab.graph.web.routes import router as web_router
 from personalab.graph.web.stats_pages import router as stats_pages_router
@@ -48,6 +49,7 @@ app.include_router(web_router)
 app.include_router(console_router)
 app.include_router(stats_pages_router)
 app.include_router(persona_pages_router)
+app.include_router(memory_pages_router)
 app.include_router(web_fallback_router)
 
 

@@ -62,6 +62,12 @@ def list_memories(
     include_record: bool = False,
     offset: Annotated[int, Query(ge=0, le=2_147_483_647)] = 0,
     limit: Annotated[int, Query(ge=0, le=1000)] = 50,
+    turn_from: QueryId = None,
+    turn_to: QueryId = None,
+    scene: Annotated[str | None, Query(max_length=200)] = None,
+    text: Annotated[str | None, Query(max_length=500)] = None,
+    pinned: bool | None = None,
+    newest_first: bool = False,
 ) -> MemoryPage:
     return api.memories.list(
         instance_id,
@@ -73,7 +79,43 @@ def list_memories(
         include_record=include_record,
         offset=offset,
         limit=limit,
+        turn_from=turn_from,
+        turn_to=turn_to,
+        scene=scene,
+        text=text,
+        pinned=pinned,
+        newest_first=newest_first,
     )
+
+
+class BulkBody(BaseModel):
+    """One action over several memories of the instance (issue 25): all or nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[int] = Field(max_length=1000)
+    action: str = Field(max_length=10)
+    layer: str | None = Field(default=None, max_length=40)
+
+
+class PreviewBody(BaseModel):
+    """A message to try (issue 25 "try it")."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: str = Field(max_length=4000)
+
+
+@router.post("/instances/{instance_id}/memories/bulk", tags=TAGS)
+def bulk_memories(api: Api, instance_id: PathId, body: BulkBody) -> dict[str, Any]:
+    """Pin, unpin, delete or move (`layer`) the memories `ids` of the instance; an id of another instance → 422
+    naming it, nothing changed."""
+    return {"changed": api.memories.bulk(instance_id, body.ids, body.action, layer=body.layer)}
+
+
+@router.post("/instances/{instance_id}/memories/preview", tags=TAGS)
+def preview_memories(api: Api, instance_id: PathId, body: PreviewBody) -> dict[str, Any]:
+    """What the turn's retrieval would find and inject for `message` now (a provenance-shaped record); no turn is
+    played, nothing is stored."""
+    return api.memories.preview(instance_id, body.message)
 
 
 @router.post("/instances/{instance_id}/memories", status_code=status.HTTP_201_CREATED, tags=TAGS)

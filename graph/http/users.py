@@ -43,6 +43,11 @@ def auth_enabled(config: Settings | None = None) -> bool:
     return (config or settings()).auth != "none"
 
 
+def auth_mode(config: Settings | None = None) -> str:
+    """`PERSONALAB_AUTH`: none, tokens or jwt (what the sign-in page asks for)."""
+    return str((config or settings()).auth)
+
+
 def bearer(authorization: str | None) -> str:
     """The credential of an `Authorization: Bearer …` header."""
     if not authorization or not authorization.strip():

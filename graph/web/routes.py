@@ -15,7 +15,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from personalab.graph.api import PersonaLab, cards, dialogue, library
 from personalab.graph.api.schemas.library import CHARACTER_TEXT
 from personalab.graph.http.guards import PathId
-from personalab.graph.http.users import auth_enabled, verify
+from personalab.graph.http.users import Unauthenticated, auth_enabled, auth_mode, verify
 from personalab.graph.runner import run_turn, turn_graph
 from personalab.graph.web.i18n import LANG_COOKIE, LANGUAGES, translator
 from personalab.graph.web.pages import PREFIX, TOKEN_COOKIE, WebRoute, WebUser, error_page, language, render, web_user
@@ -34,6 +34,9 @@ CHOICE_LEVELS = ("normal", "important", "turning_point", "ending")  # seed 003's
 STATIC = {"htmx.min.js": "text/javascript", "app.js": "text/javascript", "app.css": "text/css"}
 TEXT_FIELDS = CHARACTER_TEXT  # a character's text fields, each a textarea of the edit page
 GREETING_SEPARATOR = "\n---\n"
+NARRATOR = "旁白"  # seed 000's narration speaker
+MAX_SPEAKER_CHARS = 100
+HOST_ROWS = 3  # host-line rows in the chat form
 
 
 def _go(url: str) -> RedirectResponse:
@@ -79,18 +82,22 @@ def static(name: str) -> Response:
 def login_page(request: Request) -> Response:
     if not auth_enabled():
         return _go(f"{PREFIX}/instances")
-    return render(request, "login.html", user=WebUser(owner=None, name=""), failed=False)
+    return render(request, "login.html", user=WebUser(owner=None, name=""), failed=None, mode=auth_mode())
 
 
 @router.post("/login")
 def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
-    """Check the token as the HTTP API would, then keep it in an HttpOnly, SameSite=Strict cookie."""
+    """Check the token (a static token or a JWT, by `PERSONALAB_AUTH`) as the HTTP API checks its bearer header,
+    then keep it in an HttpOnly, SameSite=Strict cookie; refused, the page says why (expired, wrong signature,
+    unknown token: the message never contains the token). A JWT is checked again on every request, so the
+    session ends when it expires."""
     if not auth_enabled():
         return _go(f"{PREFIX}/instances")
     try:
         verify(f"Bearer {token.strip()}")
-    except PersonaLabError:
-        return render(request, "login.html", status_code=401, user=WebUser(owner=None, name=""), failed=True)
+    except Unauthenticated as exc:
+        nobody = WebUser(owner=None, name="")
+        return render(request, "login.html", status_code=401, user=nobody, failed=str(exc), mode=auth_mode())
     response = _go(f"{PREFIX}/instances")
     response.set_cookie(TOKEN_COOKIE, token.strip(), httponly=True, samesite="strict", path=PREFIX)
     return response
@@ -212,8 +219,10 @@ async def import_card(request: Request, user: User, card: Annotated[UploadFile |
 @router.get("/characters/{character_id:int}/delete")
 def delete_character_page(request: Request, user: User, character_id: PathId) -> Response:
     item = library.get_character(character_id, owner=user.owner)
-    uses = library.list_instances(character_id=character_id, owner=user.owner)
-    return render(request, "delete.html", user=user, kind="character", item=item, name=item.name, uses=uses)
+    uses, total = library.list_instances_page(limit=PAGE_INSTANCES, character_id=character_id, owner=user.owner)
+    return render(
+        request, "delete.html", user=user, kind="character", item=item, name=item.name, uses=uses, total=total
+    )
 
 
 @router.post("/characters/{character_id:int}/delete")
@@ -273,8 +282,10 @@ async def edit_background(request: Request, user: User, background_id: PathId) -
 @router.get("/backgrounds/{background_id:int}/delete")
 def delete_background_page(request: Request, user: User, background_id: PathId) -> Response:
     item = library.get_background(background_id, owner=user.owner)
-    uses = library.list_instances(background_id=background_id, owner=user.owner)
-    return render(request, "delete.html", user=user, kind="background", item=item, name=item.name, uses=uses)
+    uses, total = library.list_instances_page(limit=PAGE_INSTANCES, background_id=background_id, owner=user.owner)
+    return render(
+        request, "delete.html", user=user, kind="background", item=item, name=item.name, uses=uses, total=total
+    )
 
 
 @router.post("/backgrounds/{background_id:int}/delete")
@@ -289,19 +300,25 @@ def delete_background(user: User, background_id: PathId) -> Response:
 @router.get("/instances")
 def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1, le=INTEGER_MAX)] = 1) -> Response:
     """The instances, newest first, `PAGE_INSTANCES` a page (a long list is paged, not rendered whole)."""
-    everything = sorted(library.list_instances(owner=user.owner), key=lambda item: item.id, reverse=True)
-    pages = max(1, -(-len(everything) // PAGE_INSTANCES))
-    page = min(page, pages)
+    listed, total = library.list_instances_page(
+        offset=(page - 1) * PAGE_INSTANCES, limit=PAGE_INSTANCES, owner=user.owner
+    )
+    pages = max(1, -(-total // PAGE_INSTANCES))
+    if page > pages:  # past the last page (instances were deleted): show the last one
+        page = pages
+        listed, total = library.list_instances_page(
+            offset=(page - 1) * PAGE_INSTANCES, limit=PAGE_INSTANCES, owner=user.owner
+        )
     return render(
         request,
         "instances.html",
         user=user,
-        instances=everything[(page - 1) * PAGE_INSTANCES : page * PAGE_INSTANCES],
-        total=len(everything),
+        instances=listed,
+        total=total,
         page_number=page,
         pages=pages,
-        characters=library.list_characters(owner=user.owner),
-        backgrounds=library.list_backgrounds(owner=user.owner),
+        characters=library.character_names(owner=user.owner),
+        backgrounds=library.background_names(owner=user.owner),
         personas=PersonaLab(owner=user.owner).personas.list(),  # issue 28: the persona select
     )
 
@@ -367,19 +384,18 @@ def delete_instance(user: User, instance_id: PathId) -> Response:
 # --- the chat -----------------------------------------------------------------------------------------------------
 
 
-def _panels(instance: library.Instance, owner: str | None) -> dict[str, Any]:
+def _panels(view: dict[str, Any]) -> dict[str, Any]:
     """What the side panels show: the story state of the current branch (plot, relationship, core memory); before
     the branch's first turn, the background's outline from its first point."""
-    branch = dialogue.story_state(instance.id, owner=owner)
+    branch = view["branch"]
     state = branch.get("story_state") or {}
     plot = state.get("plot_state") or {}
     points = list(plot.get("story_outline") or [])
     current = plot.get("current_plot_index")
-    if not points and instance.background_id is not None:
-        outline = library.get_background(instance.background_id, owner=owner).outline
+    if not points and view["outline"]:
         points = [
             {"index": n, "content": text, "status": "in_progress" if n == 1 else "pending"}
-            for n, text in enumerate(outline, start=1)
+            for n, text in enumerate(view["outline"], start=1)
         ]
         current = 1
     return {
@@ -394,17 +410,25 @@ def _panels(instance: library.Instance, owner: str | None) -> dict[str, Any]:
 
 
 def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
-    instance = library.get_instance(instance_id, owner=owner)
-    page = dialogue.history(instance_id, offset=-PAGE_LINES, limit=PAGE_LINES, owner=owner)
-    character = library.get_character(instance.character_id, owner=owner) if instance.character_id else None
+    """The chat page's content, from one API call (one database session, a few queries)."""
+    view = dialogue.view(instance_id, offset=-PAGE_LINES, limit=PAGE_LINES, owner=owner)
+    page, character = view["page"], view["character"]
     return {
-        "instance": instance,
+        "instance": view["instance"],
         "character": character,
         "page": page,
         "lines": page["lines"],
-        "panels": _panels(instance, owner),
+        "panels": _panels(view),
         "gaps": GAPS,
         "choice_levels": CHOICE_LEVELS,
+        "host_rows": HOST_ROWS,
+        # the speakers the host-line rows suggest: narration, the character, who else spoke in the lines shown
+        "scene_speakers": list(
+            dict.fromkeys(
+                [NARRATOR, *([character.name] if character else [])]
+                + [line["speaker"] for line in page["lines"] if line["attribute"] == "assistant"]
+            )
+        ),
         "last_line_id": page["leaf"],
         "personas": PersonaLab(owner=owner).personas.list(),  # issue 28: the persona select
     }
@@ -429,15 +453,14 @@ def older_lines(
     if before <= 0:
         raise InvalidInput("before: must be a position after the first line")
     start = max(0, before - PAGE_LINES)
-    page = dialogue.history(instance_id, offset=start, limit=before - start, owner=user.owner)
-    instance = library.get_instance(instance_id, owner=user.owner)
-    character = library.get_character(instance.character_id, owner=user.owner) if instance.character_id else None
+    view = dialogue.view(instance_id, offset=start, limit=before - start, owner=user.owner)
+    page = view["page"]
     return render(
         request,
         "lines.html",
         user=user,
-        instance=instance,
-        character=character,
+        instance=view["instance"],
+        character=view["character"],
         page=page,
         lines=page["lines"],
         last_line_id=None,
@@ -462,6 +485,33 @@ def new_session(user: User, instance_id: PathId) -> Response:
     return _go(f"{PREFIX}/instances/{instance_id}")
 
 
+def host_lines(
+    speakers: list[str], texts: list[str], character_id: int | None, character_name: str | None
+) -> list[dict[str, Any]]:
+    """The chat form's host lines (seed 000: narration and the scene's other characters, put into the dialogue
+    before the user's line, in order) as the turn input takes them. A row is a speaker and a text; a row without
+    text is skipped. No speaker (or 旁白) is narration: an assistant line named 旁白 that no character speaks; the
+    instance's character by name is that character's line; any other name is another character of the scene (a
+    script character: `script_role_id` and the display name are its name)."""
+    if len(speakers) != len(texts):
+        raise InvalidInput(f"field 'host_speaker': {len(speakers)} speakers for {len(texts)} host lines")
+    lines: list[dict[str, Any]] = []
+    for number, (speaker, text) in enumerate(zip(speakers, texts, strict=True), start=1):
+        content = text.replace("\r\n", "\n").strip()
+        name = speaker.strip()
+        if not content:
+            continue
+        if len(name) > MAX_SPEAKER_CHARS:
+            raise InvalidInput(f"field 'host_speaker' (line {number}): over {MAX_SPEAKER_CHARS} characters")
+        if not name or name in (NARRATOR, "narration", "Narration", "Narrator"):
+            lines.append({"attribute": "assistant", "display_name": NARRATOR, "content": content})
+        elif character_id is not None and name == character_name:
+            lines.append({"attribute": "assistant", "role_id": character_id, "display_name": name, "content": content})
+        else:
+            lines.append({"attribute": "assistant", "script_role_id": name, "display_name": name, "content": content})
+    return lines
+
+
 def _describe(lang: str) -> Any:
     words = translator(lang)
 
@@ -484,18 +534,19 @@ async def turn(
     message: Annotated[str, Form()] = "",
     line_id: Annotated[int | None, Form(ge=0, le=INTEGER_MAX)] = None,
     user_name: Annotated[str, Form()] = "",
-    host_line: Annotated[str, Form()] = "",
+    host_speaker: Annotated[list[str] | None, Form()] = None,
+    host_text: Annotated[list[str] | None, Form()] = None,
     time_gap: Annotated[str, Form()] = "",
     choice_text: Annotated[str, Form()] = "",
     choice_level: Annotated[str, Form()] = "normal",
 ) -> Response:
-    """One turn, streamed (`text/event-stream`): `send` a message (with the optional narration before it and the
-    time gap), `regenerate` the last reply, or `edit` user line `line_id`. The instance is checked before the
-    stream starts, so a stale page on a deleted instance gets a plain error, not a stream."""
+    """One turn, streamed (`text/event-stream`): `send` a message (with the host lines before it, the time gap and
+    the picked choice), `regenerate` the last reply, or `edit` user line `line_id`. The instance is checked before
+    the stream starts, so a stale page on a deleted instance gets a plain error, not a stream."""
     lang = language(request)
     words = translator(lang)
     owner = user.owner
-    await run_in_threadpool(library.get_instance, instance_id, owner=owner)  # NotFound naming the id
+    instance = await run_in_threadpool(library.get_instance, instance_id, owner=owner)  # NotFound naming the id
     if action not in ("send", "regenerate", "edit"):
         raise InvalidInput(f"field 'action': {action!r} is not send, regenerate or edit")
     if action in ("send", "edit") and not message.strip():
@@ -505,6 +556,7 @@ async def turn(
     if choice_level not in CHOICE_LEVELS:
         raise InvalidInput(f"field 'choice_level': {choice_level!r} is not one of {', '.join(CHOICE_LEVELS)}")
     extra: dict[str, Any] = {"user_name": user_name.strip() or None}
+    lines_before = host_lines(host_speaker or [], host_text or [], instance.character_id, instance.character_name)
     message = message.replace("\r\n", "\n")
 
     def work(on_token: Any) -> dict[str, Any]:
@@ -514,8 +566,8 @@ async def turn(
             if line_id is None:
                 raise InvalidInput("field 'line_id': which user line to edit")
             return dialogue.edit(instance_id, line_id, message, on_token=on_token, owner=owner, **extra)
-        if host_line.strip():
-            extra["lines_before"] = [{"attribute": "system", "content": host_line.strip()}]
+        if lines_before:
+            extra["lines_before"] = lines_before
         if time_gap:
             extra["time_gap"] = time_gap
         if choice_text.strip():

@@ -83,6 +83,9 @@ def _memory(item: Mapping[str, Any]) -> dict[str, Any]:
         "kind": memory_kind(str(item.get("type") or "")),
         "turn": item.get("turn"),
         "line_id": item.get("line_id"),
+        # the user's hand on it when the reply was made (issue 25 "why this reply": pin)
+        "pinned": bool(item.get("pinned")),
+        "user_edited": bool(item.get("user_edited")),
         # the retrieval paths that found it (bm25, vector, tag, worldbook, …) with its rank on each: why it fired
         "trigger": sorted(breakdown.get("paths") or {}),
         "breakdown": breakdown,

@@ -43,9 +43,22 @@ def _take_tail(body: str, closers: str, openers: str) -> tuple[str, str | None]:
 
 _EMPTY_TAIL_RE = re.compile(r"(?:[(（]\s*[)）]|<\s*>|\s)+$")
 
+# The format's own field names, as the system prompt's template writes them (【情绪】台词<语音文本>(动作)): a small model
+# copies them into its reply; they are the template, not the character's words, and never reach a stored line (issue 30)
+PLACEHOLDERS = frozenset({"情绪", "台词", "语音文本", "动作", "emotion", "tts text", "speech text", "action"})
+_PLACEHOLDER_GROUP_RE = re.compile(
+    r"[<‹〈＜]\s*(?:语音文本|tts text|speech text)\s*[>›〉＞]|[(（]\s*(?:动作|action)\s*[)）]", re.IGNORECASE
+)
+
+
+def _placeholder(text: str | None) -> bool:
+    return text is not None and text.strip().lower() in PLACEHOLDERS
+
 
 def _segment(emotion: str | None, body: str) -> ReplySegment | None:
-    body = body.strip()
+    body = _PLACEHOLDER_GROUP_RE.sub("", body).strip()
+    if _placeholder(body):
+        body = ""
     if not body:
         return None
     content, action = _split_tail(_EMPTY_TAIL_RE.sub("", body), ")）", "(（")
@@ -55,7 +68,7 @@ def _segment(emotion: str | None, body: str) -> ReplySegment | None:
         # a segment that is only `<...>` / `(...)` keeps it as its content: a line always has content
         content, tts, action = body, None, None
     return {
-        "original_emotion": emotion.strip() if emotion else None,
+        "original_emotion": None if _placeholder(emotion) else (emotion.strip() if emotion else None),
         "content": content,
         "tts_content": tts,
         "action_content": (action.strip() or None) if action else None,

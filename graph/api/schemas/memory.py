@@ -83,6 +83,8 @@ class MemoryPublic(BaseModel):
     line_id: int | None
     created_at: datetime
     updated_at: datetime
+    last_used_turn: int | None = None  # issue 25: the last reply whose prompt held it
+    last_used_at: datetime | None = None
 
 
 class MemoryPage(BaseModel):
@@ -94,6 +96,7 @@ class MemoryPage(BaseModel):
     limit: int
     all_branches: bool
     items: list[MemoryPublic]
+    total_capped: bool = False  # `total` is a floor: the count stopped at the caller's `count_limit` (+1)
 
 
 class MemoryVersion(BaseModel):

@@ -82,7 +82,11 @@
       busy = false;
       label.hidden = true;
       buttons.forEach(function (b) { b.disabled = false; });
-      if (ok && text && action === "send") text.value = "";
+      if (ok && text && action === "send") {
+        text.value = "";
+        /* the host lines and the choice belonged to this turn */
+        form.querySelectorAll("[name=host_text], [name=choice_text]").forEach(function (f) { f.value = ""; });
+      }
       return refreshMain(chat);
     }
     fetch(form.getAttribute("action"), { method: "POST", body: new FormData(form), credentials: "same-origin" })

@@ -3,8 +3,8 @@ each instance plays with (`save.persona_id`, none on older instances: their turn
 
 Every step checks first, like 0009: create_all / add_missing_columns (stores/db.py) may have made them already.
 
-Revision ID: 0011_personas
-Revises: 0010_charts_turn_figures
+Revision ID: 0012_personas
+Revises: 0011_inspector_last_used
 Create Date: 2026-11-27
 """
 
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlmodel.sql.sqltypes import AutoString, UTCDateTime
 
-revision = "0011_personas"
-down_revision: str | None = "0010_charts_turn_figures"
+revision = "0012_personas"
+down_revision: str | None = "0011_inspector_last_used"
 branch_labels: str | None = None
 depends_on: str | None = None
 
