@@ -115,7 +115,6 @@ def load_client() -> None:
     if current.llm != "scripted" and current.openai_api_key is not None:
         import langchain_openai  # noqa: F401 - loaded for later; get_chat_model imports it by name
 
-
 def model_name(current: Settings, purpose: str) -> str:
     """PERSONALAB_MODEL_<PURPOSE>, else (the event-log summary is maintenance work) the core-memory model, else
     PERSONALAB_MODEL."""

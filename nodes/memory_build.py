@@ -12,7 +12,5 @@ def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node: the instance's history → the messages its character sees (recall memory, seed 002)."""
     character = state["character"]
     return {
-        "messages": build_memory(
-            state.get("history", []), role_id=character.get("role_id"), display_name=character["name"]
-        )
+        "messages": build_memory(state.get("history", []), role_id=character.get("role_id"), display_name=character["name"])
     }

@@ -221,3 +221,5 @@ def recall_window(
             if len(last) == turns:
                 return first, index
     return size, size
+
+

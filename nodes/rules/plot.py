@@ -190,16 +190,13 @@ def set_current_point(plot_state: Mapping[str, Any], index: Any, turn: int) -> P
         raise InvalidInput(f"outline point {index!r} is not a point of the outline (1..{len(outline)})")
     state = cast(PlotState, copy.deepcopy(dict(plot_state)))
     for point in state["story_outline"]:
-        point["status"] = (
-            "completed" if point["index"] < index else "in_progress" if point["index"] == index else "pending"
-        )
+        point["status"] = "completed" if point["index"] < index else "in_progress" if point["index"] == index else "pending"
     state["current_plot_index"] = index
     state["last_progress_turn"] = turn
     return state
 
 
 # --- reply parser ------------------------------------------------------------------------------------------
-
 
 def progress_events(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int) -> list[str]:
     """State-change events for core-memory maintenance (seed 002: 状态变化事件), one per usable marker."""
@@ -210,3 +207,5 @@ def progress_events(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str
         content = outline[index - 1]["content"] if 0 < index <= len(outline) else ""
         events.append(f"第{turn}轮：剧情点{index}「{content}」→ {marker['status']}")
     return events
+
+
