@@ -22,8 +22,8 @@ from personalab.graph.http.story import router as story_router
 from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
 from personalab.graph.web.console_pages import router as console_router
-from personalab.graph.web.persona_pages import router as persona_pages_router
 from personalab.graph.web.memory_pages import router as memory_pages_router
+from personalab.graph.web.persona_pages import router as persona_pages_router
 from personalab.graph.web.routes import fallback_router as web_fallback_router
 from personalab.graph.web.routes import router as web_router
 from personalab.graph.web.stats_pages import router as stats_pages_router
