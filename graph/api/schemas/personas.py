@@ -4,19 +4,21 @@ pattern): what `PersonaLab.personas` takes and returns and what the HTTP routes 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from personalab.graph.api.schemas.common import INTEGER_MAX
-from personalab.graph.api.schemas.library import Name, Text, _Input
-from pydantic import BaseModel, Field, StrictBool
+from personalab.graph.api.schemas.library import Name, _Input, _text
+from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
 MAX_PERSONA_DESCRIPTION_CHARS = 20_000  # SillyTavern's personas are a paragraph or two; a card's text is longer
+Description = Annotated[str, Field(max_length=MAX_PERSONA_DESCRIPTION_CHARS), AfterValidator(_text)]
 
 
 class PersonaInput(_Input):
     """A new persona: the name `{{user}}` becomes, what the character knows of the user, an optional avatar."""
 
     name: Name
-    description: Text = Field(default="", max_length=MAX_PERSONA_DESCRIPTION_CHARS)
+    description: Description = ""
     avatar: bytes | None = None
 
 
@@ -24,7 +26,7 @@ class PersonaEdit(_Input):
     """Changes to a persona: only the fields given change; `remove_avatar` drops the avatar."""
 
     name: Name | None = None
-    description: Text | None = Field(default=None, max_length=MAX_PERSONA_DESCRIPTION_CHARS)
+    description: Description | None = None
     avatar: bytes | None = None
     remove_avatar: StrictBool = False
 
