@@ -141,7 +141,9 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         }
     deadline_at = state.get("deadline_at") or time.time() + ctx.turn_deadline_s
     until = reply_deadline(deadline_at, ctx.turn_deadline_s, calls_after_reply(state, ctx))
-    model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens)
+    # a regenerate's number: the offline model's replies differ per regeneration, reproducibly (issue 28)
+    variant = int(((state.get("debug") or {}).get("regenerate") or {}).get("replies_before") or 0)
+    model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens, variant=variant)
     label = model_label(model)
     shown = MarkerFreeStream(inner=model)  # what the stream's readers get: the reply without its markers
     parts: list[str] = []

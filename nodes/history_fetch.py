@@ -29,7 +29,7 @@ from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
-from personalab.stores.branches import place_turn_lines
+from personalab.stores.branches import children_of, place_turn_lines
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
@@ -269,6 +269,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             if user_name and lines:
                 lines[-1]["display_name"] = user_name
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
+            # a regenerate's number under its user line: the offline model writes another reply for each (issue 28)
+            replies_before = len(children_of(session, instance_id, written[-1].id)) if reply_to is not None else 0
             if run_key is not None and not replayed:
                 remember_run(
                     session, instance_id, run_key, cast(int, written[-1].id)
@@ -340,6 +342,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             },
         },
     }
+    if reply_to is not None:
+        update["debug"]["regenerate"] = {"replies_before": replies_before}
     if reply_to is not None:  # a regenerate answers the stored user line again, under its stored name
         update["message"], update["user_name"] = written[-1].content, user_name or written[-1].display_name
     if not kept.get("plot_state"):

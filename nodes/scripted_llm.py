@@ -86,8 +86,9 @@ def _section(text: str, label: str) -> str:
     return (rest if end < 0 else rest[:end]).strip()
 
 
-def _scripted_reply(system: str, user_input: str, turn: int) -> str:
-    seed = turn + sum(map(ord, user_input))
+def _scripted_reply(system: str, user_input: str, turn: int, variant: int = 0) -> str:
+    # `variant` (a regeneration's number) moves every choice: each regeneration reads differently, reproducibly
+    seed = turn + sum(map(ord, user_input)) + 7 * variant
     topic = _topic(user_input)
     segments = [
         "【{}】{}{}{}".format(
@@ -208,6 +209,8 @@ class ScriptedChatModel(BaseChatModel):
     # like a real server's max_tokens: the answer is cut after this many characters (one token each, the most a
     # character can cost) and ends with finish_reason "length"
     max_tokens: int | None = None
+    variant: int = 0
+    """A regeneration's number under its user line (0: the first reply): another reply for each (issue 28)."""
 
     @property
     def _llm_type(self) -> str:
@@ -233,7 +236,7 @@ class ScriptedChatModel(BaseChatModel):
             return _scripted_event_summary(last_user)
         turn_match = _TURN_RE.search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
-        return _scripted_reply(system, last_user, max(turn, 1))
+        return _scripted_reply(system, last_user, max(turn, 1), self.variant)
 
     def _metadata(self) -> dict[str, Any]:
         return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}

@@ -96,6 +96,8 @@ class Save(SQLModel, table=True):
     # issue 28: the user's persona played in this instance (None: the user name given per turn, or 用户); no
     # constraint, like last_message_id: deleting a persona clears it in the same transaction
     persona_id: int | None = Field(default=None, index=True)
+    # issue 28: per line left by a swipe, the leaf it had (str(line id) → leaf id): a swipe back lands there
+    viewed_leaves: dict[str, int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class Persona(SQLModel, table=True):

@@ -1,5 +1,6 @@
 """User personas (issue 28): the `user_persona` table (name, description, optional avatar, owner) and the persona
-each instance plays with (`save.persona_id`, none on older instances: their turns keep the user name per call).
+each instance plays with (`save.persona_id`, none on older instances: their turns keep the user name per call);
+the leaf last viewed under each line a swipe left (`save.viewed_leaves`), so that a swipe back lands there.
 
 Every step checks first, like 0009: create_all / add_missing_columns (stores/db.py) may have made them already.
 
@@ -25,6 +26,8 @@ def upgrade() -> None:
     if "persona_id" not in {c["name"] for c in inspector.get_columns("save")}:
         op.add_column("save", sa.Column("persona_id", sa.Integer(), nullable=True))
         op.create_index("ix_save_persona_id", "save", ["persona_id"])
+    if "viewed_leaves" not in {c["name"] for c in inspector.get_columns("save")}:
+        op.add_column("save", sa.Column("viewed_leaves", sa.JSON(), nullable=True))
     if "user_persona" not in inspector.get_table_names():
         op.create_table(
             "user_persona",
@@ -42,5 +45,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("user_persona")
+    op.drop_column("save", "viewed_leaves")
     op.drop_index("ix_save_persona_id", "save")
     op.drop_column("save", "persona_id")
