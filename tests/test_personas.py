@@ -258,3 +258,45 @@ def test_the_persona_pages(env_db: str) -> None:
     assert api.personas.get(persona.id).name == "Sam"
     client.post(f"/app/personas/{persona.id}/delete")
     assert api.personas.list() == []
+
+
+# ---- in a real browser (Debian's chromium, `personalab serve`; tests/test_web_browser.py's pattern) -----------------
+# its fixtures (`browser`, `app_url`: SQLite and PostgreSQL) and steps, imported; without Playwright that module
+# skips itself, and this test with it
+try:
+    from test_web_browser import CARD, _background, _import_card, _page, _send, app_url, browser, expect  # noqa: F401
+except pytest.skip.Exception:  # pragma: no cover - Playwright is a test dependency
+    pass
+
+
+@pytest.mark.browser
+def test_a_user_makes_a_persona_and_plays_as_it_in_the_browser(browser: Any, app_url: str) -> None:  # noqa: F811
+    page = _page(browser)
+    url = f"{app_url}/app"
+    page.goto(f"{url}/personas")
+    expect(page.locator("main")).to_contain_text("还没有人设")
+    page.click("text=新建人设")
+    page.fill("#p-name", "阿蓝")
+    page.fill("#p-description", "{{user}}是一名游医，认识{{char}}很多年了。")
+    page.click("#persona-form button[type=submit]")
+    expect(page.locator("#persona-list")).to_contain_text("阿蓝")
+    _import_card(page, url, CARD)
+    _background(page, url, "雾港", ["搁浅", "修船"])
+    page.goto(f"{url}/instances")
+    page.select_option("#n-persona", label="阿蓝")
+    page.fill("#n-title", "雾夜")
+    page.click(".new-instance button[type=submit]")
+    expect(page.locator("#composer")).to_be_visible()
+    expect(page.locator("#chat-persona")).to_have_value(
+        page.locator("#chat-persona option", has_text="阿蓝").get_attribute("value") or ""
+    )
+    _send(page, "我回来了。")
+    expect(page.locator("#lines")).to_contain_text("阿蓝")  # the user's line under the persona's name
+    # change it on the chat page: none
+    page.select_option("#chat-persona", value="")
+    page.click("#persona-choice button[type=submit]")
+    expect(page.locator("#chat-persona")).to_have_value("")
+    # another user's persona is a page saying it does not exist
+    page.goto(f"{url}/personas/999/edit")
+    expect(page.locator("main")).to_contain_text("persona 999 does not exist")
+    assert page.js_errors == []
