@@ -24,6 +24,8 @@ def retrieval_paths(state: TurnState, runtime: Runtime[Context]) -> list[str]:
     """Memory retrieval every turn; the director's fallback beside it only when the story has stalled
     (seed 002 需求1 兜底机制)."""
     plot = state["plot_state"]
+    if state["character"].get("open_story"):  # issue 28: an open outline (a card's scenario) is never forced
+        return ["rag_retrieve"]
     stalled = is_stalled(state["turn"], plot.get("last_progress_turn", 0), context_of(runtime).stall_turns)
     return ["rag_retrieve", "director"] if stalled else ["rag_retrieve"]
 

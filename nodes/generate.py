@@ -19,18 +19,14 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.llm import MarkerFreeStream, get_chat_model, model_label
 from personalab.nodes.rules import prompts
-from personalab.nodes.rules.character import (
-    EXAMPLE_DIALOGUE_LABEL,
-    POST_HISTORY_LABEL,
-    definition_parts,
-    substitute,
-    user_persona_parts,
-)
+from personalab.nodes.rules.card_play import DepthPrompt
+from personalab.nodes.rules.character import definition_parts, substitute, user_persona_parts
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.deadline import reply_deadline
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.failpoints import failpoint
@@ -73,13 +69,33 @@ def retrieved_blocks(state: TurnState) -> list[RetrievedBlock]:
 def user_persona_part(state: TurnState) -> list[tuple[str, str]]:
     """The user's persona in the head's character block (issue 28): the instance's persona description."""
     character = state["character"]
-    return user_persona_parts(character.get("user_persona"), character["name"], state.get("user_name"))
+    language = catalog_for(character.get("language")).language
+    return user_persona_parts(character.get("user_persona"), character["name"], state.get("user_name"), language)
+
+
+def card_play_args(state: TurnState) -> dict[str, Any]:
+    """The card's own play (issue 28): the prompt's scaffolding in the instance's language, an open story's
+    outline left out, the card's scenario and depth prompt ({{char}} / {{user}} replaced)."""
+    character = state["character"]
+    catalog = catalog_for(character.get("language"))
+    name, user = character["name"], state.get("user_name") or catalog.default_user_name
+    depth = character.get("depth_prompt")
+    return {
+        "catalog": catalog,
+        "open_story": bool(character.get("open_story")),
+        "scenario": substitute(str(character.get("scenario") or ""), name, user),
+        "depth_prompt": (
+            DepthPrompt(substitute(depth["text"], name, user), depth["depth"], depth["role"]) if depth else None
+        ),
+    }
 
 
 def build_prompt(state: TurnState, ctx: Context) -> Any:
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
-    name, user = character["name"], state.get("user_name")
+    play = card_play_args(state)
+    catalog = play["catalog"]
+    name, user = character["name"], state.get("user_name") or catalog.default_user_name
 
     def field(key: str) -> str:
         # {{char}} / {{user}} replaced in every character field that reaches the model (issue 13)
@@ -89,21 +105,27 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
     post_history = field("post_history_instructions")
     return assemble_within_window(
         window_of(ctx),
-        system_instruction=prompts.role_play_instruction(name),
-        character_parts=definition_parts({key: field(key) for key in ("system_prompt", "persona", "description")})
+        system_instruction=catalog.role_play_instruction(name, open_story=play["open_story"]),
+        character_parts=definition_parts(
+            {key: field(key) for key in ("system_prompt", "persona", "description")}, catalog.labels()
+        )
         + user_persona_part(state),
-        example_dialogue=EXAMPLE_DIALOGUE_LABEL + "\n" + examples if examples.strip() else "",
-        post_history=POST_HISTORY_LABEL + "\n" + post_history if post_history.strip() else "",
+        example_dialogue=catalog.example_dialogue_label + "\n" + examples if examples.strip() else "",
+        post_history=catalog.post_history_label + "\n" + post_history if post_history.strip() else "",
         core_memory=state.get("core_memory", {}),
         plot_state=state["plot_state"],
         relationship=state.get("relationship") or None,
         world_setting=field("world_setting"),
         recent_messages=recent,
-        retrieved_blocks=retrieved_blocks(state),
+        retrieved_blocks=[
+            RetrievedBlock(title=catalog.title(block.title), items=[catalog.item(item) for item in block.items])
+            for block in retrieved_blocks(state)
+        ],
         user_input=latest or state["message"],
         budgets=budgets_of(ctx),
         turn=state.get("turn"),
         position_texts=state.get("injected") or {},
+        **play,
     )
 
 

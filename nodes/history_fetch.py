@@ -22,6 +22,7 @@ from personalab.nodes.rules.core_memory import LAST_TURNS
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.reply import format_reply
 from personalab.nodes.rules.review.effects import check_choice, check_gap, gap_from_seconds
 from personalab.nodes.rules.review.types import GapName
@@ -30,6 +31,7 @@ from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
 from personalab.stores.branches import children_of, place_turn_lines
+from personalab.stores.card_play import card_play_fields
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
@@ -282,10 +284,12 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             kept = kept_state(session, state, instance_id, path, anchor)
             # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
             branch = set(path)
+            recap_line = catalog_for(save.language).recap_line  # issue 28: in the instance's language
+            if persona is not None:  # ... naming the user by the instance's persona (issue 28)
+                escaped = persona.name.replace("{", "{{").replace("}", "}}")
+                recap_line = recap_line.replace(catalog_for(save.language).default_user_name, escaped, 1)
             recap = (
-                recap_items(
-                    recap_turns(session, sitting.previous, branch=branch), name, persona.name if persona else None
-                )
+                recap_items(recap_turns(session, sitting.previous, branch=branch), name, recap_line)
                 if sitting.previous
                 else []
             )
@@ -295,11 +299,13 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 [point.content for point in outline_of(session, background.id)] if background and background.id else []
             )
             previous = last_turn_time(session, instance_id)
+            play = card_play_fields(session, save, background)  # issue 28: the card's scenario, depth, language
     except BaseException:
         release_turn_lock(instance_id, token, ctx.database_url)
         raise
 
     character = character_of(role, name, save.background_id, background.world_setting if background else "")
+    character.update(play)  # type: ignore[typeddict-item]
     if persona is not None and (persona.description or "").strip():
         character["user_persona"] = persona.description
     update: TurnUpdate = {

@@ -14,36 +14,23 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
 from personalab.nodes.rules.memory_layers import extractive_summary
+from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog, detect_language
 
-_EMOTIONS = ("平静", "好奇", "开心", "担心", "认真", "惊讶", "犹豫", "坚定")
-
-
-_ACTIONS = ("轻轻点了点头", "把目光移向远处", "握紧了手中的东西", "叹了口气", "向前走了一步", "沉默了片刻")
+# the canned reply lines are in the prompt catalogs (nodes/rules/prompt_catalog.py), one per language (issue 28)
 
 
 _TTS = ("うん、わかった", "そうだね", "ちょっと待って", "なるほど")
 
 
-_OPENINGS = (
-    "你说「{topic}」……让我想一想。",
-    "「{topic}」吗？这倒让我有些在意。",
-    "关于「{topic}」，我记在心里了。",
-    "嗯，「{topic}」，我明白你的意思。",
-    "「{topic}」？你这么一说，我想起了不少事。",
-)
+_TURN_RES = {
+    language: re.compile(re.escape(catalog.head_turn).replace(re.escape("{turn}"), r"(\d+)"))
+    for language, catalog in CATALOGS.items()
+}
 
 
-_PLOT_LINES = (
-    "说起来，「{point}」这件事，我们得继续往前走。",
-    "别忘了，眼下最要紧的是「{point}」。",
-    "我有预感，「{point}」就在眼前了。",
-)
-
-
-_TRAITS = ("谨慎", "重情义", "倔强", "敏锐", "温柔")
-
-
-_TURN_RE = re.compile(re.escape(prompts.HEAD_TURN).replace(re.escape("{turn}"), r"(\d+)"))
+def _catalog_of(system: str) -> Catalog:
+    """The request's language: the English catalog writes its own purpose marker (issue 28)."""
+    return EN if EN.marker.split("{")[0] in system else ZH
 
 
 _CLAUSE_RE = re.compile(r"[，。！？、；：,.!?;:\s「」“”\"'（）()…~～]+")
@@ -87,30 +74,32 @@ def _section(text: str, label: str) -> str:
 
 
 def _scripted_reply(system: str, user_input: str, turn: int, variant: int = 0) -> str:
+    lines = _catalog_of(system)
     # `variant` (a regeneration's number) moves every choice: each regeneration reads differently, reproducibly
     seed = turn + sum(map(ord, user_input)) + 7 * variant
     topic = _topic(user_input)
     segments = [
         "【{}】{}{}{}".format(
-            _EMOTIONS[seed % len(_EMOTIONS)],
-            _OPENINGS[seed % len(_OPENINGS)].format(topic=topic),
-            f"<{_TTS[turn % len(_TTS)]}>" if turn % 2 == 0 else "",
-            f"({_ACTIONS[seed % len(_ACTIONS)]})" if turn % 3 else "",
+            lines.emotions[seed % len(lines.emotions)],
+            lines.openings[seed % len(lines.openings)].format(topic=topic),
+            f"<{_TTS[turn % len(_TTS)]}>" if turn % 2 == 0 and lines is ZH else "",
+            f"({lines.actions[seed % len(lines.actions)]})" if turn % 3 else "",
         )
     ]
-    plot = _json_after(system, prompts.HEAD_PLOT_STATE)
+    plot = _json_after(system, lines.head_plot_state)
     outline: Any = plot.get("story_outline") if isinstance(plot, dict) else None
     current: Any = plot.get("current_plot_index") if isinstance(plot, dict) else None
     has_plot = isinstance(outline, list) and isinstance(current, int) and 1 <= current <= len(outline)
     point = outline[current - 1].get("content", "") if has_plot else ""
-    recovering = prompts.DIRECTOR_CURRENT_TITLE in system
+    recovering = lines.director_current_title in system
     if recovering:
-        events = _section(system, prompts.DIRECTOR_CURRENT_TITLE).splitlines()
+        events = _section(system, lines.director_current_title).splitlines()
         event = re.sub(r"^\d+\.\s*", "", events[0]) if events else ""
-        segments.append(f"【认真】我想起来了——{event[:30]}。" if event else "【认真】我想起来我们还有正事要办。")
+        segments.append(lines.recall_event.format(event=event[:30]) if event else lines.recall_nothing)
     if has_plot:
         segments.append(
-            f"【{_EMOTIONS[(seed + 3) % len(_EMOTIONS)]}】" + _PLOT_LINES[seed % len(_PLOT_LINES)].format(point=point)
+            f"【{lines.emotions[(seed + 3) % len(lines.emotions)]}】"
+            + lines.plot_lines[seed % len(lines.plot_lines)].format(point=point)
         )
     text = "".join(segments)
     if not has_plot:
@@ -166,28 +155,31 @@ def _scripted_core_memory(user_text: str) -> str:
         core = parse_core_memory(_section(user_text, prompts.OLD_CORE_MEMORY))
     except ValueError:
         return "抱歉，旧核心记忆无法解析。"
-    turn_match = _TURN_RE.search(user_text)
+    turn_match = _TURN_RES[ZH.language].search(user_text)
     turn = int(turn_match.group(1)) if turn_match else 0
     said = [
         line.split("：", 1)[1]
         for line in _section(user_text, prompts.RECENT_DIALOGUE).splitlines()
         if line.startswith(prompts.SPEAKER_USER + "：")
     ]
-    topic = _topic(said[-1]) if said else "近来的经历"
-    trait = _TRAITS[turn % len(_TRAITS)]
+    # the dialogue's language picks the canned words (issue 28: an English instance keeps an English core memory)
+    lines = CATALOGS[detect_language(*said)] if said else ZH
+    topic = _topic(said[-1]) if said else lines.core_topic
+    trait = lines.core_traits[turn % len(lines.core_traits)]
     traits = core.get("traits")
     if isinstance(traits, list) and trait not in traits and len(traits) < 8:
         traits.append(trait)
     oppositions = core.get("binary_oppositions")
     if isinstance(oppositions, list):
         if not oppositions and MAX_BINARY:
-            oppositions.append({"a": "信任", "b": "戒备", "balance": 0.5, "note": "对用户的态度仍在摇摆"})
+            first = lines.core_opposition
+            oppositions.append({"a": first["a"], "b": first["b"], "balance": 0.5, "note": first["note"]})
         elif isinstance(oppositions[0], dict) and isinstance(oppositions[0].get("balance"), int | float):
             shift = 0.05 if turn % 20 < 10 else -0.05
             oppositions[0]["balance"] = round(min(1.0, max(0.0, oppositions[0]["balance"] + shift)), 2)
     changes = core.get("recent_changes")
     if isinstance(changes, list):
-        changes.append({"turn": turn, "change": f"与用户谈到「{topic}」后，变得更加{trait}"})
+        changes.append({"turn": turn, "change": lines.core_change.format(topic=topic, trait=trait)})
         del changes[:-MAX_CHANGES]
         while validate_core_memory(core) and len(changes) > 1:
             del changes[0]
@@ -234,7 +226,7 @@ class ScriptedChatModel(BaseChatModel):
             return _scripted_review(last_user)
         if purpose == prompts.PURPOSE_EVENT_SUMMARY:
             return _scripted_event_summary(last_user)
-        turn_match = _TURN_RE.search(system)
+        turn_match = _TURN_RES[_catalog_of(system).language].search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
         return _scripted_reply(system, last_user, max(turn, 1), self.variant)
 

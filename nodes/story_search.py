@@ -45,6 +45,8 @@ def prefetch_next_turn(
     with this turn's plot state), queue its story search now, between turns — the query is the outline point,
     not anything the user will type; `branch` ends at the stored reply. Returns whether it was queued."""
     plot, turn = state["plot_state"], state["turn"]
+    if state["character"].get("open_story"):  # issue 28: an open outline is never pulled back to
+        return False
     if not is_stalled(turn + 1, plot.get("last_progress_turn", 0), stall_turns):
         return False
     prefetch_story(story_search(state, plot, branch, database_url), turn + 1)

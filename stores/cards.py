@@ -32,6 +32,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from personalab.nodes.rules.card_play import depth_prompt_of
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.validation import describe
 from personalab.stores.files import check_json_tree, parse_json, read_file, write_file
@@ -80,10 +81,12 @@ USED_FIELDS: dict[str, str] = {
     "system_prompt": "the character's system prompt",
     "post_history_instructions": "the post-history instructions",
     "character_book": "a world book scoped to the character",
+    # issue 28: the card plays by itself — the scenario closes the prompt's character block (and makes the open
+    # background of an instance created without one); the depth prompt stands at its depth in the dialogue
+    "scenario": "the scenario, in the prompt's character block (and the background of an instance made without one)",
 }
 # Why a known field has no effect (shown in the report next to its name).
 UNUSED_REASONS: dict[str, str] = {
-    "scenario": "PersonaLab's scenario is an instance's background (world setting)",
     "creator_notes": "notes for people, never sent to the model",
     "creator_notes_multilingual": "notes for people, never sent to the model",
     "tags": "no tags on characters",
@@ -217,6 +220,8 @@ def import_report(card: Card) -> CardReport:
             for ext in value:
                 if ext == PERSONALAB_EXTENSION:
                     used.append(f"extensions.{ext}")  # our own fields: traits, backstory, motives
+                elif ext == "depth_prompt" and depth_prompt_of(value) is not None:
+                    used.append(f"extensions.{ext}")  # issue 28: inserted at its depth (nodes/rules/card_play.py)
                 else:
                     no_effect[f"extensions.{ext}"] = _extension_note(ext, value[ext])
         else:
@@ -270,7 +275,7 @@ def _extension_note(name: str, value: Any) -> str:
     if name == "world":
         return f"SillyTavern's linked world info {value!r}: import that file with `personalab worldbook import`"
     if name == "depth_prompt":
-        return "the character's note at a depth; not injected here"
+        return "the character's note at a depth, empty: nothing to insert"
     return "an extension of another program; kept for export"
 
 

@@ -148,13 +148,16 @@ def list_sessions(session: Session, save_id: int) -> list[dict[str, Any]]:
 RECAP_CHARS = 120  # per line of the recap: a reminder, not a transcript
 
 
-def recap_items(turns: list[dict[str, Any]], character_name: str, user_name: str | None = None) -> list[str]:
+RECAP_LINE = "第{turn}轮 用户：{user}／{name}：{reply}"
+
+
+def recap_items(turns: list[dict[str, Any]], character_name: str, line: str = RECAP_LINE) -> list[str]:
     """The recap block's lines (seed 002 跨会话延续): one per turn of the last session, `第N轮 用户：…／name：…`,
-    each side cut to `RECAP_CHARS` characters (marked with …); `user_name`: the instance's persona (issue 28)."""
+    each side cut to `RECAP_CHARS` characters (marked with …)."""
 
     def cut(text: str) -> str:
         text = " ".join(text.split())
         return text if len(text) <= RECAP_CHARS else text[: RECAP_CHARS - 1] + "…"
 
-    user = user_name or "用户"
-    return [f"第{t['turn']}轮 {user}：{cut(t['user'])}／{character_name}：{cut(t['reply'])}" for t in turns]
+    # `line`: the instance's language (issue 28, prompt_catalog.Catalog.recap_line), Chinese by default
+    return [line.format(turn=t["turn"], user=cut(t["user"]), name=character_name, reply=cut(t["reply"])) for t in turns]

@@ -60,6 +60,8 @@ class Background(SQLModel, table=True):
     updated_at: datetime | None = None  # issue 13: nullable, added to an older database by add_missing_columns
     owner: str | None = Field(default=None, index=True)  # issue 14: as Role.owner / Role.shared
     shared: bool | None = None
+    # issue 28: a background made from a card's scenario; its outline is open (the director never forces it)
+    open_outline: bool | None = None
 
 
 class OutlinePoint(SQLModel, table=True):
@@ -93,6 +95,8 @@ class Save(SQLModel, table=True):
     # issue 14: the user the instance belongs to (None: the local operator's); its lines, memories, records,
     # suggestions, knowledge and world-book entries and checkpoint thread belong to it through the instance
     owner: str | None = Field(default=None, index=True)
+    # issue 28: the language of the prompt's own scaffolding (nodes/rules/prompt_catalog.py); None reads as zh
+    language: str | None = None
     # issue 28: the user's persona played in this instance (None: the user name given per turn, or 用户); no
     # constraint, like last_message_id: deleting a persona clears it in the same transaction
     persona_id: int | None = Field(default=None, index=True)

@@ -114,12 +114,12 @@ def test_a_png_card_prefers_ccv3_over_chara() -> None:
 def test_the_import_report_names_every_field_without_effect() -> None:
     report = import_report(parse_card_bytes(png({"ccv3": b64(v3_of(lantern()))}), "c.png"))
     assert set(report.used) >= {"name", "description", "personality", "first_mes", "character_book"}
+    # issue 28: the scenario and the depth prompt reach the prompt
+    assert {"scenario", "extensions.depth_prompt"} <= set(report.used)
     for name in (
-        "scenario",
         "creator_notes",
         "tags",
         "extensions.world",
-        "extensions.depth_prompt",
         "x_unknown_field",
         "nickname",
         "group_only_greetings",
@@ -255,7 +255,7 @@ def test_card_import_and_export_through_the_cli(
     assert code == 0, err
     done = json.loads(out)
     assert (done["name"], done["spec"], done["source"]) == ("灯守", "chara_card_v3", "PNG chunk ccv3")
-    assert done["book"]["imported"] == 3 and "scenario" in done["no_effect"]
+    assert done["book"]["imported"] == 3 and "scenario" in done["used"]
     character = done["character_id"]
     code, out, _ = cli(capsys, "worldbook", "list", "--character", str(character), "--json")
     assert [e["title"] for e in json.loads(out)] == ["灯塔", "雾与船", "常驻"]

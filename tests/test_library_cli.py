@@ -131,7 +131,7 @@ def test_the_sample_still_makes_an_instance(data_dir: Path, capsys: pytest.Captu
         (["background", "create", "--name", "b", "--outline-file", "{many}"], "needs 1 to 50 points, got 51"),
         (["background", "delete", "{background}"], "is used by instance(s) {instance}"),
         (["background", "show", "x"], "invalid int value"),
-        (["instance", "create", "--character", "{character}"], "give --character ID and --background ID"),
+        (["instance", "create", "--background", "{background}"], "give --character ID"),  # issue 28: a background alone
         (["instance", "create", "--character", "999", "--background", "{background}"], "character 999 does not exist"),
         (["instance", "rename", "{instance}", ""], "instance.title: is empty"),
         (["instance", "delete", "999"], "instance 999 does not exist"),

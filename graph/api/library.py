@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from personalab.graph.api.caller import Caller
+from personalab.graph.api.card_play import imported_language, instance_language, open_background
 from personalab.graph.api.schemas.library import (
     CHARACTER_TEXT,
     DEFAULT_OUTLINE,
@@ -57,9 +58,10 @@ from personalab.graph.api.schemas.library import (
     PlotProgress,
     validate_model,
 )
-from personalab.nodes.rules.character import DEFAULT_USER_NAME, seeded_core_memory, substitute
+from personalab.nodes.rules.character import seeded_core_memory, substitute
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state
+from personalab.nodes.rules.prompt_catalog import DEFAULT_LANGUAGE, catalog_for, check_language
 from personalab.stores import library_rows as rows
 from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
@@ -357,11 +359,15 @@ def _instances(session: Any, listed: Sequence[Save], scope: Any) -> list[Instanc
     """`listed` as the list shows them (seed 002 查看会话实例列表): turns, plot progress and last turn time of the
     current branch (seed 000 + 002: after a rewind, swipe or edit, those of the branch point)."""
     found = []
+    languages = {row.id: row.language for row in listed}
     for item in rows.instance_summaries(session, listed, scope):
         plot_state, outline = item.pop("plot_state"), item.pop("outline")
         if plot_state is None and outline:
             plot_state = new_plot_state(outline)
-        found.append(Instance(**item, plot=_plot_progress(plot_state), thread_id=thread_id_for(item["id"])))
+        language = languages.get(item["id"]) or DEFAULT_LANGUAGE  # issue 28; None on older rows: Chinese
+        found.append(
+            Instance(**item, plot=_plot_progress(plot_state), thread_id=thread_id_for(item["id"]), language=language)
+        )
     return found
 
 
@@ -464,11 +470,17 @@ class Instances(_Area):
         """A new instance of a stored character in a stored background (seed 002 创建会话实例): its own dialogue
         tree, opened by the character's greeting (`{{char}}` / `{{user}}` replaced); the plot starts at point 1
         and the core memory is seeded from the persona at the first turn. The caller's, of a character and
-        background that are theirs or shared."""
+        background that are theirs or shared. Without a background, one made from the character's card scenario,
+        open; without a language, the character text's (issue 28, graph/api/card_play.py)."""
         item = validate_model(InstanceInput, data, "instance")
         with self._session() as session:
             character_row = rows.character_row(session, item.character_id, self.owner)
-            background = rows.background_row(session, item.background_id, self.owner)
+            language = instance_language(session, character_row, item.language)  # issue 28
+            background = (
+                rows.background_row(session, item.background_id, self.owner)
+                if item.background_id is not None
+                else open_background(session, character_row, self.owner, language)
+            )
             greetings = list(character_row.greetings or [])
             if greetings and item.greeting >= len(greetings):
                 raise InvalidInput(
@@ -477,13 +489,23 @@ class Instances(_Area):
             if not greetings and item.greeting:
                 raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
             persona = persona_row(session, item.persona_id, self.owner) if item.persona_id is not None else None
-            title = item.title.strip() or f"{character_row.name} · {background.name}"
+            # a background made for this instance already carries the character's name
+            default_title = (
+                background.name if item.background_id is None else f"{character_row.name} · {background.name}"
+            )
+            title = item.title.strip() or default_title
             instance_row = create_save(session, character_row.id, background.id, title=title)
             assert instance_row.id is not None
-            rows.change_row(session, instance_row, {"owner": self.owner, "persona_id": item.persona_id}, stamp=False)
+            rows.change_row(
+                session,
+                instance_row,
+                {"owner": self.owner, "language": language, "persona_id": item.persona_id},
+                stamp=False,
+            )
             if greetings and greetings[item.greeting].strip():
-                user = persona.name if persona is not None else DEFAULT_USER_NAME
-                text = substitute(greetings[item.greeting], character_row.name, user)
+                # issue 28: the persona's name, else the language's default (用户 / User)
+                user_name = persona.name if persona is not None else catalog_for(language).default_user_name
+                text = substitute(greetings[item.greeting], character_row.name, user_name)
                 append_lines(
                     session,
                     instance_row.id,
@@ -587,6 +609,15 @@ class Instances(_Area):
             rows.change_row(session, instance_row, {"title": name})
             return _instance(session, instance_row)
 
+    def set_language(self, instance_id: int, language: str) -> Instance:
+        """The language of the instance's prompt scaffolding from its next turn on (issue 28): `zh` or `en`;
+        `InvalidInput` listing the supported ones otherwise."""
+        code = check_language(language, "instance.language")
+        with self._session() as session:
+            instance_row = rows.instance_row(session, instance_id, self.owner)
+            rows.change_row(session, instance_row, {"language": code})
+            return _instance(session, instance_row)
+
     def delete(self, instance_id: int) -> Deleted:
         """Delete an instance with everything of it (seed 002 删除会话实例): its rows in every table that points
         at it, in one transaction, then its vectors in Chroma and its checkpoints. Refused (`InstanceBusy`) while
@@ -684,7 +715,12 @@ class Instances(_Area):
                         "file.background",
                     )
                     background = rows.add_background(
-                        session, outline.name, outline.world_setting, outline.outline, owner=self.owner
+                        session,
+                        outline.name,
+                        outline.world_setting,
+                        outline.outline,
+                        owner=self.owner,
+                        open_outline=doc.background.get("open_outline") is True or None,  # issue 28
                     )
                     background_created = True
                 background_id = background.id
@@ -707,6 +743,7 @@ class Instances(_Area):
                 {
                     "owner": self.owner,
                     "last_message_id": maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None,
+                    "language": imported_language(doc.instance.get("language")),  # issue 28
                     **stamps,
                 },
                 stamp=False,

@@ -201,13 +201,18 @@ def _cmd_instance(args: argparse.Namespace) -> int:
                 raise InvalidInput("instance create: --sample makes its own character and background")
             item = instances.create_sample()
         else:
-            if args.character is None or args.background is None:
-                raise InvalidInput("instance create: give --character ID and --background ID (or --sample)")
+            if args.character is None:
+                raise InvalidInput(
+                    "instance create: give --character ID (and --background ID, or none: the card's "
+                    "scenario), or --sample"
+                )
             data = {"character_id": args.character, "background_id": args.background, "greeting": args.greeting}
             if args.title is not None:
                 data["title"] = args.title
             if args.persona is not None:
                 data["persona_id"] = args.persona
+            if args.language is not None:
+                data["language"] = args.language
             item = instances.create(data)
         return _print(item, args.json, [str(item.id)])
     if args.action == "list":
@@ -221,6 +226,9 @@ def _cmd_instance(args: argparse.Namespace) -> int:
         return _print(item, args.json, [_instance_line(item)])
     if args.action == "persona":
         return cmd_instance_persona(args)
+    if args.action == "language":  # issue 28
+        item = instances.set_language(args.id, args.language)
+        return _print(item, args.json, [_instance_line(item)])
     if args.action == "delete":
         deleted = instances.delete(args.id)
         return _print(deleted, args.json, [_deleted_line(deleted)])
@@ -313,7 +321,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = instance.add_subparsers(dest="action", required=True, parser_class=type(instance))
     create = actions.add_parser("create", help="a new instance of a character in a background; prints its id")
     create.add_argument("--character", type=ID)
-    create.add_argument("--background", type=ID)
+    create.add_argument(
+        "--background", type=ID, help="the background (none: one made from the character's card scenario, open)"
+    )
+    create.add_argument("--language", help="the prompt's scaffolding language: zh or en (default: the card's)")
     create.add_argument("--title")
     create.add_argument("--greeting", type=ID, default=0, help="which greeting opens it (0: the first)")
     create.add_argument("--sample", action="store_true", help="the shipped sample character and background")
@@ -326,6 +337,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="one instance")
     show.add_argument("id", type=ID)
     _json_flag(show)
+    language = actions.add_parser("language", help="the prompt's scaffolding language of an instance: zh or en")
+    language.add_argument("id", type=ID)
+    language.add_argument("language")
+    _json_flag(language)
     rename = actions.add_parser("rename", help="give an instance a new title")
     rename.add_argument("id", type=ID)
     rename.add_argument("title")

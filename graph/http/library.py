@@ -13,6 +13,7 @@ for the request's user (`Api` is bound to it; None without auth): another user's
 | `GET / PATCH / DELETE /backgrounds/{id}` (`?cascade=true`) | show, edit (`apply_to_instances`), delete |
 | `GET /instances` (`?character_id=&background_id=`), `POST /instances` | list, create |
 | `GET / PATCH / DELETE /instances/{id}` | show, rename (`{"title": …}`), delete with everything of it |
+| `PUT /instances/{id}/language` | the prompt's scaffolding language (`{"language": "en"}`, issue 28) |
 | `GET /instances/{id}/export`, `POST /instances/import` | the instance as one JSON document, and back |
 """
 
@@ -189,6 +190,17 @@ def get_instance(api: Api, instance_id: PathId) -> schemas.Instance:
 @router.patch("/instances/{instance_id}", tags=["instances"])
 def rename_instance(api: Api, instance_id: PathId, body: RenameBody) -> schemas.Instance:
     return api.instances.rename(instance_id, body.title)
+
+
+class LanguageBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    language: str  # checked by the API, naming the field and the supported languages
+
+
+@router.put("/instances/{instance_id}/language", tags=["instances"])
+def set_instance_language(api: Api, instance_id: PathId, body: LanguageBody) -> schemas.Instance:
+    """The prompt scaffolding's language of the instance (issue 28: zh, en), from its next turn on."""
+    return api.instances.set_language(instance_id, body.language)
 
 
 @router.delete("/instances/{instance_id}", tags=["instances"])

@@ -327,11 +327,18 @@ def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1
 def create_instance(
     user: User,
     character_id: FormId,
-    background_id: FormId,
+    background_id: Annotated[str, Form(max_length=20)] = "",
     title: Annotated[str, Form()] = "",
+    language: Annotated[str, Form(max_length=16)] = "",
     persona_id: Annotated[str, Form()] = "",
 ) -> Response:
-    data: dict[str, Any] = {"character_id": character_id, "background_id": background_id, "title": title.strip()}
+    # issue 28: no background is one made from the card's scenario; no language is the card's
+    chosen: int | str | None = background_id.strip() or None
+    if isinstance(chosen, str) and chosen.isdigit():
+        chosen = int(chosen)
+    data: dict[str, Any] = {"character_id": character_id, "background_id": chosen, "title": title.strip()}
+    if language.strip():
+        data["language"] = language.strip()
     if persona_id.strip():  # issue 28: the persona select ("" plays with none)
         if not persona_id.strip().isdigit():
             raise InvalidInput(f"persona_id: {persona_id.strip()[:40]!r} is not a persona id")

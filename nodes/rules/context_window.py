@@ -32,9 +32,9 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.prompt_assembly import REGIONS, AssembledPrompt, RegionBudgets, assemble_prompt
+from personalab.nodes.rules.prompt_catalog import ZH
 
 MARGIN_RATIO = 0.10
 MIN_MARGIN = 16
@@ -107,7 +107,9 @@ def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPro
     setting = str(kwargs.get("world_setting") or "")
     if debug["total_tokens"] > room and debug["middle"]["over_budget"] and setting.strip():
         # the setting's message carries its label: the cut counts the whole message
-        shorter = fitted.counter.cut(setting.strip(), fitted.middle, prefix=prompts.WORLD_SETTING + "\n")
+        shorter = fitted.counter.cut(
+            setting.strip(), fitted.middle, prefix=kwargs.get("catalog", ZH).world_setting + "\n"
+        )
         cut.append(
             {
                 "item": "world setting",

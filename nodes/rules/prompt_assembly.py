@@ -38,10 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from personalab.nodes.rules import prompts
+from personalab.nodes.rules.card_play import DepthPrompt, fit_scenario, insert_depth_prompt
 from personalab.nodes.rules.curation import once_per_turn
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.plot import check_plot_state
+from personalab.nodes.rules.prompt_catalog import ZH, Catalog
 from personalab.nodes.rules.tokens import TextTokens, TokenCounter
 
 REGIONS = ("head", "middle", "retrieved", "tail")
@@ -156,12 +157,12 @@ def _blocks(retrieved_blocks: Sequence[Any]) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-def _retrieved_text(blocks: list[tuple[str, list[str]]], keep: list[int]) -> str | None:
+def _retrieved_text(blocks: list[tuple[str, list[str]]], keep: list[int], catalog: Catalog = ZH) -> str | None:
     parts = []
     for (title, items), count in zip(blocks, keep, strict=True):
         if count:
             parts.append(title + "\n" + "\n".join(f"{n}. {text}" for n, text in enumerate(items[:count], start=1)))
-    return prompts.RETRIEVED_REGION + "\n\n" + "\n\n".join(parts) if parts else None
+    return catalog.retrieved_region + "\n\n" + "\n\n".join(parts) if parts else None
 
 
 def _units(recent: list[dict[str, str]]) -> list[tuple[str, int, int]]:
@@ -193,6 +194,10 @@ def assemble_prompt(
     character_parts: Sequence[tuple[str, str]] = (),
     example_dialogue: str = "",
     post_history: str = "",
+    catalog: Catalog = ZH,
+    open_story: bool = False,
+    scenario: str = "",
+    depth_prompt: DepthPrompt | None = None,
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
@@ -203,6 +208,10 @@ def assemble_prompt(
     (named in the debug), the others stay whole. `example_dialogue` follows the world setting in the middle and
     is the first thing the middle drops when over budget (named). `post_history` opens the tail, right after the
     dialogue and before the user's input, never cut.
+    A card's play (issue 28, nodes/rules/card_play.py): `catalog` gives every heading in the instance's language
+    (Chinese by default, exactly as before); `open_story` leaves the plot state out of the head (an outline the
+    director does not force); `scenario` closes the character block, cut to what the head's budget leaves (the
+    cut named in the debug); `depth_prompt` stands `depth` messages from the end of the dialogue.
     """
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
@@ -220,14 +229,20 @@ def assemble_prompt(
     head_parts = [system_instruction.strip()]
     head_parts.extend(text.strip() for _, text in character_parts if text.strip())
     if turn is not None:
-        head_parts.append(prompts.HEAD_TURN.format(turn=turn))
-    head_parts.append(prompts.HEAD_CORE_MEMORY + "\n" + _json(dict(core_memory)))
-    plot = _plot_json(plot_state["story_outline"], plot_state["current_plot_index"])
-    head_parts.append(prompts.HEAD_PLOT_STATE + "\n" + plot)
+        head_parts.append(catalog.head_turn.format(turn=turn))
+    head_parts.append(catalog.head_core_memory + "\n" + _json(dict(core_memory)))
+    if not open_story:
+        plot = _plot_json(plot_state["story_outline"], plot_state["current_plot_index"])
+        head_parts.append(catalog.head_plot_state + "\n" + plot)
     if relationship:
-        head_parts.append(prompts.HEAD_RELATIONSHIP + "\n" + _json(dict(relationship)))
+        head_parts.append(catalog.head_relationship + "\n" + _json(dict(relationship)))
+    scenario_cut = fit_scenario(head_parts, scenario, catalog.scenario_label, budgets.head, count, budgets.counter)
+    if scenario_cut.text:
+        head_parts.insert(1 + sum(1 for _, text in character_parts if text.strip()), scenario_cut.text)
     head = [{"role": "system", "content": "\n\n".join(head_parts)}]
     head_debug = _region(count(head), budgets.head)
+    if scenario_cut.debug:
+        head_debug["cut"] = [scenario_cut.debug]
     description = next((text.strip() for name, text in character_parts if name == "description" and text.strip()), "")
     if head_debug["over_budget"] and description:
         head_parts.remove(description)
@@ -247,7 +262,7 @@ def assemble_prompt(
         )
 
     # middle — world setting pinned, then whole dialogue units, oldest dropped first
-    setting = [{"role": "system", "content": prompts.WORLD_SETTING + "\n" + world_setting.strip()}]
+    setting = [{"role": "system", "content": catalog.world_setting + "\n" + world_setting.strip()}]
     if not world_setting.strip():
         setting = []
     examples = [{"role": "system", "content": example_dialogue.strip()}] if example_dialogue.strip() else []
@@ -326,7 +341,7 @@ def assemble_prompt(
             retrieved_debug["notes"].append(f"block {title} has no items; left out")
 
     def retrieved_messages() -> list[dict[str, str]]:
-        text = _retrieved_text(blocks, keep)
+        text = _retrieved_text(blocks, keep, catalog)
         return [{"role": "system", "content": text}] if text else []
 
     retrieved = retrieved_messages()
@@ -362,6 +377,11 @@ def assemble_prompt(
         tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")
 
     parts = {"head": head, "middle": middle, "retrieved": retrieved, "tail": tail}
+    if depth_prompt is not None:  # issue 28: SillyTavern's depth prompt, counted in the region it lands in
+        where = insert_depth_prompt(parts, depth_prompt)
+        region_debug = {"middle": middle_debug, "tail": tail_debug}[where["region"]]
+        region_debug["tokens"] = count(parts[where["region"]])
+        region_debug["over_budget"] = region_debug["tokens"] > region_debug["budget"]
     debug: dict[str, Any] = {
         "head": head_debug,
         "middle": middle_debug,
@@ -371,6 +391,8 @@ def assemble_prompt(
     debug["total_tokens"] = sum(debug[name]["tokens"] for name in REGIONS)
     debug["chars_per_token"] = budgets.chars_per_token
     debug["token_counter"] = budgets.counter.name
+    if depth_prompt is not None:
+        debug["depth_prompt"] = where
     return AssembledPrompt(
         messages=[m for name in REGIONS for m in parts[name]],
         regions=[name for name in REGIONS for _ in parts[name]],

@@ -18,7 +18,8 @@ PURPOSE_REVIEW = "review"
 PURPOSE_EVENT_SUMMARY = "event_summary"  # answered by the maintenance (core-memory) model
 PURPOSES = (PURPOSE_REPLY, PURPOSE_QUERY_REWRITE, PURPOSE_CORE_MEMORY, PURPOSE_REVIEW, PURPOSE_EVENT_SUMMARY)
 
-_MARKER_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
+# the English catalog (prompts_en.MARKER) writes `〔PersonaLab task: reply〕`: the same marker for the scripted model
+_MARKER_RE = re.compile(r"〔PersonaLab(?:任务：| task: )([a-z_]+)〕")
 
 
 def purpose_marker(purpose: str) -> str:

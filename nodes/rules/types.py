@@ -64,6 +64,14 @@ class Choice(TypedDict, total=False):
     """What the user chose (`label`, `title`, `content` or `option` are read too when there is no `text`)."""
 
 
+class DepthPromptData(TypedDict):
+    """A card's depth prompt as the turn carries it (nodes/rules/card_play.DepthPrompt)."""
+
+    text: str
+    depth: int
+    role: str
+
+
 @with_config(DESCRIBED)
 class Character(TypedDict):
     """The instance's character and world, read from the database at the start of every turn (seed 002 会话实例)."""
@@ -88,6 +96,14 @@ class Character(TypedDict):
     """Instructions placed after the dialogue, right before the user's input (prompt tail; "" when none)."""
     user_persona: NotRequired[str]
     """The description of the user's persona the instance plays with (issue 28; absent or "" when none)."""
+    scenario: NotRequired[str]
+    """The card's scenario (issue 28): closes the head's character block, cut to the head's budget."""
+    depth_prompt: NotRequired[DepthPromptData | None]
+    """The card's depth prompt (issue 28, SillyTavern's extensions.depth_prompt), or None."""
+    language: NotRequired[str | None]
+    """The instance's language (issue 28: zh, en; None reads as zh): the prompt's scaffolding."""
+    open_story: NotRequired[bool]
+    """The instance's background is open (made from a card's scenario): no progress markers, no pull-back."""
 
 
 @with_config(DESCRIBED)

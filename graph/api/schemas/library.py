@@ -160,9 +160,12 @@ class InstanceInput(_Input):
     """A new instance of a character in a background (seed 002 会话实例 创建)."""
 
     character_id: int = Field(ge=0, le=INTEGER_MAX)
-    background_id: int = Field(ge=0, le=INTEGER_MAX)
+    background_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    """None: a background made from the character's card scenario, open (issue 28: a card plays by itself)."""
     title: Text = ""
     """Default: "<character> · <background>"."""
+    language: str | None = Field(default=None, max_length=16)
+    """The prompt's scaffolding language (issue 28: zh, en); None: the language of the character's text."""
     greeting: int = Field(default=0, ge=0, le=INTEGER_MAX)
     """Which of the character's greetings opens the instance (0: the first)."""
     persona_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
@@ -196,6 +199,8 @@ class Instance(BaseModel):
     """The LangGraph thread of its turns (issue 28: a client without Python runs a turn on it)."""
     persona_id: int | None = None
     """The user's persona it plays with (issue 28; None: the user name per turn)."""
+    language: str = "zh"
+    """The language of the prompt's own scaffolding (issue 28: zh, en)."""
 
 
 class Deleted(BaseModel):

@@ -4,8 +4,8 @@ the leaf last viewed under each line a swipe left (`save.viewed_leaves`), so tha
 
 Every step checks first, like 0009: create_all / add_missing_columns (stores/db.py) may have made them already.
 
-Revision ID: 0012_personas
-Revises: 0011_inspector_last_used
+Revision ID: 0013_personas
+Revises: 0012_cardplay_language
 Create Date: 2026-11-27
 """
 
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlmodel.sql.sqltypes import AutoString, UTCDateTime
 
-revision = "0012_personas"
-down_revision: str | None = "0011_inspector_last_used"
+revision = "0013_personas"
+down_revision: str | None = "0012_cardplay_language"
 branch_labels: str | None = None
 depends_on: str | None = None
 
