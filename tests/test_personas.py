@@ -130,6 +130,19 @@ def test_an_instance_plays_with_its_persona_and_goes_on_without_it_when_deleted(
     assert "雷娜认识用户很多年了。" in _head(fourth)  # today's behaviour without a persona
 
 
+def test_an_english_instance_shows_the_persona_in_english(db_url: str) -> None:
+    api = PersonaLab(database_url=db_url)
+    character = api.characters.create(
+        {"name": "Mira", "description": "{{char}} has known {{user}} for years.", "greetings": ["Hello, {{user}}."]}
+    )
+    alex = api.personas.create({"name": "Alex", "description": "{{user}} is a travelling medic."})
+    instance = api.instances.create({"character_id": character.id, "language": "en", "persona_id": alex.id})
+    assert api.dialogue.history(instance.id)["lines"][0]["content"] == "Hello, Alex."
+    (turn,) = _play(db_url, instance.id, "Hi there.")
+    assert "[User persona] (Alex)\nAlex is a travelling medic." in _head(turn)
+    assert "Mira has known Alex for years." in _head(turn)
+
+
 def test_without_a_persona_the_user_is_still_用户(db_url: str) -> None:
     api = PersonaLab(database_url=db_url)
     character_id, background_id = _story(api)
