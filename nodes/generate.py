@@ -20,7 +20,7 @@ from personalab.nodes.context import Context, context_of, long_term_memory, midd
 from personalab.nodes.llm import MarkerFreeStream, get_chat_model, model_label
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.card_play import DepthPrompt
-from personalab.nodes.rules.character import definition_parts, substitute
+from personalab.nodes.rules.character import definition_parts, substitute, user_persona_parts
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.deadline import reply_deadline
@@ -68,6 +68,13 @@ def retrieved_blocks(state: TurnState, ctx: Context | None = None) -> list[Retri
     return blocks
 
 
+def user_persona_part(state: TurnState) -> list[tuple[str, str]]:
+    """The user's persona in the head's character block (issue 28): the instance's persona description."""
+    character = state["character"]
+    language = catalog_for(character.get("language")).language
+    return user_persona_parts(character.get("user_persona"), character["name"], state.get("user_name"), language)
+
+
 def card_play_args(state: TurnState) -> dict[str, Any]:
     """The card's own play (issue 28): the prompt's scaffolding in the instance's language, an open story's
     outline left out, the card's scenario and depth prompt ({{char}} / {{user}} replaced)."""
@@ -103,7 +110,8 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
         system_instruction=catalog.role_play_instruction(name, open_story=play["open_story"]),
         character_parts=definition_parts(
             {key: field(key) for key in ("system_prompt", "persona", "description")}, catalog.labels()
-        ),
+        )
+        + user_persona_part(state),
         example_dialogue=catalog.example_dialogue_label + "\n" + examples if examples.strip() else "",
         post_history=catalog.post_history_label + "\n" + post_history if post_history.strip() else "",
         core_memory=state.get("core_memory", {}),
@@ -158,7 +166,9 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         }
     deadline_at = state.get("deadline_at") or time.time() + ctx.turn_deadline_s
     until = reply_deadline(deadline_at, ctx.turn_deadline_s, calls_after_reply(state, ctx))
-    model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens)
+    # a regenerate's number: the offline model's replies differ per regeneration, reproducibly (issue 28)
+    variant = int(((state.get("debug") or {}).get("regenerate") or {}).get("replies_before") or 0)
+    model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens, variant=variant)
     label = model_label(model)
     shown = MarkerFreeStream(inner=model)  # what the stream's readers get: the reply without its markers
     parts: list[str] = []

@@ -30,11 +30,12 @@ from personalab.nodes.rules.turn_input import check_turn_input, check_user_name
 from personalab.nodes.rules.types import Character
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState, TurnUpdate, story_fields
-from personalab.stores.branches import place_turn_lines
+from personalab.stores.branches import children_of, place_turn_lines
 from personalab.stores.card_play import card_play_fields
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids, get_path_to_line
+from personalab.stores.personas import persona_of_instance
 from personalab.stores.saves import get_save, outline_of
 from personalab.stores.sessions import recap_items, recap_turns, session_for_turn
 from personalab.stores.tables import Background, Role
@@ -250,8 +251,6 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     check_choice(state.get("selected_choice"), "selected_choice")
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
-    if user_name and lines:
-        lines[-1]["display_name"] = user_name
     run_key = run_key_of()
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
     try:
@@ -265,7 +264,15 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 reply_to, branch_from, lines = replayed, None, []
         with session_scope(ctx.database_url) as session:
             save = get_save(session, instance_id)
+            # issue 28: the instance's persona names the user unless the call gives a name
+            persona = persona_of_instance(session, instance_id)
+            if user_name is None and persona is not None:
+                user_name = persona.name
+            if user_name and lines:
+                lines[-1]["display_name"] = user_name
             written, anchor = place_turn_lines(session, save, lines, reply_to, branch_from)
+            # a regenerate's number under its user line: the offline model writes another reply for each (issue 28)
+            replies_before = len(children_of(session, instance_id, written[-1].id)) if reply_to is not None else 0
             if run_key is not None and not replayed:
                 remember_run(
                     session, instance_id, run_key, cast(int, written[-1].id)
@@ -278,6 +285,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
             branch = set(path)
             recap_line = catalog_for(save.language).recap_line  # issue 28: in the instance's language
+            if persona is not None:  # ... naming the user by the instance's persona (issue 28)
+                escaped = persona.name.replace("{", "{{").replace("}", "}}")
+                recap_line = recap_line.replace(catalog_for(save.language).default_user_name, escaped, 1)
             recap = (
                 recap_items(recap_turns(session, sitting.previous, branch=branch), name, recap_line)
                 if sitting.previous
@@ -296,6 +306,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
 
     character = character_of(role, name, save.background_id, background.world_setting if background else "")
     character.update(play)  # type: ignore[typeddict-item]
+    if persona is not None and (persona.description or "").strip():
+        character["user_persona"] = persona.description
     update: TurnUpdate = {
         **cast(TurnUpdate, kept),
         "turn": kept.get("turn", 0) + 1,
@@ -336,6 +348,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             },
         },
     }
+    if reply_to is not None:
+        update["debug"]["regenerate"] = {"replies_before": replies_before}
     if reply_to is not None:  # a regenerate answers the stored user line again, under its stored name
         update["message"], update["user_name"] = written[-1].content, user_name or written[-1].display_name
     if not kept.get("plot_state"):

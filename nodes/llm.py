@@ -63,7 +63,7 @@ ANSWER_TOKEN_CAPS = {
 
 
 def get_chat_model(
-    purpose: str = prompts.PURPOSE_REPLY, *, until: float | None = None, max_tokens: int | None = None
+    purpose: str = prompts.PURPOSE_REPLY, *, until: float | None = None, max_tokens: int | None = None, variant: int = 0
 ) -> BaseChatModel:
     """The chat model for `purpose` (one of nodes.rules.prompts.PURPOSES), configured from the settings (module doc).
 
@@ -72,7 +72,9 @@ def get_chat_model(
     nothing left fails at once as a timeout, which every caller already survives (the rewrite uses the raw input,
     the review its rules, the maintenance keeps the core memory). For a stream the timeout bounds each wait for
     the next chunk; the reply's reader also stops at the deadline. `max_tokens`: the most tokens the model may
-    write (the reply's PERSONALAB_MAX_REPLY_TOKENS; unset: ANSWER_TOKEN_CAPS for JSON and summary answers)."""
+    write (the reply's PERSONALAB_MAX_REPLY_TOKENS; unset: ANSWER_TOKEN_CAPS for JSON and summary answers).
+    `variant`: a regeneration's number (0: the first reply); the offline model writes another reply for each, a
+    real model varies by itself."""
     prompts.purpose_marker(purpose)  # validates the purpose
     if max_tokens is None:
         max_tokens = ANSWER_TOKEN_CAPS.get(purpose)
@@ -84,12 +86,12 @@ def get_chat_model(
     if until is not None:
         timeout = call_seconds(until, time.time(), timeout) or MIN_CALL_SECONDS
     if current.llm == "scripted":
-        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted", max_tokens=max_tokens, tags=tags)
+        return ScriptedChatModel(reason="PERSONALAB_LLM=scripted", max_tokens=max_tokens, tags=tags, variant=variant)
     key = current.openai_api_key
     if key is None:
         if current.llm == "openai":
             raise ConfigError("PERSONALAB_LLM=openai but OPENAI_API_KEY is not set")
-        return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens, tags=tags)
+        return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens, tags=tags, variant=variant)
     from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
 
     # ChatOpenAI sends the cap as `max_completion_tokens` (OpenAI's current name); llama.cpp's server,

@@ -73,9 +73,10 @@ def _section(text: str, label: str) -> str:
     return (rest if end < 0 else rest[:end]).strip()
 
 
-def _scripted_reply(system: str, user_input: str, turn: int) -> str:
+def _scripted_reply(system: str, user_input: str, turn: int, variant: int = 0) -> str:
     lines = _catalog_of(system)
-    seed = turn + sum(map(ord, user_input))
+    # `variant` (a regeneration's number) moves every choice: each regeneration reads differently, reproducibly
+    seed = turn + sum(map(ord, user_input)) + 7 * variant
     topic = _topic(user_input)
     segments = [
         "【{}】{}{}{}".format(
@@ -200,6 +201,8 @@ class ScriptedChatModel(BaseChatModel):
     # like a real server's max_tokens: the answer is cut after this many characters (one token each, the most a
     # character can cost) and ends with finish_reason "length"
     max_tokens: int | None = None
+    variant: int = 0
+    """A regeneration's number under its user line (0: the first reply): another reply for each (issue 28)."""
 
     @property
     def _llm_type(self) -> str:
@@ -225,7 +228,7 @@ class ScriptedChatModel(BaseChatModel):
             return _scripted_event_summary(last_user)
         turn_match = _TURN_RES[_catalog_of(system).language].search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
-        return _scripted_reply(system, last_user, max(turn, 1))
+        return _scripted_reply(system, last_user, max(turn, 1), self.variant)
 
     def _metadata(self) -> dict[str, Any]:
         return {"model_name": "scripted", "model_provider": "personalab-scripted", "scripted": True}

@@ -213,7 +213,11 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
     history = state.get("history") or []
     count = len(state.get("lines_before") or []) + 1  # the host lines and the user's line, written this turn
     asked = [line for line in history[-count:] if line.get("id") is not None]
-    before = history[max(0, len(history) - count - CONTEXT_LINES) : max(0, len(history) - count)]
+    start = max(0, len(history) - count - CONTEXT_LINES)
+    # issue 28: never the opening before the first user line (the card's greeting): every prompt carries it in
+    # its opening already, and as a record's context it came back from retrieval as a memory
+    opening = next((n for n, line in enumerate(history) if line.get("attribute") == "user"), len(history))
+    before = history[max(start, opening) : max(0, len(history) - count)]
     character = state["character"]
     items = record_items(
         [*asked, *reply_lines],

@@ -48,6 +48,34 @@ def latest_leaf_under(session: Session, save_id: int, line_id: int) -> int:
     raise InvalidInput(f"the lines under line {line_id} of instance {save_id} loop")
 
 
+def remember_viewed_leaf(session: Session, save: Save, path: list[int], parent_line_id: int | None) -> None:
+    """Before a swipe leaves the line of the current branch `path` (root → leaf) under `parent_line_id`: remember
+    the leaf it had, so that a swipe back lands there (issue 28: on the reply last viewed, not the newest)."""
+    index = 0 if parent_line_id is None else (path.index(parent_line_id) + 1 if parent_line_id in path else None)
+    if index is None or index >= len(path):
+        return
+    viewed = dict(save.viewed_leaves or {})
+    viewed[str(path[index])] = path[-1]
+    save.viewed_leaves = viewed  # a new dict: the JSON column sees the change
+    session.add(save)
+    session.flush()
+
+
+def viewed_leaf_under(session: Session, save: Save, line_id: int) -> int | None:
+    """The leaf last viewed under `line_id` (remembered when a swipe left it), if it is still a line under it."""
+    from personalab.stores.history import get_path_to_line
+
+    assert save.id is not None
+    leaf = (save.viewed_leaves or {}).get(str(line_id))
+    if not isinstance(leaf, int):
+        return None
+    try:
+        path = get_path_to_line(session, save.id, leaf)
+    except (NotFound, InvalidInput):
+        return None
+    return leaf if any(line.id == line_id for line in path) else None
+
+
 def move_leaf(session: Session, save: Save, line_id: int | None) -> None:
     """Make `line_id` (None: before the first line) the instance's current leaf."""
     save.last_message_id = line_id

@@ -561,6 +561,27 @@ def import_card(session: Any, card: Card, where: str = "the card") -> CardImport
     return attach_card(session, role.id, card, keep_avatar="avatar_image" not in columns)
 
 
+def same_card_character(session: Any, card: Card, owner: str | None, fields: dict[str, Any]) -> int | None:
+    """The id of a character of `owner` (the operator: any) imported from a card with the same definition as
+    `card` and unchanged since (its stored card's data, its fields `fields` and its avatar are `card`'s), or None
+    (issue 28: a second import of the same card is reported, not a silent duplicate)."""
+    from personalab.stores.card_tables import CardRow
+    from personalab.stores.tables import Role
+    from sqlmodel import col, select
+
+    query = select(Role, CardRow).where(col(CardRow.role_id) == col(Role.id), col(Role.name) == card.name)
+    if owner is not None:
+        query = query.where(col(Role.owner) == owner)
+    wanted = json.loads(json.dumps(card.data_dict()))  # as the JSON column gives it back
+    avatar = avatar_png(card)
+    for role, row in session.exec(query.order_by(col(Role.id))).all():
+        if row.data != wanted or bytes(role.avatar_image or b"") != (avatar or b""):
+            continue
+        if all((getattr(role, name, None) or type(value)()) == value for name, value in fields.items()):
+            return int(role.id)
+    return None
+
+
 def card_of_character(session: Any, role_id: int) -> Card:
     """Character `role_id` as a card: the card it was imported from (every field kept) with the character's
     current fields and world book (its own scope) written over it; a character made here as a new V3 card."""

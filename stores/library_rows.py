@@ -356,6 +356,7 @@ def instance_summaries(session: Session, listed: Sequence[Save], scope: Any) -> 
                 "plot_state": (state.state.get("plot_state") if state is not None else None) or None,
                 "outline": outlines.get(instance_row.background_id) if instance_row.background_id is not None else None,
                 "owner": instance_row.owner,
+                "persona_id": instance_row.persona_id,
             }
         )
     return found

@@ -97,6 +97,27 @@ class Save(SQLModel, table=True):
     owner: str | None = Field(default=None, index=True)
     # issue 28: the language of the prompt's own scaffolding (nodes/rules/prompt_catalog.py); None reads as zh
     language: str | None = None
+    # issue 28: the user's persona played in this instance (None: the user name given per turn, or 用户); no
+    # constraint, like last_message_id: deleting a persona clears it in the same transaction
+    persona_id: int | None = Field(default=None, index=True)
+    # issue 28: per line left by a swipe, the leaf it had (str(line id) → leaf id): a swipe back lands there
+    viewed_leaves: dict[str, int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class Persona(SQLModel, table=True):
+    """A user persona (issue 28, SillyTavern's personas): the name `{{user}}` becomes and a description the
+    character knows of the user; owned per user like characters (None: the local operator's)."""
+
+    __tablename__ = "user_persona"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    description: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    avatar_image: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    avatar_mime: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime | None = None
+    owner: str | None = Field(default=None, index=True)
 
 
 class Line(SQLModel, table=True):

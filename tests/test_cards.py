@@ -323,3 +323,39 @@ def test_a_character_made_here_goes_through_a_card_and_back(db_url: str, tmp_pat
             if name != "avatar":
                 assert getattr(again, name) == value, (fmt, name)
         assert (again.avatar_bytes > 0) == (fmt == "png")
+
+
+def test_importing_the_same_card_again_reuses_its_character_unless_copy(
+    db_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a second import of the same card (same definition, the character unchanged) is reported and
+    makes no duplicate; `copy` makes one; a changed card or an edited character is a new import."""
+    from personalab.graph.api import PersonaLab
+
+    api = PersonaLab(database_url=db_url)
+    source = tmp_path / "lantern.png"
+    source.write_bytes(png({"chara": b64(lantern())}))
+    first = api.cards.import_file(source)
+    again = api.cards.import_file(source)
+    assert not first.reused and again.reused and again.character_id == first.character_id
+    assert "already imported" in again.summary() and again.book is None
+    assert [c.id for c in api.characters.list()] == [first.character_id]
+    assert len(api.worldbook.list(character_id=first.character_id)) == 3  # the book was not imported twice
+    copied = api.cards.import_file(source, copy=True)
+    assert not copied.reused and copied.character_id != first.character_id
+    # a JSON card of the same data has no avatar: another definition
+    as_json = tmp_path / "lantern.json"
+    as_json.write_text(json.dumps(lantern(), ensure_ascii=False), encoding="utf-8")
+    assert not api.cards.import_file(as_json).reused
+    # the character edited since: a new import
+    api.characters.edit(first.character_id, {"description": "改过了"})
+    api.characters.delete(copied.character_id)
+    assert not api.cards.import_file(source).reused
+    # another user's character is never reused
+    assert not PersonaLab(owner="bob", database_url=db_url).cards.import_file(source).reused
+    # the CLI says so, and --copy imports again
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
+    code, out, _ = cli(capsys, "card", "import", str(as_json))
+    assert code == 0 and "already imported" in out
+    code, out, _ = cli(capsys, "card", "import", str(as_json), "--copy", "--json")
+    assert code == 0 and json.loads(out)["reused"] is False

@@ -398,3 +398,43 @@ def test_other_play_throughs_serve_as_reference_only_from_their_current_branch(d
     assert "红色信封" not in " ".join(str(e["text"]) for e in found[1])
     assert "改去河边捉鱼" in " ".join(str(e["text"]) for e in found[1])
     assert "改去河边捉鱼" in reference(kept) and "红色信封" not in reference(kept)
+
+
+# --- issue 28: the offline model's regenerations differ; a swipe back lands on the reply last viewed --------------
+
+
+def test_regenerating_with_the_offline_model_gives_another_reply_each_time_reproducibly(db_url: str) -> None:
+    def three_replies() -> tuple[list[str], set[str]]:
+        instance = create_sample_instance(db_url)
+        (first,) = play(db_url, instance, "你好")
+        again = [dialogue.regenerate(instance, context=Context(database_url=db_url)) for _ in range(2)]
+        return [first["reply"], *(state["reply"] for state in again)], {first["model"], *(s["model"] for s in again)}
+
+    replies, labels = three_replies()
+    assert len(set(replies)) == 3, replies  # each regeneration reads differently
+    assert len(labels) == 1 and "scripted" in labels.pop()  # labelled as before
+    assert three_replies()[0] == replies  # seeded by the line's regenerations: the same in another instance
+
+
+def test_a_swipe_back_lands_on_the_reply_last_viewed_not_the_newest(db_url: str) -> None:
+    instance = create_sample_instance(db_url)
+    _, second = play(db_url, instance, "你好", "今天做什么")
+    user_two = second["user_line_id"]
+    dialogue.regenerate(instance, context=Context(database_url=db_url))  # reply B beside reply A
+    reply_a, reply_b = (
+        item["id"]
+        for item in dialogue.siblings(instance, second["debug"]["reply_line_ids"][0], database_url=db_url)["siblings"]
+    )
+    dialogue.swipe(instance, reply_a, database_url=db_url)
+    (third,) = play(db_url, instance, "继续")  # under A: a reply, then another one beside it
+    viewed = third["debug"]["reply_line_ids"]
+    dialogue.regenerate(instance, context=Context(database_url=db_url))
+    newest = leaf_of(db_url, instance)
+    assert newest not in viewed
+    dialogue.swipe(instance, viewed[0], database_url=db_url)  # the user views the first reply of turn 3 ...
+    assert leaf_of(db_url, instance) == viewed[-1]
+    dialogue.swipe(instance, reply_b, database_url=db_url)  # ... looks at turn 2's other reply ...
+    assert dialogue.history(instance, offset=-1, database_url=db_url)["lines"][0]["id"] != viewed[-1]
+    back = dialogue.swipe(instance, reply_a, database_url=db_url)  # ... and swipes back: turn 3 as last viewed
+    assert back["leaf"] == viewed[-1] != newest
+    assert user_two in [line["id"] for line in dialogue.history(instance, limit=1000, database_url=db_url)["lines"]]

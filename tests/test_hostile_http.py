@@ -49,7 +49,12 @@ def _id_cases(method: str, template: str, name: str, mine: str, theirs: str, **k
     """The id cases of a path with one id: the other user's (404 naming it), one past the column's range, one past
     64 bits, negative, not a number (422 naming the parameter)."""
     path = template.replace(f"{{{name}}}", "{%s}")
-    what = {"character_id": "character", "background_id": "background", "instance_id": "instance"}.get(name, "")
+    what = {
+        "character_id": "character",
+        "background_id": "background",
+        "instance_id": "instance",
+        "persona_id": "persona",
+    }.get(name, "")
     cases: list[Case] = [
         (method, path % theirs, "bob", kwargs, 404, f"{what} {{{theirs}}}" if what else "does not exist"),
         (method, path % "big", "bob", kwargs, 422, name),
@@ -695,6 +700,38 @@ CASES += [
     ("POST", "/worldbook/reorder", "bob", {"json": {"entries": [{"id": BIG_ID, "order": 1}]}}, 422, "id"),
 ]
 
+# ---- user personas (issue 28): owned per user, another user's persona is a 404 naming it ----------------------------
+PERSONA = "/personas/{persona_id}"
+CASES += [
+    ("POST", "/personas", "bob", {"json": {"name": NUL}}, 422, "name"),
+    ("POST", "/personas", "bob", {"json": {"name": "  "}}, 422, "name"),
+    ("POST", "/personas", "bob", {"json": {"name": "x", "description": "x" * 20_001}}, 422, "description"),
+    ("POST", "/personas", "bob", {"json": {"name": "x", "owner": "alice"}}, 422, "owner"),
+    ("POST", "/personas", "bob", {"json": {"name": "x", "avatar_base64": "***"}}, 422, "avatar_base64"),
+    ("POST", "/personas", "bob", {"json": {"name": "x", "avatar_base64": "PHN2Zy8+"}}, 422, "avatar"),
+    *_id_cases("GET", PERSONA, "persona_id", "b_persona", "a_persona"),
+    *_id_cases("PATCH", PERSONA, "persona_id", "b_persona", "a_persona", json={"name": "改"}),
+    ("PATCH", "/personas/{b_persona}", "bob", {"json": {"name": ""}}, 422, "name"),
+    ("PATCH", "/personas/{b_persona}", "bob", {"json": {"remove_avatar": "yes"}}, 422, "remove_avatar"),
+    *_id_cases("DELETE", PERSONA, "persona_id", "b_persona", "a_persona"),
+    *_id_cases("GET", PERSONA + "/avatar", "persona_id", "b_persona", "a_persona"),
+    ("GET", "/personas/{b_persona}/avatar", "bob", {}, 404, "has no avatar"),
+    *_id_cases("DELETE", PERSONA + "/avatar", "persona_id", "b_persona", "a_persona"),
+    *_id_cases("GET", "/instances/{instance_id}/persona", "instance_id", "b_instance", "a_instance"),
+    *_id_cases("PUT", "/instances/{instance_id}/persona", "instance_id", "b_instance", "a_instance", json={}),
+    (
+        "PUT",
+        "/instances/{b_instance}/persona",
+        "bob",
+        {"json": {"persona_id": "{a_persona}"}},
+        404,
+        "persona {a_persona}",
+    ),
+    ("PUT", "/instances/{b_instance}/persona", "bob", {"json": {"persona_id": "seven"}}, 422, "persona_id"),
+    ("PUT", "/instances/{b_instance}/persona", "bob", {"json": {"persona_id": HUGE_ID}}, 422, "persona_id"),
+    ("PUT", "/instances/{b_instance}/persona", "bob", {"json": {"persona": 1}}, 422, "persona"),
+]
+
 
 def _template(method: str, path: str) -> str:
     """The OpenAPI path a case's path fills in."""
@@ -784,6 +821,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, database: str | None) -> Ite
                     session, instance.id, **worldbook_suggestion_from_turn("去废墟。", "好。", None, 1)
                 )
             ids.update({f"{p}_wb": book["id"], f"{p}_sug": suggestion.id})
+            ids[f"{p}_persona"] = PersonaLab(owner=user).personas.create({"name": f"{user}的人设"}).id
             ids.update(
                 {
                     f"{p}_character": character.id,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
@@ -27,7 +28,11 @@ def test_record_items_name_every_speaker_and_keep_line_ids() -> None:
     items = record_items(lines, 2, character_role_id=3, character_name="雷娜", user_name="莱姆")
     assert [i["content"] for i in items] == ["旁白：夜色降临。", f"莱姆：{FACT}", "雷娜：【温柔】真可爱。"]
     assert [i["line_id"] for i in items] == [7, 8, 9]
-    assert [i["related_character"] for i in items] == ["旁白", "莱姆", "雷娜"]  # who said it (recall favours a named one)
+    assert [i["related_character"] for i in items] == [
+        "旁白",
+        "莱姆",
+        "雷娜",
+    ]  # who said it (recall favours a named one)
     assert {i["type"] for i in items} == {"record"} and {i["layer"] for i in items} == {RECORD_LAYER}
     assert items[1]["context"] == "旁白：夜色降临。"  # the line before, as context
     assert items[2]["context"] == f"旁白：夜色降临。\n莱姆：{FACT}"  # two lines at most
@@ -169,3 +174,27 @@ def test_the_summary_prompt_lists_the_memories_for_a_real_model() -> None:
     messages = event_summary_messages(["莱姆：我妹妹今年十二岁", "雷娜：记住了"], 300)
     assert detect_purpose(messages[0]["content"]) == "event_summary" and "300" in messages[0]["content"]
     assert messages[1]["content"].endswith("1. 莱姆：我妹妹今年十二岁\n2. 雷娜：记住了")
+
+
+def test_the_greeting_is_never_retrieved_again_as_a_memory(db_url: str) -> None:
+    """Issue 28: the greeting opens the instance and stays in every prompt's opening; the record of the first
+    turn does not carry it as context, so no retrieval (the turn's, its debug, a search) brings it back."""
+    from personalab.graph.api import PersonaLab
+
+    api = PersonaLab(database_url=db_url)
+    character = api.characters.create({"name": "雷娜", "greetings": ["你终于醒了。灯塔镇北边的水塔昨晚倒了。"]})
+    background = api.backgrounds.create({"name": "废土", "outline": ["重逢", "追查"]})
+    instance = api.instances.create({"character_id": character.id, "background_id": background.id}).id
+    with turn_graph(Context(database_url=db_url, recall_turns=1)) as (graph, context):
+        for number in range(4):
+            run_turn(graph, context, instance, f"第{number}件事：我们继续赶路")
+            flush_event_writes()
+        state = run_turn(graph, context, instance, "灯塔镇的水塔怎么了？")
+    retrieved = json.dumps([state["retrieved"], state["debug"]["retrieval"]], ensure_ascii=False)
+    assert "第0件事" in retrieved  # the first turn's record is retrieved ...
+    assert "水塔昨晚倒了" not in retrieved  # ... without the greeting
+    found = api.memories.search(instance, "灯塔镇 水塔 昨晚倒了", k=20)
+    assert "水塔昨晚倒了" not in json.dumps(found.model_dump(mode="json"), ensure_ascii=False)
+    assert all(
+        "水塔昨晚倒了" not in (m.content + m.search_text) for m in MemoryStore(db_url=db_url).list_memories(instance)
+    )

@@ -34,8 +34,10 @@ from personalab.stores.cards import (
     export_png,
     export_v2,
     export_v3,
+    import_report,
     parse_card_bytes,
     read_card,
+    same_card_character,
     write_card,
 )
 
@@ -56,24 +58,38 @@ CHARACTER_FIELDS = (
 class Cards(_Area):
     """Character cards in and out (issue 15)."""
 
-    def import_file(self, path: str | os.PathLike[str]) -> CardImported:
-        """A new character of the caller from the card file `path` (see the module doc)."""
-        return self._import(read_card(path), os.fspath(path))
+    def import_file(self, path: str | os.PathLike[str], *, copy: bool = False) -> CardImported:
+        """A new character of the caller from the card file `path` (see the module doc); the same card imported
+        again reuses its character (`reused`) unless `copy`."""
+        return self._import(read_card(path), os.fspath(path), copy)
 
-    def import_bytes(self, data: bytes, name: str = "the card") -> CardImported:
+    def import_bytes(self, data: bytes, name: str = "the card", *, copy: bool = False) -> CardImported:
         """A new character of the caller from a card file's bytes (a PNG card or JSON text; an upload), at most
-        `MAX_CARD_BYTES`; `name` is what errors call it."""
+        `MAX_CARD_BYTES`; `name` is what errors call it. The same card again reuses its character unless `copy`."""
         if len(data) > MAX_CARD_BYTES:
             raise InvalidInput(f"{name}: over the card import limit of {MAX_CARD_BYTES} bytes")
-        return self._import(parse_card_bytes(data, name), name)
+        return self._import(parse_card_bytes(data, name), name, copy)
 
-    def _import(self, card: Card, where: str) -> CardImported:
+    def _import(self, card: Card, where: str, copy: bool = False) -> CardImported:
         check_card(card, where)
         fields = character_fields(card)
         data = {name: fields[name] for name in CHARACTER_FIELDS}
         # a card's text over the library's limits is refused naming the field, as a typed-in character is
         character_input = validate_model(CharacterInput, {**data, "avatar": avatar_png(card)}, where)
         with self._session() as session:  # the character, its world book and the card: all or nothing
+            # issue 28: the same card again (same definition, the character unchanged) is reported, not duplicated
+            same = None if copy else same_card_character(session, card, self.owner, {**data, "name": card.name})
+            if same is not None:
+                report = import_report(card)
+                return CardImported(
+                    character_id=same,
+                    name=card.name,
+                    spec=card.spec,
+                    source=card.source,
+                    used=report.used,
+                    no_effect=report.no_effect,
+                    reused=True,
+                )
             character_row = Characters(self.caller).add(session, character_input)
             assert character_row.id is not None
             done = attach_card(session, character_row.id, card)

@@ -29,7 +29,15 @@ from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import Instances, _Area
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.turn_input import check_edit_input
-from personalab.stores.branches import children_of, latest_leaf_under, line_of, move_leaf, sibling_ids
+from personalab.stores.branches import (
+    children_of,
+    latest_leaf_under,
+    line_of,
+    move_leaf,
+    remember_viewed_leaf,
+    sibling_ids,
+    viewed_leaf_under,
+)
 from personalab.stores.history import get_lines, get_path_ids
 from personalab.stores.saves import get_save
 from personalab.stores.sessions import list_sessions, start_session
@@ -275,8 +283,8 @@ class Dialogue(_Area):
 
     def swipe(self, instance_id: int, line_id: int) -> dict[str, Any]:
         """Make `line_id` current: a sibling of a line of the current branch (another reply to the same user line,
-        another edit of a user line). The leaf goes to the end of the branch under it (its newest line each
-        step), and the story state is that branch's."""
+        another edit of a user line). The leaf goes to where the branch under it was last viewed (a swipe left it
+        there; issue 28), else to its end (its newest line each step); the story state is that branch's."""
         self._instance(instance_id)
         _check_id(line_id, "line")
         with self._session() as session:
@@ -286,8 +294,14 @@ class Dialogue(_Area):
                 raise InvalidInput(
                     f"line {line_id} is not a sibling of a line on the current branch of instance {instance_id}"
                 )
-            # a line of the current branch: it stays as it is; another: the end of the branch under it
-            leaf = path[-1] if line_id in set(path) else latest_leaf_under(session, instance_id, line_id)
+            # a line of the current branch: it stays as it is; another: the reply last viewed under it (issue 28),
+            # or the end of the branch under it; the line left remembers its leaf for a swipe back
+            if line_id in set(path):
+                leaf = path[-1]
+            else:
+                save = get_save(session, instance_id)
+                leaf = viewed_leaf_under(session, save, line_id) or latest_leaf_under(session, instance_id, line_id)
+                remember_viewed_leaf(session, save, path, line.parent_line_id)
         return self._move(instance_id, leaf)
 
     def regenerate_target(self, instance_id: int, line_id: int | None = None) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from personalab.graph.api.knowledge import KnowledgeApi
     from personalab.graph.api.library import Backgrounds, Characters, Instances
     from personalab.graph.api.memory import Memories
+    from personalab.graph.api.personas import Personas
     from personalab.graph.api.plot import PlotApi
     from personalab.graph.api.replies import Replies
     from personalab.graph.api.statistics import Statistics
@@ -72,6 +73,13 @@ class PersonaLab:
         from personalab.graph.api.library import Instances
 
         return Instances(self.caller)
+
+    @cached_property
+    def personas(self) -> Personas:
+        """User personas: the name and description the user plays as, one per instance (issue 28)."""
+        from personalab.graph.api.personas import Personas
+
+        return Personas(self.caller)
 
     @cached_property
     def dialogue(self) -> Dialogue:

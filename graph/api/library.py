@@ -65,6 +65,7 @@ from personalab.nodes.rules.prompt_catalog import DEFAULT_LANGUAGE, catalog_for,
 from personalab.stores import library_rows as rows
 from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
+from personalab.stores.personas import persona_row
 from personalab.stores.saves import append_lines, create_save, get_save
 from personalab.stores.tables import Background, Role, Save
 from personalab.stores.threads import thread_id_for
@@ -487,6 +488,7 @@ class Instances(_Area):
                 )
             if not greetings and item.greeting:
                 raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
+            persona = persona_row(session, item.persona_id, self.owner) if item.persona_id is not None else None
             # a background made for this instance already carries the character's name
             default_title = (
                 background.name if item.background_id is None else f"{character_row.name} · {background.name}"
@@ -494,9 +496,15 @@ class Instances(_Area):
             title = item.title.strip() or default_title
             instance_row = create_save(session, character_row.id, background.id, title=title)
             assert instance_row.id is not None
-            rows.change_row(session, instance_row, {"owner": self.owner, "language": language}, stamp=False)
+            rows.change_row(
+                session,
+                instance_row,
+                {"owner": self.owner, "language": language, "persona_id": item.persona_id},
+                stamp=False,
+            )
             if greetings and greetings[item.greeting].strip():
-                user_name = catalog_for(language).default_user_name
+                # issue 28: the persona's name, else the language's default (用户 / User)
+                user_name = persona.name if persona is not None else catalog_for(language).default_user_name
                 text = substitute(greetings[item.greeting], character_row.name, user_name)
                 append_lines(
                     session,

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "character": ("library", "characters: create, list, show, edit, delete (seed 002 角色)"),
     "background": ("library", "backgrounds: create, list, show, edit, delete (seed 002 背景)"),
     "instance": ("library", "conversation instances (seed 002 会话实例)"),
+    "persona": ("personas", "user personas: create, list, show, edit, delete (issue 28)"),
     "knowledge": ("worldbook", "the knowledge library (global / character / instance facts)"),
     "worldbook": ("worldbook", "the world book (triggered lore entries)"),
     "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),

@@ -15,9 +15,12 @@ from personalab.graph.cli.output import echo, json_text
 
 
 def card_import(args: argparse.Namespace) -> int:
-    done = lab(args).cards.import_file(args.file)
+    done = lab(args).cards.import_file(args.file, copy=args.copy)
     if args.json:
         print(json_text(done.model_dump()))
+        return 0
+    if done.reused:
+        echo(f"{args.file} → {done.summary()}")
         return 0
     echo(f"{args.file} → character {done.character_id} {done.name!r} ({done.spec}, from {done.source})")
     echo("  used: " + ", ".join(done.used))
@@ -41,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = csub.add_parser("import", help="create a character (and its world book) from a card file; all or nothing")
     p.add_argument("file", help="card file: JSON (V1, V2, V3) or PNG with a chara / ccv3 chunk")
     p.add_argument("--json", action="store_true", help="print the import report as JSON")
+    p.add_argument("--copy", action="store_true", help="a new character even when the same card was imported before")
     p.set_defaults(handler=card_import)
     p = csub.add_parser("export", help="write a character as a card file")
     p.add_argument("character_id", type=ID, help="the character's id")

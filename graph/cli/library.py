@@ -16,6 +16,19 @@ from personalab.graph.cli.output import echo, json_text
 from personalab.nodes.rules.errors import InvalidInput
 from pydantic import BaseModel
 
+
+def cmd_instance_persona(args: argparse.Namespace) -> int:
+    from personalab.graph.cli.personas import cmd_instance_persona as run
+
+    return run(args)
+
+
+def add_instance_persona_parser(actions: argparse._SubParsersAction) -> None:
+    from personalab.graph.cli.personas import add_instance_persona_parser as add
+
+    add(actions)
+
+
 MAX_FIELDS_FILE = 20 * 1024 * 1024
 
 # (option, field, help) of the character's text fields
@@ -196,6 +209,8 @@ def _cmd_instance(args: argparse.Namespace) -> int:
             data = {"character_id": args.character, "background_id": args.background, "greeting": args.greeting}
             if args.title is not None:
                 data["title"] = args.title
+            if args.persona is not None:
+                data["persona_id"] = args.persona
             if args.language is not None:
                 data["language"] = args.language
             item = instances.create(data)
@@ -209,6 +224,8 @@ def _cmd_instance(args: argparse.Namespace) -> int:
     if args.action == "rename":
         item = instances.rename(args.id, args.title)
         return _print(item, args.json, [_instance_line(item)])
+    if args.action == "persona":
+        return cmd_instance_persona(args)
     if args.action == "language":  # issue 28
         item = instances.set_language(args.id, args.language)
         return _print(item, args.json, [_instance_line(item)])
@@ -311,6 +328,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--title")
     create.add_argument("--greeting", type=ID, default=0, help="which greeting opens it (0: the first)")
     create.add_argument("--sample", action="store_true", help="the shipped sample character and background")
+    create.add_argument("--persona", type=ID, help="the user persona it plays with (persona list)")
     _json_flag(create)
     listing = actions.add_parser("list", help="instances with character, background, times, turns, plot")
     listing.add_argument("--character", type=ID)
@@ -338,5 +356,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     imported = actions.add_parser("import", help="a new instance from an exported file; prints its id")
     imported.add_argument("file")
     _json_flag(imported)
+    add_instance_persona_parser(actions)
     add_unlock_parser(actions)
     instance.set_defaults(handler=_cmd_instance)

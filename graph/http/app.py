@@ -15,6 +15,7 @@ from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.memory import router as memory_router
+from personalab.graph.http.personas import router as personas_router
 from personalab.graph.http.run_context import RunContextGuard
 from personalab.graph.http.statistics import router as statistics_router
 from personalab.graph.http.story import router as story_router
@@ -22,6 +23,7 @@ from personalab.graph.http.trigger_config import router as trigger_config_router
 from personalab.graph.http.worldbook import router as worldbook_router
 from personalab.graph.web.console_pages import router as console_router
 from personalab.graph.web.memory_pages import router as memory_pages_router
+from personalab.graph.web.persona_pages import router as persona_pages_router
 from personalab.graph.web.routes import fallback_router as web_fallback_router
 from personalab.graph.web.routes import router as web_router
 from personalab.graph.web.stats_pages import router as stats_pages_router
@@ -33,6 +35,7 @@ app.add_middleware(RunContextGuard)
 # with auth on, the development server's unauthenticated routes (/internal/*, /deploy) are closed (issue 14)
 app.add_middleware(DevRoutesGuard)
 app.include_router(library_router)
+app.include_router(personas_router)
 app.include_router(dialogue.router)
 app.include_router(worldbook_router)
 app.include_router(trigger_config_router)
@@ -45,6 +48,7 @@ app.include_router(statistics_router)
 app.include_router(web_router)
 app.include_router(console_router)
 app.include_router(stats_pages_router)
+app.include_router(persona_pages_router)
 app.include_router(memory_pages_router)
 app.include_router(web_fallback_router)
 

@@ -8,7 +8,7 @@ is the operator's: 422.
 
 | method and path | what it does |
 | --- | --- |
-| `POST /cards/import` (`?name=`) | a card file (PNG, V1/V2/V3 JSON) as the body → a new character and its world book |
+| `POST /cards/import` (`?name=`, `?copy=true`) | a card file (PNG, V1/V2/V3 JSON) as the body → a new character and its world book |
 | `GET /characters/{id}/card` (`?format=png\\|v2\\|v3`) | the character as a card file |
 | `POST /worldbook/import` | a world-book file (PersonaLab, SillyTavern world info, a card's lorebook) as the body |
 | `GET /worldbook/export` (`?format=personalab\\|sillytavern`) | the scope's entries as a file |
@@ -61,12 +61,13 @@ async def _body(request: Request, limit: int, what: str) -> bytes:
 
 
 @router.post("/cards/import", status_code=status.HTTP_201_CREATED, tags=["cards"])
-async def import_card(api_: Api, request: Request, name: str = "the card") -> cards_api.CardImported:
-    """Upload a card file as the body: the new character, its world book, and every field without effect here."""
+async def import_card(
+    api_: Api, request: Request, name: str = "the card", copy: bool = False
+) -> cards_api.CardImported:
+    """Upload a card file as the body: the new character, its world book, and every field without effect here.
+    The same card again answers its character with `reused` true (issue 28) unless `?copy=true`."""
     data = await _body(request, cards_api.MAX_CARD_BYTES, name)
-    return await run_in_threadpool(
-        cards_api.import_card_bytes, data, name, owner=api_.owner, database_url=api_.database_url
-    )
+    return await run_in_threadpool(api_.cards.import_bytes, data, name, copy=copy)
 
 
 @router.get(

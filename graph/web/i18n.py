@@ -626,6 +626,32 @@ ZH.update(
         "node_abort_turn": "中止",
     }
 )
+# --- user personas (issue 28, graph/web/persona_pages.py): kept apart for merging ----------------------------------
+EN.update(
+    {
+        "personas": "Personas",
+        "persona": "Persona",
+        "new_persona": "New persona",
+        "no_personas": "No personas yet: without one, you are called by the name given per turn (or 用户).",
+        "persona_description": "Description (what the character knows of you)",
+        "no_persona": "(none)",
+        "change_persona": "Play as",
+        "delete_persona_goes": "This deletes the persona. Instances that play with it go on without one:",
+    }
+)
+ZH.update(
+    {
+        "personas": "用户人设",
+        "persona": "人设",
+        "new_persona": "新建人设",
+        "no_personas": "还没有人设：没有人设时，你的名字是每轮给出的名字（或「用户」）。",
+        "persona_description": "描述（角色所知道的你）",
+        "no_persona": "（无）",
+        "change_persona": "扮演",
+        "delete_persona_goes": "将删除这个人设。使用它的会话实例会继续进行，但不再有人设：",
+    }
+)
+# --- end of the personas' messages -------------------------------------------------------------------------------
 
 CATALOGS = {"en": EN, "zh": ZH}
 

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
-from personalab.graph.api import cards, dialogue, library
+from personalab.graph.api import PersonaLab, cards, dialogue, library
 from personalab.graph.api.schemas.library import CHARACTER_TEXT
 from personalab.graph.http.guards import PathId
 from personalab.graph.http.users import Unauthenticated, auth_enabled, auth_mode, verify
@@ -319,6 +319,7 @@ def instances_page(request: Request, user: User, page: Annotated[int, Query(ge=1
         pages=pages,
         characters=library.character_names(owner=user.owner),
         backgrounds=library.background_names(owner=user.owner),
+        personas=PersonaLab(owner=user.owner).personas.list(),  # issue 28: the persona select
     )
 
 
@@ -329,6 +330,7 @@ def create_instance(
     background_id: Annotated[str, Form(max_length=20)] = "",
     title: Annotated[str, Form()] = "",
     language: Annotated[str, Form(max_length=16)] = "",
+    persona_id: Annotated[str, Form()] = "",
 ) -> Response:
     # issue 28: no background is one made from the card's scenario; no language is the card's
     chosen: int | str | None = background_id.strip() or None
@@ -337,6 +339,10 @@ def create_instance(
     data: dict[str, Any] = {"character_id": character_id, "background_id": chosen, "title": title.strip()}
     if language.strip():
         data["language"] = language.strip()
+    if persona_id.strip():  # issue 28: the persona select ("" plays with none)
+        if not persona_id.strip().isdigit():
+            raise InvalidInput(f"persona_id: {persona_id.strip()[:40]!r} is not a persona id")
+        data["persona_id"] = int(persona_id)
     made = library.create_instance(data, owner=user.owner)
     return _go(f"{PREFIX}/instances/{made.id}")
 
@@ -431,6 +437,7 @@ def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
             )
         ),
         "last_line_id": page["leaf"],
+        "personas": PersonaLab(owner=owner).personas.list(),  # issue 28: the persona select
     }
 
 

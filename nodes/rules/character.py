@@ -27,6 +27,8 @@ DESCRIPTION_LABEL = "【角色描述】"
 SYSTEM_PROMPT_LABEL = "【角色专属指令】"
 EXAMPLE_DIALOGUE_LABEL = "【示例对话】（仅示范角色的说话方式，不是已经发生的事）"
 POST_HISTORY_LABEL = "【回复要求】"
+USER_PERSONA_LABEL = "【用户设定】"  # issue 28: who the user plays, SillyTavern's persona description
+USER_PERSONA_LABELS = {"zh": USER_PERSONA_LABEL, "en": "[User persona]"}  # by the instance's language
 PERSONA_PARTS = (("persona", ""), ("traits", "性格特征："), ("backstory", "背景故事："), ("motives", "核心动机："))
 
 
@@ -62,6 +64,20 @@ def definition_parts(character: Mapping[str, Any], labels: Mapping[str, str] | N
         if value:
             parts.append((name, (labels or {}).get(name, label) + "\n" + value))
     return parts
+
+
+def user_persona_parts(
+    description: str | None, char: str, user: str | None, language: str | None = None
+) -> list[tuple[str, str]]:
+    """The head's block of the user's persona (issue 28; SillyTavern puts the persona description in the story
+    string beside the character's): `{{char}}` / `{{user}}` replaced; none without a description. Pinned in the
+    head like the character's persona (only the card's description is cut when over budget)."""
+    text = substitute(description, char, user).strip()
+    if not text:
+        return []
+    if language == "en":
+        return [("user_persona", f"{USER_PERSONA_LABELS['en']} ({user or 'User'})\n{text}")]
+    return [("user_persona", f"{USER_PERSONA_LABEL}（{user or DEFAULT_USER_NAME}）\n{text}")]
 
 
 def _items(text: str | None, limit: int) -> list[str]:

@@ -21,8 +21,16 @@ class CardImported(BaseModel):
     used: list[str]
     no_effect: dict[str, str]
     book: dict[str, Any] | None = None
+    reused: bool = False
+    """The same card (same definition) was imported before: its character is returned, nothing new is stored
+    (issue 28; `copy` imports it again as a new character)."""
 
     def summary(self) -> str:
+        if self.reused:
+            return (
+                f"already imported: character {self.character_id} {self.name!r} has this card's definition "
+                "(reused; import with copy for a new character)"
+            )
         parts = [f"character {self.character_id} {self.name!r} from a {self.spec} card ({self.source})"]
         if self.book is not None:
             parts.append(f"world book: {self.book['summary']}")

@@ -168,6 +168,8 @@ class InstanceInput(_Input):
     """The prompt's scaffolding language (issue 28: zh, en); None: the language of the character's text."""
     greeting: int = Field(default=0, ge=0, le=INTEGER_MAX)
     """Which of the character's greetings opens the instance (0: the first)."""
+    persona_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    """The user's persona it plays with (issue 28; None: the user name per turn)."""
 
 
 class PlotProgress(BaseModel):
@@ -195,6 +197,8 @@ class Instance(BaseModel):
     owner: str | None = None
     thread_id: str | None = None
     """The LangGraph thread of its turns (issue 28: a client without Python runs a turn on it)."""
+    persona_id: int | None = None
+    """The user's persona it plays with (issue 28; None: the user name per turn)."""
     language: str = "zh"
     """The language of the prompt's own scaffolding (issue 28: zh, en)."""
 
