@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.tokens import TokenCounter
+
+if TYPE_CHECKING:  # the token counter loads langchain_core: not on a listing command's path (issue 29)
+    from personalab.nodes.rules.tokens import TokenCounter
 
 DEPTH_ROLES = ("system", "user", "assistant")
 DEFAULT_DEPTH = 4  # SillyTavern's default depth of a character's note
