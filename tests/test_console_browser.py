@@ -149,6 +149,16 @@ def test_configure_roll_back_approve_and_edit_from_the_console(browser: Any, app
     fired = _fed(api, page)["worldbook"]
     assert any(str(item["id"]) == str(entry) and item["trigger"] == "keyword" for item in fired), fired
 
+    # the knowledge editor: an entry added from the page is in the table and in the instance's knowledge
+    page.goto(f"{base}/knowledge")
+    page.fill("#k-tag", "地理")
+    page.fill("#k-content", "旧城的地铁在北方废墟之下。")
+    page.fill("#k-keywords", "地铁, 旧城")
+    page.locator("#add-knowledge button[type=submit]").click()
+    expect(page.locator("#knowledge")).to_contain_text("旧城的地铁在北方废墟之下。")
+    assert any(e["content"] == "旧城的地铁在北方废墟之下。" for e in api.knowledge.list(instance_id=instance))
+    _shot(page, "console-knowledge")
+
     # a phone: the configuration page fits 375 px without sideways scrolling
     phone = _page(browser, width=375, height=800)
     phone.goto(f"{base}/config")
