@@ -306,8 +306,8 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
 
     character = character_of(role, name, save.background_id, background.world_setting if background else "")
     character.update(play)  # type: ignore[typeddict-item]
-    if persona is not None and (persona.description or "").strip():
-        character["user_persona"] = persona.description
+    # always present, "" without a persona: the state's shape is what types.Character says (served schemas)
+    character["user_persona"] = (persona.description or "") if persona is not None else ""
     update: TurnUpdate = {
         **cast(TurnUpdate, kept),
         "turn": kept.get("turn", 0) + 1,

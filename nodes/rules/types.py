@@ -95,7 +95,8 @@ class Character(TypedDict):
     post_history_instructions: str
     """Instructions placed after the dialogue, right before the user's input (prompt tail; "" when none)."""
     user_persona: NotRequired[str]
-    """The description of the user's persona the instance plays with (issue 28; absent or "" when none)."""
+    """The description of the user's persona the instance plays with (issue 28; "" when none; absent in a state
+    checkpointed before personas)."""
     scenario: NotRequired[str]
     """The card's scenario (issue 28): closes the head's character block, cut to the head's budget."""
     depth_prompt: NotRequired[DepthPromptData | None]
