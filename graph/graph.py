@@ -12,6 +12,7 @@ writes a stopped server queued and never applied (issue 14, `stores.outbox`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TypeAlias
 
@@ -110,6 +111,9 @@ graph = compile_turn_graph()
 # package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
 # `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.
 if __name__ != "personalab.graph.graph":
-    # the server's own thread records are one data folder's (issue 27): refused before it serves another's
-    claim_server_records()
+    # the server's own thread records are one data folder's (issue 27): refused before it serves another's. Aegra
+    # (`personalab serve-production`, which sets AEGRA_CONFIG) keeps its records in its own PostgreSQL database,
+    # never in the working folder's .langgraph_api
+    if not os.environ.get("AEGRA_CONFIG"):
+        claim_server_records()
     start_warm_up()
