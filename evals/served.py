@@ -189,6 +189,8 @@ def aegra_server(
         LANGGRAPH_CLI_NO_ANALYTICS="1",
         WORKER_QUEUE_KEY=f"aegra:jobs:{keys}",
         REDIS_CHANNEL_PREFIX=f"aegra:run:{keys}:",
+        # stopped at the end of a test or a benchmark: no run of its own left to drain (Aegra waits 30 s by default)
+        WORKER_DRAIN_TIMEOUT="2",
         **env,
     )
     port = free_port()
