@@ -36,12 +36,6 @@ pytestmark = pytest.mark.served
 KNOWN_DIFFERENCES = {
     # Aegra ends every stream with an explicit `end` event; langgraph dev closes the stream without one
     "end_event": {"langgraph-dev": False, "aegra": True},
-    # NOT FIXED, found by this suite: Aegra's cancel cancels the run's asyncio task between two nodes; no node
-    # raises, so `releasing_on_failure` never runs, and the turn lock's heartbeat (stores/turns.py) keeps renewing
-    # it for as long as the process lives: the instance stays `busy` until `personalab instance unlock ID` or a
-    # restart. langgraph dev's cancel returns once the run is over (the lock released). Asserted as it is today, so
-    # that the fix turns this case red and the entry is removed.
-    "busy_after_cancel": {"langgraph-dev": False, "aegra": True},
 }
 
 
@@ -167,23 +161,15 @@ def test_stream_modes_as_the_clients_read_them(served: tuple[str, str], world: d
 
 
 def test_cancel_a_run_and_the_instance_plays_on(served: tuple[str, str], world: dict[str, Any]) -> None:
-    which, url = served
+    _, url = served
     client = _sdk(url, "alice")
     run = client.runs.create(world["thread"], ASSISTANT, input=_turn(world["instance"], "等一下。"))
     client.runs.cancel(world["thread"], run["run_id"], wait=True)
     status = client.runs.get(world["thread"], run["run_id"])["status"]
     # a cancel that came before the run finished interrupts it; one that came after leaves it a success
     assert status in {"interrupted", "success"}, status
-    busy = f"instance {world['instance']} is busy"
-    if which == "aegra" and status == "interrupted" and KNOWN_DIFFERENCES["busy_after_cancel"][which]:
-        try:
-            client.runs.wait(world["thread"], ASSISTANT, input=_turn(world["instance"], "好了，走吧。"))
-        except Exception as exc:  # noqa: BLE001 - the SDK raises a bare Exception carrying the run's error
-            assert busy in str(exc), exc
-            time.sleep(3)  # not a moment's race: the lock is still held
-            with pytest.raises(Exception, match=busy):
-                client.runs.wait(world["thread"], ASSISTANT, input=_turn(world["instance"], "还在吗？"))
-        return
+    # the next run plays at once: a run cancelled between two nodes (Aegra cancels its task as soon as asked) has
+    # freed the instance's turn lock (graph.graph.ReleaseOnCancel); before, the instance stayed `busy`
     again = client.runs.wait(world["thread"], ASSISTANT, input=_turn(world["instance"], "好了，走吧。"))
     assert isinstance(again, dict) and again.get("reply") and not again.get("error"), again
 
