@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,4 +134,83 @@ def graph_server(repo: Path, workdir: Path, env: Mapping[str, str], *, inherit_s
         (workdir / "server.pid").write_text(str(process.pid), encoding="ascii")
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(f"{url}/ok", process, "langgraph dev", log)
+        yield url
+
+
+def python312_venv(repo: Path) -> Path:
+    """The repository's Python 3.12 venv with the `serve` extra (Aegra), made or brought up to date by
+    `./run venv312` (reused when its stamp matches pyproject.toml); returns its python."""
+    result = subprocess.run(["./run", "venv312"], cwd=repo, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"./run venv312 failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return repo / ".venv312" / "bin" / "python"
+
+
+@contextmanager
+def fresh_postgres_database(base_url: str, prefix: str = "aegra_") -> Iterator[str]:
+    """A new, empty database on `base_url`'s server (Aegra's own records: it cannot share a schema with PersonaLab,
+    both keep an `alembic_version`); yields its plain `postgresql://` URL; dropped afterwards."""
+    import psycopg
+
+    conninfo = base_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    head, _, _ = conninfo.partition("?")
+    try:
+        yield f"{head.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextmanager
+def aegra_server(
+    repo: Path,
+    workdir: Path,
+    env: Mapping[str, str],
+    *,
+    engine_database_url: str,
+    workers: int = 2,
+    redis_url: str = "redis://127.0.0.1:6379/0",
+) -> Iterator[str]:
+    """`personalab serve-production` (Aegra, from the repository's Python 3.12 venv) serving `repo`'s
+    langgraph.json with `workers` processes and the PERSONALAB_* settings in `env` (none of this process's);
+    Aegra's records in `engine_database_url`, its queue and stream channels in Redis under keys of its own (two
+    servers on one Redis never take each other's runs). Yields the base URL; log `workdir/server.log`."""
+    python = python312_venv(repo)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = json.loads((repo / "langgraph.json").read_text(encoding="utf-8"))
+    (workdir / "langgraph.json").write_text(json.dumps(_absolute(config, repo)), encoding="utf-8")
+    full = {key: value for key, value in os.environ.items() if key not in UNSET and not key.startswith("PERSONALAB_")}
+    full.pop("VIRTUAL_ENV", None)
+    keys = uuid.uuid4().hex[:8]
+    full.update(
+        LANGGRAPH_CLI_NO_ANALYTICS="1",
+        WORKER_QUEUE_KEY=f"aegra:jobs:{keys}",
+        REDIS_CHANNEL_PREFIX=f"aegra:run:{keys}:",
+        # stopped at the end of a test or a benchmark: no run of its own left to drain (Aegra waits 30 s by default)
+        WORKER_DRAIN_TIMEOUT="2",
+        **env,
+    )
+    port = free_port()
+    command = [
+        str(python.with_name("personalab")),
+        "serve-production",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--engine-database-url",
+        engine_database_url,
+        "--redis-url",
+        redis_url,
+        "--config",
+        "langgraph.json",
+    ]
+    log = workdir / "server.log"
+    with _process(command, cwd=workdir, env=full, log=log) as process:
+        (workdir / "server.pid").write_text(str(process.pid), encoding="ascii")
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_up(f"{url}/health", process, "personalab serve-production (Aegra)", log)
         yield url

@@ -11,10 +11,13 @@ writes a stopped server queued and never applied (issue 14, `stores.outbox`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import threading
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -41,6 +44,7 @@ from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 from personalab.stores.outbox import resume_pending
 from personalab.stores.server_records import claim_server_records
+from personalab.stores.turns import release_held_lock
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -85,12 +89,13 @@ builder.add_edge("maintenance", "end_turn")
 builder.add_edge("end_turn", END)
 
 
+TURN_GRAPH_NAME = "PersonaLab turn"
 TurnGraph: TypeAlias = CompiledStateGraph[TurnState, Context, TurnInput, TurnOutput]
 
 
 def compile_turn_graph(checkpointer: BaseCheckpointSaver | None = None) -> TurnGraph:
     compiled = builder.compile(checkpointer=checkpointer)
-    compiled.name = "PersonaLab turn"
+    compiled.name = TURN_GRAPH_NAME
     return compiled
 
 
@@ -105,11 +110,43 @@ def start_warm_up() -> None:
         log.warning("warm-up not started: %s", exc)
 
 
-graph = compile_turn_graph()
+class ReleaseOnCancel(BaseCallbackHandler):
+    """Frees the instance's turn lock when a served run is cancelled between two nodes (issue 27, found on Aegra:
+    its `runs.cancel` cancels the run's task while LangGraph waits for a node; no node raises, so
+    `releasing_on_failure` never runs and the lock's heartbeat kept the instance busy for as long as the process
+    lived). The in-process runner does the same in `graph.runner.run_turn`. A node of the cancelled run still
+    running in its thread stores nothing after this: `write_back` checks the lock (TurnLockLost)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[Any, int] = {}
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, **kwargs: Any) -> None:
+        if kwargs.get("name") == TURN_GRAPH_NAME and isinstance(inputs, dict):
+            instance_id = inputs.get("instance_id")
+            if isinstance(instance_id, int) and not isinstance(instance_id, bool):
+                self._runs[run_id] = instance_id
+
+    def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
+        self._runs.pop(run_id, None)
+
+    def on_chain_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+        instance_id = self._runs.pop(run_id, None)
+        if instance_id is None or not isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+            return
+        try:
+            release_held_lock(instance_id, Context().database_url)
+        except Exception as exc:  # noqa: BLE001 - the database is gone: the next turn takes the lock over (stores.turns)
+            log.warning("instance %s: the cancelled run's turn lock was not released: %s", instance_id, exc)
+
+
+graph = compile_turn_graph().with_config(callbacks=[ReleaseOnCancel()])
 # The LangGraph server loads this file by its path (langgraph.json), as a module named after the path; the
 # package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
 # `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.
 if __name__ != "personalab.graph.graph":
-    # the server's own thread records are one data folder's (issue 27): refused before it serves another's
-    claim_server_records()
+    # the server's own thread records are one data folder's (issue 27): refused before it serves another's. Aegra
+    # (`personalab serve-production`, which sets AEGRA_CONFIG) keeps its records in its own PostgreSQL database,
+    # never in the working folder's .langgraph_api
+    if not os.environ.get("AEGRA_CONFIG"):
+        claim_server_records()
     start_warm_up()

@@ -116,3 +116,34 @@ def keep_checkpointed_states(url: str | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the upgrade itself is done; the turns' pruning keeps them too
         logging.getLogger(__name__).warning("story states of old checkpoints not kept: %s", exc)
         return 0
+
+
+def ensure_postgres_database(url: str) -> bool:
+    """Create the PostgreSQL database `url` names when it is missing (issue 27: the serving engine's own database,
+    beside PersonaLab's); True when it was created. Connects to the server's `postgres` database to do so."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    target = make_url(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    name = target.database
+    if not name or target.get_backend_name() != "postgresql":
+        raise ValueError(f"not a PostgreSQL database URL: {target.render_as_string(hide_password=True)}")
+    engine = create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+                return False
+            quoted = conn.dialect.identifier_preparer.quote(name)
+            try:
+                conn.execute(text(f"CREATE DATABASE {quoted}"))
+            except Exception:  # noqa: BLE001 - another starter made it at the same moment: it is there
+                if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+                    raise
+                return False
+            return True
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for the user (StoreUnavailable), not a driver traceback
+        raise _db.store_unavailable(exc, url) or exc from None
+    finally:
+        engine.dispose()

@@ -59,3 +59,9 @@ class AdminApi:
     def upgrade(self) -> dict[str, Any]:
         """Run the migrations the database lacks: {before, after, stamped_baseline}."""
         return migrate.upgrade(self._operator("migrations"))
+
+    def ensure_database(self, url: str) -> bool:
+        """Create the PostgreSQL database `url` names if it is missing (the serving engine's own, issue 27);
+        True when it was created."""
+        self._operator("create database")
+        return migrate.ensure_postgres_database(url)

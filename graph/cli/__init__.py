@@ -27,6 +27,10 @@ from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the memory builder on the seed's scene, then a scripted 12-turn session"),
     "serve": ("serve", "the web app and the HTTP API on one local server (prints the URL)"),
+    "serve-production": (
+        "serve_production",
+        "the graph API, HTTP API and web app on Aegra: several processes on PostgreSQL, Redis, a Chroma server",
+    ),
     "turn": ("turn", "run one turn and stream the reply"),
     "core": ("story", "an instance's core memory: show, versions, diff, roll back"),
     "plot": ("story", "an instance's outline and current point, plot nodes"),

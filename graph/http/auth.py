@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph_sdk import Auth
@@ -32,8 +33,21 @@ auth = Auth()
 OWNER = "owner"
 
 
+def _authorization(headers: Mapping[Any, Any]) -> str | None:
+    """The Authorization header from the server's headers: `langgraph dev` passes them with bytes keys and values,
+    Aegra with str ones (issue 27)."""
+    for key, value in headers.items():
+        name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        if name.lower() == "authorization":
+            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    return None
+
+
 @auth.authenticate
-async def authenticate(authorization: str | None) -> Auth.types.MinimalUserDict:
+async def authenticate(headers: Mapping[Any, Any]) -> Auth.types.MinimalUserDict:
+    # one parameter named `headers`: langgraph-api hands the handler its parameters by name, Aegra passes the
+    # headers positionally (an `authorization` parameter would get Aegra's whole headers dict)
+    authorization = _authorization(headers)
     try:
         user = await asyncio.to_thread(verify, authorization)
     except Unauthenticated as exc:

@@ -1,0 +1,146 @@
+"""`personalab serve-production`: the graph API, the HTTP routes and the web app on Aegra, several processes sharing
+PostgreSQL, Redis and a Chroma server (issue 27; docs/deployment.md "Production serving on Aegra").
+
+Aegra (`aegra-api`, the `serve` extra; Python 3.12+) reads the same `langgraph.json`: the graph, `http.app` and
+`auth.path`. It keeps its own records (assistants, threads, runs, crons) and checkpoints in a PostgreSQL database of
+its own, beside PersonaLab's: both keep an Alembic `alembic_version` table, so they cannot share one schema. Before
+the workers start, this one process does what must happen once: PersonaLab's migrations (`db upgrade`, under the
+schema lock), Aegra's database created if missing and its migrations, and Aegra's default assistant registered
+(several Aegra workers starting on a fresh database race to insert it, and the loser stops the whole server). Then
+uvicorn runs `aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from personalab.graph.cli.output import echo
+from personalab.nodes.rules.errors import InvalidInput
+
+# registers the graphs' assistants once, in one process, before the workers start (see the module docstring)
+_REGISTER_ASSISTANTS = """
+import asyncio
+from aegra_api.core.database import db_manager
+from aegra_api.services.langgraph_service import get_langgraph_service
+
+async def main() -> None:
+    await db_manager.initialize()
+    try:
+        await get_langgraph_service().initialize()
+    finally:
+        await db_manager.close()
+
+asyncio.run(main())
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "serve-production",
+        help="the graph API, HTTP API and web app on Aegra: several processes on PostgreSQL, Redis, a Chroma server",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=2026, help="port (default 2026)")
+    parser.add_argument("--workers", type=int, default=2, help="server processes (default 2)")
+    parser.add_argument(
+        "--engine-database-url",
+        default=os.environ.get("PERSONALAB_AEGRA_DATABASE_URL"),
+        help="Aegra's own PostgreSQL database (env PERSONALAB_AEGRA_DATABASE_URL; default: PersonaLab's database "
+        "name + _aegra on the same server, created if missing)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("PERSONALAB_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="Redis for the runs' queue and streams (env PERSONALAB_REDIS_URL; default redis://127.0.0.1:6379/0)",
+    )
+    parser.add_argument(
+        "--config", default=None, help="the langgraph.json to serve (default: the one of the current folder)"
+    )
+    parser.set_defaults(handler=serve_production)
+
+
+def engine_database_url(personalab_url: str) -> str:
+    """Aegra's database beside PersonaLab's: same server, the database name + `_aegra`, a plain `postgresql://`
+    URL (Aegra picks its drivers itself), the query (a schema's search_path) left out."""
+    parts = urlsplit(personalab_url.replace("postgresql+psycopg://", "postgresql://", 1))
+    name = parts.path.lstrip("/") or "postgres"
+    return f"postgresql://{parts.netloc}/{name}_aegra"
+
+
+def _reachable(url: str, what: str, default_port: int) -> None:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        raise InvalidInput(f"{what} at {host}:{port} is unreachable ({exc.strerror or exc})") from None
+
+
+def serve_production(args: argparse.Namespace) -> int:
+    from personalab.graph.api import PersonaLab
+    from personalab.graph.api.support import settings
+
+    if not 1 <= args.workers <= 64:
+        raise InvalidInput(f"--workers: {args.workers} is not from 1 to 64")
+    if not 1 <= args.port <= 65535:
+        raise InvalidInput(f"--port: {args.port} is not a port number (1-65535)")
+    current = settings()
+    url = current.database_url or ""
+    if not url.startswith("postgresql"):
+        raise InvalidInput("serve-production needs PostgreSQL: set PERSONALAB_DATABASE_URL to a postgresql:// URL")
+    if args.workers > 1 and not current.chroma_host:
+        # embedded Chroma keeps its index in one process's memory: two writers in one folder lose vectors
+        raise InvalidInput(
+            f"--workers {args.workers} needs a Chroma server: set PERSONALAB_CHROMA_HOST "
+            "(embedded Chroma in one data folder is not safe for several processes)"
+        )
+    config = Path(args.config or "langgraph.json").resolve()
+    if not config.is_file():
+        raise InvalidInput(f"--config: {config} does not exist")
+    engine_url = args.engine_database_url or engine_database_url(url)
+    _reachable(args.redis_url, "Redis", 6379)
+    if importlib.util.find_spec("aegra_api") is None:
+        raise InvalidInput(
+            "Aegra is not installed: pip install -e '.[serve]' on Python 3.12+ (./run serve-production does it)"
+        )
+
+    admin = PersonaLab().admin
+    done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
+    echo(f"PersonaLab database: revision {done['after']}")
+    if admin.ensure_database(engine_url):
+        echo("Aegra database: created")
+    env = {
+        **os.environ,
+        "DATABASE_URL": engine_url,
+        "AEGRA_CONFIG": str(config),
+        "REDIS_BROKER_ENABLED": "true",
+        "REDIS_URL": args.redis_url,
+        # the migrations ran here, once; the workers must not each run them
+        "RUN_MIGRATIONS_ON_STARTUP": "false",
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "ANONYMIZED_TELEMETRY": "False",
+    }
+    aegra = str(Path(sys.executable).with_name("aegra"))
+    steps = [
+        ([aegra, "db", "upgrade"], "Aegra's migrations"),
+        ([sys.executable, "-c", _REGISTER_ASSISTANTS], "Aegra's assistants"),
+    ]
+    for command, what in steps:
+        result = subprocess.run(command, env=env, cwd=config.parent, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
+            raise InvalidInput(f"{what} failed (exit {result.returncode}); its output is above")
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    echo(f"PersonaLab on Aegra, {args.workers} process(es), at http://{shown}:{args.port}/app  (Ctrl-C stops it)")
+    sys.stdout.flush()
+    uvicorn = [sys.executable, "-m", "uvicorn", "aegra_api.main:app", "--host", args.host, "--port", str(args.port)]
+    os.chdir(config.parent)
+    os.execve(sys.executable, [*uvicorn, "--workers", str(args.workers)], env)
+    return 0  # not reached: exec replaces this process
