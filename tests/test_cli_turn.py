@@ -60,7 +60,7 @@ def test_turn_json_has_everything_a_host_needs(data_dir: Path, capsys: pytest.Ca
         (["turn", "--instance", "1", ""], "message is empty"),
         (["turn", "--instance", "x", "你好"], "invalid int value"),
         (["turn", "--instance", "1", "你好", "--lines-before", "[oops"], "--lines-before is not valid JSON"),
-        (["instance", "create"], "give --character ID and --background ID (or --sample)"),
+        (["instance", "create"], "give --character ID (and --background ID, or none: the card's scenario), or --sample"),
     ],
 )
 def test_bad_turn_input_is_one_line_and_exit_2(
