@@ -242,7 +242,11 @@ def test_a_sillytavern_lorebook_is_imported_and_exported_from_the_page(client: T
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"[1, 2]", json.dumps({"entries": {"0": {"key": "x"}}}).encode(), b"", b"\xff\xfe\x00"],
+    [
+        *(b"{not json", b"[1, 2]", json.dumps({"entries": {"0": {"key": "x"}}}).encode(), b"", b"\xff\xfe\x00"),
+        b"[" * 5000 + b"]" * 5000,  # nested deeper than any lorebook: one message, not a server error
+        b'{"entries": {"0": {"key": ["x"], "content": "a\\u0000b"}}}',  # a NUL the databases refuse
+    ],
 )
 def test_a_broken_lorebook_is_one_message_and_nothing_changes(client: TestClient, content: bytes) -> None:
     _character, instance = _instance()

@@ -24,7 +24,7 @@ from personalab.graph.api.trigger_config import DEFAULTS, FIELDS, KINDS, POSITIO
 from personalab.graph.api.worldbook import MAX_IMPORT_BYTES, SETTING_FIELDS, TRIGGER_TYPES
 from personalab.graph.http.guards import PathId
 from personalab.graph.web.pages import PREFIX, WebRoute, WebUser, render, web_user
-from personalab.graph.web.routes import _read_upload
+from personalab.graph.web.routes import _read_json_upload
 from personalab.nodes.rules.errors import InvalidInput, NotFound, PersonaLabError
 
 router = APIRouter(prefix=PREFIX, route_class=WebRoute, include_in_schema=False)
@@ -314,13 +314,7 @@ async def import_worldbook(
     scope = _scope(request)
     api = _api(user)
     try:
-        data = await _read_upload(lorebook, MAX_IMPORT_BYTES, "lorebook")
-        if data is None:
-            raise InvalidInput("lorebook: choose a file to import")
-        try:
-            parsed = json.loads(data.decode("utf-8-sig"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InvalidInput(f"lorebook: not a JSON file ({exc})") from None
+        parsed = await _read_json_upload(lorebook, MAX_IMPORT_BYTES, "lorebook")
         report = api.worldbook.import_data(parsed, **scope.kw)
     except InvalidInput as exc:
         return _worldbook_page(request, user, scope, 400, error=str(exc))
@@ -483,13 +477,7 @@ async def add_knowledge(request: Request, user: User) -> Response:
 async def import_knowledge(request: Request, user: User, file: Annotated[UploadFile | None, File()] = None) -> Response:
     scope = _scope(request)
     try:
-        data = await _read_upload(file, MAX_IMPORT_BYTES, "file")
-        if data is None:
-            raise InvalidInput("file: choose a file to import")
-        try:
-            parsed = json.loads(data.decode("utf-8-sig"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InvalidInput(f"file: not a JSON file ({exc})") from None
+        parsed = await _read_json_upload(file, MAX_IMPORT_BYTES, "file")
         report = _api(user).knowledge.import_data(parsed, **scope.kw)
     except InvalidInput as exc:
         return _knowledge_page(request, user, scope, 400, error=str(exc))

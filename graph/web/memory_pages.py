@@ -14,8 +14,10 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response
 from personalab.graph.api import PersonaLab
 from personalab.graph.api.schemas.memory import MemoryCreate, MemoryUpdate
+from personalab.graph.api.support import parse_json
 from personalab.graph.http.guards import PathId
 from personalab.graph.web.pages import PREFIX, WebRoute, WebUser, render, web_user
+from personalab.graph.web.routes import _read_upload
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -211,21 +213,15 @@ async def import_memories(
     user: User, instance_id: PathId, document: Annotated[UploadFile | None, File()] = None
 ) -> Response:
     """Memories from a file the export wrote (a JSON array, or JSON Lines): all or nothing."""
-    if document is None or not document.filename:
+    data = await _read_upload(document, MAX_IMPORT_BYTES, "field 'document'")
+    if data is None:
         raise InvalidInput("field 'document': choose a memories file (JSON)")
-    data = await document.read(MAX_IMPORT_BYTES + 1)
-    if len(data) > MAX_IMPORT_BYTES:
-        raise InvalidInput(f"field 'document': over the limit of {MAX_IMPORT_BYTES} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("field 'document': not UTF-8 text") from None
-    memories: Any = text
-    if text.lstrip().startswith("["):
-        try:
-            memories = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"field 'document': not JSON ({exc.msg}, line {exc.lineno})") from None
+    # a JSON array is parsed here; JSON Lines text goes as it is (the API parses it line by line)
+    memories: Any = parse_json(text, "field 'document'") if text.lstrip().startswith("[") else text
     done = await run_in_threadpool(_api(user).memories.import_, instance_id, memories, source="document")
     return _go(f"{_base(instance_id)}?done=imported-{done.imported}")
 

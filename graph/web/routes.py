@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from personalab.graph.api import PersonaLab, cards, dialogue, library
 from personalab.graph.api.schemas.library import CHARACTER_TEXT
+from personalab.graph.api.support import parse_json
 from personalab.graph.http.guards import PathId
 from personalab.graph.http.users import Unauthenticated, auth_enabled, auth_mode, verify
 from personalab.graph.runner import run_turn, turn_graph
@@ -58,6 +59,20 @@ async def _read_upload(upload: UploadFile | None, limit: int, field: str) -> byt
     if not data:
         raise InvalidInput(f"{field}: the file is empty")
     return data
+
+
+async def _read_json_upload(upload: UploadFile | None, limit: int, field: str) -> Any:
+    """An uploaded JSON file's value: `_read_upload`'s limits, UTF-8 (a byte-order mark allowed), and the API's
+    JSON checks (`graph.api.support.parse_json`: malformed, nested too deep, NUL or lone surrogate), each one
+    `InvalidInput` naming `field`; a missing file too."""
+    data = await _read_upload(upload, limit, field)
+    if data is None:
+        raise InvalidInput(f"{field}: choose a file to import")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{field}: not UTF-8 text (byte {exc.start})") from None
+    return parse_json(text, field)
 
 
 # --- the shell: root, static files, sign-in, language -------------------------------------------------------------
