@@ -44,7 +44,7 @@ from personalab.nodes.rules.injection import (
     time_ago,
 )
 from personalab.nodes.rules.keywords import MatchText, tokenize
-from personalab.nodes.rules.knowledge import applies_to, select_knowledge
+from personalab.nodes.rules.knowledge import applies_to, in_library_order, library_position, select_knowledge
 from personalab.nodes.rules.record import record_text, speaker_of
 from personalab.nodes.rules.retrieval import (
     CandidatePath,
@@ -352,19 +352,21 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
     # seed 001 Current Guidelines: the library's rules for the character (tag 指令 / 规则 …), every turn
     guidelines = [
         InjectionItem(key=f"guideline:{entry.id}", text=f"- {entry.content.strip()}", score=entry.importance)
-        for entry in sorted(knowledge, key=lambda e: -e.importance)
+        for entry in sorted(knowledge, key=library_position)  # the library's order (issue 25), as its editor shows
         if is_guideline(entry.tag)
         and entry.enabled
         and entry.content.strip()
         and applies_to(entry, character.get("role_id"), instance_id)
     ]
     known = known_items(own_lines_in(history, character.get("role_id")))
-    selected = select_knowledge(
-        [entry for entry in knowledge if not is_guideline(entry.tag)],
-        f"{dialogue}\n{query}",
-        role_id=character.get("role_id"),
-        save_id=instance_id,
-        similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
+    selected = in_library_order(  # chosen by score, injected in the library's order (issue 25)
+        select_knowledge(
+            [entry for entry in knowledge if not is_guideline(entry.tag)],
+            f"{dialogue}\n{query}",
+            role_id=character.get("role_id"),
+            save_id=instance_id,
+            similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
+        )
     )
     injection = build_injection(
         guidelines=guidelines,

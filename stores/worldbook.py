@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.knowledge import KnowledgeEntry, validate_knowledge
+from personalab.nodes.rules.knowledge import KnowledgeEntry, library_position, validate_knowledge
 from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.worldbook import (
     PreparedWorldbook,
@@ -25,6 +25,7 @@ from personalab.nodes.rules.worldbook import (
     stored_entry,
     validate_entry,
 )
+from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
 from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow, WorldbookEntrySourceRow
@@ -117,6 +118,10 @@ def add_knowledge(
     row = knowledge_row(entry)
     session.add(row)
     session.flush()
+    if row.order is None:  # a new entry goes last (issue 25): its id is past every order the library gave out
+        row.order = row.id
+        session.add(row)
+        session.flush()
     return KnowledgeEntry.model_validate(row)
 
 
@@ -169,11 +174,33 @@ def delete_knowledge(session: Session, entry_id: int) -> None:
 
 
 def list_knowledge(session: Session, scope: Scope = GLOBAL, *, visible: bool = False) -> list[KnowledgeEntry]:
-    """Entries of exactly `scope`, or with `visible=True` every entry that scope sees, oldest first."""
+    """Entries of exactly `scope`, or with `visible=True` every entry that scope sees, in the library's order
+    (issue 25: `order`, lower first; an entry without one by its id)."""
     check_scope(session, scope)
     stmt = select(KnowledgeEntryRow).where(_visible_filter(KnowledgeEntryRow, session, scope, visible))
-    rows = session.exec(stmt.order_by(col(KnowledgeEntryRow.id))).all()
-    return [KnowledgeEntry.model_validate(row) for row in rows]
+    entries = [KnowledgeEntry.model_validate(row) for row in session.exec(stmt.order_by(col(KnowledgeEntryRow.id)))]
+    return sorted(entries, key=library_position)
+
+
+def reorder_knowledge(session: Session, orders: Mapping[int, Any]) -> list[KnowledgeEntry]:
+    """Give each entry its order value (issue 25: lower is injected first), all or nothing: every id and value is
+    checked before a write. Not a user edit of the entry's content: `user_edited` stays as it was."""
+    if not orders:
+        raise InvalidInput("reorder: no knowledge entries given")
+    rows = {}
+    for entry_id, order in orders.items():
+        row = session.get(KnowledgeEntryRow, entry_id)
+        if row is None:
+            raise NotFound(f"knowledge entry {entry_id} does not exist")
+        if isinstance(order, bool) or not isinstance(order, int) or not INTEGER_MIN <= order <= INTEGER_MAX:
+            raise InvalidInput(f"knowledge entry {entry_id}: field 'order' must be a whole number, got {order!r}")
+        rows[entry_id] = row
+    for entry_id, order in orders.items():
+        rows[entry_id].order = order
+        rows[entry_id].updated_at = utcnow()
+        session.add(rows[entry_id])
+    session.flush()
+    return [KnowledgeEntry.model_validate(rows[entry_id]) for entry_id in orders]
 
 
 def knowledge_for_instance(session: Session, save_id: int) -> list[KnowledgeEntry]:

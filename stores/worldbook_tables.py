@@ -33,6 +33,9 @@ class KnowledgeEntryRow(SQLModel, table=True):
     # seed 001 creationTick: the turn an entry made from an event was made at (time prefix); None: permanent.
     # Nullable: stores.db.add_missing_columns adds it to an older database
     created_turn: int | None = None
+    # the editor's order (issue 25): lower is injected first; a new row takes its id. Nullable for
+    # stores.db.add_missing_columns; an unset one counts as its id (migration 0014 sets it for older rows)
+    order: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -3,7 +3,8 @@ by Playwright against `personalab serve` (the offline scripted model, maintenanc
 versions), on SQLite and PostgreSQL. One journey: an instance's world-book entry fires → the semantic strategy
 switched off in the instance's configuration → the next turn's injection changes (the reply's provenance, read
 through `PersonaLab.replies`, has no semantic hit) → core memory rolled back, the page and the next prompt follow
-→ a review suggestion approved → a world-book entry edited and seen firing on the next turn. Screenshots go to
+→ a review suggestion approved → a world-book entry edited and seen firing on the next turn; a knowledge entry
+moved up in the editor comes first in the library's order. Screenshots go to
 docs/web/console-*.png. The server and browser helpers are tests/test_web_browser.py's."""
 
 from __future__ import annotations
@@ -157,6 +158,15 @@ def test_configure_roll_back_approve_and_edit_from_the_console(browser: Any, app
     page.locator("#add-knowledge button[type=submit]").click()
     expect(page.locator("#knowledge")).to_contain_text("旧城的地铁在北方废墟之下。")
     assert any(e["content"] == "旧城的地铁在北方废墟之下。" for e in api.knowledge.list(instance_id=instance))
+    # reorder: a second entry moved up with its arrow comes first in the table and in the library's order
+    page.fill("#k-tag", "地理")
+    page.fill("#k-content", "北方废墟的入口在钟楼下。")
+    page.locator("#add-knowledge button[type=submit]").click()
+    expect(page.locator("#knowledge tbody tr").last).to_contain_text("北方废墟的入口在钟楼下。")
+    second = int(page.locator("#knowledge tbody tr").last.get_attribute("data-entry"))
+    page.locator(f"#knowledge-{second} button[aria-label='上移 #{second}']").click()
+    expect(page.locator("#knowledge tbody tr").first).to_contain_text("北方废墟的入口在钟楼下。")
+    assert api.knowledge.list(instance_id=instance)[0]["id"] == second
     _shot(page, "console-knowledge")
 
     # a phone: the configuration page fits 375 px without sideways scrolling

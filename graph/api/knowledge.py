@@ -9,15 +9,16 @@ Every function takes `owner` (issue 14; None: the operator, who reaches every sc
 
 from __future__ import annotations
 
+import builtins
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import owned_save, owns, visible_to
 from personalab.nodes.rules.errors import InvalidInput, NotFound
-from personalab.nodes.rules.knowledge import KnowledgeEntry
+from personalab.nodes.rules.knowledge import KnowledgeEntry, library_position
 from personalab.stores.db import session_scope
 from personalab.stores.tables import Role
 from personalab.stores.worldbook import (
@@ -27,6 +28,7 @@ from personalab.stores.worldbook import (
     delete_knowledge,
     get_knowledge,
     list_knowledge,
+    reorder_knowledge,
     update_knowledge,
 )
 from personalab.stores.worldbook_files import export_knowledge, import_knowledge, read_json_file
@@ -96,9 +98,10 @@ def scope_of(character_id: int | None = None, instance_id: int | None = None) ->
 
 
 def knowledge_view(entry: KnowledgeEntry) -> dict[str, Any]:
-    """An entry as JSON data: id, tag, tags, content, importance, keywords, enabled, user_edited, scope."""
+    """An entry as JSON data: id, tag, tags, content, importance, keywords, enabled, user_edited, scope, order."""
     data = entry.model_dump(mode="json")
     data["id"] = int(entry.id)
+    data["order"] = library_position(entry)[0]  # issue 25: an older row without one stands at its id
     data["tags"] = split_tags(entry.tag)
     data["scope"] = entry.scope
     return data
@@ -150,7 +153,8 @@ def list_knowledge_entries(
     owner: str | None = None,
     database_url: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The entries of one scope (or, `visible`, all it sees), oldest first; `tag`: only those with that tag."""
+    """The entries of one scope (or, `visible`, all it sees) in the library's order (`order`, lower first: the order
+    they are injected in, issue 25); `tag`: only those with that tag."""
     check_scope_owner(owner, character_id=character_id, instance_id=instance_id, database_url=database_url)
     with session_scope(database_url) as session:
         entries = list_knowledge(session, scope_of(character_id, instance_id), visible=visible)
@@ -222,6 +226,48 @@ def delete_knowledge_entry(
     with session_scope(database_url) as session:
         delete_knowledge(session, _entry_id(entry_id))
     return {"deleted": "knowledge entry", "id": entry_id}
+
+
+def reorder_knowledge_entries(
+    orders: Mapping[int, int], *, owner: str | None = None, database_url: str | None = None
+) -> list[dict[str, Any]]:
+    """Give entries their order values (issue 25: lower is injected first), all or nothing: an unknown id, another
+    user's entry or a value that is not a whole number changes nothing (`NotFound` / `InvalidInput` naming it)."""
+    if not isinstance(orders, Mapping) or not orders:
+        raise InvalidInput("orders: give at least one knowledge entry id and its order value")
+    for entry_id in orders:
+        check_entry_owner(_entry_id(entry_id), owner, change=True, database_url=database_url)
+    with session_scope(database_url) as session:
+        return [knowledge_view(entry) for entry in reorder_knowledge(session, dict(orders))]
+
+
+MOVES = ("up", "down")
+
+
+def move_knowledge_entry(
+    entry_id: int, direction: str, *, owner: str | None = None, database_url: str | None = None
+) -> list[dict[str, Any]]:
+    """Move an entry one place up or down among its own scope's entries (the editor's arrows, issue 25): the scope's
+    order values are dealt out again in the new sequence, kept strictly increasing so that equal values cannot undo
+    the move. At either end nothing changes. Returns the scope's entries in their new order."""
+    if direction not in MOVES:
+        raise InvalidInput(f"direction must be one of {', '.join(MOVES)}, got {direction!r}")
+    entry = get_knowledge_entry(entry_id, owner=owner, database_url=database_url)
+    check_entry_owner(entry_id, owner, change=True, database_url=database_url)
+    scope = {"character_id": entry["role_id"], "instance_id": entry["save_id"]}
+    with session_scope(database_url) as session:
+        entries = [knowledge_view(e) for e in list_knowledge(session, scope_of(**scope))]
+        ids = [e["id"] for e in entries]
+        here = ids.index(entry_id)
+        there = here - 1 if direction == "up" else here + 1
+        if not 0 <= there < len(ids):
+            return entries
+        ids[here], ids[there] = ids[there], ids[here]
+        values: list[int] = []
+        for value in sorted(e["order"] for e in entries):
+            values.append(value if not values or value > values[-1] else values[-1] + 1)
+        reorder_knowledge(session, dict(zip(ids, values, strict=True)))
+        return [knowledge_view(e) for e in list_knowledge(session, scope_of(**scope))]
 
 
 # --- world-book settings ------------------------------------------------------------------------------------
@@ -307,6 +353,14 @@ class KnowledgeApi:
 
     def delete(self, entry_id: int) -> dict[str, Any]:
         return delete_knowledge_entry(entry_id, **self._kw())
+
+    def reorder(self, orders: Mapping[int, int]) -> builtins.list[dict[str, Any]]:
+        """`reorder_knowledge_entries`: order values (lower first), all or nothing."""
+        return reorder_knowledge_entries(orders, **self._kw())
+
+    def move(self, entry_id: int, direction: str) -> builtins.list[dict[str, Any]]:
+        """`move_knowledge_entry`: one place up or down in its scope; the scope's entries in their new order."""
+        return move_knowledge_entry(entry_id, direction, **self._kw())
 
     def import_data(
         self, data: Any, *, character_id: int | None = None, instance_id: int | None = None

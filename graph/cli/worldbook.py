@@ -11,6 +11,8 @@ plain file is replaced; a device, directory, FIFO or symlink is refused).
 
 Single world-book entries (issue 23): `worldbook edit ID --keyword … --content … --priority N --probability P
 …`, `worldbook enable|disable|delete ID`, `worldbook reorder ID=ORDER …` (order values: higher first).
+The knowledge library's order (issue 25): `knowledge move ID up|down`, `knowledge reorder ID=ORDER …` (lower first:
+the order entries are injected in).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def knowledge_add(args: argparse.Namespace) -> int:
 def knowledge_list(args: argparse.Namespace) -> int:
     entries = PersonaLab().knowledge.list(visible=args.visible, character_id=args.character, instance_id=args.instance)
     if args.json:
-        keys = ("id", "scope", "tag", "content", "importance", "keywords", "enabled", "user_edited")
+        keys = ("id", "order", "scope", "tag", "content", "importance", "keywords", "enabled", "user_edited")
         print(json_text([{key: e[key] for key in keys} for e in entries]))
         return 0
     if not entries:
@@ -82,8 +84,8 @@ def knowledge_list(args: argparse.Namespace) -> int:
         flags = "" if e["enabled"] else ", disabled"
         keywords = f", keywords: {', '.join(e['keywords'])}" if e["keywords"] else ""
         echo(
-            f"#{e['id']} [{e['tag']}] {_preview(e['content'])} ({e['scope']}, importance {e['importance']:.2f}"
-            f"{keywords}{flags})"
+            f"#{e['id']} [{e['tag']}] {_preview(e['content'])} ({e['scope']}, order {e['order']}, importance "
+            f"{e['importance']:.2f}{keywords}{flags})"
         )
     return 0
 
@@ -297,16 +299,39 @@ def worldbook_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def worldbook_reorder(args: argparse.Namespace) -> int:
+def _orders(items: list[str], command: str) -> dict[int, int]:
+    """`ID=ORDER` arguments as {id: order}; one line naming the bad one."""
     orders: dict[int, int] = {}
-    for item in args.orders:
+    for item in items:
         entry, sep, order = item.partition("=")
         try:
             orders[ID(entry.strip())] = INTEGER(order.strip())
         except (ValueError, argparse.ArgumentTypeError):
-            raise InvalidInput(f"worldbook reorder: {item!r} is not ID=ORDER (whole numbers)") from None
+            raise InvalidInput(f"{command}: {item!r} is not ID=ORDER (whole numbers)") from None
         if not sep:
-            raise InvalidInput(f"worldbook reorder: {item!r} is not ID=ORDER")
+            raise InvalidInput(f"{command}: {item!r} is not ID=ORDER")
+    return orders
+
+
+def knowledge_reorder(args: argparse.Namespace) -> int:
+    for entry in PersonaLab().knowledge.reorder(_orders(args.orders, "knowledge reorder")):
+        echo(f"#{entry['id']} order {entry['order']}: [{entry['tag']}] {_preview(entry['content'])}")
+    return 0
+
+
+def knowledge_move(args: argparse.Namespace) -> int:
+    entries = PersonaLab().knowledge.move(args.id, args.direction)
+    if args.json:
+        print(json_text(entries))
+        return 0
+    for entry in entries:
+        mark = " ←" if entry["id"] == args.id else ""
+        echo(f"#{entry['id']} order {entry['order']}: [{entry['tag']}] {_preview(entry['content'])}{mark}")
+    return 0
+
+
+def worldbook_reorder(args: argparse.Namespace) -> int:
+    orders = _orders(args.orders, "worldbook reorder")
     for entry in PersonaLab().worldbook.reorder(orders):
         echo(f"#{entry['id']} priority {entry['priority']}: {_preview(entry['content'])}")
     return 0
@@ -380,6 +405,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--remove", action="append", metavar="TAG", help="remove a tag (repeatable)")
     p.add_argument("--json", action="store_true", help="print the entry as JSON")
     p.set_defaults(handler=knowledge_tag)
+    p = ksub.add_parser("move", help="move a knowledge entry one place up or down in its scope (injection order)")
+    p.add_argument("id", type=ID, help="the entry's id")
+    p.add_argument("direction", choices=("up", "down"), help="up: injected earlier; down: later")
+    p.add_argument("--json", action="store_true", help="print the scope's entries as JSON")
+    p.set_defaults(handler=knowledge_move)
+    p = ksub.add_parser("reorder", help="set knowledge entries' order values (lower first), all or nothing")
+    p.add_argument("orders", nargs="+", metavar="ID=ORDER", help="an entry id and its order value (whole numbers)")
+    p.set_defaults(handler=knowledge_reorder)
 
     book = sub.add_parser("worldbook", help="the world book (triggered lore entries)")
     wsub = book.add_subparsers(dest="worldbook_command", required=True, parser_class=type(book))

@@ -19,11 +19,13 @@ is the operator's: 422.
 | `GET /knowledge` (`?visible=&tag=`), `POST /knowledge` | list, add |
 | `GET / PATCH / DELETE /knowledge/{id}` | show, edit (tag, content, importance, keywords, enabled), delete |
 | `POST /knowledge/{id}/tags` | `{"add": [...], "remove": [...]}` |
+| `POST /knowledge/reorder` | `{"entries": [{"id": 3, "order": 2}, ...]}`: order values (lower first), all or nothing |
+| `POST /knowledge/{id}/move` | `{"direction": "up" or "down"}`: one place in its scope; the scope's entries |
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response, status
 from personalab.graph.api import cards as cards_api
@@ -206,6 +208,11 @@ class KnowledgeEditBody(BaseModel):
     enabled: StrictBool | None = None
 
 
+class MoveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    direction: Literal["up", "down"]
+
+
 class TagsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     add: list[str] = Field(default_factory=list)
@@ -233,6 +240,18 @@ def add_knowledge(
     fields = body.model_dump()
     tag, content = fields.pop("tag"), fields.pop("content")
     return api_.knowledge.add(tag, content, character_id=character_id, instance_id=instance_id, **fields)
+
+
+@router.post("/knowledge/reorder", tags=["knowledge"])
+def reorder_knowledge(api_: Api, body: ReorderRequest) -> list[dict[str, Any]]:
+    """Order values (lower is injected first, issue 25) for several entries at once, all or nothing."""
+    return api_.knowledge.reorder({item.id: item.order for item in body.entries})
+
+
+@router.post("/knowledge/{entry_id}/move", tags=["knowledge"])
+def move_knowledge(api_: Api, entry_id: PathId, body: MoveBody) -> list[dict[str, Any]]:
+    """One place up or down among its scope's entries; the scope's entries in their new order."""
+    return api_.knowledge.move(entry_id, body.direction)
 
 
 @router.get("/knowledge/{entry_id}", tags=["knowledge"])

@@ -534,6 +534,17 @@ def delete_knowledge(user: User, entry_id: PathId) -> Response:
     return _go(f"{scope.base}/knowledge?done=deleted")
 
 
+@router.post("/knowledge/entries/{entry_id:int}/move")
+def move_knowledge(user: User, entry_id: PathId, direction: Annotated[str, Form()] = "up") -> Response:
+    """Move an entry one place up or down its scope's order (issue 25: lower is injected first), through
+    `api.knowledge.move`; an unknown direction is one line naming the field."""
+    if direction not in ("up", "down"):
+        raise InvalidInput(f"field 'direction': {direction!r} is not up or down")
+    api = _api(user)
+    api.knowledge.move(entry_id, direction)
+    return _go(f"{_knowledge_scope(api.knowledge.get(entry_id)).base}/knowledge#knowledge-{entry_id}")
+
+
 # --- core memory ----------------------------------------------------------------------------------------------------
 
 

@@ -11,7 +11,8 @@ Rules of the seed, as implemented:
   entry (the store embeds them), + similarity x `SIMILARITY_WEIGHT` when it is at least `SIMILARITY_FLOOR`, so an
   entry that says what the dialogue is about ranks high without sharing a keyword with it.
 - the top `max_knowledge` (seed default 5) by score, ties in the given order (the seed's stable
-  OrderByDescending).
+  OrderByDescending); the store gives the library's order (issue 25: `order`, lower first, the editor's), and the
+  selected entries are injected in that order (`in_library_order`), not by score: the order is the user's.
 - injected as the seed's InjectKnowledge block: a `=== 世界知识 ===` line, then `[tag] content` per entry;
   nothing at all when no entry applies.
 - an entry is a pydantic model (`KnowledgeEntry`, `nodes.rules.validation`): tag and content non-empty after
@@ -62,6 +63,7 @@ class KnowledgeEntry(Entry):
     role_id: int | None = None
     save_id: int | None = None
     created_turn: int | None = Field(None, ge=0)  # seed creationTick: made from an event at this turn; None: permanent
+    order: int | None = None  # the editor's order (issue 25), lower first; None: its id (`library_position`)
 
     @model_validator(mode="after")
     def _one_scope(self) -> Self:
@@ -127,6 +129,19 @@ def select_knowledge(
     ]
     scored.sort(key=lambda s: -s.score)  # stable: equal scores keep the given order
     return scored[:max_knowledge]
+
+
+def library_position(entry: KnowledgeEntry) -> tuple[int, int]:
+    """Where an entry stands in the library's order (issue 25): its `order`, or its id when it has none (rows older
+    than the order), then its id for equal orders."""
+    ident = int(entry.id) if entry.id.isdigit() else 0
+    return (entry.order if entry.order is not None else ident, ident)
+
+
+def in_library_order(selected: Iterable[ScoredKnowledge]) -> list[ScoredKnowledge]:
+    """The selected entries as they are injected: in the library's order (issue 25), whatever their scores; which
+    entries are selected is `select_knowledge`'s business."""
+    return sorted(selected, key=lambda s: library_position(s.entry))
 
 
 def format_knowledge_line(entry: KnowledgeEntry) -> str:
