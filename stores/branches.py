@@ -132,3 +132,24 @@ def line_count(session: Session, instance_id: int) -> int:
 
     get_save(session, instance_id)
     return int(session.exec(select(func.count()).select_from(Line).where(col(Line.save_id) == instance_id)).one())
+
+
+def branch_paths(session: Session, instance_id: int) -> list[list[int]]:
+    """Every branch of the instance's tree as its path of line ids from the root to a leaf (a line without
+    children), oldest leaf first; the director's plot nodes per branch (issue 25). One query for the tree."""
+    get_save(session, instance_id)
+    stmt = select(Line.id, Line.parent_line_id).where(col(Line.save_id) == instance_id).order_by(col(Line.id))
+    parent: dict[int, int | None] = {}
+    for line_id, parent_id in session.exec(stmt).all():
+        if line_id is not None:
+            parent[line_id] = parent_id
+    has_child = {p for p in parent.values() if p is not None}
+    paths = []
+    for leaf in (line_id for line_id in parent if line_id not in has_child):
+        path: list[int] = []
+        at: int | None = leaf
+        while at is not None and at in parent and len(path) <= len(parent):  # bounded: a bad cycle cannot hang it
+            path.append(at)
+            at = parent[at]
+        paths.append(path[::-1])
+    return paths

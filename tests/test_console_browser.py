@@ -4,7 +4,8 @@ versions), on SQLite and PostgreSQL. One journey: an instance's world-book entry
 switched off in the instance's configuration → the next turn's injection changes (the reply's provenance, read
 through `PersonaLab.replies`, has no semantic hit) → core memory rolled back, the page and the next prompt follow
 → a review suggestion approved → a world-book entry edited and seen firing on the next turn; a knowledge entry
-moved up in the editor comes first in the library's order. Screenshots go to
+moved up in the editor comes first in the library's order; after a rewind the director shows each branch's plot
+nodes. Screenshots go to
 docs/web/console-*.png. The server and browser helpers are tests/test_web_browser.py's."""
 
 from __future__ import annotations
@@ -149,6 +150,25 @@ def test_configure_roll_back_approve_and_edit_from_the_console(browser: Any, app
     _send(page, "地窖里有什么？")
     fired = _fed(api, page)["worldbook"]
     assert any(str(item["id"]) == str(entry) and item["trigger"] == "keyword" for item in fired), fired
+
+    # plot nodes per branch: rewound to the greeting and played on, the current branch has no turning point; the
+    # branch selector brings up the old branch's nodes
+    page.locator("#lines li").first.locator("button.rewind").click()
+    expect(page.locator("#turn-count")).to_have_text("0")
+    _send(page, "我们留在港口吧。")
+    page.goto(f"{base}/director")
+    expect(page.locator("#branch-title")).to_contain_text("当前分支")
+    expect(page.locator("#branch-nodes")).not_to_contain_text("去北方的废墟")
+    branches = api.plot.branches(instance)
+    assert branches[0]["current"] and len(branches) >= 2
+    (old,) = [b for b in branches if any("去北方的废墟" in n["summary"] for n in b["nodes"])]
+    page.select_option("#branch", str(old["leaf"]))
+    page.locator("#branch-form button[type=submit]").click()
+    expect(page.locator("#branch-title")).to_have_attribute("data-leaf", str(old["leaf"]))
+    expect(page.locator("#branch-nodes")).to_contain_text("去北方的废墟")
+    _shot(page, "console-director-branches")
+    page.goto(f"{base}/director?branch=abc")
+    expect(page.locator("#console-error")).to_contain_text("branch")
 
     # the knowledge editor: an entry added from the page is in the table and in the instance's knowledge
     page.goto(f"{base}/knowledge")

@@ -10,8 +10,11 @@ from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.story import branch_state, correct_story, instance_of
+from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state, set_current_point
+from personalab.stores.branches import branch_paths
 from personalab.stores.db import session_scope
+from personalab.stores.history import get_lines, get_path_ids
 from personalab.stores.review import list_plot_nodes
 from personalab.stores.saves import outline_of
 from personalab.stores.tables import Save
@@ -26,8 +29,11 @@ def _initial(session: Session, save: Save) -> dict[str, Any]:
     return dict(new_plot_state(outline or [FREE_STORY]))
 
 
+PREVIEW_CHARS = 40
+
+
 class PlotApi:
-    """`api.plot`: outline, set_current_point, nodes."""
+    """`api.plot`: outline, set_current_point, nodes, branches."""
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
@@ -57,3 +63,39 @@ class PlotApi:
         with session_scope(self.caller.database_url) as session:
             instance_of(session, self.caller, instance_id)
             return [node.to_dict() for node in list_plot_nodes(session, instance_id, all_branches=all_branches)]
+
+    def branches(self, instance_id: int, *, leaf: int | None = None) -> list[dict[str, Any]]:
+        """The plot nodes per branch (issue 25; branches come from regenerations, swipes, edits and rewinds): one
+        item per branch, the current one first, then by leaf: `leaf` (its last line's id), `current`, `lines`,
+        `last_line` (a preview of it), `nodes` (the plot nodes reached on it, oldest turn first). The current branch
+        ends at the instance's leaf, which after a rewind is inside the tree. `leaf`: only the branch ending there
+        (`NotFound` naming it when no branch of this instance ends there)."""
+        if leaf is not None and (isinstance(leaf, bool) or not isinstance(leaf, int)):
+            raise InvalidInput(f"branch must be a line id (a whole number), got {leaf!r}")
+        with session_scope(self.caller.database_url) as session:
+            instance_of(session, self.caller, instance_id)
+            current = get_path_ids(session, instance_id)
+            paths = branch_paths(session, instance_id)
+            if current and current not in paths:
+                paths.append(current)
+            paths.sort(key=lambda path: (path != current, path[-1]))
+            if leaf is not None:
+                paths = [path for path in paths if path[-1] == leaf]
+                if not paths:
+                    raise NotFound(f"branch {leaf}: no branch of instance {instance_id} ends at that line")
+            nodes = [node.to_dict() for node in list_plot_nodes(session, instance_id, all_branches=True)]
+            last = {row["id"]: row for row in get_lines(session, [path[-1] for path in paths], ["id", "content"])}
+        out = []
+        for path in paths:
+            on = set(path)
+            text = " ".join(str(last.get(path[-1], {}).get("content") or "").split())
+            out.append(
+                {
+                    "leaf": path[-1],
+                    "current": path == current,
+                    "lines": len(path),
+                    "last_line": text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…",
+                    "nodes": [node for node in nodes if node.get("line_id") is None or node["line_id"] in on],
+                }
+            )
+        return out

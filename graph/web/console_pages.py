@@ -649,14 +649,32 @@ def _without_tags(node: dict[str, Any]) -> dict[str, Any]:
     return {**node, "summary": EMOTION_TAG.sub("", str(node.get("summary") or ""))}
 
 
-def _director_page(request: Request, user: WebUser, instance_id: int, status_code: int = 200, **extra: Any) -> Response:
+def _branch_param(raw: str | None) -> int | None:
+    """The `?branch=` query (a leaf line's id); `InvalidInput` naming the field for anything but a whole number."""
+    if raw is None or not raw.strip():
+        return None
+    if not raw.strip().isdigit():
+        raise InvalidInput(f"field 'branch': {raw!r} is not a line id (a whole number)")
+    return int(raw.strip())
+
+
+def _director_page(
+    request: Request,
+    user: WebUser,
+    instance_id: int,
+    status_code: int = 200,
+    *,
+    branch: int | None = None,
+    **extra: Any,
+) -> Response:
+    """The page; `branch`: the leaf whose plot nodes are shown (None: the current branch)."""
     api = _api(user)
     instance = api.instances.get(instance_id)
-    current_nodes = [_without_tags(node) for node in api.plot.nodes(instance_id)]
-    on_branch = {node["id"] for node in current_nodes}
-    other_nodes = [
-        _without_tags(node) for node in api.plot.nodes(instance_id, all_branches=True) if node["id"] not in on_branch
-    ]
+    branches = api.plot.branches(instance_id)
+    chosen = next((b for b in branches if b["leaf"] == branch), None) if branch is not None else None
+    if branch is not None and chosen is None:
+        raise NotFound(f"branch {branch}: no branch of instance {instance_id} ends at that line")
+    chosen = chosen or next((b for b in branches if b["current"]), None)
     return render(
         request,
         "console_director.html",
@@ -668,8 +686,9 @@ def _director_page(request: Request, user: WebUser, instance_id: int, status_cod
         decided=[
             s for s in api.suggestions.list(instance_id=instance_id, all_branches=True) if s["status"] != "pending"
         ],
-        current_nodes=current_nodes,
-        other_nodes=other_nodes,
+        branches=branches,
+        branch=chosen,
+        branch_nodes=[_without_tags(node) for node in chosen["nodes"]] if chosen else [],
         plot=api.plot.outline(instance_id),
         **extra,
     )
@@ -677,8 +696,13 @@ def _director_page(request: Request, user: WebUser, instance_id: int, status_cod
 
 @router.get("/instances/{instance_id:int}/director")
 def director_page(request: Request, user: User, instance_id: PathId) -> Response:
-    """Pending review suggestions, the plot nodes per branch, the outline with its current point."""
-    return _director_page(request, user, instance_id, done=request.query_params.get("done"))
+    """Pending review suggestions, the plot nodes per branch (`?branch=` a branch's leaf line; the current one by
+    default), the outline with its current point."""
+    try:
+        branch = _branch_param(request.query_params.get("branch"))
+    except InvalidInput as exc:
+        return _director_page(request, user, instance_id, 400, error=str(exc))
+    return _director_page(request, user, instance_id, branch=branch, done=request.query_params.get("done"))
 
 
 def _suggestion_of(api: PersonaLab, instance_id: int, suggestion_id: int) -> None:

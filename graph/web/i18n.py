@@ -347,6 +347,9 @@ CONSOLE_EN: dict[str, str] = {
     "console_plot_nodes": "Plot nodes",
     "console_this_branch": "This branch",
     "console_other_branches": "Other branches",
+    "console_branch": "Branch",
+    "console_branch_lines": "lines",
+    "console_show": "Show",
 }
 
 CONSOLE_ZH: dict[str, str] = {
@@ -445,6 +448,9 @@ CONSOLE_ZH: dict[str, str] = {
     "console_plot_nodes": "剧情节点",
     "console_this_branch": "当前分支",
     "console_other_branches": "其他分支",
+    "console_branch": "分支",
+    "console_branch_lines": "行",
+    "console_show": "查看",
 }
 EN.update(CONSOLE_EN)
 ZH.update(CONSOLE_ZH)
@@ -476,8 +482,10 @@ EN.update(
         "chart_growth": "Memory growth",
         "chart_made": "made this turn",
         "chart_total": "in all",
-        "chart_node_time": "Turn time per node",
-        "chart_graph_ms": "whole graph",
+        "chart_node_time": "Turn time per node (critical path; hatched: ran in parallel, not added)",
+        "chart_parallel": "in parallel",
+        "node_other": "outside the nodes",
+        "chart_graph_ms": "whole graph (wall time)",
         "chart_region_tokens": "Prompt tokens per region",
         "chart_story": "Relationship and plot",
         "chart_relationship": "Relationship",
@@ -547,8 +555,10 @@ ZH.update(
         "chart_growth": "记忆增长",
         "chart_made": "本轮新增",
         "chart_total": "累计",
-        "chart_node_time": "各节点的每轮耗时",
-        "chart_graph_ms": "整个图",
+        "chart_node_time": "各节点的每轮耗时（关键路径；斜线：并行运行，不计入）",
+        "chart_parallel": "并行",
+        "node_other": "节点之外",
+        "chart_graph_ms": "整个图（实际耗时）",
         "chart_region_tokens": "提示词各区域的令牌数",
         "chart_story": "关系与剧情",
         "chart_relationship": "关系",
