@@ -10,7 +10,10 @@ stored provenance of the replies on the current branch); growth over turns (memo
 
     api.statistics.series(7)
 
-The data series of the statistics charts (issue 25): one point per stored turn of the current branch.
+The data series of the statistics charts (issue 25): one point per stored turn of the current branch. Its node
+times come two ways: `node_ms`, every node's own time, and the turn's wall time split along its critical path
+(`node_path_ms` + `other_ms` = `graph_ms`), where of nodes that ran side by side (`PARALLEL_STEPS`) only the longest
+counts and the others are `node_parallel_ms`; so a stacked chart of the path is as tall as the turn took.
 """
 
 from __future__ import annotations
@@ -33,6 +36,35 @@ from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory_statistics import branch_counts, growth_by_turn, memory_counts
 from personalab.stores.provenance import provenance_rows
+
+# nodes the turn graph runs in one superstep, side by side (graph/graph.py: query_rewrite → rag_retrieve and director
+# → generate); their times overlap, so only the longest of each step is on the turn's critical path
+PARALLEL_STEPS: tuple[tuple[str, ...], ...] = (("rag_retrieve", "director"),)
+
+
+def split_node_time(
+    node_ms: dict[str, float], graph_ms: float | None
+) -> tuple[dict[str, float], dict[str, float], float | None]:
+    """(the critical path's node times, the times of nodes that ran beside a longer one, the graph's time outside
+    the recorded nodes): the path's times and the rest add up to `graph_ms` (None: the rest is unknown). The nodes'
+    clock and the graph's differ by rounding; when the path adds up to a little more than the graph's time, the
+    path's times are scaled down to it, so the stack never claims more than the turn took."""
+    path = {name: float(ms) for name, ms in node_ms.items()}
+    beside: dict[str, float] = {}
+    for step in PARALLEL_STEPS:
+        ran = [name for name in step if name in path]
+        if len(ran) > 1:
+            longest = max(ran, key=lambda name: path[name])
+            for name in ran:
+                if name != longest:
+                    beside[name] = path.pop(name)
+    if graph_ms is None:
+        return path, beside, None
+    total = sum(path.values())
+    if total > graph_ms > 0:
+        path = {name: ms * graph_ms / total for name, ms in path.items()}
+        total = graph_ms
+    return path, beside, max(0.0, float(graph_ms) - total)
 
 
 class Statistics:
@@ -155,6 +187,9 @@ def _turn_figures(
     plot = state.get("plot_state") or {}
     outline = list(plot.get("story_outline") or [])
     relationship = state.get("relationship")
+    node_ms = {str(name): float(ms) for name, ms in dict(figures.get("node_ms") or {}).items()}
+    graph_ms = figures.get("graph_ms")
+    path_ms, beside_ms, other_ms = split_node_time(node_ms, float(graph_ms) if graph_ms is not None else None)
     return TurnFigures(
         turn=number,
         created_at=turn["created_at"],
@@ -167,9 +202,12 @@ def _turn_figures(
         prompt_tokens=turn["prompt_tokens"],
         reply_tokens=turn["reply_tokens"],
         region_tokens=dict(figures.get("regions") or {}),
-        graph_ms=figures.get("graph_ms"),
+        graph_ms=graph_ms,
         reply_model_ms=figures.get("reply_model_ms") or _model_ms(figures),
-        node_ms=dict(figures.get("node_ms") or {}),
+        node_ms=node_ms,
+        node_path_ms=path_ms,
+        node_parallel_ms=beside_ms,
+        other_ms=other_ms,
         relationship={k: int(v) for k, v in relationship.items()} if isinstance(relationship, dict) else None,
         plot_index=plot.get("current_plot_index") if plot else None,
         plot_completed=sum(1 for point in outline if point.get("status") == "completed") if plot else None,

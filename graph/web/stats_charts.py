@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties, fontManager
 from matplotlib.ticker import MaxNLocator
 from personalab.graph.api.schemas.memory import ChartSeries, TurnFigures
+from personalab.graph.api.statistics import PARALLEL_STEPS
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +166,45 @@ def _growth(fig: Figure, turns: list[TurnFigures], t: Mapping[str, str], font: F
 
 
 def _time(fig: Figure, turns: list[TurnFigures], t: Mapping[str, str], font: FontProperties) -> None:
+    """Each turn as tall as the graph took (`graph_ms`): its critical path's nodes stacked in the order they run, the
+    time outside them on top, and a node that ran beside a longer one (`node_parallel_ms`: the director beside the
+    retrieval) as a narrow hatched bar next to the stack, starting where its step starts, never added to it."""
     numbers = [p.turn for p in turns]
     ax = fig.subplots()
-    _stacked_bars(ax, numbers, [p.node_ms for p in turns], t, "node_", NODE_ORDER)
-    _nothing(ax, [p.node_ms for p in turns], t, font)
+    rows: list[Mapping[str, float]] = [
+        {**p.node_path_ms, **({"other": p.other_ms} if p.other_ms else {})} for p in turns
+    ]
+    _stacked_bars(ax, numbers, rows, t, "node_", (*NODE_ORDER, "other"))
+    width = 0.7
+    for key in _keys([p.node_parallel_ms for p in turns], NODE_ORDER):
+        values = [float(p.node_parallel_ms.get(key) or 0) for p in turns]
+        ax.bar(
+            [n + width / 2 + 0.08 for n in numbers],
+            values,
+            bottom=[_step_start(p.node_path_ms, key) for p in turns],
+            width=0.16,
+            color="white",
+            edgecolor="#4a5568",
+            hatch="///",
+            label=f"{_label(t, 'node_', key)} ({t['chart_parallel']})",
+        )
+    timed = [(n, p.graph_ms) for n, p in zip(numbers, turns, strict=True) if p.graph_ms is not None]
+    if timed:
+        ax.scatter(
+            [n for n, _ in timed], [ms for _, ms in timed], marker="_", s=400, color="black", label=t["chart_graph_ms"]
+        )
+    _nothing(ax, rows, t, font)
     _style(ax, t["chart_node_time"], t["chart_turn"], t["chart_ms"], font)
-    _legend(ax, font)
+    if ax.get_legend_handles_labels()[0]:  # beside the plot: a dozen series would cover the bars
+        ax.legend(prop=font, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
+
+
+def _step_start(path: Mapping[str, float], node: str) -> float:
+    """Where a parallel node's step starts on its turn's stack: the time of the path's nodes that run before it."""
+    at = NODE_ORDER.index(node) if node in NODE_ORDER else len(NODE_ORDER)
+    step = next((group for group in PARALLEL_STEPS if node in group), (node,))
+    first = min(NODE_ORDER.index(name) for name in step if name in NODE_ORDER) if step else at
+    return sum(ms for name, ms in path.items() if name in NODE_ORDER and NODE_ORDER.index(name) < first)
 
 
 def _tokens(fig: Figure, turns: list[TurnFigures], t: Mapping[str, str], font: FontProperties) -> None:

@@ -253,7 +253,16 @@ class TurnFigures(BaseModel):
     region_tokens: dict[str, int] = Field(default_factory=dict)
     graph_ms: float | None = None
     reply_model_ms: float | None = None
-    node_ms: dict[str, float] = Field(default_factory=dict)
+    node_ms: dict[str, float] = Field(default_factory=dict, description="each node's own time")
+    node_path_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="the nodes on the turn's critical path (of nodes run side by side, the longest): with other_ms, "
+        "graph_ms",
+    )
+    node_parallel_ms: dict[str, float] = Field(
+        default_factory=dict, description="nodes that ran beside a longer one (their time overlaps it)"
+    )
+    other_ms: float | None = Field(None, description="the graph's time outside the recorded nodes")
     relationship: dict[str, int] | None = None
     plot_index: int | None = None
     plot_completed: int | None = None
