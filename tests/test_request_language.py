@@ -17,6 +17,7 @@ from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixt
 from personalab.graph import api
 from personalab.graph.runner import run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.rules.review.pipeline import _SHARED_CACHE
 from personalab.stores.background import flush_event_writes
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -44,6 +45,7 @@ ZH_REPLIES = ("【平静】你安全了。喝口茶吧。", "【警惕】礁石�
 
 
 def _play(url: str, card: Path, messages: tuple[str, ...], stub: OpenAIStub, replies: tuple[str, ...]) -> Any:
+    _SHARED_CACHE.clear()  # the review's assessments are kept per conversation id, across the tests of a process
     lab = api.PersonaLab(database_url=url)
     imported = lab.cards.import_bytes(card.read_bytes(), card.name)
     instance = lab.instances.create({"character_id": imported.character_id})
@@ -68,8 +70,21 @@ def _scaffolding(content: str, own: list[str]) -> str:
     return FORMAT_BRACKETS.sub("", content)
 
 
+REVIEW_ANSWER = {
+    "skipped": False,
+    "should_write_memory": True,
+    "memory_value": 0.8,
+    "relationship_delta": {"trust": 2, "affection": 1, "familiarity": 1},
+    "suggest_plot_node": False,
+    "suggest_worldbook_update": False,
+    "quality": {"character_fidelity": 0.9, "immersion": 0.8, "world_consistency": 0.9, "risk": 0.0},
+    "reasons": {"relationship": "Ash thanked Mira and trusts her."},
+}
+
+
 def test_an_english_instance_sends_every_request_in_english(sqlite_url: str, openai_stub: OpenAIStub) -> None:
     openai_stub.queue_for("query_rewrite", *(f"lighthouse question {n}" for n in range(10)))
+    openai_stub.queue_for("review", *(json.dumps(REVIEW_ANSWER) for _ in range(10)))
     instance, states = _play(sqlite_url, EN_CARD, EN_MESSAGES, openai_stub, EN_REPLIES)
     assert instance.language == "en"
     for state in states:
@@ -88,6 +103,12 @@ def test_an_english_instance_sends_every_request_in_english(sqlite_url: str, ope
     # the rules' own texts a user reads: the relationship's state events and the review's reasons
     assert not CJK.search(json.dumps([s.get("review") for s in states], ensure_ascii=False))
     assert not CJK.search(json.dumps([s.get("state_events") for s in states], ensure_ascii=False))
+    assert any("relationship change trust +2" in str(e) for s in states for e in s.get("state_events") or [])
+    # the memories the review wrote (the turn's event, the relationship's change) are English, and were retrieved
+    memories = [m.content for m in api.PersonaLab(database_url=sqlite_url).memories.list(instance.id).items]
+    assert any(m.startswith("Turn 2: Ash said") for m in memories), memories
+    assert any("The relationship between Mira and Ash changed" in m for m in memories), memories
+    assert not CJK.search(FORMAT_BRACKETS.sub("", json.dumps(memories, ensure_ascii=False))), memories
 
 
 def test_an_english_event_summary_request_is_english(openai_stub: OpenAIStub) -> None:
