@@ -69,7 +69,7 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
 def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, language: str | None = None) -> None:
     """The layer flow (its deletions update the kept keyword index), then the index made current at once:
     between turns, not on the next reply's path. The summaries are asked for in the instance's `language`."""
-    maintain_layers(store, instance_id, turn, summarise=model_summariser(language))
+    maintain_layers(store, instance_id, turn, summarise=model_summariser(language), language=language)
     store.index(instance_id)
 
 
@@ -94,6 +94,7 @@ def maintain_layers(
     turn: int | None = None,
     config: LayerConfig | None = None,
     summarise: Summariser | None = None,
+    language: str | None = None,
 ) -> MaintenanceReport:
     """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
     (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
@@ -109,7 +110,8 @@ def maintain_layers(
     Only the current branch's memories (and those without a line) flow (`MemoryStore.maintenance`): a branch the
     user left neither takes room in this branch's layers nor decays meanwhile; its memories are maintained
     when it is current again. What lies above a fork is summarised at or above the fork (`forks`), so the other
-    branches through it keep it."""
+    branches through it keep it. `language`: the instance's (issue 28), for the summary's title and the
+    extractive fallback."""
     summaries: dict[int, list[tuple[int | None, list[tuple[int, str, int]]]]] = {}
     with store.maintenance(instance_id, turn) as batch:
         plans = {
@@ -140,8 +142,9 @@ def maintain_layers(
                 summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
             except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
                 log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
-                summary = extractive_summary(texts)
-            item = summary_memory(summary, [t for _i, _c, t in ordered], [i for i, _c, _t in ordered], config)
+                summary = extractive_summary(texts, language=language)
+            turns = [t for _i, _c, t in ordered]
+            item = summary_memory(summary, turns, [i for i, _c, _t in ordered], config, language)
             if tag is not None:
                 item["line_id"] = tag
             store.add_memories(instance_id, [item], character_id=character)

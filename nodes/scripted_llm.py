@@ -197,7 +197,7 @@ def _scripted_event_summary(request: str, texts: RequestTexts) -> str:
     """The event-log summary: the labelled extractive summary of the numbered memories in the request."""
     listed = request.split(texts.event_summary_memories, 1)[-1]
     memories = [re.sub(r"^\d+\.\s*", "", line).strip() for line in listed.splitlines() if line.strip()]
-    return extractive_summary(memories)
+    return extractive_summary(memories, language=texts.language)
 
 
 class ScriptedChatModel(BaseChatModel):

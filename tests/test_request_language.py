@@ -134,3 +134,23 @@ def test_a_chinese_instance_sends_exactly_the_requests_it_sent_before(sqlite_url
     if os.environ.get("PERSONALAB_RECORD_REQUESTS"):  # how the snapshot was made (with main, before issue 28's change)
         ZH_SNAPSHOT.write_text(json.dumps(got, ensure_ascii=False, indent=1), encoding="utf-8")
     assert got == json.loads(ZH_SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_an_english_event_summary_memory_and_its_offline_fallback_are_english() -> None:
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from personalab.nodes.rules.memory_layers import extractive_summary, summary_memory
+    from personalab.nodes.rules.request_catalog import event_summary_messages
+    from personalab.nodes.scripted_llm import ScriptedChatModel
+
+    memories = ["Ash's boat ran aground.", "Mira carried Ash up the stairs."]
+    fallback = extractive_summary(memories, language="en")
+    assert fallback.startswith("(extract, offline scripted model) Ash's boat") and not CJK.search(fallback)
+    item = summary_memory("Ash was rescued.", [2, 3], [7, 8], language="en")
+    assert item["content"] == "[Event summary] turns 2–3: Ash was rescued."
+    request = event_summary_messages(memories, 300, "en")
+    scripted = ScriptedChatModel().answer(
+        [SystemMessage(content=request[0]["content"]), HumanMessage(content=request[1]["content"])]
+    )
+    assert scripted == fallback
+    # the Chinese ones as they were
+    assert summary_memory("救下了莱姆。", [2, 3], [7])["content"] == "【事件摘要】第2–3轮：救下了莱姆。"
