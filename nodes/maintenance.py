@@ -29,6 +29,7 @@ from personalab.nodes.rules.memory_layers import (
     summary_groups,
     summary_memory,
 )
+from personalab.nodes.rules.request_catalog import event_summary_messages
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background
 from personalab.stores.memory import MaintenanceReport, MemoryStore
@@ -53,26 +54,33 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
     reply's path; failures are logged there."""
     ctx = context_of(runtime)
     store = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path())
+    language = state["character"].get("language")
     run_in_background(
-        run_layer_maintenance, store, state["instance_id"], state["turn"], after_turn_of=state["instance_id"]
+        run_layer_maintenance,
+        store,
+        state["instance_id"],
+        state["turn"],
+        language,
+        after_turn_of=state["instance_id"],
     )
     return {"status": "queued"}
 
 
-def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int) -> None:
+def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, language: str | None = None) -> None:
     """The layer flow (its deletions update the kept keyword index), then the index made current at once:
-    between turns, not on the next reply's path."""
-    maintain_layers(store, instance_id, turn, summarise=model_summariser())
+    between turns, not on the next reply's path. The summaries are asked for in the instance's `language`."""
+    maintain_layers(store, instance_id, turn, summarise=model_summariser(language), language=language)
     store.index(instance_id)
 
 
-def model_summariser() -> Summariser:
+def model_summariser(language: str | None = None) -> Summariser:
     """The event-log summary by the maintenance model (PERSONALAB_MODEL_CORE_MEMORY; the scripted model gives a
-    labelled extractive summary), prompt in `nodes.rules.prompts`."""
+    labelled extractive summary), prompt in `nodes.rules.request_catalog`, in the instance's `language`."""
 
     def summarise(memories: list[str]) -> str:
         model = get_chat_model(prompts.PURPOSE_EVENT_SUMMARY)
-        answer = str(model.invoke(prompts.event_summary_messages(memories, SUMMARY_MAX_CHARS)).content).strip()
+        request = event_summary_messages(memories, SUMMARY_MAX_CHARS, language)
+        answer = str(model.invoke(request).content).strip()
         if not answer:
             raise ValueError("the model's summary is empty")
         return answer[: SUMMARY_MAX_CHARS * 2]
@@ -86,6 +94,7 @@ def maintain_layers(
     turn: int | None = None,
     config: LayerConfig | None = None,
     summarise: Summariser | None = None,
+    language: str | None = None,
 ) -> MaintenanceReport:
     """One step of the layer flow (seed 001 记忆流转) for every character of the instance: the rule
     (`plan_maintenance`) decides, the store loads the memories and writes the plans in one transaction and
@@ -101,7 +110,8 @@ def maintain_layers(
     Only the current branch's memories (and those without a line) flow (`MemoryStore.maintenance`): a branch the
     user left neither takes room in this branch's layers nor decays meanwhile; its memories are maintained
     when it is current again. What lies above a fork is summarised at or above the fork (`forks`), so the other
-    branches through it keep it."""
+    branches through it keep it. `language`: the instance's (issue 28), for the summary's title and the
+    extractive fallback."""
     summaries: dict[int, list[tuple[int | None, list[tuple[int, str, int]]]]] = {}
     with store.maintenance(instance_id, turn) as batch:
         plans = {
@@ -132,8 +142,9 @@ def maintain_layers(
                 summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
             except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
                 log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
-                summary = extractive_summary(texts)
-            item = summary_memory(summary, [t for _i, _c, t in ordered], [i for i, _c, _t in ordered], config)
+                summary = extractive_summary(texts, language=language)
+            turns = [t for _i, _c, t in ordered]
+            item = summary_memory(summary, turns, [i for i, _c, _t in ordered], config, language)
             if tag is not None:
                 item["line_id"] = tag
             store.add_memories(instance_id, [item], character_id=character)
@@ -151,7 +162,9 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     old = state["core_memory"]
     turn = state["turn"]
     dialogue = [*state.get("messages", []), {"role": "assistant", "content": state.get("reply", "")}]
-    request = maintenance_messages(old, last_turn_messages(dialogue), state.get("state_events", []), turn=turn)
+    language = state["character"].get("language")  # issue 28: the request in the instance's language
+    events = state.get("state_events", [])
+    request = maintenance_messages(old, last_turn_messages(dialogue), events, turn=turn, language=language)
     model = get_chat_model("core_memory", until=state.get("deadline_at"))  # what is left of the turn's 30 s
     try:
         answer = str(model.invoke(request).content)

@@ -46,7 +46,8 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if not long_term_memory(ctx):  # the query only serves retrieval, which is off (issue 30's recent / history)
         status = f"off (memory_mode {ctx.memory_mode})"
         return {"query": message, "deadline_at": deadline_at, "debug": {"query_rewrite": {"status": status}}}
-    request = rewrite_messages(message, recent, max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages)))
+    window = max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages))
+    request = rewrite_messages(message, recent, window, language=state["character"].get("language"))
     until = started + rewrite_seconds(ctx.turn_deadline_s)  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
     try:
         model = get_chat_model("query_rewrite", until=until, max_tokens=REWRITE_MAX_TOKENS)

@@ -90,13 +90,15 @@ def own_lines_in(history: Sequence[Mapping[str, Any]], role_id: int | None) -> l
     return [line["content"] for line in history if line["attribute"] == "assistant" and line.get("role_id") == role_id]
 
 
-def memory_age(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datetime], now: datetime) -> str:
+def memory_age(
+    item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datetime], now: datetime, language: str | None = None
+) -> str:
     """How long ago a retrieved memory happened, in turns and real time ("3 轮前，2 天前")."""
     turns = turn - item["turn"] if isinstance(item.get("turn"), int) else None
     created = stored_at.get(int(item["id"])) if item.get("kind") == "memory" else None
     if created is not None and created.tzinfo is None:
         created = created.replace(tzinfo=UTC)  # stored naive = UTC
-    return time_ago(turns, (now - created).total_seconds() if created is not None else None)
+    return time_ago(turns, (now - created).total_seconds() if created is not None else None, language)
 
 
 def window_texts(
@@ -127,11 +129,18 @@ def window_texts(
     ]
 
 
-def memory_item(item: Mapping[str, Any], turn: int, stored_at: Mapping[int, datetime], now: datetime) -> InjectionItem:
-    """A retrieved memory as a line of the retrieved region (`- content（3 轮前，2 天前）`)."""
+def memory_item(
+    item: Mapping[str, Any],
+    turn: int,
+    stored_at: Mapping[int, datetime],
+    now: datetime,
+    language: str | None = None,
+) -> InjectionItem:
+    """A retrieved memory as a line of the retrieved region (`- content（3 轮前，2 天前）`), its age in the
+    instance's `language` (issue 28)."""
     return InjectionItem(
         key=f"memory:{item['id']}",
-        text=memory_line(item["content"], memory_age(item, turn, stored_at, now)),
+        text=memory_line(item["content"], memory_age(item, turn, stored_at, now, language), language),
         score=item["score"],
     )
 
@@ -368,6 +377,7 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
             similarity=knowledge_similarities(knowledge, query),  # the vector search (seed 001 向量检索)
         )
     )
+    language = character.get("language")  # issue 28: the memories' ages in the instance's language
     injection = build_injection(
         guidelines=guidelines,
         important=list(IMPORTANT_INSTRUCTIONS) if known else [],  # they speak of the 已知信息 block
@@ -377,10 +387,13 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         char_name=character.get("name") or "",  # the world book's {{char}} / {{user}}, as in the character's fields
         user_name=state.get("user_name"),
         turn=turn,  # knowledge made from events: seed 001's time prefix
+        language=language,
         known=known,
-        character_memories=[memory_item(item, turn, stored_at, now) for item in found["items"] if not is_private(item)],
+        character_memories=[
+            memory_item(item, turn, stored_at, now, language) for item in found["items"] if not is_private(item)
+        ],
         private_memories=private_items(
-            [memory_item(item, turn, stored_at, now) for item in found["items"] if is_private(item)]
+            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_private(item)]
         ),
         budget=ctx.retrieved_tokens,
     )

@@ -34,6 +34,7 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
             TURN_EVENT_BUS,
             mode=ctx.review_mode,
             llm=get_chat_model("review", until=state.get("deadline_at")) if ctx.review_mode == "llm" else None,
+            language=state["character"].get("language"),  # issue 28
         )
         reviewed = stored_turn(state, leaf)
         output, plan, memories = review_outcome(pipeline, reviewed)
@@ -53,7 +54,7 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         level = logging.DEBUG if store_unavailable(exc, ctx.database_url) is not None else logging.ERROR
         log.log(level, "review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
-    change = relationship_event(turn, output.relationship_delta)
+    change = relationship_event(turn, output.relationship_delta, state["character"].get("language"))
     return {
         "relationship": plan["relationship"],
         "state_events": [*state.get("state_events", []), *([change] if change else [])],

@@ -15,10 +15,12 @@ from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import MAX_BINARY, MAX_CHANGES, parse_core_memory, validate_core_memory
 from personalab.nodes.rules.memory_layers import extractive_summary
 from personalab.nodes.rules.prompt_catalog import CATALOGS, EN, ZH, Catalog, detect_language
+from personalab.nodes.rules.request_catalog import RequestTexts, request_texts_of
 
 # the canned reply lines are in the prompt catalogs (nodes/rules/prompt_catalog.py), one per language (issue 28)
 
 
+SCRIPTED_REVIEW_REASON = {"zh": "脚本模型沿用规则结果", "en": "the scripted model keeps the rule result"}
 _TTS = ("うん、わかった", "そうだね", "ちょっと待って", "なるほど")
 
 
@@ -120,12 +122,16 @@ def _scripted_reply(system: str, user_input: str, turn: int, variant: int = 0) -
     return text
 
 
-def _scripted_rewrite(user_text: str) -> str:
-    latest = _section(user_text, prompts.LATEST_INPUT)
+def _scripted_rewrite(user_text: str, texts: RequestTexts) -> str:
+    latest = _section(user_text, texts.latest_input)
     latest = latest.split("\n\n")[0].strip()
-    history = _section(user_text, prompts.RECENT_DIALOGUE)
-    character = [line for line in history.splitlines() if line.startswith(prompts.SPEAKER_CHARACTER + "：")]
+    history = _section(user_text, texts.recent_dialogue)
+    said = texts.speaker_character + texts.colon
+    character = [line for line in history.splitlines() if line.startswith(said)]
     query = _topic(latest, 24)
+    if texts.language == "en":  # issue 28: an English instance's query stays English
+        context = f" (context: {_topic(character[-1][len(said) :], 16)})" if character else ""
+        return f"Standalone query: {query}{context}"
     if character:
         query += f"（上下文：{_topic(character[-1].split('：', 1)[1], 16)}）"
     if len(latest) % 2:
@@ -133,9 +139,9 @@ def _scripted_rewrite(user_text: str) -> str:
     return f"改写后的查询：“{query}”"
 
 
-def _scripted_review(user_text: str) -> str:
+def _scripted_review(user_text: str, texts: RequestTexts) -> str:
     """The rule baseline the request carries, taken as the verdict, with the four model-judged scores filled."""
-    baseline = _json_after(user_text, "规则版审查的结果(供参考):") or {}
+    baseline = _json_after(user_text, texts.review_baseline_label) or {}
     delta = baseline.get("relationship_delta") or {}
     answer = {
         "skipped": bool(baseline.get("skipped", False)),
@@ -145,22 +151,23 @@ def _scripted_review(user_text: str) -> str:
         "suggest_plot_node": bool(baseline.get("suggest_plot_node", False)),
         "suggest_worldbook_update": bool(baseline.get("suggest_worldbook_update", False)),
         "quality": {"character_fidelity": 0.8, "immersion": 0.7, "world_consistency": 0.9, "risk": 0.05},
-        "reasons": {"memory_value": "脚本模型沿用规则结果"},
+        "reasons": {"memory_value": SCRIPTED_REVIEW_REASON[texts.language]},
     }
     return json.dumps(answer, ensure_ascii=False)
 
 
-def _scripted_core_memory(user_text: str) -> str:
+def _scripted_core_memory(user_text: str, texts: RequestTexts) -> str:
     try:
-        core = parse_core_memory(_section(user_text, prompts.OLD_CORE_MEMORY))
+        core = parse_core_memory(_section(user_text, texts.old_core_memory))
     except ValueError:
         return "抱歉，旧核心记忆无法解析。"
-    turn_match = _TURN_RES[ZH.language].search(user_text)
+    turn_match = _TURN_RES[texts.language].search(user_text)
     turn = int(turn_match.group(1)) if turn_match else 0
+    speaker = texts.speaker_user + texts.colon
     said = [
-        line.split("：", 1)[1]
-        for line in _section(user_text, prompts.RECENT_DIALOGUE).splitlines()
-        if line.startswith(prompts.SPEAKER_USER + "：")
+        line[len(speaker) :]
+        for line in _section(user_text, texts.recent_dialogue).splitlines()
+        if line.startswith(speaker)
     ]
     # the dialogue's language picks the canned words (issue 28: an English instance keeps an English core memory)
     lines = CATALOGS[detect_language(*said)] if said else ZH
@@ -186,11 +193,11 @@ def _scripted_core_memory(user_text: str) -> str:
     return "```json\n" + json.dumps(core, ensure_ascii=False, indent=2) + "\n```"
 
 
-def _scripted_event_summary(request: str) -> str:
+def _scripted_event_summary(request: str, texts: RequestTexts) -> str:
     """The event-log summary: the labelled extractive summary of the numbered memories in the request."""
-    listed = request.split(prompts.EVENT_SUMMARY_MEMORIES, 1)[-1]
+    listed = request.split(texts.event_summary_memories, 1)[-1]
     memories = [re.sub(r"^\d+\.\s*", "", line).strip() for line in listed.splitlines() if line.strip()]
-    return extractive_summary(memories)
+    return extractive_summary(memories, language=texts.language)
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -218,14 +225,15 @@ class ScriptedChatModel(BaseChatModel):
         users = [_text(m) for m in messages if m.type == "human"]
         last_user = users[-1] if users else ""
         purpose = prompts.detect_purpose(system) or prompts.PURPOSE_REPLY
+        texts = request_texts_of(system)  # the request's language (issue 28)
         if purpose == prompts.PURPOSE_QUERY_REWRITE:
-            return _scripted_rewrite(last_user)
+            return _scripted_rewrite(last_user, texts)
         if purpose == prompts.PURPOSE_CORE_MEMORY:
-            return _scripted_core_memory(last_user)
+            return _scripted_core_memory(last_user, texts)
         if purpose == prompts.PURPOSE_REVIEW:
-            return _scripted_review(last_user)
+            return _scripted_review(last_user, texts)
         if purpose == prompts.PURPOSE_EVENT_SUMMARY:
-            return _scripted_event_summary(last_user)
+            return _scripted_event_summary(last_user, texts)
         turn_match = _TURN_RES[_catalog_of(system).language].search(system)
         turn = int(turn_match.group(1)) if turn_match else len(users)
         return _scripted_reply(system, last_user, max(turn, 1), self.variant)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias
 
 from langgraph.channels import UntrackedValue
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.review.turn import StoredTurn
 from personalab.nodes.rules.review.types import GapName
 from personalab.nodes.rules.types import (
@@ -209,7 +210,7 @@ def stored_turn(state: TurnState, line_id: int | None) -> StoredTurn:
         instance_id=state["instance_id"],
         character_id=character.get("role_id") or 0,
         character_name=character["name"],
-        user_name=state.get("user_name") or "用户",
+        user_name=state.get("user_name") or catalog_for(character.get("language")).default_user_name,
         message=state["message"],
         reply=state["reply"],
         selected_choice=dict(choice) if (choice := state.get("selected_choice")) else None,
@@ -218,4 +219,5 @@ def stored_turn(state: TurnState, line_id: int | None) -> StoredTurn:
         current_plot_index=state["plot_state"]["current_plot_index"],
         relationship=dict(state["relationship"]) if state.get("relationship") is not None else None,
         line_id=line_id,
+        language=character.get("language"),
     )

@@ -24,7 +24,7 @@ def story_search(
     play-throughs' events are taken on their own current branches, read from the database at `database_url`."""
     character = state["character"]
     return StorySearch(
-        query=fallback_query(plot_state),
+        query=fallback_query(plot_state, character.get("language")),
         character_id=character.get("role_id"),
         background_id=character.get("background_id"),
         instance_id=state["instance_id"],

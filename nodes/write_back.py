@@ -20,6 +20,7 @@ from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.injection import count_tokens
 from personalab.nodes.rules.prompt_assembly import REGIONS
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.record import CONTEXT_LINES, record_items
 from personalab.nodes.rules.types import Character, ReplySegment
@@ -143,10 +144,12 @@ def turn_writes(
     """The outbox rows of a stored reply: its event for the director (id `i<instance>-l<reply line>`), its lines
     for the dialogue record, and the mention check of the memories it was given."""
     instance_id, character = state["instance_id"], state["character"]
-    user_name = state.get("user_name") or "用户"
+    user_name = state.get("user_name") or catalog_for(character.get("language")).default_user_name
     place = f"i{instance_id}-l{reply_line_id}"
     event = event_write(
-        turn_event_text(state["turn"], user_name, state["message"], character["name"], state["reply"]),
+        turn_event_text(
+            state["turn"], user_name, state["message"], character["name"], state["reply"], character.get("language")
+        ),
         instance_id=instance_id,
         character_id=character.get("role_id"),
         background_id=character.get("background_id"),

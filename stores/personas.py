@@ -65,6 +65,19 @@ def delete_persona(session: Session, row: Persona) -> list[int]:
     return users
 
 
+def matching_persona(session: Session, fields: Mapping[str, Any], owner: str | None) -> Persona | None:
+    """`owner`'s own persona with exactly these name, description and avatar (an instance imported back into
+    the account it came from keeps its persona instead of a copy); never another user's."""
+    query = select(Persona).where(
+        col(Persona.name) == fields["name"], col(Persona.description) == fields["description"]
+    )
+    query = query.where(col(Persona.owner).is_(None) if owner is None else col(Persona.owner) == owner)
+    for row in session.exec(query.order_by(col(Persona.id))).all():
+        if row.avatar_image == fields.get("avatar_image") and row.avatar_mime == fields.get("avatar_mime"):
+            return row
+    return None
+
+
 def set_instance_persona(session: Session, instance_row: Save, persona_id: int | None) -> None:
     instance_row.persona_id = persona_id
     session.add(instance_row)

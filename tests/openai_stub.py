@@ -38,7 +38,7 @@ import pytest
 DEFAULT_REPLY = "【平静】这是测试服务器的默认回复。"
 READER_MIN_OVERLAP = 2
 READER_UNKNOWN = "【平静】我不记得了。"
-_PURPOSE_RE = re.compile(r"〔PersonaLab任务：([a-z_]+)〕")
+_PURPOSE_RE = re.compile(r"〔PersonaLab(?:任务：| task: )([a-z_]+)〕")  # the Chinese or the English marker
 _STATEMENT_RE = re.compile(r"[^。！？!?\n]+[。！？!?]?")
 _CJK_RE = re.compile(r"[\u4e00-\u9fff]")
 _WORD_RE = re.compile(r"[a-z][a-z']+")
@@ -230,7 +230,7 @@ class OpenAIStub:
             str(message.get("content")) for message in request.get("messages", []) if message.get("role") == "system"
         )
         for purpose, kept in self._by_purpose.items():
-            if kept and f"〔PersonaLab任务：{purpose}〕" in system:
+            if kept and (f"〔PersonaLab任务：{purpose}〕" in system or f"〔PersonaLab task: {purpose}〕" in system):
                 return kept.popleft()
         if self._queue:
             return self._queue.popleft()

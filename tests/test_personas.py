@@ -313,3 +313,36 @@ def test_a_user_makes_a_persona_and_plays_as_it_in_the_browser(browser: Any, app
     page.goto(f"{url}/personas/999/edit")
     expect(page.locator("main")).to_contain_text("persona 999 does not exist")
     assert page.js_errors == []
+
+
+def test_the_persona_goes_with_its_instance_into_another_users_account(db_url: str) -> None:
+    """Issue 28: `instance export` carries the persona (name, description, avatar); importing it makes the
+    importing user's own persona (an identical one of theirs is reused), never a link to the exporter's."""
+    alice, bob = PersonaLab(owner="alice", database_url=db_url), PersonaLab(owner="bob", database_url=db_url)
+    character_id, background_id = _story(alice)
+    alex = alice.personas.create({"name": "Alex", "description": "{{user}}是一名游医。", "avatar": png()})
+    instance = alice.instances.create(
+        {"character_id": character_id, "background_id": background_id, "persona_id": alex.id}
+    )
+    _play(db_url, instance.id, "好久不见。")
+    document = alice.instances.export_data(instance.id)
+    assert document["persona"]["name"] == "Alex" and document["persona"]["avatar_mime"] == "image/png"
+    assert "id" not in document["persona"] and "owner" not in document["persona"]
+
+    imported = bob.instances.import_data(json.loads(json.dumps(document))).instance
+    (copy,) = bob.personas.list()
+    assert copy.id != alex.id and copy.owner == "bob" and copy.description == "{{user}}是一名游医。"
+    assert bob.personas.avatar(copy.id) == alice.personas.avatar(alex.id)
+    assert bob.instances.get(imported.id).persona_id == copy.id
+    (turn,) = _play(db_url, imported.id, "我回来了。")
+    assert "雷娜认识Alex很多年了。" in _head(turn)
+    # imported again: bob's identical persona is matched, not copied; back into alice's account: hers
+    again = bob.instances.import_data(document).instance
+    assert bob.instances.get(again.id).persona_id == copy.id and len(bob.personas.list()) == 1
+    back = alice.instances.import_data(document).instance
+    assert alice.instances.get(back.id).persona_id == alex.id and len(alice.personas.list()) == 1
+    # a file's persona with a bad avatar is one clear error naming it, and nothing is imported
+    broken = {**document, "persona": {**document["persona"], "avatar_image": "not base64!"}}
+    with pytest.raises(InvalidInput, match="file.persona.avatar_image"):
+        bob.instances.import_data(broken)
+    assert len(bob.instances.list()) == 2

@@ -55,6 +55,7 @@ from personalab.graph.api.schemas.library import (
     InstanceInput,
     InstanceTitle,
     InUse,
+    PersonaFile,
     PlotProgress,
     validate_model,
 )
@@ -65,7 +66,7 @@ from personalab.nodes.rules.prompt_catalog import DEFAULT_LANGUAGE, catalog_for,
 from personalab.stores import library_rows as rows
 from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
-from personalab.stores.personas import persona_row
+from personalab.stores.personas import add_persona, matching_persona, persona_of_instance, persona_row
 from personalab.stores.saves import append_lines, create_save, get_save
 from personalab.stores.tables import Background, Role, Save
 from personalab.stores.threads import thread_id_for
@@ -659,8 +660,38 @@ class Instances(_Area):
                 ),
                 "tables": store.export_rows(session, instance_id),
             }
+            persona = persona_of_instance(session, instance_id)
+            if persona is not None:  # issue 28: the persona goes with its instance (not its id, the exporter's)
+                document["persona"] = {
+                    key: value
+                    for key, value in store.row_to_json(persona).items()
+                    if key in ("name", "description", "avatar_image", "avatar_mime")
+                }
         document["events"] = store.instance_events(instance_id, instance_row.role_id, instance_row.background_id)
         return document
+
+    def _imported_persona(self, session: Any, persona: PersonaFile) -> int:
+        """The caller's persona with the file's name, description and avatar: an identical one of theirs, else a
+        new one (issue 28). A bad avatar is `InvalidInput` naming `file.persona.avatar_image`."""
+        import base64
+        import binascii
+
+        avatar = None
+        if persona.avatar_image is not None:
+            try:
+                avatar = base64.b64decode(persona.avatar_image, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidInput("file.persona.avatar_image: not base64") from None
+        fields = {
+            "name": persona.name.strip(),
+            "description": persona.description,
+            "avatar_image": avatar,
+            "avatar_mime": persona.avatar_mime if avatar is not None else None,
+        }
+        if not fields["name"]:
+            raise InvalidInput("file.persona.name: empty")
+        row = matching_persona(session, fields, self.owner) or add_persona(session, fields, self.owner)
+        return int(row.id)  # type: ignore[arg-type]
 
     def export(self, instance_id: int, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write `export_data` to the file `path` in one step (a plain file is replaced only with `overwrite`)."""
@@ -736,6 +767,9 @@ class Instances(_Area):
             maps = store.import_rows(
                 session, instance_row.id, doc.tables, roles=roles, backgrounds=backgrounds, owner=self.owner
             )
+            persona_id = None
+            if doc.persona is not None:  # issue 28: the importing user's persona, matched or made, never the file's id
+                persona_id = self._imported_persona(session, doc.persona)
             leaf = doc.instance.get("last_message_id")
             rows.change_row(
                 session,
@@ -744,6 +778,7 @@ class Instances(_Area):
                     "owner": self.owner,
                     "last_message_id": maps.get("line", {}).get(leaf) if isinstance(leaf, int) else None,
                     "language": imported_language(doc.instance.get("language")),  # issue 28
+                    "persona_id": persona_id,  # the file's persona_id is the exporter's: never linked
                     **stamps,
                 },
                 stamp=False,

@@ -32,6 +32,7 @@ from typing import Any
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.reply import parse_reply, render_segments
+from personalab.nodes.rules.request_catalog import RequestTexts, requests_for
 
 MAX_BINARY = 3
 MAX_TERNARY = 2
@@ -221,15 +222,15 @@ def should_maintain(turn: int, every: int = MAINTAIN_EVERY) -> bool:
     return isinstance(turn, int) and turn > 0 and turn % every == 0
 
 
-def _dialogue_line(message: Mapping[str, str]) -> str:
+def _dialogue_line(message: Mapping[str, str], texts: RequestTexts) -> str:
     role = message.get("role")
     content = message.get("content", "")
     if role == "assistant":
         content = render_segments(parse_reply(content), tts=False)
-        return f"{prompts.SPEAKER_CHARACTER}：{content}"
+        return f"{texts.speaker_character}{texts.colon}{content}"
     if role == "user":
-        return f"{prompts.SPEAKER_USER}：{content}"
-    return f"（{content}）"
+        return f"{texts.speaker_user}{texts.colon}{content}"
+    return texts.aside.format(content=content)
 
 
 def maintenance_messages(
@@ -238,12 +239,15 @@ def maintenance_messages(
     state_events: Sequence[Any],
     *,
     turn: int = 0,
+    language: str | None = None,
 ) -> list[dict[str, str]]:
     """The maintenance request (seed 002: 旧Core Memory + 最近10轮对话 + 状态变化事件 → 完整的Core Memory).
 
     `last_turns`: the messages of the last turns (role/content; tts text left out); `state_events`: strings or
-    dicts with `text`; `turn`: the current turn, for the `recent_changes` entries the model writes.
+    dicts with `text`; `turn`: the current turn, for the `recent_changes` entries the model writes;
+    `language`: the instance's (issue 28; None: Chinese).
     """
+    texts = requests_for(language)
     if not isinstance(old_core, Mapping):
         raise InvalidInput("maintenance_messages: old_core must be a dict")
     events = []
@@ -252,10 +256,10 @@ def maintenance_messages(
         if not isinstance(text, str):
             raise InvalidInput(f"maintenance_messages: state event {number} is neither a string nor a dict with 'text'")
         events.append(f"- {' '.join(text.split())}")
-    dialogue = [_dialogue_line(m) for m in last_turns if m.get("content")]
+    dialogue = [_dialogue_line(m, texts) for m in last_turns if m.get("content")]
     turn_count = sum(1 for m in last_turns if m.get("role") == "user")
-    system = prompts.CORE_MEMORY_SYSTEM.format(
-        marker=prompts.purpose_marker(prompts.PURPOSE_CORE_MEMORY),
+    system = texts.core_memory_system.format(
+        marker=texts.marker(prompts.PURPOSE_CORE_MEMORY),
         max_traits=MAX_TRAITS,
         max_binary=MAX_BINARY,
         max_ternary=MAX_TERNARY,
@@ -264,11 +268,11 @@ def maintenance_messages(
         max_changes=MAX_CHANGES,
         max_chars=MAX_CHARS,
     )
-    user = prompts.CORE_MEMORY_USER.format(
+    user = texts.core_memory_user.format(
         old_core=json.dumps(dict(old_core), ensure_ascii=False, indent=1),
         turn_count=turn_count,
-        dialogue="\n".join(dialogue) or prompts.CORE_MEMORY_NO_DIALOGUE,
-        events="\n".join(events) or prompts.CORE_MEMORY_NO_EVENTS,
+        dialogue="\n".join(dialogue) or texts.core_memory_no_dialogue,
+        events="\n".join(events) or texts.core_memory_no_events,
         turn=turn,
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from personalab.nodes.rules import prompts
+from personalab.nodes.rules import prompts, prompts_en
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.plot import check_plot_state
 from personalab.nodes.rules.prompt_assembly import RetrievedBlock
+from personalab.nodes.rules.request_catalog import requests_for
 
 STALL_THRESHOLD = 3
 CURRENT_EVENTS_LIMIT = 15
@@ -37,11 +38,12 @@ def is_stalled(current_turn: int, last_progress_turn: int, threshold: int = STAL
     return current_turn - last_progress_turn >= threshold
 
 
-def fallback_query(plot_state: Mapping[str, Any]) -> str:
-    """The retrieval query of the current outline point (seed: 故事大纲第{current_plot_index}点：{outline_content})."""
+def fallback_query(plot_state: Mapping[str, Any], language: str | None = None) -> str:
+    """The retrieval query of the current outline point (seed: 故事大纲第{current_plot_index}点：{outline_content}),
+    in the instance's `language` (issue 28; None: Chinese)."""
     outline = check_plot_state(plot_state)
     index = plot_state["current_plot_index"]
-    return prompts.FALLBACK_QUERY.format(index=index, content=outline[index - 1]["content"])
+    return requests_for(language).fallback_query.format(index=index, content=outline[index - 1]["content"])
 
 
 def _event_text(event: Any) -> str:
@@ -82,6 +84,13 @@ def _excerpt(text: str, limit: int = EVENT_EXCERPT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def turn_event_text(turn: int, user_name: str, message: str, character_name: str, reply: str) -> str:
-    """The turn's event for archival memory, in short: who said what (seed 002 Archival Memory)."""
+def turn_event_text(
+    turn: int, user_name: str, message: str, character_name: str, reply: str, language: str | None = None
+) -> str:
+    """The turn's event for archival memory, in short: who said what (seed 002 Archival Memory), in the
+    instance's `language` (issue 28)."""
+    if requests_for(language).language == "en":
+        return prompts_en.TURN_EVENT.format(
+            turn=turn, user=user_name, message=_excerpt(message), character=character_name, reply=_excerpt(reply)
+        )
     return f"第{turn}轮：{user_name}说「{_excerpt(message)}」；{character_name}回应「{_excerpt(reply)}」"

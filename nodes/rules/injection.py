@@ -36,6 +36,7 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
 from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER
+from personalab.nodes.rules.request_catalog import requests_for
 from personalab.nodes.rules.worldbook import (
     POSITIONS,
     TriggeredEntry,
@@ -227,15 +228,17 @@ def plan_injection(
     )
 
 
-def knowledge_items(knowledge: Iterable[ScoredKnowledge], turn: int | None = None) -> list[InjectionItem]:
+def knowledge_items(
+    knowledge: Iterable[ScoredKnowledge], turn: int | None = None, language: str | None = None
+) -> list[InjectionItem]:
     """Knowledge-library entries as world-knowledge items (`[tag] content`, key `knowledge:<id>`); an entry made
     from an event (`created_turn`) gets seed 001's time prefix relative to `turn` (`[tag] 3 轮前，content`)."""
     items = []
     for k in knowledge:
         entry = k.entry
         if turn is not None and entry.created_turn is not None and turn >= entry.created_turn:
-            ago = time_ago(turns=turn - entry.created_turn)
-            entry = entry.model_copy(update={"content": time_prefixed(entry.content.strip(), ago)})
+            ago = time_ago(turns=turn - entry.created_turn, language=language)
+            entry = entry.model_copy(update={"content": time_prefixed(entry.content.strip(), ago, language)})
         items.append(InjectionItem(f"knowledge:{k.entry.id}", format_knowledge_line(entry), k.score))
     return items
 
@@ -309,12 +312,13 @@ def world_knowledge_items(
     char_name: str | None = None,
     user_name: str | None = None,
     turn: int | None = None,
+    language: str | None = None,
 ) -> tuple[list[InjectionItem], list[SkippedItem]]:
     """The world-knowledge section: the knowledge library's entries (time-prefixed relative to `turn`), then the
     fired world-book entries in the trigger's order (constants first). Returns (items, skipped) for
     `plan_injection(..., skipped=...)`."""
     wb_items, skipped = worldbook_items(triggered, config, char_name=char_name, user_name=user_name)
-    return [*knowledge_items(knowledge, turn), *wb_items], skipped
+    return [*knowledge_items(knowledge, turn, language), *wb_items], skipped
 
 
 @dataclass(frozen=True)
@@ -342,6 +346,7 @@ def build_injection(
     char_name: str | None = None,
     user_name: str | None = None,
     turn: int | None = None,
+    language: str | None = None,
 ) -> Injection:
     """`world_knowledge_items` + `plan_injection` in one call (`char_name` / `user_name` fill the world book's
     `{{char}}` / `{{user}}`; `turn`, the current turn, dates knowledge made from events)."""
@@ -353,6 +358,7 @@ def build_injection(
         char_name=char_name,
         user_name=user_name,
         turn=turn,
+        language=language,
     )
     plan = plan_injection(
         guidelines,
@@ -445,9 +451,12 @@ def known_items(own_lines: Sequence[str], limit: int = KNOWN_LINES, chars: int =
 # Time (seed 001 FormatMemoriesForInjection: 添加时间信息; 常识 时间前缀)
 
 
-def time_ago(turns: int | None = None, seconds: float | None = None) -> str:
+def time_ago(turns: int | None = None, seconds: float | None = None, language: str | None = None) -> str:
     """How long ago, in turns and in real time: "3 轮前，2 天前"; "" when neither is known. Turns: "本轮" for
-    0; real time from a minute up (minutes, hours, days, months of 30 days, years of 365), left out under one."""
+    0; real time from a minute up (minutes, hours, days, months of 30 days, years of 365), left out under one.
+    An English instance's (`language`, issue 28): "3 turns ago, 2 days ago", "this turn"."""
+    if requests_for(language).language == "en":
+        return _time_ago_en(turns, seconds)
     parts: list[str] = []
     if turns is not None and turns >= 0:
         parts.append("本轮" if turns == 0 else f"{turns} 轮前")
@@ -459,11 +468,36 @@ def time_ago(turns: int | None = None, seconds: float | None = None) -> str:
     return "，".join(parts)
 
 
-def memory_line(content: str, ago: str = "") -> str:
-    """A memory as injected: `- content（3 轮前，2 天前）` (seed 001 FormatMemoriesForInjection)."""
+def _time_ago_en(turns: int | None, seconds: float | None) -> str:
+    parts: list[str] = []
+    if turns is not None and turns >= 0:
+        parts.append("this turn" if turns == 0 else f"{turns} turn{'s' if turns != 1 else ''} ago")
+    if seconds is not None and seconds >= 60:
+        for unit, size in (
+            ("year", 365 * 86400),
+            ("month", 30 * 86400),
+            ("day", 86400),
+            ("hour", 3600),
+            ("minute", 60),
+        ):
+            if seconds >= size:
+                count = int(seconds // size)
+                parts.append(f"{count} {unit}{'s' if count != 1 else ''} ago")
+                break
+    return ", ".join(parts)
+
+
+def memory_line(content: str, ago: str = "", language: str | None = None) -> str:
+    """A memory as injected: `- content（3 轮前，2 天前）` (seed 001 FormatMemoriesForInjection); in an English
+    instance `- content (3 turns ago)`."""
+    if ago and requests_for(language).language == "en":
+        return f"- {content} ({ago})"
     return f"- {content}（{ago}）" if ago else f"- {content}"
 
 
-def time_prefixed(content: str, ago: str) -> str:
-    """Seed 001's time prefix of a knowledge entry made from an event (creationTick ≥ 0): `2 天前，content`."""
+def time_prefixed(content: str, ago: str, language: str | None = None) -> str:
+    """Seed 001's time prefix of a knowledge entry made from an event (creationTick ≥ 0): `2 天前，content`
+    (`2 days ago, content` in an English instance)."""
+    if ago and requests_for(language).language == "en":
+        return f"{ago}, {content}"
     return f"{ago}，{content}" if ago else content

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.request_catalog import requests_for
 
 
 class Layer(StrEnum):
@@ -343,6 +344,9 @@ SUMMARY_TAG = "summary"
 SUMMARY_MAX_CHARS = 300
 SUMMARY_TITLE = "【事件摘要】"
 EXTRACTIVE_LABEL = "（摘录，离线脚本模型）"
+# an English instance's (issue 28)
+SUMMARY_TITLE_EN = "[Event summary]"
+EXTRACTIVE_LABEL_EN = "(extract, offline scripted model) "
 EXTRACT_CHARS = 40  # of each memory, in the extractive summary
 
 
@@ -352,19 +356,22 @@ def fading_from_event_log(plan: MaintenancePlan) -> list[int]:
     return [t.id for t in plan.transitions if t.from_layer is Layer.EVENT_LOG and t.to_layer is None]
 
 
-def extractive_summary(memories: Iterable[str], max_chars: int = SUMMARY_MAX_CHARS) -> str:
+def extractive_summary(memories: Iterable[str], max_chars: int = SUMMARY_MAX_CHARS, language: str | None = None) -> str:
     """A labelled extractive summary: the first `EXTRACT_CHARS` characters of each memory's first line, joined,
-    within `max_chars` (what the scripted model answers; a real model's summary is abstractive)."""
+    within `max_chars` (what the scripted model answers; a real model's summary is abstractive); labelled and
+    joined in English for an English instance (`language`, issue 28)."""
+    english = requests_for(language).language == "en"
+    label = EXTRACTIVE_LABEL_EN if english else EXTRACTIVE_LABEL
     pieces: list[str] = []
     for text in memories:
         first = " ".join(text.split("\n")[-1].split())  # the memory's own line, not its context
         if first:
             pieces.append(first if len(first) <= EXTRACT_CHARS else first[: EXTRACT_CHARS - 1] + "…")
-    body = "；".join(pieces)
-    room = max_chars - len(EXTRACTIVE_LABEL)
+    body = ("; " if english else "；").join(pieces)
+    room = max_chars - len(label)
     if len(body) > room:
         body = body[: room - 1] + "…"
-    return f"{EXTRACTIVE_LABEL}{body}"
+    return f"{label}{body}"
 
 
 def summary_groups(
@@ -428,16 +435,28 @@ def _root_path(line: int, parents: Mapping[int, int | None]) -> list[int]:
 
 
 def summary_memory(
-    summary: str, turns: Iterable[int], ids: Iterable[int], config: LayerConfig | None = None
+    summary: str,
+    turns: Iterable[int],
+    ids: Iterable[int],
+    config: LayerConfig | None = None,
+    language: str | None = None,
 ) -> dict[str, object]:
-    """The summary as a new memory item (for `stores.memory.MemoryStore.add_memories`), see above."""
+    """The summary as a new memory item (for `stores.memory.MemoryStore.add_memories`), see above; its title in
+    the instance's `language` (issue 28)."""
     config = config or LayerConfig()
     turn_list = sorted(turns)
+    if requests_for(language).language == "en":
+        span = "" if not turn_list else f" turns {turn_list[0]}–{turn_list[-1]}"
+        if turn_list and turn_list[0] == turn_list[-1]:
+            span = f" turn {turn_list[0]}"
+        content = f"{SUMMARY_TITLE_EN}{span}: {summary.strip()}"
+    else:
+        content = ""
     span = f"第{turn_list[0]}–{turn_list[-1]}轮" if turn_list and turn_list[0] != turn_list[-1] else ""
     if turn_list and not span:
         span = f"第{turn_list[0]}轮"
     return {
-        "content": f"{SUMMARY_TITLE}{span}：{summary.strip()}",
+        "content": content or f"{SUMMARY_TITLE}{span}：{summary.strip()}",
         "type": MemoryType.EPISODIC.value,
         "layer": Layer.ARCHIVE.value,
         "importance": config.archive.min_importance,

@@ -132,3 +132,178 @@ CORE_TRAITS = ("cautious", "loyal", "stubborn", "perceptive", "gentle")
 CORE_OPPOSITION = {"a": "trust", "b": "wariness", "note": "still torn about the user"}
 CORE_CHANGE = 'after talking with the user about "{topic}", became more {trait}'
 CORE_TOPIC = "recent events"
+
+
+# --- the other model requests of a turn (issue 28: every request in the instance's language) ------------------
+# the same placeholders as their Chinese texts in nodes/rules/prompts.py and nodes/rules/review/prompts.py
+
+QUERY_REWRITE_SYSTEM = """{marker}
+You rewrite retrieval queries. From the recent dialogue and the user's latest input, rewrite the latest input as one query that can be understood on its own, for a semantic search over the past events of a role-play story.
+Requirements:
+- Replace pronouns (he, that time, there...) with the people, places and events the dialogue names.
+- Keep only what retrieval needs: people, places, events, objects, time clues.
+- Write the query line itself only: no explanation, no quotes, no prefix such as "Query:".
+Example: the user writes "Do you remember that fight of ours at the outpost?" → the fight at the outpost, the protagonist against someone"""
+
+RECENT_DIALOGUE = "[Recent dialogue]"
+LATEST_INPUT = "[The user's latest input]"
+OLD_CORE_MEMORY = "[Old core memory]"
+STATE_EVENTS = "[State-change events]"
+
+QUERY_REWRITE_USER = (
+    RECENT_DIALOGUE
+    + """
+{history}
+
+"""
+    + LATEST_INPUT
+    + """
+{user_input}
+
+Write the rewritten standalone retrieval query (one line):"""
+)
+
+QUERY_REWRITE_NO_HISTORY = "(none)"
+SPEAKER_USER = "User"
+SPEAKER_CHARACTER = "Character"
+
+CORE_MEMORY_SYSTEM = """{marker}
+You maintain the "core memory" of a role-play character: the character's whole current personality.
+Merge the [Old core memory], the [Recent dialogue] and the [State-change events] into a new, complete core memory. The personality may grow with the story, but every change needs a reason in the dialogue or the events; never rewrite it out of nothing.
+
+Write one JSON object and nothing else. Fields (all required, no other fields):
+- "name": the character's name, unchanged
+- "identity": identity and background, one or two sentences
+- "traits": a list of personality traits (strings, at most {max_traits})
+- "binary_oppositions": binary oppositions, at most {max_binary}, each {{"a": one pole, "b": the other pole, "balance": a number from 0 to 1 (how far it leans to a; 0.5 is an even match), "note": a note}}
+- "ternary_tensions": ternary tensions, at most {max_ternary}, each {{"poles": [three different poles], "weights": [three numbers from 0 to 1 that add up to 1], "note": a note}}
+- "values": a list of values (at most {max_values})
+- "goals": a list of current goals (at most {max_goals})
+- "speech_style": the speech style, one or two sentences
+- "recent_changes": the latest personality changes, at most {max_changes}, each {{"turn": the turn (an integer), "change": what changed}}, newest last
+The personality's complexity stays within these limits (at most {max_binary} binary oppositions, at most {max_ternary} ternary tensions), and the whole JSON within {max_chars} characters."""
+
+CORE_MEMORY_USER = (
+    OLD_CORE_MEMORY
+    + """
+```json
+{old_core}
+```
+
+"""
+    + RECENT_DIALOGUE
+    + """ (the last {turn_count} turns)
+{dialogue}
+
+"""
+    + STATE_EVENTS
+    + """
+{events}
+
+"""
+    + HEAD_TURN
+    + """
+
+Write the new, complete core memory JSON:"""
+)
+
+CORE_MEMORY_NO_EVENTS = "(none)"
+CORE_MEMORY_NO_DIALOGUE = "(none)"
+
+EVENT_SUMMARY_SYSTEM = """{marker}
+You keep the character's memories in order. The memories below are about to fade out of the character's middle-term memory (the event log). Write them as one summary, so that the character can still recall what happened.
+Requirements:
+- Keep people, names, numbers, times, places, objects, promises and changes in relationships; invent nothing the memories do not say.
+- In time order, in the third person, at most {max_chars} characters.
+- Write the summary itself only: no title, no numbering, no explanation."""
+EVENT_SUMMARY_MEMORIES = "[Fading memories]"
+
+REVIEW_ANSWER_SCHEMA = """{
+  "skipped": a boolean, true for plain small talk with no special condition (when true, should_write_memory, suggest_plot_node and suggest_worldbook_update must all be false),
+  "should_write_memory": a boolean, whether this turn is worth writing to long-term memory,
+  "memory_value": a number from 0 to 1, this turn's memory value,
+  "relationship_delta": {"trust": an integer, "affection": an integer, "familiarity": an integer},
+  "suggest_plot_node": a boolean, whether to create a plot node,
+  "suggest_worldbook_update": a boolean, whether to update the world book,
+  "quality": {
+    "character_fidelity": a number from 0 to 1, how well the reply fits the character,
+    "immersion": a number from 0 to 1, immersion,
+    "world_consistency": a number from 0 to 1, consistency with the world setting,
+    "risk": a number from 0 to 1, content risk (higher is riskier),
+    "story_progress": optional, a number from 0 to 1, how far the story moved,
+    "relationship_progress": optional, a number from 0 to 1, how far the relationship moved,
+    "user_engagement": optional, a number from 0 to 1, how engaged the user is
+  },
+  "reasons": {
+    "memory_value": "a one-sentence reason",
+    "should_write_memory": "a one-sentence reason",
+    "relationship": "a one-sentence reason",
+    "plot_node": "a one-sentence reason",
+    "worldbook": "a one-sentence reason",
+    "skipped": "a one-sentence reason"
+  }
+}"""
+
+REVIEW_SYSTEM_PROMPT = f"""You review role-play dialogue. After each turn you review the turn (the user's message and the character's reply) and give memory-write advice, the relationship's change, plot update advice and quality scores.
+
+Reference rules (what the rule review goes by; correct them by meaning, e.g. a negation such as "don't like" is not affection):
+- Relationship: the user expresses trust or thanks, trust +1; closeness, affection +1; dislike or anger, affection -1; a story choice of important, affection +1 and trust +1; turning_point, affection +2 and trust +1; every turn familiarity +1; a real-time gap of days or long_absence, familiarity +1 more. Each change is usually at most 3 either way.
+- Memory value: a story choice of turning_point about 0.9, important about 0.8, ending about 0.95; a long message, trust or closeness, a reunion after a long absence all raise it; at most 1.
+- Write a memory when any holds: memory value >= 0.65; the story choice is important / turning_point / ending; the relationship's absolute changes add up to >= 3; the gap is days / long_absence.
+- Suggest a plot node for a story choice of important / turning_point / ending; a world-book update for turning_point / ending.
+- skipped is true when there is no story choice, the memory value is < 0.3, the gap is not days / long_absence, and no memory is written.
+
+Write one JSON object and nothing else, in this shape:
+{REVIEW_ANSWER_SCHEMA}
+"""
+
+REVIEW_USER_TEMPLATE = """This turn:
+{turn_json}
+
+The rule review's result (for reference):
+{baseline_json}
+
+Write the review JSON."""
+REVIEW_BASELINE_LABEL = "The rule review's result (for reference):"
+
+# --- rules-written texts a user reads (issue 28): the review's memories, plot nodes, world-book suggestions and
+# state events (nodes/rules/review/effects.py), the turn's event (nodes/rules/director.py), in an English instance
+DEFAULT_CHARACTER_NAME = "Character"
+TURN_EVENT = 'Turn {turn}: {user} said "{message}"; {character} answered "{reply}"'
+RELATIONSHIP_EVENT = (
+    "Turn {turn}: relationship change trust {trust:+d} affection {affection:+d} familiarity {familiarity:+d}"
+)
+LEVEL_LABELS = {
+    "normal": "ordinary choice",
+    "important": "important choice",
+    "turning_point": "turning point",
+    "ending": "ending",
+}
+VALUE_LABELS = {"trust": "trust", "affection": "affection", "familiarity": "familiarity"}
+GAP_LABELS = {"days": "after a few days", "long_absence": "after a long time"}
+KEYWORD_CAUSES = {
+    "trust": "{user} said {quoted}",
+    "affection": "{user} showed closeness ({quoted})",
+    "negative": "{user} showed displeasure ({quoted})",
+}
+CHOICE_CAUSES = {
+    "important": "{user} made an important choice",
+    "turning_point": "the story reached a turning point",
+    "ending": "the story moved towards its ending",
+}
+GAP_CAUSE = "{user} came back {label}"
+CHANGE_PHRASE = "{label} {strength}{direction} ({value:+d})"
+CHANGE_UP, CHANGE_DOWN, CHANGE_STRONG = "rose", "fell", "clearly "
+RELATIONSHIP_MEMORY = "The relationship between {character} and {user} changed: {character}'s {phrases} toward {user}."
+RELATIONSHIP_CAUSES = " Because: {causes}."
+NO_EXCHANGE = "(no dialogue this turn)"
+EXCHANGE_CHOICE = '{user} chose "{picked}"'
+EXCHANGE_USER = "{user} said: {text}"
+EXCHANGE_CHARACTER = "{character}: {text}"
+PLOT_NODE_LABEL = "plot node"
+PLOT_EVENT_LABEL = "story event"
+PLOT_SUMMARY = "{label}: {parts}"
+SUGGESTION_CONTENT = "Turn {turn} ({label}): {parts}"
+SUGGESTION_TITLE = "Turn {turn} {label}"
+SUGGESTION_REASON_LEVEL = "a world-book update is suggested after this {label}"
+SUGGESTION_REASON = "the review suggests a world-book update"

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.reply import parse_reply, render_segments
+from personalab.nodes.rules.request_catalog import REQUESTS, RequestTexts, requests_for
 
 HISTORY_MIN = 5
 HISTORY_MAX = 10
@@ -46,7 +47,11 @@ LONG_FLOOR = 60
 ECHO_MIN = 6  # a shorter line may well be a real query that shares words with the instruction
 COPY_MIN = 12  # a shorter piece of an earlier message may well be the query's topic
 LEAD_IN_MAX = 6  # a line ending in a colon with at most this many letters is a lead-in, not a query
-_SPEAKER_RE = re.compile(rf"^(?:{prompts.SPEAKER_USER}|{prompts.SPEAKER_CHARACTER})\s*[:：]")
+_SPEAKER_RE = re.compile(
+    "^(?:"
+    + "|".join(re.escape(t.speaker_user) + "|" + re.escape(t.speaker_character) for t in REQUESTS.values())
+    + r")\s*[:：]"
+)
 _PLACEHOLDER_RE = re.compile(r"\{[a-z_]+\}")
 
 
@@ -55,21 +60,23 @@ def _plain(text: str) -> str:
     return "".join(char for char in text.lower() if char.isalnum())
 
 
-def _instruction_text() -> str:
+def _instruction_text(texts: RequestTexts) -> str:
     """The fixed text of the rewrite request (instruction and user template without their placeholders)."""
     # the example's answer is a fine query when the input is the example's
     system = "\n".join(
-        line for line in _PLACEHOLDER_RE.sub("\n", prompts.QUERY_REWRITE_SYSTEM).splitlines() if "→" not in line
+        line for line in _PLACEHOLDER_RE.sub("\n", texts.query_rewrite_system).splitlines() if "→" not in line
     )
-    user = _PLACEHOLDER_RE.sub("\n", prompts.QUERY_REWRITE_USER)
-    return _plain(system + "\n" + user + prompts.purpose_marker(prompts.PURPOSE_QUERY_REWRITE))
+    user = _PLACEHOLDER_RE.sub("\n", texts.query_rewrite_user)
+    return _plain(system + "\n" + user + texts.marker(prompts.PURPOSE_QUERY_REWRITE))
 
 
-_INSTRUCTION = _instruction_text()
+# the instruction in every language (issue 28): a model that echoes the English instruction is caught too
+_INSTRUCTIONS = tuple(_instruction_text(texts) for texts in REQUESTS.values())
 # each line of the instruction whole (`要求：` is short, but a copied line all the same)
 _INSTRUCTION_LINES = {
     _plain(line)
-    for text in (prompts.QUERY_REWRITE_SYSTEM, prompts.QUERY_REWRITE_USER)
+    for texts in REQUESTS.values()
+    for text in (texts.query_rewrite_system, texts.query_rewrite_user)
     for line in _PLACEHOLDER_RE.sub("\n", text).splitlines()
     if _plain(line)
 }
@@ -78,7 +85,8 @@ _INSTRUCTION_LINES = {
 def _is_echo(line: str) -> bool:
     plain = _plain(line)
     label = line.startswith("【") and line.rstrip("：:").endswith("】")  # a section label (【最近对话】)
-    copied = plain in _INSTRUCTION_LINES or (len(plain) >= ECHO_MIN and plain in _INSTRUCTION)
+    label = label or (line.startswith("[") and line.rstrip("：:").endswith("]"))  # an English one ([Recent dialogue])
+    copied = plain in _INSTRUCTION_LINES or (len(plain) >= ECHO_MIN and any(plain in i for i in _INSTRUCTIONS))
     return label or copied or bool(_SPEAKER_RE.match(line))
 
 
@@ -96,9 +104,14 @@ def _shown(message: Mapping[str, str]) -> str:
 
 
 def rewrite_messages(
-    user_input: str, recent_messages: Sequence[Mapping[str, str]], max_messages: int = HISTORY_MAX
+    user_input: str,
+    recent_messages: Sequence[Mapping[str, str]],
+    max_messages: int = HISTORY_MAX,
+    language: str | None = None,
 ) -> list[dict[str, str]]:
-    """The rewrite request: system instruction + (last `max_messages` dialogue messages, latest input)."""
+    """The rewrite request: system instruction + (last `max_messages` dialogue messages, latest input), in the
+    instance's `language` (issue 28; None: Chinese)."""
+    texts = requests_for(language)
     if not isinstance(user_input, str) or not user_input.strip():
         raise InvalidInput("rewrite_messages: user_input is empty")
     if not HISTORY_MIN <= max_messages <= HISTORY_MAX:
@@ -112,11 +125,11 @@ def rewrite_messages(
         dialogue = dialogue[:-1]
     lines = []
     for message in dialogue[-max_messages:]:
-        speaker = prompts.SPEAKER_USER if message["role"] == "user" else prompts.SPEAKER_CHARACTER
-        lines.append(f"{speaker}：{_shown(message)}")
-    history = "\n".join(lines) or prompts.QUERY_REWRITE_NO_HISTORY
-    system = prompts.QUERY_REWRITE_SYSTEM.format(marker=prompts.purpose_marker(prompts.PURPOSE_QUERY_REWRITE))
-    user = prompts.QUERY_REWRITE_USER.format(history=history, user_input=user_input.strip())
+        speaker = texts.speaker_user if message["role"] == "user" else texts.speaker_character
+        lines.append(f"{speaker}{texts.colon}{_shown(message)}")
+    history = "\n".join(lines) or texts.no_history
+    system = texts.query_rewrite_system.format(marker=texts.marker(prompts.PURPOSE_QUERY_REWRITE))
+    user = texts.query_rewrite_user.format(history=history, user_input=user_input.strip())
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

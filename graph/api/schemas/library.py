@@ -246,6 +246,16 @@ class InstanceTitle(_Input):
     title: Name
 
 
+class PersonaFile(BaseModel):
+    """The persona of an exported instance (issue 28): on import, the importing user's own persona."""
+
+    model_config = ConfigDict(extra="ignore")  # a row's id, owner and stamps are the exporter's, never taken over
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=20_000)
+    avatar_image: str | None = None  # base64
+    avatar_mime: str | None = Field(default=None, max_length=100)
+
+
 class ExportFile(BaseModel):
     """An exported instance document (seed 004 记忆导出和备份), as `Instances.import_data` reads it."""
 
@@ -258,6 +268,8 @@ class ExportFile(BaseModel):
     background: dict[str, Any] | None
     tables: dict[str, list[dict[str, Any]]]
     events: list[dict[str, Any]] = Field(default_factory=list)
+    # issue 28: the persona the instance plays with (name, description, avatar_image base64, avatar_mime)
+    persona: PersonaFile | None = None
 
 
 # the character's text fields, as stored

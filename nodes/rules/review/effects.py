@@ -36,9 +36,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from personalab.nodes.rules import prompts_en
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.importance import raised_importance
 from personalab.nodes.rules.keywords import extract_keywords, has_han
+from personalab.nodes.rules.request_catalog import requests_for
 from personalab.nodes.rules.review.types import CHOICE_LEVELS, GAPS, RelationshipDelta, ReviewOutput
 
 RELATIONSHIP_KEYS: tuple[str, ...] = ("trust", "affection", "familiarity")
@@ -81,6 +83,13 @@ LEVEL_LABELS: dict[str, str] = {
 VALUE_LABELS: dict[str, str] = {"trust": "信任", "affection": "好感", "familiarity": "熟悉度"}
 GAP_LABELS: dict[str, str] = {"days": "隔了几天", "long_absence": "隔了很久"}
 CHOICE_TEXT_KEYS: tuple[str, ...] = ("text", "label", "title", "content", "option")
+
+
+def _english(language: str | None) -> bool:
+    """True for an English instance (issue 28: the rules' texts a user reads follow the instance's language);
+    None is Chinese, as every text here was before."""
+    return requests_for(language).language == "en"
+
 
 # The rule review's English relationship reason (review.rules._score_relationship), read back into causes.
 _REASON_KEYWORDS = re.compile(r"\((trust|affection|negative) keyword ([^)]*)\)")
@@ -188,9 +197,12 @@ def _name(value: object, fallback: str, field: str) -> str:
     return value.strip() or fallback
 
 
-def _keyword_causes(kind: str, words: Sequence[str], user: str) -> str | None:
+def _keyword_causes(kind: str, words: Sequence[str], user: str, en: bool = False) -> str | None:
     if not words:
         return None
+    if en:
+        template = prompts_en.KEYWORD_CAUSES.get(kind)
+        return template.format(user=user, quoted=", ".join(f'"{w}"' for w in words)) if template else None
     quoted = "、".join(f"“{w}”" for w in words)
     return {
         "trust": f"{user}说了{quoted}",
@@ -199,7 +211,10 @@ def _keyword_causes(kind: str, words: Sequence[str], user: str) -> str | None:
     }.get(kind)
 
 
-def _choice_cause(level: str | None, user: str) -> str | None:
+def _choice_cause(level: str | None, user: str, en: bool = False) -> str | None:
+    if en:
+        template = prompts_en.CHOICE_CAUSES.get(level or "")
+        return template.format(user=user) if template else None
     return {
         "important": f"{user}做出了重要选择",
         "turning_point": "剧情迎来转折点",
@@ -207,53 +222,61 @@ def _choice_cause(level: str | None, user: str) -> str | None:
     }.get(level or "")
 
 
-def _gap_cause(gap: str | None, user: str) -> str | None:
+def _gap_cause(gap: str | None, user: str, en: bool = False) -> str | None:
+    if en:
+        label = prompts_en.GAP_LABELS.get(gap or "")
+        return prompts_en.GAP_CAUSE.format(user=user, label=label) if label else None
     label = GAP_LABELS.get(gap or "")
     return f"{user}{label}才回来" if label else None
 
 
-def relationship_causes(review: ReviewOutput | Mapping[str, Any], user_name: str | None = None) -> list[str]:
-    """Short Chinese causes of a review's relationship change: matched keywords, choice level, long gap.
-    `review` is a `ReviewOutput` or its `to_dict()`."""
-    user = _name(user_name, "用户", "user_name")
+def relationship_causes(
+    review: ReviewOutput | Mapping[str, Any], user_name: str | None = None, language: str | None = None
+) -> list[str]:
+    """Short causes of a review's relationship change: matched keywords, choice level, long gap, in the
+    instance's `language` (Chinese by default). `review` is a `ReviewOutput` or its `to_dict()`."""
+    en = _english(language)
+    user = _name(user_name, prompts_en.DEFAULT_USER_NAME if en else "用户", "user_name")
     if not isinstance(review, ReviewOutput | Mapping):
         raise InvalidInput(f"review must be a ReviewOutput or its to_dict(), got {type(review).__name__}")
     data = review.to_dict() if isinstance(review, ReviewOutput) else dict(review)
     matched = data.get("matched_keywords") or {}
-    causes = [_keyword_causes(kind, matched.get(kind) or [], user) for kind in ("trust", "affection", "negative")]
-    causes += [_choice_cause(data.get("choice_level"), user), _gap_cause(data.get("gap"), user)]
+    causes = [_keyword_causes(kind, matched.get(kind) or [], user, en) for kind in ("trust", "affection", "negative")]
+    causes += [_choice_cause(data.get("choice_level"), user, en), _gap_cause(data.get("gap"), user, en)]
     return [c for c in causes if c]
 
 
-def _causes_from_reason(reason: str, user: str) -> list[str]:
+def _causes_from_reason(reason: str, user: str, en: bool = False) -> list[str]:
     """Causes from one relationship reason: a Chinese one (an LLM review's) as it is, the rule review's
     English one read back into Chinese causes; unreadable parts are dropped."""
     reason = reason.strip()
     if not reason:
         return []
-    if has_han(reason) and not _REASON_KEYWORDS.search(reason):
-        return [reason]
+    rule_reason = any(pattern.search(reason) for pattern in (_REASON_KEYWORDS, _REASON_CHOICE, _REASON_GAP))
+    if not _REASON_KEYWORDS.search(reason) and (has_han(reason) or (en and not rule_reason)):
+        return [reason]  # a model's reason, as it wrote it
     causes = [
-        _keyword_causes(kind, [w.strip() for w in words.split("、") if w.strip()], user)
+        _keyword_causes(kind, [w.strip() for w in words.split("、") if w.strip()], user, en)
         for kind, words in _REASON_KEYWORDS.findall(reason)
     ]
-    causes += [_choice_cause(level, user) for level in _REASON_CHOICE.findall(reason)]
-    causes += [_gap_cause(gap, user) for gap in _REASON_GAP.findall(reason)]
+    causes += [_choice_cause(level, user, en) for level in _REASON_CHOICE.findall(reason)]
+    causes += [_gap_cause(gap, user, en) for gap in _REASON_GAP.findall(reason)]
     return [c for c in causes if c]
 
 
-def _causes(reasons: object, user: str) -> list[str]:
+def _causes(reasons: object, user: str, language: str | None = None) -> list[str]:
+    en = _english(language)
     if reasons is None:
         return []
     if isinstance(reasons, ReviewOutput):
-        return relationship_causes(reasons, user)
+        return relationship_causes(reasons, user, language)
     if isinstance(reasons, str):
         return [reasons.strip()] if reasons.strip() else []
     if isinstance(reasons, Mapping):
         if "matched_keywords" in reasons or "choice_level" in reasons:  # a ReviewOutput.to_dict()
-            return relationship_causes(reasons, user)
+            return relationship_causes(reasons, user, language)
         relationship = reasons.get("relationship")  # a ReviewOutput.reasons
-        return _causes_from_reason(relationship, user) if isinstance(relationship, str) else []
+        return _causes_from_reason(relationship, user, en) if isinstance(relationship, str) else []
     if isinstance(reasons, Sequence):
         out = []
         for item in reasons:
@@ -265,7 +288,14 @@ def _causes(reasons: object, user: str) -> list[str]:
     raise InvalidInput(f"relationship reasons must be text, a list of texts or a review, got {type(reasons).__name__}")
 
 
-def _change_phrase(key: str, value: int) -> str:
+def _change_phrase(key: str, value: int, en: bool = False) -> str:
+    if en:
+        return prompts_en.CHANGE_PHRASE.format(
+            label=prompts_en.VALUE_LABELS[key],
+            strength=prompts_en.CHANGE_STRONG if abs(value) >= MEMORY_SINGLE_DELTA else "",
+            direction=prompts_en.CHANGE_UP if value > 0 else prompts_en.CHANGE_DOWN,
+            value=value,
+        )
     direction = "上升" if value > 0 else "下降"
     strength = "明显" if abs(value) >= MEMORY_SINGLE_DELTA else ""
     return f"{VALUE_LABELS[key]}{strength}{direction}（{value:+d}）"
@@ -279,17 +309,25 @@ def relationship_memory_text(
     *,
     total_threshold: int = MEMORY_TOTAL_DELTA,
     single_threshold: int = MEMORY_SINGLE_DELTA,
+    language: str | None = None,
 ) -> str | None:
     """A short Chinese memory of a large relationship change, None for a small one (module doc).
 
     `reasons`: None, one text, a list of texts (Chinese causes, used as given), a `ReviewOutput` or its
     `to_dict()` (causes from its keywords, choice and gap), or a `ReviewOutput.reasons` dict (its
     "relationship" reason: a Chinese one as given, the rule review's English one read into causes).
-    Empty names fall back to 角色 / 用户.
+    Empty names fall back to 角色 / 用户 (Character / User in English: `language`, issue 28).
     """
     change = _delta_dict(delta)
     if not is_large_change(change, total_threshold=total_threshold, single_threshold=single_threshold):
         return None
+    if _english(language):
+        character = _name(character_name, prompts_en.DEFAULT_CHARACTER_NAME, "character_name")
+        user = _name(user_name, prompts_en.DEFAULT_USER_NAME, "user_name")
+        phrases = [_change_phrase(key, change[key], True) for key in RELATIONSHIP_KEYS if change[key]]
+        text = prompts_en.RELATIONSHIP_MEMORY.format(character=character, user=user, phrases=", ".join(phrases))
+        causes = list(dict.fromkeys(_causes(reasons, user, language)))
+        return text + (prompts_en.RELATIONSHIP_CAUSES.format(causes="; ".join(causes)) if causes else "")
     character = _name(character_name, "角色", "character_name")
     user = _name(user_name, "用户", "user_name")
     phrases = [_change_phrase(key, change[key]) for key in RELATIONSHIP_KEYS if change[key]]
@@ -356,9 +394,20 @@ def _exchange(
     character: str,
     user_chars: int,
     reply_chars: int,
+    en: bool = False,
 ) -> list[str]:
     parts = []
     picked = choice_text(choice)
+    if en:
+        if picked:
+            parts.append(prompts_en.EXCHANGE_CHOICE.format(user=user, picked=picked))
+        if user_message.strip():
+            parts.append(prompts_en.EXCHANGE_USER.format(user=user, text=_excerpt(user_message, user_chars)))
+        if assistant_reply.strip():
+            parts.append(
+                prompts_en.EXCHANGE_CHARACTER.format(character=character, text=_excerpt(assistant_reply, reply_chars))
+            )
+        return parts
     if picked:
         parts.append(f"{user}选择了「{picked}」")
     if user_message.strip():
@@ -375,12 +424,23 @@ def plot_node_summary(
     *,
     user_name: str | None = None,
     character_name: str | None = None,
+    language: str | None = None,
 ) -> str:
     """The summary of a plot node (seed 003 剧情更新): the choice level, what was chosen, an excerpt of the
     exchange. ValueError for a bad choice level or non-text messages."""
     level = check_choice(choice, "selected_choice.level")
     _check_text(user_message, "user_message")
     _check_text(assistant_reply, "assistant_reply")
+    if _english(language):
+        user = _name(user_name, prompts_en.DEFAULT_USER_NAME, "user_name")
+        character = _name(character_name, prompts_en.DEFAULT_CHARACTER_NAME, "character_name")
+        label = prompts_en.LEVEL_LABELS.get(level or "", prompts_en.PLOT_NODE_LABEL)
+        parts = _exchange(
+            user_message, assistant_reply, choice, user, character, PLOT_USER_CHARS, PLOT_REPLY_CHARS, True
+        )
+        return prompts_en.PLOT_SUMMARY.format(
+            label=label[:1].upper() + label[1:], parts="; ".join(_unstop(p) for p in parts or [prompts_en.NO_EXCHANGE])
+        )
     user = _name(user_name, "用户", "user_name")
     character = _name(character_name, "角色", "character_name")
     label = LEVEL_LABELS.get(level or "", "剧情节点")
@@ -398,6 +458,7 @@ def worldbook_suggestion_from_turn(
     character_name: str | None = None,
     scope: str = "instance",
     top_k: int = SUGGESTION_KEYWORDS,
+    language: str | None = None,
 ) -> dict[str, Any]:
     """A proposed world-book entry for one turn (seed 003 世界书更新): title, content, keywords (see the
     module doc), trigger_type, kind, scope, choice_level, turn and a reason — the fields
@@ -408,15 +469,24 @@ def worldbook_suggestion_from_turn(
     _check_text(assistant_reply, "assistant_reply")
     if scope not in SUGGESTION_SCOPES:
         raise InvalidInput(f"suggestion scope must be one of {', '.join(SUGGESTION_SCOPES)}, got {scope!r}")
-    user = _name(user_name, "用户", "user_name")
-    character = _name(character_name, "角色", "character_name")
-    label = LEVEL_LABELS.get(level or "", "剧情事件")
-    parts = _exchange(user_message, assistant_reply, choice, user, character, USER_EXCERPT_CHARS, REPLY_EXCERPT_CHARS)
-    content = f"第{turn}轮（{label}）：" + "".join(_sentence(p) for p in parts or [NO_EXCHANGE])
+    en = _english(language)
+    user = _name(user_name, prompts_en.DEFAULT_USER_NAME if en else "用户", "user_name")
+    character = _name(character_name, prompts_en.DEFAULT_CHARACTER_NAME if en else "角色", "character_name")
+    labels, fallback = (prompts_en.LEVEL_LABELS, prompts_en.PLOT_EVENT_LABEL) if en else (LEVEL_LABELS, "剧情事件")
+    label = labels.get(level or "", fallback)
+    parts = _exchange(
+        user_message, assistant_reply, choice, user, character, USER_EXCERPT_CHARS, REPLY_EXCERPT_CHARS, en
+    )
+    if en:
+        content = prompts_en.SUGGESTION_CONTENT.format(
+            turn=turn, label=label, parts=" ".join(_sentence(p) for p in parts or [prompts_en.NO_EXCHANGE])
+        )
+    else:
+        content = f"第{turn}轮（{label}）：" + "".join(_sentence(p) for p in parts or [NO_EXCHANGE])
     # The choice and the user's words name the event; the reply adds the character's side of it.
     keywords = extract_keywords("\n".join([choice_text(choice), user_message, assistant_reply]), top_k=top_k)
     return {
-        "title": f"第{turn}轮{label}",
+        "title": prompts_en.SUGGESTION_TITLE.format(turn=turn, label=label) if en else f"第{turn}轮{label}",
         "content": content,
         "keywords": keywords,
         "trigger_type": "keyword" if keywords else "semantic",
@@ -424,7 +494,11 @@ def worldbook_suggestion_from_turn(
         "scope": scope,
         "choice_level": level,
         "turn": turn,
-        "reason": f"{label}之后建议更新世界书" if level else "审查建议更新世界书",
+        "reason": (
+            (prompts_en.SUGGESTION_REASON_LEVEL.format(label=label) if level else prompts_en.SUGGESTION_REASON)
+            if en
+            else (f"{label}之后建议更新世界书" if level else "审查建议更新世界书")
+        ),
     }
 
 
@@ -441,6 +515,7 @@ def plan_review_effects(
     turn: int,
     character_name: str | None = None,
     user_name: str | None = None,
+    language: str | None = None,
 ) -> dict[str, Any]:
     """Everything one review changes, as data: `relationship` (the new state), `relationship_memory`
     (text or None), `plot_node` ({"turn", "level", "summary"} or None) and `worldbook_suggestion`
@@ -463,17 +538,28 @@ def plan_review_effects(
             "turn": turn,
             "level": check_choice(choice, "selected_choice.level"),
             "summary": plot_node_summary(
-                user_message, assistant_reply, choice, user_name=user_name, character_name=character_name
+                user_message,
+                assistant_reply,
+                choice,
+                user_name=user_name,
+                character_name=character_name,
+                language=language,
             ),
         }
     suggestion = None
     if output.suggest_worldbook_update:
         suggestion = worldbook_suggestion_from_turn(
-            user_message, assistant_reply, choice, turn, user_name=user_name, character_name=character_name
+            user_message,
+            assistant_reply,
+            choice,
+            turn,
+            user_name=user_name,
+            character_name=character_name,
+            language=language,
         )
     return {
         "relationship": apply_relationship(relationship, delta),
-        "relationship_memory": relationship_memory_text(delta, output, character_name, user_name),
+        "relationship_memory": relationship_memory_text(delta, output, character_name, user_name, language=language),
         "plot_node": plot,
         "worldbook_suggestion": suggestion,
     }
@@ -514,8 +600,13 @@ def turn_memories(
     return memories
 
 
-def relationship_event(turn: int, delta: RelationshipDelta) -> str | None:
-    """A state-change event for core-memory maintenance (seed 002 状态变化事件), None when nothing moved."""
+def relationship_event(turn: int, delta: RelationshipDelta, language: str | None = None) -> str | None:
+    """A state-change event for core-memory maintenance (seed 002 状态变化事件), None when nothing moved; in the
+    instance's `language` (issue 28)."""
     if not delta:
         return None
+    if _english(language):
+        return prompts_en.RELATIONSHIP_EVENT.format(
+            turn=turn, trust=delta.trust, affection=delta.affection, familiarity=delta.familiarity
+        )
     return f"第{turn}轮：关系变化 信任{delta.trust:+d} 好感{delta.affection:+d} 熟悉{delta.familiarity:+d}"

@@ -119,6 +119,7 @@ class ReviewPipeline:
         llm: BaseChatModel | None = None,
         config: ReviewConfig | None = None,
         cache: AssessmentCache | None = None,
+        language: str | None = None,
     ) -> None:
         if mode not in ("rule", "llm"):
             raise InvalidInput(f"ReviewPipeline mode must be 'rule' or 'llm', got {mode!r}")
@@ -131,6 +132,7 @@ class ReviewPipeline:
         self.llm = llm
         self.config = config or DEFAULT_CONFIG
         self.cache = cache if cache is not None else AssessmentCache()
+        self.language = language  # the instance's (issue 28): the model's request in it; None is Chinese
 
     def run(self, inp: ReviewInput | Mapping[str, Any]) -> ReviewOutput:
         """Review one turn; `inp` may be a mapping, validated like `ReviewInput.from_dict`."""
@@ -166,7 +168,7 @@ class ReviewPipeline:
             inp = ReviewInput.from_dict(inp)
         self.event_bus.emit(EVENT_STARTED, {**self._ids(inp), "user_id": inp.user_id, "mode": self.mode})
         rule = run_rule_review(inp, self.config, self.cache.get(inp.conversation_id))
-        prompt = build_review_messages(inp.to_dict(), rule.to_dict()) if self.mode == "llm" else None
+        prompt = build_review_messages(inp.to_dict(), rule.to_dict(), self.language) if self.mode == "llm" else None
         return inp, rule, prompt
 
     def _finish(self, inp: ReviewInput, rule: ReviewOutput, reply: object) -> ReviewOutput:
@@ -257,6 +259,7 @@ def get_review_pipeline(
     llm: BaseChatModel | None = None,
     config: ReviewConfig | None = None,
     cache: AssessmentCache | None = None,
+    language: str | None = None,
 ) -> ReviewPipeline:
     """A pipeline for one turn (seed 003, 基本用法): rule mode unless told otherwise.
 
@@ -269,4 +272,5 @@ def get_review_pipeline(
         llm=llm,
         config=config,
         cache=cache if cache is not None else _SHARED_CACHE,
+        language=language,
     )

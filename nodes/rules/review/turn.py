@@ -36,6 +36,9 @@ class StoredTurn(BaseModel):
     relationship: dict[str, Any] | None = None
     # the reply's last line: the review's memories, plot node and suggestion belong to its branch
     line_id: int | None = None
+    # the instance's language (issue 28): the memories' and suggestions' texts in it; None (a review queued
+    # before issue 28) is Chinese
+    language: str | None = None
 
 
 def review_key(instance_id: int, line_id: int | None) -> str:
@@ -68,8 +71,9 @@ def review_outcome(
         turn=turn.turn,
         character_name=turn.character_name,
         user_name=turn.user_name,
+        language=turn.language,
     )
-    event = turn_event_text(turn.turn, turn.user_name, turn.message, turn.character_name, turn.reply)
+    event = turn_event_text(turn.turn, turn.user_name, turn.message, turn.character_name, turn.reply, turn.language)
     # each memory carries the line it came from (the reply's last), so a branch left behind keeps its own
     memories = [
         {"line_id": turn.line_id, **item} for item in turn_memories(output, plan, event, turn.turn, turn.message)
