@@ -103,7 +103,9 @@ def test_a_killed_served_run_is_replayed_into_its_stored_turn(
     workdir = tmp_path / "server"
     message = "你还记得那座桥吗？"
     stub.queue_for("reply", StubReply(SLOW_REPLY, chunk=2, chunk_delay=1.0))
-    killer = {"PERSONALAB_FAILPOINT": "after_reply", "PERSONALAB_FAILPOINT_ACTION": "kill"} if when == "after_reply" else {}
+    killer = (
+        {"PERSONALAB_FAILPOINT": "after_reply", "PERSONALAB_FAILPOINT_ACTION": "kill"} if when == "after_reply" else {}
+    )
     try:
         with graph_server(REPO, workdir, _settings(data_dir, stub, **killer), inherit_settings=False) as url:
             client = _client(url)
