@@ -18,6 +18,10 @@ import threading
 from typing import Any, TypeAlias
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+
+# LangGraph has no public name for it: the configurable key that overrides its "resume this run?" inference
+from langgraph._internal._constants import CONFIG_KEY_RESUMING
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -139,7 +143,14 @@ class ReleaseOnCancel(BaseCallbackHandler):
             log.warning("instance %s: the cancelled run's turn lock was not released: %s", instance_id, exc)
 
 
-graph = compile_turn_graph().with_config(callbacks=[ReleaseOnCancel()])
+# A served run is never resumed from the checkpoint it left mid-turn (issue 27, found by
+# tests/test_served_kill_replay.py): a server killed with a run in flight queues the run again under its id on
+# restart, and LangGraph resumes a run whose id the thread's last checkpoint carries, past the nodes that ran. The
+# turn's inputs (`message`, the built `messages`, ...) are UntrackedValues, never checkpointed, so the resumed run
+# failed in `generate` (KeyError 'message') and the user's line stayed unanswered. Started again from its input,
+# the run meets its stored user line by its identity (`turn_run`, history_fetch) and answers with the stored turn.
+NOT_RESUMED: RunnableConfig = {"configurable": {CONFIG_KEY_RESUMING: False}}
+graph = compile_turn_graph().with_config(NOT_RESUMED, callbacks=[ReleaseOnCancel()])
 # The LangGraph server loads this file by its path (langgraph.json), as a module named after the path; the
 # package's own import (`personalab.graph.graph`: the CLI, the API, tests) leaves the loads to
 # `graph.runner.turn_graph` and the turn, so a command that plays no turn does not pay for them.

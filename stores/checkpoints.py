@@ -8,6 +8,7 @@ served graph (the server needs the async savers).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -158,12 +159,27 @@ def keep_story_states(saver: BaseCheckpointSaver, thread_id: str, url: str | Non
     return stored
 
 
+def served_checkpoints_url() -> str | None:
+    """Where the serving engine keeps the served graph's checkpoints when it is not PersonaLab's checkpointer
+    (issue 27): Aegra (`personalab serve-production` sets AEGRA_CONFIG) ignores the checkpointer factory of
+    langgraph.json and keeps them in its own PostgreSQL database, its DATABASE_URL. None: PersonaLab's own."""
+    if not os.environ.get("AEGRA_CONFIG"):
+        return None
+    engine = os.environ.get("DATABASE_URL", "")
+    if not engine.startswith("postgresql"):
+        return None
+    scheme, _, rest = engine.partition("://")
+    return f"postgresql://{rest}" if "+" in scheme else engine  # Aegra's own driver (asyncpg) is not ours
+
+
 def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | None = None) -> int:
     """Delete every checkpoint of `thread_id` but the latest of each namespace, with their pending writes (and,
     on PostgreSQL, the blobs only they referenced). Returns how many checkpoints were deleted (-1: unknown, on
     PostgreSQL). Safe while a run appends to the thread: the kept checkpoint is a whole state. A checkpoint that
-    is the only record of a turn's story state is stored as that turn's state first (`keep_story_states`)."""
-    conninfo = _postgres_conninfo(url or database_url())
+    is the only record of a turn's story state is stored as that turn's state first (`keep_story_states`).
+    Served by Aegra, the checkpoints are in Aegra's database (`served_checkpoints_url`); the story states still
+    go to PersonaLab's (`url`)."""
+    conninfo = _postgres_conninfo(served_checkpoints_url() or url or database_url())
     if conninfo:
         from langgraph.checkpoint.postgres import PostgresSaver
 

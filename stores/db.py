@@ -10,13 +10,16 @@ still opens. A database that cannot be opened or written raises `StoreUnavailabl
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from personalab.nodes.rules.errors import StoreUnavailable
 
@@ -71,10 +74,16 @@ def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         # how long a statement waits for another process's write lock before "database is locked"
         busy = settings().sqlite_busy_timeout
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy})
+        frozen = read_only_sqlite(url)
+        engine = create_engine(
+            frozen or url,
+            connect_args={"check_same_thread": False, "timeout": busy, **({"uri": True} if frozen else {})},
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            if frozen:
+                return  # opened read-only: every pragma below writes the file or its WAL
             # Foreign keys catch a missing parent line at write time; WAL lets the CLI read while a
             # turn writes; in WAL mode synchronous=NORMAL cannot corrupt the file (a power cut may lose
             # the last commits) and spares an fsync on each of a turn's several commits.
@@ -185,6 +194,41 @@ def _schema_lock(engine: Engine) -> Iterator[None]:
             conn.execute(text(f"SELECT pg_advisory_unlock{key}"), {"cls": SCHEMA_LOCK_CLASS})
 
 
+def _sqlite_file(url: str | None) -> Path | None:
+    try:
+        parsed = make_url(url or "")
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def read_only_folder(path: Path) -> bool:
+    """`path`'s folder cannot be written: a read-only file system (statvfs's ST_RDONLY, which binds root too) or,
+    for anyone else, no write permission."""
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return os.geteuid() != 0 and not os.access(folder, os.W_OK)
+
+
+def read_only_sqlite(url: str) -> str | None:
+    """For a SQLite file in a read-only folder (issue 27), the URI that opens it for reading only; None otherwise.
+    A WAL-mode file needs its `-wal` / `-shm` files beside it, which a read-only folder cannot get: without a
+    `-wal` file there is nothing uncommitted to read, so the file is opened `immutable` (no locks, no WAL). With
+    one left beside it SQLite reads it as it is (None: the plain open works)."""
+    path = _sqlite_file(url)
+    if path is None or not path.is_file() or not read_only_folder(path):
+        return None
+    if Path(f"{path}-wal").exists():
+        return None
+    return f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&immutable=1&uri=true"
+
+
 # What SQLite says when its file or folder cannot be opened or written (sqlite3_errstr's texts).
 SQLITE_UNAVAILABLE = {
     "attempt to write a readonly database": "cannot be written",
@@ -224,6 +268,11 @@ def store_unavailable(exc: BaseException, url: str | None = None) -> StoreUnavai
             return current
         what = _unavailable_reason(current)
         if what is not None:
+            path = _sqlite_file(url)
+            if isinstance(current, sqlite3.DatabaseError) and path is not None and read_only_folder(path):
+                # SQLite says only "unable to open database file": the folder's state is the why (issue 27)
+                what = f"cannot be written: its folder {path.parent} is read-only"
+                return StoreUnavailable(f"the database {path} {what} ({_first_line(current)})")
             return StoreUnavailable(f"the database {_name(url)}{what} ({_first_line(current)})")
         current = current.orig if isinstance(current, DBAPIError) else (current.__cause__ or current.__context__)
     return None

@@ -6,21 +6,37 @@ writes, orphan vectors, expired locks, checkpoint sizes; repaired on request) an
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.story import check_id
 from personalab.nodes.context import Context
-from personalab.nodes.rules.errors import NotAllowed
+from personalab.nodes.rules.errors import InvalidInput, NotAllowed
 from personalab.stores import migrate
 from personalab.stores.background import flush_event_writes
 from personalab.stores.db import session_scope
 from personalab.stores.doctor import diagnose
 from personalab.stores.turns import list_turn_locks, unlock_instance
+from personalab.stores.worldbook import GLOBAL
+from personalab.stores.worldbook_files import (
+    WORLDBOOK_FORMAT,
+    ImportReport,
+    export_knowledge,
+    export_worldbook,
+    import_knowledge,
+    import_worldbook,
+    read_json_file,
+)
+from personalab.stores.worldbook_settings import get_worldbook_settings, set_worldbook_settings
+
+# The global knowledge and world book in one file (issue 27: `instance export` leaves them out)
+GLOBAL_FORMAT = "personalab-global"
+GLOBAL_VERSION = 1
 
 
 class AdminApi:
-    """`api.admin`: locks, release_lock, doctor, migration_state, upgrade."""
+    """`api.admin`: locks, release_lock, doctor, migration_state, upgrade, export_global, import_global."""
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
@@ -59,6 +75,46 @@ class AdminApi:
     def upgrade(self) -> dict[str, Any]:
         """Run the migrations the database lacks: {before, after, stamped_baseline}."""
         return migrate.upgrade(self._operator("migrations"))
+
+    def export_global(self) -> dict[str, Any]:
+        """The global knowledge (with its keywords) and the global world book (entries and settings) as one
+        lossless file (issue 27: an instance's export holds its own entries, never the global ones); the operator's."""
+        url = self._operator("global export")
+        with session_scope(url) as session:
+            return {
+                "format": GLOBAL_FORMAT,
+                "version": GLOBAL_VERSION,
+                "knowledge": export_knowledge(session, with_keywords=True),
+                "worldbook": export_worldbook(session),
+                "worldbook_settings": get_worldbook_settings(session).as_dict(),
+            }
+
+    def import_global(self, data: Any) -> dict[str, Any]:
+        """Import an `export_global` file into the global scope, all or nothing: entries already there (same tag
+        and content) are not added twice; settings the file sets replace the global ones."""
+        url = self._operator("global import")
+        if not isinstance(data, dict) or data.get("format") != GLOBAL_FORMAT:
+            raise InvalidInput(f"the file is not a PersonaLab global export (field 'format' must be {GLOBAL_FORMAT!r})")
+        if data.get("version") != GLOBAL_VERSION:
+            raise InvalidInput(f"version {data.get('version')!r} is not {GLOBAL_VERSION} (field 'version')")
+        settings = data.get("worldbook_settings") or {}
+        if not isinstance(settings, dict):
+            raise InvalidInput("worldbook_settings: expected an object of setting names and values")
+        with session_scope(url) as session:  # one transaction: a bad part changes nothing
+            knowledge = import_knowledge(session, data.get("knowledge") or [])
+            book = data.get("worldbook")
+            worldbook = import_worldbook(session, book) if book else ImportReport(WORLDBOOK_FORMAT, 0)
+            set_worldbook_settings(session, GLOBAL, {k: v for k, v in settings.items() if v is not None})
+        return {
+            "knowledge": {"imported": knowledge.imported, "duplicates": knowledge.duplicates},
+            "worldbook": {"imported": worldbook.imported, "duplicates": worldbook.duplicates},
+            "summary": f"knowledge: {knowledge.summary()}; world book: {worldbook.summary()}",
+        }
+
+    def import_global_file(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """`import_global` of the JSON in `path` (a regular file, at most the import limit)."""
+        self._operator("global import")
+        return self.import_global(read_json_file(path))
 
     def ensure_database(self, url: str) -> bool:
         """Create the PostgreSQL database `url` names if it is missing (the serving engine's own, issue 27);

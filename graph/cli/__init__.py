@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "persona": ("personas", "user personas: create, list, show, edit, delete (issue 28)"),
     "knowledge": ("worldbook", "the knowledge library (global / character / instance facts)"),
     "worldbook": ("worldbook", "the world book (triggered lore entries)"),
+    "global": (
+        "worldbook",
+        "the global knowledge and world book (entries and settings) as one file: backup and restore",
+    ),
     "suggestions": ("suggestions", "world-book updates proposed by the post-turn review"),
     "trigger-config": ("trigger_config", "seed 004's memory trigger configuration, per scope"),
     "reply": ("replies", "what fed a reply"),

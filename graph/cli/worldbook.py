@@ -368,7 +368,39 @@ def _add_import_export(sub: Any, imp: Any, exp: Any, what: str, formats: str) ->
     return p
 
 
+def global_export(args: argparse.Namespace) -> int:
+    """The global knowledge and world book (entries and settings) in one file (issue 27)."""
+    data = PersonaLab().admin.export_global()
+    if args.file is None or args.file == "-":
+        sys.stdout.write(json_text(data) + "\n")
+        return 0
+    PersonaLab().worldbook.export_file(args.file, data)
+    knowledge, book = len(data["knowledge"]["entries"]), len(data["worldbook"]["entries"])
+    echo(f"exported {knowledge} global knowledge entries and {book} global world-book entries to {args.file}")
+    return 0
+
+
+def global_import(args: argparse.Namespace) -> int:
+    report = PersonaLab().admin.import_global_file(args.file)
+    echo(f"{args.file} → global: {report['summary']}")
+    return 0
+
+
+def _register_global(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser(
+        "global", help="the global knowledge and world book (entries and settings) as one file: backup and restore"
+    )
+    gsub = group.add_subparsers(dest="global_command", required=True, parser_class=type(group))
+    p = gsub.add_parser("export", help="write the global knowledge and world book to one JSON file (- for stdout)")
+    p.add_argument("file", nargs="?", help="output file, written whole or not at all (default: stdout)")
+    p.set_defaults(handler=global_export)
+    p = gsub.add_parser("import", help="add a global export's entries and settings; all or nothing")
+    p.add_argument("file", help="JSON file written by `personalab global export`")
+    p.set_defaults(handler=global_import)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_global(sub)
     knowledge = sub.add_parser("knowledge", help="the knowledge library (global / character / instance facts)")
     ksub = knowledge.add_subparsers(dest="knowledge_command", required=True, parser_class=type(knowledge))
     p = ksub.add_parser("add", help="add a knowledge entry")
