@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, long_term_memory
-from personalab.nodes.llm import get_chat_model, load_client
+from personalab.nodes.llm import get_chat_model, load_client, measured_speed, stream_answer
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
 from personalab.nodes.rules.rewrite import (
     HISTORY_MAX,
     HISTORY_MIN,
+    REWRITE_ANSWER_TOKENS,
     REWRITE_MAX_TOKENS,
     check_rewrite,
     needs_rewrite,
     rewrite_messages,
+    rule_rewrite,
 )
+from personalab.nodes.rules.tokens import TokenCounter
 from personalab.nodes.state import TurnState, TurnUpdate
 
 ANSWER_PREVIEW = 200
@@ -47,10 +51,17 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         status = f"off (memory_mode {ctx.memory_mode})"
         return {"query": message, "deadline_at": deadline_at, "debug": {"query_rewrite": {"status": status}}}
     request = rewrite_messages(message, recent, max(HISTORY_MIN, min(HISTORY_MAX, ctx.rewrite_history_messages)))
-    until = started + rewrite_seconds(ctx.turn_deadline_s)  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
+    share = rewrite_seconds(ctx.turn_deadline_s)
+    until = started + share  # at most PERSONALAB_LLM_TIMEOUT too (get_chat_model)
+    skipped = _too_slow(ctx, request, share)
+    if skipped:
+        query = rule_rewrite(message, recent)
+        debug = {"status": f"rules ({skipped})", "query": query}
+        return {"query": query, "deadline_at": deadline_at, "debug": {"query_rewrite": debug}}
     try:
         model = get_chat_model("query_rewrite", until=until, max_tokens=REWRITE_MAX_TOKENS)
-        answer = str(model.invoke(request).content)
+        # streamed and closed at its share: a local server cancels it instead of making the reply wait (issue 30)
+        answer, timing = stream_answer(model, request, until)
     except Exception as exc:  # noqa: BLE001 - the raw input is a usable query
         logging.getLogger(__name__).warning("query rewrite failed, using the raw input: %s", exc)
         return {
@@ -60,8 +71,28 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         }
     shown = [m.get("content", "") for m in recent if m.get("role") in ("user", "assistant")]
     query, problem = check_rewrite(answer, message, shown)
-    debug = {"status": "ok", "query": query}
+    debug: dict[str, Any] = {"status": "ok", "query": query, "server": timing.debug()}
     if problem:
         logging.getLogger(__name__).warning("query rewrite unusable (%s), using the raw input", problem)
-        debug = {"status": f"fallback to the input: {problem}", "query": query, "answer": answer[:ANSWER_PREVIEW]}
+        debug |= {"status": f"fallback to the input: {problem}", "answer": answer[:ANSWER_PREVIEW]}
     return {"query": query, "deadline_at": deadline_at, "debug": {"query_rewrite": debug}}
+
+
+def _too_slow(ctx: Context, request: list[dict[str, str]], share: float) -> str:
+    """Why the model is not asked for the rewrite ("" when it is)."""
+    if ctx.query_rewrite == "rules":
+        return "PERSONALAB_QUERY_REWRITE=rules"
+    if ctx.query_rewrite == "model":
+        return ""
+    speed = measured_speed("query_rewrite")
+    if speed is None:
+        return ""
+    # the whole request is evaluated: a one-slot server's cache holds the last reply's prompt, not this one's
+    tokens = TokenCounter(ctx.chars_per_token).messages(request)
+    expected = speed.seconds(tokens, REWRITE_ANSWER_TOKENS)
+    if expected <= share:
+        return ""
+    return (
+        f"the model is slow: about {expected:.1f} s for a {tokens}-token request at {speed.prompt_per_s:.0f} prompt "
+        f"tokens/s, over the rewrite's {share:.1f} s"
+    )

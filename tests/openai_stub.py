@@ -152,6 +152,8 @@ class SlowServer:
     prompt_per_s: float
     gen_per_s: float
     slot: threading.Lock = field(default_factory=threading.Lock)
+    # (prompt_per_s, gen_per_s) of a request naming this model: one server, several models' speeds
+    per_model: dict[str, tuple[float, float]] = field(default_factory=dict)
     cache: str = ""  # the rendered text of the last request's tokens
     log: list[SlowRecord] = field(default_factory=list)
 
@@ -285,6 +287,7 @@ class OpenAIStub:
                 self, request: dict[str, Any], reply: StubReply, slow: SlowServer, record: SlowRecord, prompt: str
             ) -> None:
                 per_token = stub.chars_per_token
+                prompt_per_s, gen_per_s = slow.per_model.get(request.get("model", ""), (slow.prompt_per_s, slow.gen_per_s))
                 done = 0.0
                 tick = 0.02
                 while done < record.evaluated:  # prompt evaluation, in batches, watching the client
@@ -292,9 +295,9 @@ class OpenAIStub:
                         record.cancelled = "prompt"
                         slow.cache = prompt[: int((record.cached + done) * per_token)]
                         return
-                    done += slow.prompt_per_s * tick
+                    done += prompt_per_s * tick
                 slow.cache = prompt
-                prompt_ms = record.evaluated / slow.prompt_per_s * 1000
+                prompt_ms = record.evaluated / prompt_per_s * 1000
                 text, finish = _capped(request, reply.content)
                 usage = {
                     "prompt_tokens": record.prompt_tokens,
@@ -306,14 +309,14 @@ class OpenAIStub:
                     "cache_n": record.cached,
                     "prompt_n": record.evaluated,
                     "prompt_ms": round(prompt_ms, 1),
-                    "prompt_per_second": slow.prompt_per_s,
+                    "prompt_per_second": prompt_per_s,
                     "predicted_n": len(text),
-                    "predicted_ms": round(len(text) / slow.gen_per_s * 1000, 1),
-                    "predicted_per_second": slow.gen_per_s,
+                    "predicted_ms": round(len(text) / gen_per_s * 1000, 1),
+                    "predicted_per_second": gen_per_s,
                 }
                 base = {"id": "chatcmpl-stub", "created": int(time.time()), "model": request.get("model", "stub")}
                 if not request.get("stream"):
-                    if stub._stopping.wait(len(text) / slow.gen_per_s) or _client_gone(self.connection):
+                    if stub._stopping.wait(len(text) / gen_per_s) or _client_gone(self.connection):
                         record.cancelled = "writing"
                         return
                     slow.cache = prompt + text
@@ -334,7 +337,7 @@ class OpenAIStub:
                     self._event(chunk | {"choices": [first]})
                     for start in range(0, len(text), reply.chunk):
                         piece = text[start : start + reply.chunk]
-                        if stub._stopping.wait(len(piece) / slow.gen_per_s) or _client_gone(self.connection):
+                        if stub._stopping.wait(len(piece) / gen_per_s) or _client_gone(self.connection):
                             record.cancelled = "writing"
                             return
                         self._event(chunk | {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
