@@ -298,6 +298,24 @@ def stream_answer(
             if until is not None and not finished and time.time() > until:
                 raise TimeoutError("the call's share of the turn's deadline passed while the answer streamed")
     finally:
-        stream.close()  # closes the HTTP response: the server stops the request
+        close = getattr(stream, "close", None)  # a generator: closing it closes the HTTP response
+        if close is not None:
+            close()
     record_speed(model, timing)
     return "".join(parts), timing
+
+
+def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSpeed | None:
+    """A request of `prompt_tokens` that got no answer within `seconds` (its timeout): the model reads at most
+    prompt_tokens / seconds a second. Kept (the lower of it and what was measured) so the next turn does not send a
+    request that cannot be answered in time either; its answer speed, not measured, stays as it was."""
+    current = settings()
+    if current.llm == "scripted" or current.openai_api_key is None or prompt_tokens <= 0 or seconds <= 0:
+        return None
+    key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
+    with _SPEEDS_LOCK:
+        old = _SPEEDS.get(key)
+        bound = prompt_tokens / seconds
+        prompt_per_s = min(bound, old.prompt_per_s) if old else bound
+        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=old.gen_per_s if old else None)
+        return _SPEEDS[key]

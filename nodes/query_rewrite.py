@@ -3,7 +3,14 @@
 The turn's deadline (seed 002 响应时间要求, nodes/rules/deadline.py) starts here, at the turn's first model call;
 the rewrite gets its share of it. The answer is checked, not trusted (`check_rewrite`): an empty answer, one that
 repeats the request, or one far longer than the input falls back to the raw input, and `debug.query_rewrite`
-says why."""
+says why.
+
+A slow local model (issue 30, PERSONALAB_QUERY_REWRITE): with `rules` the model is never asked; with `auto` it is
+not asked when its measured speed (`measured_speed`, from the previous requests' usage and timing) says the
+request would not be answered within the rewrite's share, or when a rewrite got no answer within it
+(`record_too_slow`) — the query is then made by rules (`rule_rewrite`) and `debug.query_rewrite.status` says
+`rules (…)` with the estimate. The request is streamed and closed at its share, so a local server cancels it rather
+than finishing it while the reply waits."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, long_term_memory
-from personalab.nodes.llm import get_chat_model, load_client, measured_speed, stream_answer
+from personalab.nodes.llm import get_chat_model, load_client, measured_speed, record_too_slow, stream_answer
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
 from personalab.nodes.rules.rewrite import (
@@ -30,6 +37,7 @@ from personalab.nodes.rules.tokens import TokenCounter
 from personalab.nodes.state import TurnState, TurnUpdate
 
 ANSWER_PREVIEW = 200
+TIMED_OUT_SHARE = 0.9  # a failure after this much of the rewrite's share is its timeout
 
 
 def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -56,14 +64,16 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     skipped = _too_slow(ctx, request, share)
     if skipped:
         query = rule_rewrite(message, recent)
-        debug = {"status": f"rules ({skipped})", "query": query}
-        return {"query": query, "deadline_at": deadline_at, "debug": {"query_rewrite": debug}}
+        ruled = {"status": f"rules ({skipped})", "query": query}
+        return {"query": query, "deadline_at": deadline_at, "debug": {"query_rewrite": ruled}}
     try:
         model = get_chat_model("query_rewrite", until=until, max_tokens=REWRITE_MAX_TOKENS)
         # streamed and closed at its share: a local server cancels it instead of making the reply wait (issue 30)
         answer, timing = stream_answer(model, request, until)
     except Exception as exc:  # noqa: BLE001 - the raw input is a usable query
         logging.getLogger(__name__).warning("query rewrite failed, using the raw input: %s", exc)
+        if time.time() - started >= share * TIMED_OUT_SHARE:  # no answer within the share: the model is that slow
+            record_too_slow("query_rewrite", _tokens(ctx, request), time.time() - started)
         return {
             "query": message,
             "deadline_at": deadline_at,
@@ -88,7 +98,7 @@ def _too_slow(ctx: Context, request: list[dict[str, str]], share: float) -> str:
     if speed is None:
         return ""
     # the whole request is evaluated: a one-slot server's cache holds the last reply's prompt, not this one's
-    tokens = TokenCounter(ctx.chars_per_token).messages(request)
+    tokens = _tokens(ctx, request)
     expected = speed.seconds(tokens, REWRITE_ANSWER_TOKENS)
     if expected <= share:
         return ""
@@ -96,3 +106,7 @@ def _too_slow(ctx: Context, request: list[dict[str, str]], share: float) -> str:
         f"the model is slow: about {expected:.1f} s for a {tokens}-token request at {speed.prompt_per_s:.0f} prompt "
         f"tokens/s, over the rewrite's {share:.1f} s"
     )
+
+
+def _tokens(ctx: Context, request: list[dict[str, str]]) -> int:
+    return TokenCounter(ctx.chars_per_token).messages(request)

@@ -81,3 +81,18 @@ def test_a_rewrite_past_its_share_is_cancelled_at_the_server_before_the_reply_st
     assert rewrite.cancelled == "prompt" and rewrite.evaluated < rewrite.prompt_tokens
     assert reply.cancelled == "" and reply.started >= rewrite.ended, "the reply ran after the cancelled rewrite"
     assert openai_stub.answered == 2
+
+
+def test_after_a_rewrite_that_found_no_answer_in_its_share_the_rules_take_over(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # auto: no speed measured yet (the replies reuse the cache, too few tokens evaluated to time), so the first
+    # rewrite is asked; it times out, and that is the measure: the next turns do not ask again
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "10")
+    monkeypatch.setenv("PERSONALAB_MODEL_QUERY_REWRITE", "slow-rewriter")
+    openai_stub.slow = SlowServer(prompt_per_s=5000, gen_per_s=500, per_model={"slow-rewriter": (50, 5)})
+    states = play(sqlite_url, create_sample_instance(sqlite_url), MESSAGES[:4])
+    assert [s["error"] for s in states] == [None] * 4
+    statuses = [s["debug"]["query_rewrite"]["status"] for s in states[1:]]
+    assert statuses[0].startswith("model error") and all(s.startswith("rules (the model is slow") for s in statuses[1:])
+    assert [r.purpose for r in openai_stub.slow.log].count("query_rewrite") == 1
