@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, get_type_hints
 
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.stores.settings import MemoryMode, ReviewMode, describe, env_name, settings
+from personalab.stores.settings import MemoryMode, ReviewMode, RewriteMode, describe, env_name, settings
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 
@@ -60,6 +60,8 @@ class Context:
     turn_deadline_s: Annotated[float, describe("turn_deadline")] = _setting("turn_deadline")
     # seed 003: the post-turn review runs on rules (no LLM call) unless told to ask the model
     review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
+    # issue 30: a slow local model's rewrite is done by rules when it cannot fit its share of the deadline
+    query_rewrite: Annotated[RewriteMode, describe("query_rewrite")] = _setting("query_rewrite")
     # issue 30: the evaluation's conditions (full memory / recent window only / whole history), one run at a time
     memory_mode: Annotated[MemoryMode, describe("memory_mode")] = _setting("memory_mode")
 

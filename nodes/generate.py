@@ -17,7 +17,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, long_term_memory, middle_tokens_of, recall_turns_of
-from personalab.nodes.llm import MarkerFreeStream, get_chat_model, model_label
+from personalab.nodes.llm import MarkerFreeStream, Timing, get_chat_model, model_label, record_speed
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.card_play import DepthPrompt
 from personalab.nodes.rules.character import definition_parts, substitute, user_persona_parts
@@ -177,9 +177,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
     failpoint("before_model")
     model_started = time.time()
+    timing = Timing(sent=model_started)  # the server's speed and cache reuse (issue 30)
     reader = _StreamReader(shown.stream(prompt.messages))
     try:
         for chunk in reader.chunks(until):
+            timing.see(chunk)
             parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
             if len(parts) == 1:
                 failpoint("mid_stream")
@@ -203,7 +205,10 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "finish_reason": finish,
         "deadline": _deadline_debug(deadline_at, until),
         "turn_time": {"reply_model_ms": round((time.time() - model_started) * 1000, 2)},
+        "server": timing.debug(),
     }
+    if not late:
+        record_speed(model, timing)  # the next turn's rewrite decides on it (nodes/query_rewrite.py)
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if late:
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])

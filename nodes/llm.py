@@ -31,8 +31,10 @@ The scripted model tells requests apart by the purpose marker each system prompt
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -41,7 +43,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langgraph.constants import TAG_NOSTREAM
 from personalab.nodes.rules import core_memory, prompts
-from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, call_seconds
+from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, ModelSpeed, call_seconds
 from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.rules.markers import MarkerFilter
 from personalab.nodes.rules.memory_layers import SUMMARY_MAX_CHARS
@@ -99,6 +101,9 @@ def get_chat_model(
     extra_body = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
     return ChatOpenAI(
         model=model_name(current, purpose),
+        # a streamed answer's last chunk carries its usage (prompt tokens, cached tokens): the model's measured
+        # speed (issue 30) comes from it
+        stream_usage=True,
         api_key=key,
         base_url=current.openai_base_url,
         temperature=current.temperature,
@@ -193,3 +198,124 @@ def model_label(model: BaseChatModel) -> str:
     if name is not None:
         return f"openai-compatible: {name} @ {getattr(model, 'openai_api_base', None) or DEFAULT_BASE_URL}"
     return type(model).__name__
+
+
+# --- a slow local model (issue 30): its measured speed, and requests that never outlive their deadline -----------
+
+_SPEEDS: dict[tuple[str, str], ModelSpeed] = {}
+_SPEEDS_LOCK = threading.Lock()
+MIN_MEASURED_TOKENS = 32  # fewer evaluated prompt tokens than this: the timing is mostly overhead, not speed
+MIN_WRITTEN_TOKENS = 8  # the same for the written answer (measured from its first chunk to its last)
+
+
+def _speed_key(model: BaseChatModel) -> tuple[str, str] | None:
+    name = getattr(model, "model_name", None)
+    if name is None or isinstance(model, ScriptedChatModel):
+        return None
+    return (str(getattr(model, "openai_api_base", None) or DEFAULT_BASE_URL), str(name))
+
+
+def measured_speed(purpose: str) -> ModelSpeed | None:
+    """The last measured speed of the model `purpose` is served by (same server, same model name), if any."""
+    current = settings()
+    if current.llm == "scripted" or current.openai_api_key is None:
+        return None
+    key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
+    with _SPEEDS_LOCK:
+        return _SPEEDS.get(key)
+
+
+def forget_speeds() -> None:
+    """Drop every measurement (a server restarted with another model or thread count)."""
+    with _SPEEDS_LOCK:
+        _SPEEDS.clear()
+
+
+@dataclass
+class Timing:
+    """One streamed request's clock: when it was sent, its first and its last chunk, and its usage."""
+
+    sent: float
+    first: float | None = None
+    last: float | None = None
+    usage: dict[str, Any] | None = None
+
+    def see(self, chunk: Any) -> None:
+        now = time.time()
+        self.first = self.first or now
+        self.last = now
+        self.usage = getattr(chunk, "usage_metadata", None) or self.usage
+
+    def debug(self) -> dict[str, Any]:
+        """What the server reported: prompt tokens, of them reused from its cache, written tokens, seconds."""
+        usage = dict(self.usage or {})
+        cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
+        shown: dict[str, Any] = {"prompt_tokens": usage.get("input_tokens"), "cached_tokens": cached}
+        shown["answer_tokens"] = usage.get("output_tokens")
+        if self.first is not None:
+            shown["first_chunk_s"] = round(self.first - self.sent, 3)
+        return shown
+
+
+def record_speed(model: BaseChatModel, timing: Timing) -> ModelSpeed | None:
+    """The speed this request showed (prompt tokens evaluated / seconds to the first chunk; written tokens / seconds
+    of writing), kept for the next turns' decisions; None when it measured nothing usable."""
+    key = _speed_key(model)
+    if key is None or timing.usage is None or timing.first is None or timing.last is None:
+        return None
+    usage = timing.usage
+    cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
+    evaluated = int(usage.get("input_tokens") or 0) - cached
+    written = int(usage.get("output_tokens") or 0)
+    with _SPEEDS_LOCK:
+        old = _SPEEDS.get(key)
+        prompt_per_s = old.prompt_per_s if old else None
+        gen_per_s = old.gen_per_s if old else None
+        if evaluated >= MIN_MEASURED_TOKENS and timing.first > timing.sent:
+            prompt_per_s = evaluated / (timing.first - timing.sent)
+        if written >= MIN_WRITTEN_TOKENS and timing.last > timing.first:
+            gen_per_s = written / (timing.last - timing.first)
+        if prompt_per_s is None:
+            return old
+        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=gen_per_s)
+        return _SPEEDS[key]
+
+
+def stream_answer(
+    model: BaseChatModel, messages: Sequence[Any], until: float | None = None
+) -> tuple[str, Timing]:
+    """The model's answer, streamed and closed at `until` (issue 30): a one-request-at-a-time local server
+    (llama.cpp) cancels a request whose connection is closed, so a call that gives up leaves nothing running to make
+    the next request (the turn's reply) wait. Raises TimeoutError past `until`, the model's errors as they are."""
+    timing = Timing(sent=time.time())
+    parts: list[str] = []
+    stream = model.stream(list(messages))
+    try:
+        for chunk in stream:
+            timing.see(chunk)
+            parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
+            finished = (chunk.response_metadata or {}).get("finish_reason")
+            if until is not None and not finished and time.time() > until:
+                raise TimeoutError("the call's share of the turn's deadline passed while the answer streamed")
+    finally:
+        close = getattr(stream, "close", None)  # a generator: closing it closes the HTTP response
+        if close is not None:
+            close()
+    record_speed(model, timing)
+    return "".join(parts), timing
+
+
+def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSpeed | None:
+    """A request of `prompt_tokens` that got no answer within `seconds` (its timeout): the model reads at most
+    prompt_tokens / seconds a second. Kept (the lower of it and what was measured) so the next turn does not send a
+    request that cannot be answered in time either; its answer speed, not measured, stays as it was."""
+    current = settings()
+    if current.llm == "scripted" or current.openai_api_key is None or prompt_tokens <= 0 or seconds <= 0:
+        return None
+    key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
+    with _SPEEDS_LOCK:
+        old = _SPEEDS.get(key)
+        bound = prompt_tokens / seconds
+        prompt_per_s = min(bound, old.prompt_per_s) if old else bound
+        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=old.gen_per_s if old else None)
+        return _SPEEDS[key]

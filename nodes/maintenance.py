@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
-from personalab.nodes.llm import get_chat_model, model_label
+from personalab.nodes.llm import get_chat_model, model_label, stream_answer
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import (
     CoreMemoryHistory,
@@ -167,7 +167,8 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     request = maintenance_messages(old, last_turn_messages(dialogue), events, turn=turn, language=language)
     model = get_chat_model("core_memory", until=state.get("deadline_at"))  # what is left of the turn's 30 s
     try:
-        answer = str(model.invoke(request).content)
+        # streamed and closed at the deadline: a local server cancels it rather than finishing it (issue 30)
+        answer = stream_answer(model, request, state.get("deadline_at"))[0]
     except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored
         log.error("core-memory maintenance failed on instance %s: %s", state["instance_id"], exc)
         return {"debug": {"maintenance": {"status": "model error, core memory kept", "error": str(exc)}}}

@@ -59,6 +59,7 @@ LlmMode = Annotated[Literal["auto", "scripted", "openai"], BeforeValidator(_lowe
 EmbeddingsKind = Annotated[Literal["offline", "e5", "fused", "openai"], BeforeValidator(_lower)]
 ReviewMode = Annotated[Literal["rule", "llm"], BeforeValidator(_lower)]
 MemoryMode = Annotated[Literal["full", "recent", "history"], BeforeValidator(_lower)]
+RewriteMode = Annotated[Literal["auto", "model", "rules"], BeforeValidator(_lower)]
 AuthMode = Annotated[Literal["none", "tokens", "jwt"], BeforeValidator(_lower)]
 Failpoint = Annotated[
     Literal["", "before_model", "mid_stream", "after_reply", "during_writes"], BeforeValidator(_lower)
@@ -289,6 +290,13 @@ class Settings(BaseSettings):
         20,
         ge=1,
         description="Recent turns of dialogue the prompt keeps; older ones are dropped (seed 002 Prompt区域分配).",
+    )
+    query_rewrite: RewriteMode = Field(
+        "auto",
+        description="Who rewrites the retrieval query (seed 002 需求3; issue 30): model, always the model; rules, "
+        "never the model (the input with the previous user line); auto, the model unless its measured speed "
+        "(prompt and answer tokens a second of the previous requests) cannot answer within the rewrite's share "
+        "of PERSONALAB_TURN_DEADLINE, then the rules (a slow local model).",
     )
     memory_mode: MemoryMode = Field(
         "full",

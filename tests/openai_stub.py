@@ -17,6 +17,16 @@ answers; ties go to the later statement), as `【平静】<statement>`; with not
 it answers that it does not remember. A query-rewrite request gets the user's latest input back; other purposes the
 default reply. So a fact the prompt holds is answered, and a fact it lacks is not.
 
+With `slow = SlowServer(prompt_per_s, gen_per_s)` set (issue 30) it is a slow CPU server as llama.cpp's is: ONE
+request at a time (the next waits for the running one: `SlowServer.slot`), the prompt evaluated at `prompt_per_s`
+tokens a second and the answer written at `gen_per_s`, a prompt cache of the last request's tokens (its prompt and
+what it wrote) of which the next request reuses the longest common prefix, and a request whose client closes the
+connection (while it waits, while its prompt is evaluated, while it writes) is cancelled at once. A token here is
+`chars_per_token` characters of the ChatML-rendered prompt (the answer: one character a token, as above). The
+streamed answer's last chunk reports, as llama.cpp's server does, `usage` with `prompt_tokens_details.cached_tokens`
+and `timings` (`prompt_n` evaluated, `cache_n` reused, `prompt_ms`, `predicted_n`, `predicted_ms`); every request
+leaves a `SlowRecord` in `SlowServer.log` (purpose, tokens, reuse, waited, cancelled).
+
 Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module): it starts the server on a free port of
 127.0.0.1, points OPENAI_BASE_URL / OPENAI_API_KEY at it, clears the PERSONALAB_* LLM settings, and stops it.
 """
@@ -24,12 +34,15 @@ Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module
 from __future__ import annotations
 
 import json
+import math
 import re
+import select
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -117,6 +130,64 @@ class StubReply:
     ping_for: float = 0.0
 
 
+@dataclass
+class SlowRecord:
+    """What the slow server did with one request."""
+
+    purpose: str
+    prompt_tokens: int
+    cached: int = 0  # tokens of the prompt reused from the cache (not evaluated)
+    evaluated: int = 0
+    written: int = 0
+    waited_s: float = 0.0  # queued behind another request
+    cancelled: str = ""  # "", "waiting", "prompt", "writing": where the client's close found it
+    started: float = 0.0
+    ended: float = 0.0
+
+
+@dataclass
+class SlowServer:
+    """A slow one-request-at-a-time CPU server with a prompt cache (module doc)."""
+
+    prompt_per_s: float
+    gen_per_s: float
+    slot: threading.Lock = field(default_factory=threading.Lock)
+    # (prompt_per_s, gen_per_s) of a request naming this model: one server, several models' speeds
+    per_model: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cache: str = ""  # the rendered text of the last request's tokens
+    log: list[SlowRecord] = field(default_factory=list)
+
+    def reuse(self, from_turn: int = 1, purpose: str = "reply") -> float:
+        """Share of `purpose`'s prompt tokens reused from the cache, over its requests from the `from_turn`-th on."""
+        records = [r for r in self.log if r.purpose == purpose][from_turn:]
+        total = sum(r.prompt_tokens for r in records)
+        return sum(r.cached for r in records) / total if total else 0.0
+
+
+def _rendered(request: dict[str, Any]) -> str:
+    """The prompt as a ChatML server sees it."""
+    messages = request.get("messages") or []
+    text = "".join(f"<|im_start|>{m.get('role')}\n{m.get('content')}<|im_end|>\n" for m in messages)
+    return text + "<|im_start|>assistant\n"
+
+
+def _common(a: str, b: str) -> int:
+    size = min(len(a), len(b))
+    for index in range(size):
+        if a[index] != b[index]:
+            return index
+    return size
+
+
+def _client_gone(connection: socket.socket) -> bool:
+    """The client closed its side (a readable socket with nothing to read), as llama.cpp's server checks."""
+    try:
+        readable, _, _ = select.select([connection], [], [], 0)
+        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 class OpenAIStub:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -128,6 +199,7 @@ class OpenAIStub:
         # does, the chat template (ChatML) rendered and tokenized, instead of approximately
         self.text_tokens: Callable[[str], int] | None = None
         self.reader = False  # the extractive reader (issue 30) instead of DEFAULT_REPLY
+        self.slow: SlowServer | None = None  # a slow CPU server (issue 30; module doc)
         self._queue: deque[StubReply] = deque()
         # replies kept for one purpose's requests (its marker in the system prompt, nodes/rules/prompts.py), whatever
         # the order of the calls: a cold process may give up a call (its deadline share) before it is sent
@@ -167,6 +239,9 @@ class OpenAIStub:
                         self._send(200, "text/event-stream", b"data: {this is not json\n\ndata: [DONE]\n\n")
                     elif reply.malformed:
                         self._send(200, "application/json", b"{this is not json")
+                    elif stub.slow is not None:
+                        self._slow(request, reply, stub.slow)
+                        return
                     elif request.get("stream"):
                         self._stream(request, reply)
                     else:
@@ -182,6 +257,107 @@ class OpenAIStub:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _slow(self, request: dict[str, Any], reply: StubReply, slow: SlowServer) -> None:
+                """One request on the slow server: queued, prompt evaluated past the cached prefix, written."""
+                system = " ".join(str(m.get("content")) for m in request.get("messages") or [] if m["role"] == "system")
+                purpose = _PURPOSE_RE.search(system)
+                prompt = _rendered(request)
+                per_token = stub.chars_per_token
+                record = SlowRecord(purpose.group(1) if purpose else "", math.ceil(len(prompt) / per_token))
+                queued = time.monotonic()
+                while not slow.slot.acquire(timeout=0.02):
+                    if _client_gone(self.connection) or stub._stopping.is_set():
+                        record.cancelled = "waiting"
+                        slow.log.append(record)
+                        return
+                try:
+                    record.started = time.monotonic()
+                    record.waited_s = record.started - queued
+                    record.cached = min(record.prompt_tokens - 1, int(_common(prompt, slow.cache) / per_token))
+                    record.evaluated = record.prompt_tokens - record.cached
+                    slow.cache = prompt[: int(record.cached * per_token)]  # the slot keeps its reused prefix
+                    self._slow_answer(request, reply, slow, record, prompt)
+                finally:
+                    record.ended = time.monotonic()
+                    slow.log.append(record)
+                    slow.slot.release()
+
+            def _slow_answer(
+                self, request: dict[str, Any], reply: StubReply, slow: SlowServer, record: SlowRecord, prompt: str
+            ) -> None:
+                per_token = stub.chars_per_token
+                prompt_per_s, gen_per_s = slow.per_model.get(request.get("model", ""), (slow.prompt_per_s, slow.gen_per_s))
+                done = 0.0
+                tick = 0.02
+                while done < record.evaluated:  # prompt evaluation, in batches, watching the client
+                    if _client_gone(self.connection) or stub._stopping.wait(tick):
+                        record.cancelled = "prompt"
+                        slow.cache = prompt[: int((record.cached + done) * per_token)]
+                        return
+                    done += prompt_per_s * tick
+                slow.cache = prompt
+                prompt_ms = record.evaluated / prompt_per_s * 1000
+                text, finish = _capped(request, reply.content)
+                usage = {
+                    "prompt_tokens": record.prompt_tokens,
+                    "completion_tokens": len(text),
+                    "total_tokens": record.prompt_tokens + len(text),
+                    "prompt_tokens_details": {"cached_tokens": record.cached},
+                }
+                timings = {
+                    "cache_n": record.cached,
+                    "prompt_n": record.evaluated,
+                    "prompt_ms": round(prompt_ms, 1),
+                    "prompt_per_second": prompt_per_s,
+                    "predicted_n": len(text),
+                    "predicted_ms": round(len(text) / gen_per_s * 1000, 1),
+                    "predicted_per_second": gen_per_s,
+                }
+                base = {"id": "chatcmpl-stub", "created": int(time.time()), "model": request.get("model", "stub")}
+                if not request.get("stream"):
+                    if stub._stopping.wait(len(text) / gen_per_s) or _client_gone(self.connection):
+                        record.cancelled = "writing"
+                        return
+                    slow.cache = prompt + text
+                    record.written = len(text)
+                    body = _completion(request, reply.content) | {"usage": usage, "timings": timings}
+                    self._send(200, "application/json", json.dumps(body, ensure_ascii=False).encode())
+                    with stub._lock:
+                        stub.answered += 1
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                chunk = {**base, "object": "chat.completion.chunk"}
+                try:
+                    first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    self._event(chunk | {"choices": [first]})
+                    for start in range(0, len(text), reply.chunk):
+                        piece = text[start : start + reply.chunk]
+                        if stub._stopping.wait(len(piece) / gen_per_s) or _client_gone(self.connection):
+                            record.cancelled = "writing"
+                            return
+                        self._event(chunk | {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                        record.written += len(piece)
+                        slow.cache = prompt + text[: record.written]
+                    last = {"index": 0, "delta": {}, "finish_reason": finish}
+                    self._event(chunk | {"choices": [last], "timings": timings})
+                    if (request.get("stream_options") or {}).get("include_usage"):
+                        self._event(chunk | {"choices": [], "usage": usage, "timings": timings})
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    record.cancelled = "writing"
+                    return
+                with stub._lock:
+                    stub.answered += 1
+
+            def _event(self, event: dict[str, Any]) -> None:
+                self.wfile.write(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n")
+                self.wfile.flush()
 
             def _stream(self, request: dict[str, Any], reply: StubReply) -> None:
                 self.send_response(200)

@@ -67,8 +67,11 @@ def test_an_english_card_plays_by_itself_from_instance_create_character_alone(
         head = prompt[0]["content"]
         # English scaffolding, no Chinese heading anywhere around the card's text
         assert head.startswith(EN.marker.format(purpose="reply") + '\nYou are "Mira"')
-        for heading in ("[Character persona]", "[Character description]", "[Scenario]", "[Current turn] turn"):
+        for heading in ("[Character persona]", "[Character description]", "[Scenario]"):
             assert heading in head
+        # the turn number changes every turn: it opens the tail, after what the server's prompt cache keeps (issue 30)
+        turn_state = next(m["content"] for m in prompt if m["region"] == "tail" and m["role"] == "system")
+        assert turn_state.startswith("[Current turn] turn") and "[Current turn]" not in head
         assert "[Core memory]" in head and "[Example dialogue]" in prompt[1]["content"]
         assert not any(CJK.search(message["content"]) for message in prompt), [m["content"][:80] for m in prompt]
         assert "{{" not in json.dumps(prompt)  # {{char}} / {{user}} substituted everywhere
@@ -84,7 +87,7 @@ def test_an_english_card_plays_by_itself_from_instance_create_character_alone(
         assert state["debug"]["prompt"]["depth_prompt"]["depth"] == 2
         # the reply: English, no progress markers
         assert state["reply"] and not CJK.search(state["reply"]) and "PROGRESS" not in state["reply_raw"]
-        assert f"turn {number}" in head
+        assert f"turn {number}" in turn_state
     assert states[-1]["plot_state"]["last_progress_turn"] == 0
     shown = api.PersonaLab(database_url=url).instances.get(instance["id"])
     assert shown.language == "en" and shown.turns == 3
@@ -267,7 +270,8 @@ def test_the_chinese_sample_plays_with_the_prompt_it_had_before_issue_28(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The shipped sample's 4th prompt, recorded with main before this change (fixtures/
-    card_play_zh_sample_prompt.json), is what the same 4 turns send now, message for message."""
+    card_play_zh_sample_prompt.json), is what the same 4 turns send now, message for message — but for issue 30's
+    move of the turn number and the relationship from the head to the tail's start (`moved_for_the_cache`)."""
     code, out, _ = cli(capsys, "instance", "create", "--sample")
     assert code == 0
     instance = out.strip()
@@ -276,7 +280,16 @@ def test_the_chinese_sample_plays_with_the_prompt_it_had_before_issue_28(
     code, out, _ = cli(capsys, "turn", "--instance", instance, "继续前进。", "--json")
     assert code == 0
     recorded = json.loads((FIXTURES / "card_play_zh_sample_prompt.json").read_text(encoding="utf-8"))
-    assert json.loads(out)["prompt"] == recorded
+    assert json.loads(out)["prompt"] == moved_for_the_cache(recorded)
+
+
+def moved_for_the_cache(prompt: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Issue 30: the head's turn line and relationship block, unchanged, open the tail as one system message."""
+    head = prompt[0]["content"].split("\n\n")
+    moving = [part for part in head if part.startswith(("【当前轮次】", "【关系状态】"))]
+    kept = {**prompt[0], "content": "\n\n".join(part for part in head if part not in moving)}
+    state = {"role": "system", "region": "tail", "content": "\n\n".join(moving)}
+    return [kept, *prompt[1:-1], state, prompt[-1]]
 
 
 def test_an_instance_changes_its_language_from_the_next_turn_on(url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,7 +63,7 @@ def tokens(messages: list[dict[str, str]], budgets: RegionBudgets) -> int:
 
 def test_regions_come_in_order_head_middle_retrieved_tail() -> None:
     prompt = assemble()
-    assert prompt.regions == ["head", "middle", *["middle"] * 6, "retrieved", "tail"]
+    assert prompt.regions == ["head", "middle", *["middle"] * 6, "retrieved", "tail", "tail"]
     assert prompt.messages[-1] == {"role": "user", "content": "我们今晚就潜进去。"}
 
 
@@ -71,19 +71,29 @@ def test_the_head_holds_instruction_core_memory_and_the_whole_outline_as_json() 
     [head] = region(assemble(), "head")
     text = head["content"]
     assert head["role"] == "system" and text.startswith(INSTRUCTION)
-    assert "【当前轮次】第3轮" in text
     core = json.loads(text.split(prompts.HEAD_CORE_MEMORY, 1)[1].split("\n\n" + prompts.HEAD_PLOT_STATE)[0])
     assert core["name"] == "老大"
-    plot = json.loads(text.split(prompts.HEAD_PLOT_STATE, 1)[1].split("\n\n" + prompts.HEAD_RELATIONSHIP)[0])
+    plot = json.loads(text.split(prompts.HEAD_PLOT_STATE, 1)[1])
     assert [p["content"] for p in plot["story_outline"]] == OUTLINE
     assert [p["status"] for p in plot["story_outline"][:3]] == ["completed", "in_progress", "pending"]
     assert plot["current_plot_index"] == 2
-    assert json.loads(text.split(prompts.HEAD_RELATIONSHIP, 1)[1])["trust"] == 0.4
+
+
+def test_what_changes_every_turn_opens_the_tail_not_the_head() -> None:
+    # issue 30: the turn number and the relationship change every turn; in the head they made a local server's
+    # prompt cache re-evaluate the whole prompt after them
+    prompt = assemble()
+    [head] = region(prompt, "head")
+    assert "【当前轮次】" not in head["content"] and prompts.HEAD_RELATIONSHIP not in head["content"]
+    state, user = region(prompt, "tail")
+    assert state["role"] == "system" and state["content"].startswith("【当前轮次】第3轮\n\n" + prompts.HEAD_RELATIONSHIP)
+    assert json.loads(state["content"].split(prompts.HEAD_RELATIONSHIP, 1)[1])["trust"] == 0.4
+    assert user["role"] == "user"
 
 
 def test_no_relationship_no_relationship_section() -> None:
-    [head] = region(assemble(relationship=None), "head")
-    assert prompts.HEAD_RELATIONSHIP not in head["content"]
+    prompt = assemble(relationship=None)
+    assert all(prompts.HEAD_RELATIONSHIP not in m["content"] for m in prompt.messages)
 
 
 def test_the_middle_holds_the_world_setting_then_the_dialogue() -> None:

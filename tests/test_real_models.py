@@ -129,6 +129,22 @@ def test_a_head_over_its_scaled_budget_takes_its_room_from_middle_and_retrieved(
     assert debug["total_tokens"] <= window.room
 
 
+def test_an_8k_window_keeps_the_characters_description_while_the_window_has_room() -> None:
+    # issue 30: the head's budget scaled to an 8K window (16 % of the room) dropped the description while the
+    # prompt used a sixth of the window
+    description = "雷娜，二十六岁，前帮派的二把手。" + "她左臂有一道旧伤，是替老大挡下的一刀，从不提起。" * 12
+    parts = [("persona", "表面冷酷，内心重情义。"), ("description", description)]
+    window = ContextWindow(8192, 400)
+    prompt = assemble(window, character_parts=parts, recent_messages=long_history(4), retrieved_blocks=[])
+    debug = prompt.debug
+    assert description in prompt.messages[0]["content"] and debug["head"]["dropped"] == []
+    assert debug["window"]["fits"] and debug["total_tokens"] < window.room / 2
+    assert any("the character's description is kept" in note for note in debug["window"]["notes"])
+    # where head and tail would take most of the window, the description still goes first, named
+    small = assemble(ContextWindow(2048, 256), character_parts=parts).debug
+    assert [d["item"] for d in small["head"]["dropped"]] == ["character description"]
+
+
 def test_a_world_setting_too_long_for_the_window_is_cut_and_named() -> None:
     window = ContextWindow(2048, 256)
     prompt = assemble(window, world_setting="废土的规则很多。" * 400)

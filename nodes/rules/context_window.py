@@ -13,6 +13,8 @@ The margin (10 % of the window, at least 16 tokens) absorbs the counter's error 
    scaled down by the same factor, so the regions keep their order and proportions; they are never scaled up.
 2. The prompt is assembled under those budgets (`assemble_prompt`: oldest dialogue and lowest-ranked retrieved
    items go first, every drop named in the region's debug).
+2b. The head's scaled budget never drops the character's description while head and tail together take at most
+   half the room (issue 30): the head's budget is raised to what it needs, named in `debug.window.notes`.
 3. Head and tail are never cut (the outline and the user's words), so when they are over their scaled budgets
    the middle and the retrieved region give up the difference, in their proportions, and the prompt is assembled
    again under those budgets.
@@ -38,6 +40,7 @@ from personalab.nodes.rules.prompt_catalog import ZH
 
 MARGIN_RATIO = 0.10
 MIN_MARGIN = 16
+KEEP_CHARACTER_SHARE = 0.5  # head + tail may take up to this share of the room before the description goes
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,16 @@ def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPro
     notes: list[str] = []
     prompt = assemble_prompt(budgets=fitted, **kwargs)
     debug = prompt.debug
+    if any(drop["item"] == "character description" for drop in debug["head"]["dropped"]):
+        # the head's scaled budget (16 % of the room) is no reason to drop the character while the window has
+        # room (issue 30: at 8K the description went with 1,017 of 6,972 tokens used): the head takes what it
+        # needs while head and tail stay within half the room; middle and retrieved give up the difference (step 3)
+        whole = assemble_prompt(budgets=replace(fitted, head=max(room, 1)), **kwargs).debug["head"]["tokens"]
+        if whole + debug["tail"]["tokens"] <= room * KEEP_CHARACTER_SHARE:
+            notes.append(f"head budget {fitted.head}→{whole}: the character's description is kept (the window has room)")
+            fitted = replace(fitted, head=whole)
+            prompt = assemble_prompt(budgets=fitted, **kwargs)
+            debug = prompt.debug
     if debug["total_tokens"] > room:
         # head and tail are sent whole: what they take beyond their budgets comes out of middle and retrieved
         pinned = debug["head"]["tokens"] + debug["tail"]["tokens"]

@@ -13,8 +13,11 @@ memory build before it are local reads of a few milliseconds). Shares of the dea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 REWRITE_SHARE = 0.15
 POST_REPLY_SHARE = 0.2
+GEN_SLOWER = 10  # prompt tokens read per answer token written, until the answer speed is measured
 MIN_CALL_SECONDS = 0.05  # less than this left: the call is not made (it could not answer in time)
 
 
@@ -37,3 +40,18 @@ def call_seconds(until: float, now: float, request_timeout: float) -> float | No
     """The timeout of a model call that must end by `until`; None when too little is left to make it."""
     left = until - now
     return min(request_timeout, left) if left >= MIN_CALL_SECONDS else None
+
+
+@dataclass(frozen=True)
+class ModelSpeed:
+    """A model's measured speed on its server (issue 30): prompt tokens evaluated a second, answer tokens written
+    a second (None until an answer long enough to time was written)."""
+
+    prompt_per_s: float
+    gen_per_s: float | None = None
+
+    def seconds(self, prompt_tokens: int, answer_tokens: int) -> float:
+        """Expected seconds of a request whose prompt is evaluated whole (nothing reused from the cache)."""
+        # not measured yet: a CPU writes about ten times slower than it reads (the 1.5B model here: 50–66 vs 5–6)
+        writing = answer_tokens / (self.gen_per_s or self.prompt_per_s / GEN_SLOWER)
+        return prompt_tokens / self.prompt_per_s + writing

@@ -2,12 +2,20 @@
 
 Order of the messages, one region after the other:
 - head (0–4K): one system message — system instruction, the character's own system prompt, persona and
-  description, current turn, core memory JSON, plot state JSON with every outline point and its status
-  (全部主线大纲, JSON 提升权重), relationship JSON when given;
+  description, core memory JSON, plot state JSON with every outline point and its status
+  (全部主线大纲, JSON 提升权重);
 - middle (4K–32K): the world setting (a system message), the character's example dialogue (a system message),
   then the recent dialogue (recall memory);
 - retrieved (32K+): one system message of clearly titled blocks (RAG events, the director's two layers);
-- tail: the character's post-history instructions (a system message), then the latest user input, a user message.
+- tail: the turn's state (a system message: current turn, relationship JSON when given), the character's
+  post-history instructions (a system message), then the latest user input, a user message.
+
+Stable first (issue 30): a local server (llama.cpp) keeps the last prompt's tokens and re-evaluates a prompt only
+from its first change, at tens of tokens a second on a CPU. So everything that stays the same from turn to turn
+comes first and in the same order — instruction, character, scenario, core memory and plot state (they change on
+maintenance and plot turns only), world setting, example dialogue, then the dialogue, which only grows at its
+end — and what changes every turn comes after it: the retrieved region, then the turn number and relationship
+(which the seed does not place in the head: they opened the tail's state) and the input.
 
 A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话) starts at a `user` message and runs up to
 the next one: the character's reply and any system line in between belong to it. Messages before the first
@@ -201,7 +209,8 @@ def assemble_prompt(
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
-    `turn` (the turn being answered) is shown in the head so the model can relate it to `last_progress_turn`.
+    `turn` (the turn being answered) is shown at the tail's start, with `relationship`, so the model can relate it
+    to `last_progress_turn` (not in the head: it changes every turn, issue 30's prompt cache).
     `position_texts`: world-book text for the `user` / `assistant` positions (seed 004), put in the tail.
     The character's own fields (issue 13): `character_parts` — (name, text) of its system prompt, persona and
     description — follow the system instruction in the head; over the head's budget the `description` part goes
@@ -228,14 +237,15 @@ def assemble_prompt(
     # head — pinned, but for the character's description (issue 13), which goes first when over budget
     head_parts = [system_instruction.strip()]
     head_parts.extend(text.strip() for _, text in character_parts if text.strip())
-    if turn is not None:
-        head_parts.append(catalog.head_turn.format(turn=turn))
     head_parts.append(catalog.head_core_memory + "\n" + _json(dict(core_memory)))
     if not open_story:
         plot = _plot_json(plot_state["story_outline"], plot_state["current_plot_index"])
         head_parts.append(catalog.head_plot_state + "\n" + plot)
+    # what changes every turn (the turn number, the relationship the review moves) is not in the head: any change
+    # there makes a local server's prompt cache re-evaluate everything after it (issue 30); it opens the tail
+    turn_parts = [catalog.head_turn.format(turn=turn)] if turn is not None else []
     if relationship:
-        head_parts.append(catalog.head_relationship + "\n" + _json(dict(relationship)))
+        turn_parts.append(catalog.head_relationship + "\n" + _json(dict(relationship)))
     scenario_cut = fit_scenario(head_parts, scenario, catalog.scenario_label, budgets.head, count, budgets.counter)
     if scenario_cut.text:
         head_parts.insert(1 + sum(1 for _, text in character_parts if text.strip()), scenario_cut.text)
@@ -372,6 +382,8 @@ def assemble_prompt(
         tail[-1] = {"role": "user", "content": position_texts["user"].strip() + "\n\n" + user_input.strip()}
     if post_history.strip():
         tail.insert(0, {"role": "system", "content": post_history.strip()})
+    if turn_parts:
+        tail.insert(0, {"role": "system", "content": "\n\n".join(turn_parts)})
     tail_debug = _region(count(tail), budgets.tail)
     if tail_debug["over_budget"]:
         tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")

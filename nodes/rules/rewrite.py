@@ -173,3 +173,21 @@ def check_rewrite(answer: str | None, fallback: str, dialogue: Sequence[str] = (
 def parse_rewrite(answer: str | None, fallback: str) -> str:
     """One standalone query line from the model's answer, or `fallback` (the raw input) — rules in the module doc."""
     return check_rewrite(answer, fallback)[0]
+
+
+RULE_CONTEXT_CHARS = 60  # of the previous user line put before a short input
+RULE_SHORT_INPUT = 20  # an input this short leans on the dialogue before it ("那里安全吗？")
+REWRITE_ANSWER_TOKENS = 40  # what a rewrite's one-line answer is expected to take, for its time estimate
+
+
+def rule_rewrite(user_input: str, recent_messages: Sequence[Mapping[str, str]]) -> str:
+    """The query without a model (issue 30: a model too slow for the rewrite's share): a short input, which leans on
+    what was said before it, gets the previous user line in front of it; a longer one is its own query."""
+    query = user_input.strip()
+    if len(query) > RULE_SHORT_INPUT:
+        return query
+    earlier = [m.get("content", "").strip() for m in recent_messages if m.get("role") == "user"]
+    earlier = [line for line in earlier if line and line != query]
+    if not earlier:
+        return query
+    return " ".join(earlier[-1].split())[:RULE_CONTEXT_CHARS] + " " + query
