@@ -92,6 +92,11 @@ _lanes: dict[int | None, deque[_Job]] = {}
 _queued: dict[int | None, int] = {}
 _done: dict[int | None, int] = {}
 _horizon: dict[int, int] = {}
+# Per instance, the jobs whose writes the next retrieval can read (`_visible` ≥ `_done`): a job that makes what a
+# retrieval reads visible before its slow part (the outbox's drain: the database rows and keyword index first, the
+# vectors after) says so with `writes_visible`; any other job counts when it ends (issue 29).
+_visible: dict[int | None, int] = {}
+_in_lane = threading.local()
 _lanes_changed = threading.Condition()
 _one_writer = threading.Lock()
 READ_YOUR_WRITES_TIMEOUT_S = 30.0  # a turn waits at most this long for its instance's writes (a stuck store)
@@ -105,6 +110,7 @@ def _drain(key: int | None) -> None:
                 del _lanes[key]
                 return
             fn, args, kwargs, future = lane[0]
+        _in_lane.key, _in_lane.visible = key, False
         if future.set_running_or_notify_cancel():
             try:
                 result = fn(*args, **kwargs)
@@ -115,6 +121,9 @@ def _drain(key: int | None) -> None:
         with _lanes_changed:
             lane.popleft()
             _done[key] = _done.get(key, 0) + 1
+            if not _in_lane.visible:
+                _visible[key] = _visible.get(key, 0) + 1
+            _in_lane.visible = True
             _lanes_changed.notify_all()
 
 
@@ -162,15 +171,30 @@ def pending_writes(instance_id: int | None) -> int:
         return _queued.get(instance_id, 0) - _done.get(instance_id, 0)
 
 
-def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S) -> float:
+def writes_visible() -> None:
+    """Called by a background job: what it writes for the next retrieval is readable now (its slower rest, e.g. the
+    vectors the retrieval computes itself meanwhile, goes on); the instance's next retrieval stops waiting for it.
+    Outside a background job, or called twice, it does nothing."""
+    key = getattr(_in_lane, "key", None)
+    with _lanes_changed:
+        if getattr(_in_lane, "visible", True):
+            return
+        _in_lane.visible = True
+        _visible[key] = _visible.get(key, 0) + 1
+        _lanes_changed.notify_all()
+
+
+def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S, *, whole: bool = False) -> float:
     """Read your writes: block until the writes queued for `instance_id` before its running turn started (all
-    of them, outside a turn) are done; the writes of other instances are not waited for. Returns the
-    milliseconds waited."""
+    of them, outside a turn) are visible to a memory retrieval (`writes_visible`; with `whole`, done: the director
+    reads the events, which come with the slow part); the writes of other instances are not waited for. Returns
+    the milliseconds waited."""
     started = time.perf_counter()
     deadline = time.monotonic() + timeout
+    counted = _done if whole else _visible
     with _lanes_changed:
         target = _horizon.get(instance_id, _queued.get(instance_id, 0))
-        while _done.get(instance_id, 0) < target:
+        while counted.get(instance_id, 0) < target:
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("instance %s: its earlier writes are still running after %.0f s", instance_id, timeout)
