@@ -26,6 +26,7 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -913,6 +914,18 @@ class MemoryStore:
         ids = found["ids"][0] if found["ids"] else []
         hits = [(int(i), 1.0 - float(d)) for i, d in zip(ids, found["distances"][0], strict=True)] if ids else []
         return self._with_pending(instance_id, character_id, embedding, hits, n)
+
+    def embed_pending(self) -> float:
+        """The vectors of the memories whose vectors are being written (`PENDING_VECTORS`), computed now or taken
+        from the writer (`embed_stored_texts`): a retrieval calls this before its time cap, which is for the search
+        (the vectors are the writes it reads, as the wait for the rows before it). Returns the milliseconds."""
+        started = time.perf_counter()
+        texts = PENDING_VECTORS.texts(self._chroma_path())
+        if texts:
+            from personalab.stores.embeddings import embed_stored_texts
+
+            embed_stored_texts(texts)
+        return round((time.perf_counter() - started) * 1000, 2)
 
     def _with_pending(
         self, instance_id: int, character_id: int, embedding: np.ndarray, hits: list[tuple[int, float]], n: int

@@ -547,6 +547,11 @@ class PendingVectors:
         with self._lock:
             return dict(self._by_place.get(place, {}))
 
+    def texts(self, path: str) -> list[str]:
+        """Every pending text of the Chroma store at `path` (a few: a turn's writes)."""
+        with self._lock:
+            return [text for place, kept in self._by_place.items() if place[0] == path for text in kept.values()]
+
     def forget(self, place: tuple[str, str], memory_ids: Iterable[int]) -> None:
         with self._lock:
             kept = self._by_place.get(place)
