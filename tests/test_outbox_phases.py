@@ -84,7 +84,8 @@ def test_the_next_turns_find_the_told_fact_by_keyword_and_vector_before_its_vect
     db_url: str, data_dir: Path, vectors_down: VectorsDown
 ) -> None:
     instance = create_sample_instance(db_url)
-    with turn_graph(Context(database_url=db_url, rag_timeout_s=30.0, **ONE_TURN)  # no cap on a loaded machine) as (graph, context):
+    # the retrieval gets time on a loaded machine (no timing is asserted)
+    with turn_graph(Context(database_url=db_url, rag_timeout_s=30.0, **ONE_TURN)) as (graph, context):
         run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
         run_turn(graph, context, instance, FILLER)  # back to back: no pause, no flush
         asked = run_turn(graph, context, instance, ASK)
@@ -101,7 +102,8 @@ def test_try_it_right_after_the_turns_finds_their_fact_by_keyword_and_vector(
 ) -> None:
     monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "1")  # "try it" reads the setting, as the turn's own retrieval
     instance = create_sample_instance(db_url)
-    with turn_graph(Context(database_url=db_url, rag_timeout_s=30.0, **ONE_TURN)  # no cap on a loaded machine) as (graph, context):
+    # the retrieval gets time on a loaded machine (no timing is asserted)
+    with turn_graph(Context(database_url=db_url, rag_timeout_s=30.0, **ONE_TURN)) as (graph, context):
         run_turn(graph, context, instance, FACT, selected_choice=IMPORTANT)
         run_turn(graph, context, instance, FILLER)
     vectors_down.pending_seen.clear()
