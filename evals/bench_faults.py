@@ -6,7 +6,8 @@ as `kill -9` or the OOM killer would, with no clean-up):
 - `before_model`: the prompt is built, the model not yet called;
 - `mid_stream`: the reply's first chunk has arrived;
 - `after_reply`: the reply, its turn record, story state and queued writes are committed, none applied;
-- `during_writes`: one of the turn's queued writes is applied, the others are not.
+- `during_writes`: the turn's queued writes half applied: their memory and record rows and mention marks stored
+  (what the next retrieval reads first, issue 29), their vectors and event not, none of them marked applied.
 
 Then this process opens the graph (as the next process would: start-up resumes the writes left behind) and plays
 a turn on the instance, retrying while it is busy, and checks the store:

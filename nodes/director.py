@@ -31,7 +31,7 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         branch = get_path_ids(session, state["instance_id"])  # the lines of the branch this turn continues
     search = story_search(state, state["plot_state"], branch, ctx.database_url)
     # read your writes: the earlier turns' events (and the search queued behind them) are in before this reads
-    waited_ms = wait_for_writes(state["instance_id"])
+    waited_ms = wait_for_writes(state["instance_id"], whole=True)  # the events
     found = take_prefetched_story(search, state["turn"])
     if found is not None:
         debug: dict[str, Any] = {"status": "ok", "source": "searched between turns", "ms": 0.0}

@@ -480,6 +480,8 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # read your writes: the earlier turns' memories, mention marks and index updates of this instance, written
     # after their replies, are all in the store before this turn searches it (other instances' are not waited for)
     waited_ms = wait_for_writes(state["instance_id"])
+    # and the vectors of those writes still being written (issue 29), scored by the search itself: before the cap
+    waited_ms += MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()).embed_pending()
     # cold start: models, dictionaries and the store's client load before the cap, which is for the search
     warm_ms, unavailable = warm_up_or_why(chroma_path())
     found: Any

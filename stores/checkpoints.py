@@ -104,7 +104,14 @@ def prune_after_turn(instance_id: int, url: str | None = None) -> None:
     write) has ended. A failed prune is logged; the next turn's, or `personalab doctor --repair`, does it."""
     from personalab.stores.background import run_in_background
 
-    run_in_background(prune_thread, thread_id_for(instance_id), url, checkpoint_file(), after_turn_of=instance_id)
+    run_in_background(  # the next turn reads the latest checkpoint, which a prune keeps
+        prune_thread,
+        thread_id_for(instance_id),
+        url,
+        checkpoint_file(),
+        after_turn_of=instance_id,
+        unread_by_retrieval=True,
+    )
 
 
 KEPT_FIELDS = (

@@ -154,6 +154,7 @@ STORED_TEXTS_KEPT = 4096
 _stored: LRU[str, np.ndarray] = LRU(STORED_TEXTS_KEPT)  # float64 arrays: 4 KiB a USE vector (a list: ~16 KiB)
 _stored_model: list[Embeddings] = []  # the model the kept vectors are of
 _stored_lock = threading.Lock()
+_computing = threading.Lock()
 
 
 def embed_stored_texts(texts: list[str]) -> list[list[float]]:
@@ -165,8 +166,14 @@ def embed_stored_texts(texts: list[str]) -> list[list[float]]:
             _stored.clear()
             _stored_model[:] = [embeddings]
     known = {text: vector for text in texts if (vector := _stored.get(text)) is not None}
-    missing = list(dict.fromkeys(text for text in texts if text not in known))
-    if missing:
-        for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
-            known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
+    if any(text not in known for text in texts):
+        # one computation at a time: a retrieval that needs the texts the writer is embedding (issue 29: a turn's
+        # pending writes) waits for that call and takes its vectors instead of computing them a second time
+        with _computing:
+            again = {text: vector for text in texts if text not in known and (vector := _stored.get(text)) is not None}
+            known.update(again)
+            missing = list(dict.fromkeys(text for text in texts if text not in known))
+            if missing:
+                for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
+                    known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
     return [known[text].tolist() for text in texts]

@@ -227,7 +227,8 @@ def prefetch_story(search: StorySearch, for_turn: int) -> Future[Any]:
         count = _story_count(search, path)
         _prefetched.put((path, search.instance_id, for_turn), (search, search.run(path), started, count))
 
-    return run_in_background(run, after_turn_of=search.instance_id)
+    # the director's: its wait is for the whole write (`wait_for_writes(whole=True)`), the memory retrieval's is not
+    return run_in_background(run, after_turn_of=search.instance_id, unread_by_retrieval=True)
 
 
 def take_prefetched_story(

@@ -26,6 +26,7 @@ Seed 001 (记忆条目数据结构, 四层记忆系统, 记忆检索和匹配算
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from personalab.stores.history import get_path_ids, line_forks, line_parents
 from personalab.stores.memory_index import (
     BM25_B,
     BM25_K1,
+    PENDING_VECTORS,
     VECTORS,
     IndexedMemory,
     IndexKey,
@@ -542,6 +544,7 @@ class MemoryStore:
         restore: Sequence[Mapping[str, Any]] | None = None,
         before_commit: Callable[[Session], None] | None = None,
         embedded_by_store: bool = False,
+        vectors_later: bool = False,
     ) -> list[MemoryEntry]:
         """Store many memories of one character in one transaction (all or nothing).
 
@@ -556,14 +559,20 @@ class MemoryStore:
         is not checked against the collection's.
 
         `before_commit(session)` runs in the transaction once the rows and vectors are written (the outbox marks
-        its row applied there, so the memories are stored exactly once)."""
+        its row applied there, so the memories are stored exactly once).
+
+        `vectors_later` (the outbox, issue 29): only the rows and the keyword index now, no vector; the caller
+        writes them with `put_vectors` after, and until then this process's retrievals score them themselves
+        (`PENDING_VECTORS`)."""
         prepared = [
             prepare_new_memory(item, "" if len(items) == 1 else f"memory {index + 1} of {len(items)}")
             for index, item in enumerate(items)
         ]
         if not prepared:
             return []
-        if embeddings is None:
+        if vectors_later:
+            vectors: list[list[float]] = []
+        elif embeddings is None:
             from personalab.stores.embeddings import embed_stored_texts
 
             vectors = embed_stored_texts([p["content"] for p in prepared])
@@ -573,7 +582,7 @@ class MemoryStore:
         with session_scope(url) as session:
             character = self._character(session, instance_id, character_id)
             collection = self._collection(instance_id, character)
-            if embeddings is not None and not embedded_by_store:
+            if embeddings is not None and not embedded_by_store and not vectors_later:
                 # Chroma would take the first batch and refuse the next: check the dimension before writing.
                 stored = collection.get(limit=1, include=["embeddings"])["embeddings"]
                 if stored is not None and len(stored) and len(stored[0]) != len(vectors[0]):
@@ -595,22 +604,62 @@ class MemoryStore:
             session.add_all(entries)
             session.flush()
             revision = bump_revision(session, instance_id)
-            for start in range(0, len(entries), CHROMA_BATCH):
-                chunk = entries[start : start + CHROMA_BATCH]
-                collection.upsert(
-                    ids=[str(e.id) for e in chunk],
-                    embeddings=[list(map(float, v)) for v in vectors[start : start + CHROMA_BATCH]],
-                    metadatas=[self._metadata(e) for e in chunk],
-                    documents=[e.content for e in chunk],
-                )
-            # the next turns' retrievals will want the new memories' vectors: keep them now
             place = (self._chroma_path(), collection_name(instance_id, character))
-            for entry, vector in zip(entries, vectors, strict=True):
-                VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
+            if vectors_later:
+                pending = {int(e.id): e.content for e in entries if e.id is not None}
+            else:
+                self._upsert_vectors(collection, entries, vectors)
+                # the next turns' retrievals will want the new memories' vectors: keep them now
+                for entry, vector in zip(entries, vectors, strict=True):
+                    VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
             if before_commit is not None:
                 before_commit(session)
+        if vectors_later:  # committed: the next retrieval may find them (by keyword at once, by vector itself)
+            PENDING_VECTORS.add(place, pending)
         note_written(url, instance_id, revision, changed={character: [_indexed(e) for e in entries]})
         return entries
+
+    def _upsert_vectors(self, collection: Any, entries: Sequence[MemoryEntry], vectors: Sequence[Any]) -> None:
+        for start in range(0, len(entries), CHROMA_BATCH):
+            chunk = entries[start : start + CHROMA_BATCH]
+            collection.upsert(
+                ids=[str(e.id) for e in chunk],
+                embeddings=[list(map(float, v)) for v in vectors[start : start + CHROMA_BATCH]],
+                metadatas=[self._metadata(e) for e in chunk],
+                documents=[e.content for e in chunk],
+            )
+
+    def put_vectors(self, instance_id: int, entries: Sequence[MemoryEntry], vectors: Sequence[Any]) -> None:
+        """The vectors of memories stored with `add_memories(vectors_later=True)` (or left without them by a process
+        that died between the two), one upsert per character's collection; each vector is of the entry's
+        `content`. Upserts by id: writing one twice leaves one."""
+        by_character: dict[int, list[tuple[MemoryEntry, Any]]] = {}
+        for entry, vector in zip(entries, vectors, strict=True):
+            by_character.setdefault(entry.character_id, []).append((entry, vector))
+        for character, pairs in by_character.items():
+            place = (self._chroma_path(), collection_name(instance_id, character))
+            self._upsert_vectors(self._collection(instance_id, character), [e for e, _ in pairs], [v for _, v in pairs])
+            for entry, vector in pairs:
+                VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
+            PENDING_VECTORS.forget(place, [e.id for e, _ in pairs if e.id is not None])
+
+    def vectorless(self, instance_id: int, line_ids: Sequence[int | None]) -> list[MemoryEntry]:
+        """The instance's memories made from the lines `line_ids` whose vectors are not in Chroma: what a process
+        that died between a write's rows and its vectors left (the outbox writes them)."""
+        known = sorted({line for line in line_ids if line is not None})
+        if not known:
+            return []
+        with session_scope(self._url()) as session:
+            stmt = select(MemoryEntry).where(
+                MemoryEntry.instance_id == instance_id, col(MemoryEntry.line_id).in_(known)
+            )
+            entries = list(session.exec(stmt).all())
+        missing: list[MemoryEntry] = []
+        for character in {e.character_id for e in entries}:
+            mine = [e for e in entries if e.character_id == character]
+            have = set(self._collection(instance_id, character).get(ids=[str(e.id) for e in mine], include=[])["ids"])
+            missing.extend(e for e in mine if str(e.id) not in have)
+        return missing
 
     def edit_memory(
         self,
@@ -863,9 +912,45 @@ class MemoryStore:
             query_embeddings=[np.asarray(embedding, dtype=np.float32).tolist()], n_results=n, include=["distances"]
         )
         ids = found["ids"][0] if found["ids"] else []
-        if not ids:
-            return []
-        return [(int(i), 1.0 - float(d)) for i, d in zip(ids, found["distances"][0], strict=True)]
+        hits = [(int(i), 1.0 - float(d)) for i, d in zip(ids, found["distances"][0], strict=True)] if ids else []
+        return self._with_pending(instance_id, character_id, embedding, hits, n)
+
+    def embed_pending(self) -> float:
+        """The vectors of the memories whose vectors are being written (`PENDING_VECTORS`), computed now or taken
+        from the writer (`embed_stored_texts`): a retrieval calls this before its time cap, which is for the search
+        (the vectors are the writes it reads, as the wait for the rows before it). Returns the milliseconds."""
+        started = time.perf_counter()
+        texts = PENDING_VECTORS.texts(self._chroma_path())
+        if texts:
+            from personalab.stores.embeddings import embed_stored_texts
+
+            embed_stored_texts(texts)
+        return round((time.perf_counter() - started) * 1000, 2)
+
+    def _with_pending(
+        self, instance_id: int, character_id: int, embedding: np.ndarray, hits: list[tuple[int, float]], n: int
+    ) -> list[tuple[int, float]]:
+        """Read your writes without waiting for the vectors (issue 29): the memories this process stored whose
+        vectors are still being written, scored against the query here (cosine, as Chroma's collections) — their
+        vectors are the writer's (`embed_stored_texts`: computed once, by whichever asks first) — and merged with
+        Chroma's hits."""
+        place = (self._chroma_path(), collection_name(instance_id, character_id))
+        pending = PENDING_VECTORS.of(place)
+        if not pending:
+            return hits
+        from personalab.stores.embeddings import embed_stored_texts
+
+        ids = list(pending)
+        matrix = np.asarray(embed_stored_texts([pending[i] for i in ids]), dtype=np.float32)
+        for memory_id, vector in zip(ids, matrix, strict=True):
+            VECTORS.keep(place, memory_id, pending[memory_id], vector)  # the scoring's vectors of these candidates
+        query = np.asarray(embedding, dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
+        scores = (matrix @ query) / np.where(norms == 0, 1.0, norms)
+        best = dict(hits)
+        for memory_id, score in zip(ids, scores.tolist(), strict=True):
+            best[memory_id] = max(best.get(memory_id, -1.0), float(score))
+        return sorted(best.items(), key=lambda hit: -hit[1])[:n]
 
     def embeddings(
         self,

@@ -527,3 +527,40 @@ class VectorCache(LRU[tuple[str, str, int], tuple[str, np.ndarray]]):
 
 
 VECTORS = VectorCache(VECTOR_CACHE_SIZE)
+
+
+class PendingVectors:
+    """Memories this process stored whose vectors are not in Chroma yet (issue 29: the outbox commits a turn's rows
+    and keyword index first, the vectors after), by (Chroma path, collection): id → stored text. The instance's next
+    retrieval stops waiting once the rows are in, so its vector path scores these itself (`MemoryStore.vector_search`)
+    until their vectors are written; then they are forgotten here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_place: dict[tuple[str, str], dict[int, str]] = {}
+
+    def add(self, place: tuple[str, str], texts: Mapping[int, str]) -> None:
+        with self._lock:
+            self._by_place.setdefault(place, {}).update(texts)
+
+    def of(self, place: tuple[str, str]) -> dict[int, str]:
+        with self._lock:
+            return dict(self._by_place.get(place, {}))
+
+    def texts(self, path: str) -> list[str]:
+        """Every pending text of the Chroma store at `path` (a few: a turn's writes)."""
+        with self._lock:
+            return [text for place, kept in self._by_place.items() if place[0] == path for text in kept.values()]
+
+    def forget(self, place: tuple[str, str], memory_ids: Iterable[int]) -> None:
+        with self._lock:
+            kept = self._by_place.get(place)
+            if kept is None:
+                return
+            for memory_id in memory_ids:
+                kept.pop(memory_id, None)
+            if not kept:
+                del self._by_place[place]
+
+
+PENDING_VECTORS = PendingVectors()

@@ -46,7 +46,7 @@ from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
-from personalab.stores.background import run_in_background
+from personalab.stores.background import run_in_background, writes_visible
 from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.embeddings import embed_stored_texts
 from personalab.stores.events import write_event
@@ -168,6 +168,8 @@ def _apply_memories(store: MemoryStore, row: OutboxWrite, mark: Callable[[Sessio
     lines = [item["line_id"] for item in items if item.get("line_id") is not None]
     stored = store.stored_contents(row.instance_id, lines)
     fresh = [item for item in items if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored]
+    if len(fresh) < len(items):
+        _vectors_left(store, row.instance_id, lines)
     if fresh:
         store.add_memories(row.instance_id, fresh, before_commit=mark)
     else:
@@ -185,11 +187,21 @@ def _apply_record(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
     items = row.payload["items"]
     known = store.recorded_line_ids(row.instance_id, [item["line_id"] for item in items if item.get("line_id")])
     fresh = [item for item in items if item.get("line_id") not in known]
+    if known:
+        _vectors_left(store, row.instance_id, sorted(known))
     if fresh:
         store.add_memories(row.instance_id, fresh, before_commit=mark)
     else:
         with session_scope(store._url()) as session:
             mark(session)
+
+
+def _vectors_left(store: MemoryStore, instance_id: int, line_ids: Sequence[int]) -> None:
+    """The vectors of the memories of `line_ids` stored without them by a process that died between the two phases
+    of `_apply_together` (a replayed row finds its items stored and writes only what they lack)."""
+    left = store.vectorless(instance_id, line_ids)
+    if left:
+        store.put_vectors(instance_id, left, embed_stored_texts([entry.content for entry in left]))
 
 
 def _apply_mentions(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
@@ -403,7 +415,8 @@ def _apply_due(store: MemoryStore, database_url: str | None, instance_id: int, f
     if claimed[0].kind in TOGETHER:
         later = batch[lead:] if lead and len(claimed) == lead else []
         try:
-            return _apply_together(store, database_url, claimed, later, token, now, force)
+            last = cut == len(due) < BATCH_ROWS  # no later due row: the next retrieval may go on after phase 1
+            return _apply_together(store, database_url, claimed, later, token, now, force, last)
         except Exception as exc:  # noqa: BLE001 - applied one by one below: the failing row keeps its error
             log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(claimed), exc)
     return _apply_one_by_one(store, database_url, instance_id, claimed, token)
@@ -529,41 +542,100 @@ def _apply_together(
     token: str,
     now: float,
     force: bool,
+    last: bool = False,
 ) -> Step:
     """Apply claimed rows of the kinds in TOGETHER, and the `later` rows after them (claimed here), as the rows one
-    by one would, at the cost of about one write: every text to embed (events, fresh record entries, fresh
-    memories; a turn's memory is its event's text) in one embeddings call, a text embedded before not again
-    (`embed_stored_texts`); the leading events upserted by collection and marked applied in one transaction (fault
-    tests: `during_writes` comes after it), the `later` rows claimed; then the rest in one transaction
-    (`MemoryStore.add_memories`: one upsert of the instance's new memories and record entries, the mention marks,
-    the later events, every row marked applied). A failure before the first commit is raised (the caller applies
-    the claimed rows one by one); after it, the rest are applied one by one here."""
+    by one would, at the cost of about one write, in two phases (issue 29: the instance's next retrieval waits for
+    the first only):
+
+    1. what a retrieval reads, in one transaction: the fresh memories and record entries as rows, without their
+       vectors (`MemoryStore.add_memories(vectors_later=True)`), and the mention marks; the keyword index follows
+       the commit. With `last` (no later row is due), the instance's next retrieval may go on (`writes_visible`):
+       its keyword side finds the rows at once, its vector side scores them itself (`PENDING_VECTORS`).
+    2. the slow part: every text to embed (events, the new rows; a turn's memory is its event's text) in one
+       embeddings call, a text embedded before not again (`embed_stored_texts`); the events upserted by collection,
+       the memories' vectors by collection; every row marked applied in one transaction.
+
+    No row is marked applied before its vectors are in Chroma: a process that dies between the phases (fault tests:
+    `during_writes`) leaves every row queued; the next applies them again, which stores no row twice and writes the
+    vectors the stored rows lack (`MemoryStore.vectorless`). A failure before the first commit is raised (the
+    caller applies the claimed rows one by one); after it, the rows are applied one by one here."""
     instance_id = claimed[0].instance_id
     lead = next((n for n, row in enumerate(claimed) if row.kind != "event"), len(claimed))
-    plan = _fresh_items(store, instance_id, [*claimed[lead:], *later])
-    events = [row.payload for row in [*claimed, *later] if row.kind == "event"]
-    vectors = embed_stored_texts([event["text"] for event in events] + [stored_text(item) for item in plan])
-    event_vectors = dict(zip((event["id"] for event in events), vectors, strict=False))
-    rest = list(claimed[lead:])
-    if lead:
-        _upsert_events(store, [row.payload for row in claimed[:lead]], event_vectors)
-        with session_scope(database_url) as session:
-            _mark_applied(session, claimed[:lead], token)
-        failpoint("during_writes")  # fault tests: the turn's event applied, its other writes still queued (free)
-        rest = _claim_in_order(database_url, later, token, now, force)
-    if not rest:
-        return Step(lead, 0)
+    rows = list(claimed)
+    if lead and later:
+        rows += _claim_in_order(database_url, later, token, now, force)
+        last = last and len(rows) == len(claimed) + len(later)
+    body = [row for row in rows if row.kind != "event"]
+    plan = _fresh_items(store, instance_id, body)
+    # phase 1: the rows a retrieval reads
+    entries: list[Any] = []
+    if body:
+        entries = _store_rows(store, body, plan)
+    if last:
+        writes_visible()
+    failpoint("during_writes")  # fault tests: the turn's rows stored, their vectors and events not yet, none applied
+    # phase 2: the vectors and events, then every row applied
     try:
-        if len(rest) < len(claimed) - lead + len(later):  # another process holds some of them: the rows claimed
-            plan = _fresh_items(store, instance_id, rest)
-        _apply_rest(store, rest, plan, event_vectors, token)
+        _write_vectors(store, rows, plan, entries, token)
     except Exception as exc:  # noqa: BLE001 - one by one: the failing row keeps its error, the others go on
-        log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rest), exc)
-        step = _apply_one_by_one(store, database_url, instance_id, rest, token)
-        return Step(lead + step.applied, step.set_aside, step.stopped, step.when)
-    if not lead:
-        failpoint("during_writes")
-    return Step(lead + len(rest), 0)
+        log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rows), exc)
+        step = _apply_one_by_one(store, database_url, instance_id, rows, token)
+        return Step(step.applied, step.set_aside, step.stopped, step.when)
+    return Step(len(rows), 0)
+
+
+def _store_rows(store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]) -> list[Any]:
+    """Phase 1 of `_apply_together`: the fresh memories and record entries (`items`) as rows without vectors and the
+    mention marks, in one transaction; then the keyword index of new memories. Returns the stored entries."""
+    instance_id = rows[0].instance_id
+    # mention checks: the memories each reply used (the keywords of each, before the transaction)
+    mentions = [
+        (
+            used_memory_ids(data["retrieved"], data["reply"], message=data["message"], ignore=data["ignore"]),
+            data["turn"],
+        )
+        for data in (row.payload for row in rows if row.kind == "mention")
+    ]
+
+    def marks(session: Session) -> None:
+        for used, turn in mentions:
+            mark_mentioned_in(session, instance_id, used, turn, once_per_turn=True)
+
+    entries: list[Any] = []
+    if items:
+        entries = store.add_memories(instance_id, items, vectors_later=True, before_commit=marks)
+    elif mentions:
+        with session_scope(store._url()) as session:
+            marks(session)
+    if any(row.kind == "memory" for row in rows):
+        try:  # the keyword index of the new memories for the next turn (a cache: its failure is only logged)
+            store.index(instance_id)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("instance %s: keyword index not rebuilt after its memories: %s", instance_id, exc)
+    return entries
+
+
+def _write_vectors(
+    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]], entries: Sequence[Any], token: str
+) -> None:
+    """Phase 2 of `_apply_together`: one embeddings call for the events, the new entries and the stored ones left
+    without a vector (a process that died between the phases), the upserts, every row marked applied."""
+    instance_id = rows[0].instance_id
+    events = [row.payload for row in rows if row.kind == "event"]
+    lines = [item.get("line_id") for row in rows if row.kind in ("record", "memory") for item in row.payload["items"]]
+    new_ids = {entry.id for entry in entries}
+    # a replay: the rows' items stored before (not in `items`) may lack their vectors
+    replayed = len(items) < len(lines)
+    left = [e for e in store.vectorless(instance_id, lines) if e.id not in new_ids] if replayed else []
+    texts = [event["text"] for event in events] + [entry.content for entry in [*entries, *left]]
+    vectors = embed_stored_texts(texts)
+    event_vectors = dict(zip((event["id"] for event in events), vectors, strict=False))
+    _upsert_events(store, events, event_vectors)
+    if entries or left:
+        store.put_vectors(instance_id, [*entries, *left], vectors[len(events) :])
+    with session_scope(store._url()) as session:
+        _mark_applied(session, rows, token)
 
 
 def _fresh_items(store: MemoryStore, instance_id: int, rows: Sequence[OutboxWrite]) -> list[dict[str, Any]]:
@@ -588,45 +660,6 @@ def _fresh_items(store: MemoryStore, instance_id: int, rows: Sequence[OutboxWrit
         stored |= {(item.get("line_id"), stored_text(item)) for item in fresh}
         items.extend(fresh)
     return items
-
-
-def _apply_rest(
-    store: MemoryStore,
-    rows: Sequence[OutboxWrite],
-    items: Sequence[dict[str, Any]],
-    event_vectors: Mapping[str, Any],
-    token: str,
-) -> None:
-    """The claimed rows after the leading events, in one transaction: their fresh memories and record entries
-    (`items`, one upsert), the mention marks, their events, every row marked applied."""
-    instance_id = rows[0].instance_id
-    # mention checks: the memories each reply used (the keywords of each, before the transaction)
-    mentions = [
-        (
-            used_memory_ids(data["retrieved"], data["reply"], message=data["message"], ignore=data["ignore"]),
-            data["turn"],
-        )
-        for data in (row.payload for row in rows if row.kind == "mention")
-    ]
-    events = [row.payload for row in rows if row.kind == "event"]
-
-    def finish(session: Session) -> None:
-        for used, turn in mentions:
-            mark_mentioned_in(session, instance_id, used, turn, once_per_turn=True)
-        _upsert_events(store, events, event_vectors)
-        _mark_applied(session, rows, token)
-
-    if items:
-        vectors = embed_stored_texts([stored_text(item) for item in items])  # known: no model call
-        store.add_memories(instance_id, items, embeddings=vectors, embedded_by_store=True, before_commit=finish)
-    else:
-        with session_scope(store._url()) as session:
-            finish(session)
-    if any(row.kind == "memory" for row in rows):
-        try:  # the keyword index of the new memories for the next turn (a cache: its failure is only logged)
-            store.index(instance_id)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("instance %s: keyword index not rebuilt after its memories: %s", instance_id, exc)
 
 
 def _upsert_events(store: MemoryStore, events: Sequence[Mapping[str, Any]], vectors: Mapping[str, Any]) -> None:

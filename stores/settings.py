@@ -237,7 +237,7 @@ class Settings(BaseSettings):
         "",
         description="Fault tests only (`bench faults`): the process kills itself (SIGKILL) when a turn reaches this"
         " point: before_model, mid_stream (after the reply's first chunk), after_reply (stored, its writes queued),"
-        " during_writes (after the first queued write is applied). Empty: never.",
+        " during_writes (the queued writes' rows stored, their vectors not yet, none marked applied). Empty: never.",
     )
     failpoint_action: FailpointAction = Field(
         "kill",

@@ -23,9 +23,11 @@ from personalab.nodes.state import TurnState
 from personalab.stores.background import wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
+from personalab.stores.memory import MemoryStore
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Background, Line, Role
 from personalab.stores.turns import branch_story_state, last_turn_time
+from personalab.stores.vectors import chroma_path
 
 NO_REWRITE = "not run"  # the status "try it" records for the query rewrite (a model call it does not make)
 
@@ -66,6 +68,7 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
     ctx = Context(database_url=database_url) if database_url else Context()
     # read your writes, as the turn's retrieval does: the instance's memories queued after its last reply are in
     wait_for_writes(instance_id)
+    MemoryStore(db_url=database_url, chroma_path=chroma_path()).embed_pending()  # its vectors too, as the turn
     state = turn_state_for(instance_id, message, database_url, ctx)
     started = time.perf_counter()
     book, _ms = prepare_worldbook(instance_id, ctx)  # as the turn does: the process's prepared book when current
