@@ -12,6 +12,8 @@ shared first 50 entries. Per book, p50 / p95 (nearest rank) over the turns after
   cap (`worldbook_prepare_ms`: a version check when the process has the book) plus the search under the cap
   (`debug.retrieval.ms`: world book, memories, knowledge, injection);
 - `search`: the part under the cap alone, and the world-book scan inside it;
+- `CPU`: the processor time of the same (`debug.retrieval.cpu_ms`: preparation and search, their threads' own
+  time), which a loaded machine stretches far less than the wall clock;
 - the cuts by the time cap (goal: none).
 Left out, and printed apart: the wait for the previous turn's writes (`waited_for_writes_ms`, the write path's)
 and the first turn's load and build of the book.
@@ -79,7 +81,7 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
             _attach_book(instance_id, size, history_turns)
         texts = turn_texts(turns, synthetic_book(BASELINE_ENTRIES), seed=9)
         found: dict[int, dict[str, list[float]]] = {
-            size: {"whole": [], "search": [], "scan": [], "prepare": [], "waited": []} for size in sizes
+            size: {"whole": [], "search": [], "scan": [], "prepare": [], "waited": [], "cpu": []} for size in sizes
         }
         first: dict[int, float] = {}
         cuts = dict.fromkeys(sizes, 0)
@@ -103,6 +105,7 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
                     row["search"].append(search)
                     row["prepare"].append(prepare)
                     row["scan"].append(float((debug.get("worldbook_scan") or {}).get("scan_ms") or 0.0))
+                    row["cpu"].append(float(debug.get("cpu_ms") or 0.0))
                     row["waited"].append(float(debug.get("waited_for_writes_ms") or 0.0))
     return {
         size: {
@@ -125,12 +128,13 @@ def report(figures: dict[int, Any], per_instance: int, total: int, history_turns
         f"~{per_instance:,} memories ({total:,} in the store), {history_turns:,}-turn dialogues"
     )
     print(f"  {'book entries':>12}{'whole p50':>11}{'whole p95':>11}{'search p95':>12}{'scan p95':>10}"
-          f"{'prepare p95':>13}{'cuts':>6}")  # fmt: skip
+          f"{'prepare p95':>13}{'CPU p50':>9}{'CPU p95':>9}{'cuts':>6}")  # fmt: skip
     for size in sizes:
         row = figures[size]
         print(
             f"  {size:>12,}{row['whole_p50']:>11.1f}{row['whole_p95']:>11.1f}{row['search_p95']:>12.1f}"
-            f"{row['scan_p95']:>10.2f}{row['prepare_p95']:>13.2f}{row['cuts']:>6}"
+            f"{row['scan_p95']:>10.2f}{row['prepare_p95']:>13.2f}{row['cpu_p50']:>9.1f}{row['cpu_p95']:>9.1f}"
+            f"{row['cuts']:>6}"
         )
     for size in sizes:
         row = figures[size]
