@@ -73,6 +73,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--after-insert", type=int, default=50, help="insert + retrieval pairs (the index rebuild after a write)"
     )
     retrieval.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
+    retrieval.add_argument(
+        "--book-entries", type=int, default=0, help="then whole turns' retrieval with a book this big and a 50-entry one"
+    )
+    retrieval.add_argument("--book-turns", type=int, default=30, help="turns per book (the first: warm-up)")
+    retrieval.add_argument("--history-turns", type=int, default=200, help="dialogue turns of the two book instances")
     retrieval.set_defaults(handler=bench_retrieval.run)
     bench_load.register(kinds)
     bench_faults.register(kinds)

@@ -275,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("inserts", "after_insert"):
         if getattr(args, name) < 0:
             raise InvalidInput(f"--{name.replace('_', '-')} must not be negative, got {getattr(args, name)}")
+    if args.book_entries > 0 and (args.instances < 2 or args.book_turns < 2):
+        raise InvalidInput("--book-entries needs --instances of at least 2 and --book-turns of at least 2")
     if args.memories < args.instances:
         raise InvalidInput(f"--memories ({args.memories}) must be at least --instances ({args.instances})")
     with data_folder(args.data_dir, "personalab-bench-retrieval-") as data:
@@ -395,3 +397,9 @@ def _measure(args: argparse.Namespace, data: Path) -> None:
         f"goal: growth under {100 * GOAL_GROWTH:.0f} %: {100 * worst / baseline:+.1f} % — "
         f"{'met' if worst < GOAL_GROWTH * baseline else 'NOT met'}"
     )
+    if args.book_entries > 0:  # issue 28: a turn's whole retrieval with a big world book on this store
+        from personalab.evals.bench_bigbook import book_figures, report
+
+        total = sum(store.count(instance) for instance in instances)
+        figures = book_figures(data, instances[:2], args.book_entries, args.book_turns, args.history_turns)
+        report(figures, per, total, args.history_turns)

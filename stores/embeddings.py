@@ -177,3 +177,23 @@ def embed_stored_texts(texts: list[str]) -> list[list[float]]:
                 for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
                     known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
     return [known[text].tolist() for text in texts]
+
+
+# Query vectors, by text, for the configured model (issue 28): a turn asks for its query's vector in the memory
+# search and again in the knowledge library's and the world book's semantic searches; the model ran once per text.
+QUERIES_KEPT = 256
+_queries: LRU[tuple[int, str], tuple[Embeddings, np.ndarray]] = LRU(QUERIES_KEPT)
+
+
+def embed_query_once(text: str, embeddings: Embeddings | None = None) -> np.ndarray:
+    """`embeddings`' (default: the configured model's) float32 query vector of `text`; a text this process asked
+    for lately with the same model is not embedded again (the vectors are the model's, so a kept one is exact)."""
+    model = embeddings if embeddings is not None else get_embeddings()
+    key = (id(model), text)
+    kept = _queries.get(key)
+    if kept is not None and kept[0] is model:  # the model itself kept: an id reused by another is not a hit
+        return kept[1]
+    vector = np.asarray(model.embed_query(text), dtype=np.float32)
+    vector.flags.writeable = False  # shared by every caller that asks for the text
+    _queries.put(key, (model, vector))
+    return vector

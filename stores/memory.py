@@ -896,9 +896,9 @@ class MemoryStore:
         return build_index(key, revision, rows)
 
     def embed_query(self, text: str) -> np.ndarray:
-        from personalab.stores.embeddings import get_embeddings
+        from personalab.stores.embeddings import embed_query_once
 
-        return np.asarray(get_embeddings().embed_query(text), dtype=np.float32)
+        return embed_query_once(text)  # the knowledge and world-book searches of the turn reuse it
 
     def vector_search(
         self, instance_id: int, character_id: int, embedding: np.ndarray, n: int

@@ -306,23 +306,29 @@ _PREPARED_MAX = 8  # books kept per process (a 20,000-entry book is some tens of
 _PREPARED_LOCK = threading.Lock()
 
 
-def worldbook_version(session: Session, save_id: int) -> tuple[Any, ...]:
-    """What changes whenever an entry instance `save_id` sees is added, deleted or edited, in any process: the
-    count, the largest id, the sum of the ids and the latest `updated_at` of those rows (an edit sets
-    `updated_at`), and the same of their SillyTavern sources (count and ids). One aggregate query each."""
-    where = _visible_filter(WorldbookEntryRow, session, Scope(save_id=save_id), True)
+def _scope_filter(model: Any, save_id: int, role_id: int | None) -> Any:
+    """`_visible_filter(..., Scope(save_id=save_id), True)` for an instance whose character (`role_id`) is known:
+    no read of the instance again."""
+    clauses = [and_(col(model.role_id).is_(None), col(model.save_id).is_(None)), col(model.save_id) == save_id]
+    if role_id is not None:
+        clauses.append(and_(col(model.role_id) == role_id, col(model.save_id).is_(None)))
+    return or_(*clauses)
+
+
+def worldbook_version(session: Session, save_id: int, role_id: int | None = None) -> tuple[Any, ...]:
+    """What changes whenever an entry instance `save_id` (of character `role_id`) sees is added, deleted or edited,
+    in any process: the count, the largest id, the sum of the ids and the latest `updated_at` of those rows, in one
+    aggregate query. An entry's SillyTavern source is written only with its entry: added and deleted with it, and
+    changed only by an edit of the entry, which sets its `updated_at` (`stores.worldbook_entries.update_entry`)."""
+    if role_id is None:
+        role_id = get_save(session, save_id).role_id
     entry_id = col(WorldbookEntryRow.id)
     rows = session.exec(
         select(
             func.count(entry_id), func.max(entry_id), func.sum(entry_id), func.max(WorldbookEntryRow.updated_at)
-        ).where(where)
+        ).where(_scope_filter(WorldbookEntryRow, save_id, role_id))
     ).one()
-    sources = session.exec(
-        select(func.count(col(WorldbookEntrySourceRow.entry_id)), func.sum(col(WorldbookEntrySourceRow.entry_id)))
-        .join(WorldbookEntryRow, col(WorldbookEntryRow.id) == col(WorldbookEntrySourceRow.entry_id))
-        .where(where)
-    ).one()
-    return (*tuple(rows), *tuple(sources))
+    return tuple(rows)
 
 
 def _stored_entries(session: Session, save_id: int) -> list[WorldbookEntry]:
@@ -344,7 +350,7 @@ def _stored_entries(session: Session, save_id: int) -> list[WorldbookEntry]:
 def _cached_book(session: Session, save_id: int) -> _Cached:
     role_id = get_save(session, save_id).role_id
     key = (str(session.get_bind().engine.url), role_id, save_id)
-    version = worldbook_version(session, save_id)
+    version = worldbook_version(session, save_id, role_id)
     with _PREPARED_LOCK:
         cached = _PREPARED.get(key)
         if cached is not None and cached.version == version:
@@ -422,7 +428,9 @@ def knowledge_similarities(
             _VECTOR_CACHE.clear()
         for t, vector in zip(missing, embeddings.embed_documents(missing), strict=True):
             _VECTOR_CACHE[(model, t)] = list(vector)
-    query = np.asarray(embeddings.embed_query(text), dtype=float)
+    from personalab.stores.embeddings import embed_query_once
+
+    query = embed_query_once(text, embeddings).astype(float)
     return {
         e.id: cosine(query, np.asarray(_VECTOR_CACHE[(model, t)], dtype=float))
         for e, t in zip(enabled, texts, strict=True)
@@ -457,7 +465,9 @@ def with_semantic_vectors(
         norms = np.linalg.norm(stacked, axis=1, keepdims=True)
         matrix = book.vectors[model] = (ids, stacked / np.where(norms == 0, 1, norms))
     ids, unit = matrix
-    asked = np.asarray(embeddings.embed_query(context.text), dtype=np.float32)
+    from personalab.stores.embeddings import embed_query_once
+
+    asked = embed_query_once(context.text, embeddings)
     norm = float(np.linalg.norm(asked))
     scores = unit @ (asked / norm) if norm else np.zeros(len(ids), dtype=np.float32)
     similarities = dict(zip(ids, (float(score) for score in scores), strict=True))

@@ -36,6 +36,8 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
     prompt = debug.get("prompt") or {}
     return {
         "retrieval_status": ((debug.get("retrieval") or {}).get("status")),
+        # issue 28: true when any part of retrieval was cut by the time cap or failed (the notice says how)
+        "retrieval_cut": retrieval_notice(state) is not None,
         "notice": retrieval_notice(state),
         "instance_id": state.get("instance_id"),
         "turn": state.get("turn"),
