@@ -205,6 +205,39 @@ def consolidated_line(database_url: str | None, instance_id: int, line_id: int |
         return found is not None
 
 
+def closed_record_lines(database_url: str | None, instance_id: int) -> list[str]:
+    """The instance's dialogue-record lines a later fact closed (issue 26), each ``speaker：text`` as recorded."""
+    from personalab.nodes.rules.curation import record_parts
+
+    with session_scope(database_url) as session:
+        rows = session.exec(
+            select(MemoryEntry.content).where(
+                MemoryEntry.instance_id == instance_id,
+                MemoryEntry.type == "record",
+                col(MemoryEntry.valid_to_turn).is_not(None),
+            )
+        ).all()
+    return [record_parts(str(content))[1] for content in rows]
+
+
+def closed_turns(database_url: str | None, instance_id: int, turns: Sequence[int]) -> set[int]:
+    """Of `turns`, those of the instance with a memory a later fact closed (`valid_to_turn` set): an exchange that
+    said something no longer true (issue 26; the director's events of those turns are left out)."""
+    if not turns:
+        return set()
+    with session_scope(database_url) as session:
+        rows = session.exec(
+            select(MemoryEntry.turn)
+            .where(
+                MemoryEntry.instance_id == instance_id,
+                col(MemoryEntry.turn).in_(sorted(set(turns))),
+                col(MemoryEntry.valid_to_turn).is_not(None),
+            )
+            .distinct()
+        ).all()
+    return {int(turn) for turn in rows if turn is not None}
+
+
 def consolidation_steps(
     database_url: str | None, instance_id: int, *, include_undone: bool = True
 ) -> list[dict[str, Any]]:
