@@ -178,7 +178,12 @@ def play(instance: int, message: str, **extra: Any) -> None:
 
 def test_npc_recall_on_the_api_and_the_cli(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     instance = create_sample_instance(None)
-    npc_line = {"attribute": "assistant", "display_name": "老陈", "script_role_id": "laochen", "content": "外面全是沙。"}
+    npc_line = {
+        "attribute": "assistant",
+        "display_name": "老陈",
+        "script_role_id": "laochen",
+        "content": "外面全是沙。",
+    }
     play(instance, "老陈，你来了", lines_before=[npc_line])
     for filler in ("今天风好大", "我们去看看水井", "先休息一下吧"):
         play(instance, filler)
@@ -217,3 +222,26 @@ def test_undo_on_the_api_and_the_cli_and_a_step_naming_nothing_loses_nothing(
     assert reopened.valid_to_turn is None and reopened.superseded_by is None
     code, out, _ = cli(capsys, "memory", "steps", "--instance", str(instance))
     assert "(undone)" in out
+
+
+def test_recall_and_undo_over_http(sqlite_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", sqlite_url)
+    from personalab.graph.http.app import app
+
+    instance = create_sample_instance(sqlite_url)
+    store = MemoryStore(db_url=sqlite_url)
+    consolidate_message(store, instance, message="我住在北京。", user_name="莱姆", turn=1)
+    (update,) = consolidate_message(store, instance, message="我搬到上海了", user_name="莱姆", turn=30)
+    with TestClient(app) as client:
+        steps = client.get(f"/instances/{instance}/consolidation-steps")
+        assert steps.status_code == 200 and [s["action"] for s in steps.json()] == ["add", "update"]
+        missing = client.post(f"/instances/{instance}/consolidation-steps/9999/undo")
+        assert missing.status_code == 404 and "9999" in missing.text
+        undone = client.post(f"/instances/{instance}/consolidation-steps/{update['id']}/undo")
+        assert undone.status_code == 200 and undone.json()["undone_at"]
+        stranger = client.post(f"/instances/{instance}/memories/recall", json={"query": "钥匙", "npc": "xiaomiao"})
+        assert stranger.status_code == 422 and "xiaomiao" in stranger.text
+        mine = client.post(f"/instances/{instance}/memories/recall", json={"query": "住在哪里"})
+        assert mine.status_code == 200 and mine.json()["witness"].startswith("role:")
