@@ -330,8 +330,10 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
     # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
     # after the current ones and marked as no longer true; otherwise its line is not another entry's context either
     past = asks_about_past(query) or asks_about_past(state["message"])
+    # not about the past: the closed facts are left out first (named as superseded, not as duplicates)
+    superseded = [] if past else [item["id"] for item in found["items"] if item.get("valid_to_turn") is not None]
     items, duplicates, in_dialogue = drop_repeated_exchanges(
-        found["items"],
+        [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
         window_turns=ctx.recall_turns,
         window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
@@ -343,7 +345,7 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         for item in items
         if item.get("valid_to_turn") is not None and past
     ]
-    found["superseded"] = [item["id"] for item in items if item.get("valid_to_turn") is not None and not past]
+    found["superseded"] = superseded
     found["items"] = [*current, *closed][: ctx.rag_results]
     found["in_recent_dialogue"] = in_dialogue
     found["duplicates"] = duplicates

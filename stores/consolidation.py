@@ -131,7 +131,7 @@ def _consolidate_fact(
             )
             if closed.rowcount:
                 before = {"valid_to_turn": None, "superseded_by": None}
-                # the old fact's own line in the dialogue record is no longer true either: closed with it
+                # the old fact's exchange in the dialogue record is no longer true either: closed with it
                 source = session.get(MemoryEntry, decision.target_id)
                 if source is not None and source.line_id is not None:
                     # and so is the turn's own memory (``第N轮：…``) that repeated it
@@ -141,7 +141,8 @@ def _consolidate_fact(
                             MemoryEntry.character_id == character,
                             col(MemoryEntry.valid_to_turn).is_(None),
                             or_(
-                                (col(MemoryEntry.line_id) == source.line_id) & (col(MemoryEntry.type) == "record"),
+                                # the whole exchange: the reply that took the old fact in repeats it too
+                                (col(MemoryEntry.turn) == source.turn) & (col(MemoryEntry.type) == "record"),
                                 (col(MemoryEntry.turn) == source.turn)
                                 & col(MemoryEntry.content).startswith(f"第{source.turn}轮：")
                                 & col(MemoryEntry.type).in_(["conversation", "event"]),

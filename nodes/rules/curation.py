@@ -212,6 +212,8 @@ def drop_repeated_exchanges(
         content = str(item.get("content") or "")
         whole = source.line == WHOLE_TURN
         context, own = record_parts(content) if item.get("type") == "record" else ([], "")
+        if "fact" in (item.get("tags") or ()):  # a consolidated fact holds its line: ``【slot】speaker：text``
+            own = re.sub(r"^【[^】]{1,12}】", "", content.strip())
         if repeated is None and own:
             repeated = said.get(" ".join(own.split()))
         if repeated is None and own:  # a line quoting one already presented (a reply that echoes a memory)
@@ -232,7 +234,7 @@ def drop_repeated_exchanges(
             )
             continue
         shown = dict(item)
-        fresh = [line for line in context if _norm(line) not in said]
+        fresh = [line for line in context if _norm(line) not in said and quoted_in(_norm(line), said) is None]
         if len(fresh) < len(context):
             shown["content"] = "\n".join([*fresh, own])
             shown["trimmed_context"] = len(context) - len(fresh)
