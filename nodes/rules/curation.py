@@ -165,12 +165,15 @@ QUOTE_MIN_CHARS = 6  # a shorter line ("好的") is in too many others to count 
 
 
 def quoted_in(own: str, said: Mapping[str, Any]) -> Any:
-    """What an item's own line (``speaker：text``) repeats by quoting a presented line's text whole (at least
-    `QUOTE_MIN_CHARS` characters), or None."""
+    """What an item's own line (``speaker：text``) repeats by quoting a presented line's text whole, or a presented
+    line quoting it whole (a reply in the recent dialogue that echoed it), at least `QUOTE_MIN_CHARS` characters;
+    or None."""
     text = own.split("：", 1)[-1]
     for line, key in said.items():
         quoted = line.split("：", 1)[-1]
-        if len(quoted) >= QUOTE_MIN_CHARS and quoted in text and quoted != text:
+        if quoted == text:
+            continue
+        if (len(quoted) >= QUOTE_MIN_CHARS and quoted in text) or (len(text) >= QUOTE_MIN_CHARS and text in quoted):
             return key
     return None
 
