@@ -245,3 +245,23 @@ def test_recall_and_undo_over_http(sqlite_url: str, data_dir: Path, monkeypatch:
         assert stranger.status_code == 422 and "xiaomiao" in stranger.text
         mine = client.post(f"/instances/{instance}/memories/recall", json={"query": "住在哪里"})
         assert mine.status_code == 200 and mine.json()["witness"].startswith("role:")
+
+
+def test_an_entry_quoting_a_presented_line_or_quoted_by_one_is_a_duplicate() -> None:
+    from personalab.nodes.rules.curation import drop_repeated_exchanges
+
+    echo = {"kind": "memory", "id": 1, "turn": 30, "type": "record", "line_id": 60}
+    echo["content"] = "雷娜：我想起来了——第2轮：莱姆说「我最爱吃红烧肉。」"
+    old = {"kind": "memory", "id": 2, "turn": 2, "type": "record", "line_id": 3, "content": "莱姆：我最爱吃红烧肉。"}
+    # the window has the line: a memory quoting it is a duplicate
+    kept, dups, _ = drop_repeated_exchanges([echo], turn=50, window_turns=2, window_lines=["莱姆：我最爱吃红烧肉。"])
+    assert not kept and dups[0]["of"] == "recall_window"
+    # a reply in the window quoted it: the old line is a duplicate too
+    kept, dups, _ = drop_repeated_exchanges([old], turn=50, window_turns=2, window_lines=[echo["content"]])
+    assert not kept and dups[0]["id"] == 2
+    # a line a later fact closed is never another entry's context
+    reply = {**echo, "id": 3, "content": "莱姆：我是一名护士，在医院上夜班。\n雷娜：好的。"}
+    kept, _, _ = drop_repeated_exchanges(
+        [reply], turn=50, window_turns=2, closed_lines=["莱姆：我是一名护士，在医院上夜班。"]
+    )
+    assert kept[0]["content"] == "雷娜：好的。"
