@@ -203,7 +203,9 @@ def drop_repeated_exchanges(
     for text in closed_lines:
         if text.strip():
             said.setdefault(_norm(text), "no_longer_true")
-    for item in items:
+    # a consolidated fact is the curated form of its line: it is presented before the record or turn memory holding
+    # the same line (which then count as its duplicates); otherwise best first
+    for item in sorted(items, key=lambda one: 0 if "fact" in (one.get("tags") or ()) else 1):
         source = exchange_source(item)
         if source is None:
             kept.append(dict(item))
