@@ -492,7 +492,7 @@ def _one_turn(
     )
 
 
-def _memory_rows(ids: Sequence[int]) -> dict[int, tuple[int, list[str] | None]]:
+def _memory_rows(ids: Sequence[int]) -> dict[int, tuple[int, Sequence[Any] | None]]:
     """Each memory's (instance, witnesses), read from the scenario's database."""
     from personalab.stores.memory_tables import MemoryEntry
     from sqlmodel import col, select
@@ -501,7 +501,7 @@ def _memory_rows(ids: Sequence[int]) -> dict[int, tuple[int, list[str] | None]]:
         rows = session.exec(
             select(MemoryEntry.id, MemoryEntry.instance_id, MemoryEntry.witnesses).where(col(MemoryEntry.id).in_(ids))
         ).all()
-    return {int(row[0]): (int(row[1]), row[2]) for row in rows}
+    return {int(row[0] or 0): (int(row[1]), row[2]) for row in rows}
 
 
 def _unwitnessed(
