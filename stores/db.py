@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from personalab.nodes.rules.errors import StoreUnavailable
 
@@ -201,6 +201,8 @@ def _sqlite_file(url: str | None) -> Path | None:
         return None
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
+    if parsed.database.startswith("file:"):  # the read-only URI of a read-only folder's file (read_only_uri)
+        return Path(unquote(parsed.database.removeprefix("file:")))
     return Path(parsed.database)
 
 
@@ -302,7 +304,8 @@ def _name(url: str | None) -> str:
     except ArgumentError:
         return ""
     if parsed.get_backend_name() == "sqlite":
-        return f"{parsed.database or ':memory:'} "
+        path = _sqlite_file(url)
+        return f"{path or ':memory:'} "
     return f"{parsed.render_as_string(hide_password=True)} "
 
 

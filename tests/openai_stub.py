@@ -182,7 +182,10 @@ def _common(a: str, b: str) -> int:
 def _client_gone(connection: socket.socket) -> bool:
     """The client closed its side (a readable socket with nothing to read), as llama.cpp's server checks."""
     try:
-        readable, _, _ = select.select([connection], [], [], 0)
+        # poll, not select: a long test process holds descriptors past select()'s 1024 limit
+        poller = select.poll()
+        poller.register(connection, select.POLLIN)
+        readable = poller.poll(0)
         return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True

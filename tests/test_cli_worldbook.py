@@ -59,7 +59,7 @@ def test_knowledge_add_and_list(capsys: pytest.CaptureFixture[str], roles: dict[
     assert code == 0 and out.startswith("added knowledge entry 1 (global)")
     run(capsys, "knowledge", "add", "Alice擅长种植。", "--tag", "角色背景", "--character", str(roles["alice"]))
     code, out, _ = run(capsys, "knowledge", "list")
-    assert out == "#1 [世界设定] 这是一个位于温带森林的殖民地。 (global, importance 0.80, keywords: 森林)\n"
+    assert out == "#1 [世界设定] 这是一个位于温带森林的殖民地。 (global, order 1, importance 0.80, keywords: 森林)\n"
     rows = listed(capsys, "knowledge", "--instance", str(roles["save"]), "--visible")
     assert [(r["tag"], r["scope"]) for r in rows] == [
         ("世界设定", "global"),

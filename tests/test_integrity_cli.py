@@ -216,18 +216,12 @@ def test_a_read_only_database_is_one_line_and_exit_2(shared_data_dir: Path, fold
         path.chmod(0o555 if path.is_dir() else 0o444)
     shared_data_dir.chmod(folder_mode)
     database = shared_data_dir / "personalab.db"
+    # reads work in both (issue 27: a read-only folder's database is opened read-only), writes are one line
     listed = run_as_reader("worldbook", "list")
-    if folder_mode == 0o777:
-        assert (listed.returncode, listed.stderr) == (0, "")
-    else:
-        assert listed.returncode == 2 and one_line(listed.stderr).startswith(
-            f"personalab: error: the database {database}"
-        )
+    assert (listed.returncode, listed.stderr) == (0, "")
     added = run_as_reader("worldbook", "add", "雷娜的旧据点", "--keyword", "据点")
     assert added.returncode == 2 and added.stdout == ""
-    assert one_line(added.stderr) == (
-        f"personalab: error: the database {database} cannot be written (attempt to write a readonly database)"
-    )
+    assert one_line(added.stderr).startswith(f"personalab: error: the database {database} cannot be written")
     turn = run_as_reader("turn", "--instance", str(instance), "你好")
     assert turn.returncode == 2 and "Traceback" not in turn.stderr
     assert one_line(turn.stderr).startswith("personalab: error: the database ")

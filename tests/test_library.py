@@ -240,7 +240,9 @@ def test_every_character_field_reaches_the_model_in_its_region(url: str) -> None
     assert "废土上的雷娜，用户的旧部" in head  # the description
     assert "用户：你是谁？\n雷娜：一个还欠你命的人。" in middle  # example dialogue
     assert "用户，你醒了？我是雷娜。" in middle  # the greeting opens the dialogue
-    assert tail[0].endswith("回复不超过80字，保持雷娜的语气。") and tail[-1] == "你好"  # post-history, then the input
+    # the turn's state first (issue 30: after the stable head), then post-history, then the input
+    assert tail[0].startswith("【当前轮次】第1轮")
+    assert tail[-2].endswith("回复不超过80字，保持雷娜的语气。") and tail[-1] == "你好"
     assert [m["content"] for m in state["prompt"] if "{{" in m["content"]] == []
     # the core memory is seeded from the persona
     core = state["core_memory"]
@@ -252,8 +254,10 @@ def test_every_character_field_reaches_the_model_in_its_region(url: str) -> None
 def test_a_long_definition_is_sent_whole_and_what_the_budget_drops_is_named(sqlite_url: str) -> None:
     url = sqlite_url
     backstory = "她在废土上长大。" * 100  # 800 characters: once cut to 200
+    # the head keeps what it needs while head and tail use at most half the window (issue 30): a description of
+    # 200,000 characters is past that at the default 128k window
     character = api.create_character(
-        {"name": "雷娜", "backstory": backstory, "description": "描述" * 2000, "example_dialogue": "例" * 60000},
+        {"name": "雷娜", "backstory": backstory, "description": "描述" * 100000, "example_dialogue": "例" * 60000},
         database_url=url,
     )
     background = api.create_background({"name": "b", "outline": ["p"]}, database_url=url)

@@ -2,7 +2,8 @@
 stub, an English card's instance sends no Chinese scaffolding in any request — the reply, the query rewrite, the
 core-memory maintenance, the LLM review, the event-log summary — only the card's own text could be CJK; a Chinese
 instance sends exactly the requests it sent before (tests/fixtures/request_language_zh.json, recorded with main
-before this change). Rules-based texts a user reads (relationship events, review reasons, recap lines) follow the
+before this change; re-recorded after issue 30 moved the turn number and relationship behind the stable head: every
+request holds the same lines as before, only that block moved). Rules-based texts a user reads (relationship events, review reasons, recap lines) follow the
 instance's language too."""
 
 from __future__ import annotations
