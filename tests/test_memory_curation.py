@@ -182,6 +182,10 @@ def test_the_rules_decide_add_update_merge_and_none() -> None:
     assert decide(fact, [{"id": 1, "value": "上海"}]).action == "none"
     assert decide(fact, [{"id": 1, "value": "上海浦东"}]).action == "merge"
     assert extract_facts("你住在哪里？") == []
+    # a question about one's own fact tells nothing (it once closed the current fact as an "update")
+    assert extract_facts("我现在住在哪个城市？") == [] and extract_facts("我住在哪") == []
+    assert extract_facts("Where do I live now?") == []
+    assert [f.value for f in extract_facts("你猜怎么着？我搬到上海了。")] == ["上海"]
     assert asks_about_past("我以前住在哪里？") and asks_about_past("Where did I use to live before?")
     assert not asks_about_past("我住在哪里？")
 

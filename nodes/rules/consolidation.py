@@ -87,12 +87,26 @@ def extract_facts(message: str) -> list[Fact]:
     """The facts `message` tells about its speaker, one per slot (the last said wins: "我住北京，不对，住上海")."""
     found: dict[str, Fact] = {}
     for sentence in re.split(r"(?<=[。！？!?；;\n])", message):
+        if _is_question(sentence):  # "我现在住在哪个城市？" asks; it tells no fact
+            continue
         for slot, pattern in _PATTERNS:
             for match in pattern.finditer(sentence):
                 value = next((g for g in match.groups() if g), "").strip()
                 if value:
                     found[slot] = Fact(slot, value, sentence.strip())
     return list(found.values())
+
+
+_QUESTION_WORDS = ("哪", "什么", "谁", "多少", "几岁", "吗")
+_QUESTION_EN = re.compile(r"^\s*(where|what|which|who|how|do|does|did|am|are|is)\b", re.IGNORECASE)
+
+
+def _is_question(sentence: str) -> bool:
+    """A sentence that asks rather than tells: it ends in a question mark or holds a question word."""
+    text = sentence.strip()
+    if text.endswith(("？", "?")):
+        return True
+    return any(word in text for word in _QUESTION_WORDS) or bool(_QUESTION_EN.search(text))
 
 
 def asks_about_past(query: str) -> bool:
