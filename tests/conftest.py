@@ -29,9 +29,14 @@ def _pg_reachable() -> str | None:
 
 @pytest.fixture(autouse=True)
 def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Tests use the scripted model unless they start the OpenAI stub; queued event writes finish in their test."""
+    """Tests use the scripted model unless they start the OpenAI stub; queued event writes finish in their test.
+
+    The retrieval's 1.5 s cap (seed 002) is a wall-clock limit: on a loaded CI machine an ordinary search can overrun
+    it, and a test asserting what the prompt holds would then check the machine's load. Tests get a 30 s cap (for the
+    processes they start too); the tests of the cap itself set a small one, and `test_settings` checks the default."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PERSONALAB_LLM", "PERSONALAB_MODEL", "PERSONALAB_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PERSONALAB_RAG_TIMEOUT", "30")
     yield
     from personalab.stores.background import flush_event_writes
 

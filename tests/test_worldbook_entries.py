@@ -81,7 +81,10 @@ def test_a_disabled_entry_leaves_the_next_turn(db_url: str) -> None:
     entry = book.add("灯塔的暗号是三短一长。", keywords=["灯塔"], instance_id=instance)
 
     def prompt(state: dict[str, object]) -> str:
-        return "\n".join(message["content"] for message in state["prompt"])  # type: ignore[attr-defined]
+        # the retrieval's status (a cut by the cap, a failure) rides along, so a failure says why
+        debug = state["debug"]["retrieval"]  # type: ignore[index]
+        status = {key: debug.get(key) for key in ("status", "ms", "warm_up_ms", "worldbook_prepare_ms")}
+        return "\n".join(message["content"] for message in state["prompt"]) + f"\n{status}"  # type: ignore[attr-defined]
 
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
         assert "三短一长" in prompt(run_turn(graph, ctx, instance, "说说灯塔。"))
