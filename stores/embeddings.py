@@ -13,8 +13,10 @@ vectors (`MemoryStore.reindex`). LoCoMo figures of the three offline choices: do
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +25,8 @@ from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import ConfigError
 from personalab.stores.lru import LRU
 from personalab.stores.settings import settings
+
+log = logging.getLogger(__name__)
 
 
 class LocalEmbeddings(Embeddings):
@@ -177,6 +181,27 @@ def embed_stored_texts(texts: list[str]) -> list[list[float]]:
                 for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
                     known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
     return [known[text].tolist() for text in texts]
+
+
+_ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stored-vectors")
+
+
+def embed_stored_texts_soon(texts: list[str]) -> None:
+    """Start `embed_stored_texts(texts)` in the background (issue 29): a turn's writes store their rows first and
+    their vectors after, and the next retrieval needs those vectors (`PENDING_VECTORS`). Started as the rows are
+    written, the model runs while the rows are (its runtime leaves the interpreter lock), so whoever asks for the
+    vectors next — the writer, or a retrieval that cannot wait for it — takes them or waits for this one call
+    instead of beginning it. A failure is only logged: the next caller computes them again."""
+    if not texts:
+        return
+
+    def run() -> None:
+        try:
+            embed_stored_texts(texts)
+        except Exception as exc:  # noqa: BLE001 - the caller that needs the vectors computes and reports them
+            log.info("stored texts not embedded ahead: %s", exc)
+
+    _ahead.submit(run)
 
 
 # Query vectors, by text, for the configured model (issue 28): a turn asks for its query's vector in the memory

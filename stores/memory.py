@@ -571,7 +571,10 @@ class MemoryStore:
         if not prepared:
             return []
         if vectors_later:
+            from personalab.stores.embeddings import embed_stored_texts_soon
+
             vectors: list[list[float]] = []
+            embed_stored_texts_soon([p["content"] for p in prepared])  # the vectors while the rows are written
         elif embeddings is None:
             from personalab.stores.embeddings import embed_stored_texts
 

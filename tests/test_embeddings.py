@@ -77,3 +77,18 @@ def test_the_offline_model_embeds_chinese_queries_as_unit_vectors() -> None:
     query, same, other = (np.asarray(embeddings.embed_query(t)) for t in ["净水厂在哪里？", "净水厂在哪儿", "我饿了"])
     assert query.shape == (512,) and np.linalg.norm(query) == pytest.approx(1.0, abs=1e-3)
     assert float(query @ same) > float(query @ other)
+
+
+def test_a_turns_stored_texts_are_embedded_while_its_rows_are_written() -> None:
+    """Issue 29: the vectors of a turn's new memories start as its rows are written, so the next retrieval takes
+    them (or waits for that one call) instead of computing them itself."""
+    from personalab.stores import embeddings
+
+    texts = ["后台预先计算的向量：灯塔的钥匙在码头。", "后台预先计算的向量：风暴那天船没有回来。"]
+    embeddings.embed_stored_texts_soon(texts)
+    embeddings._ahead.submit(lambda: None).result(timeout=60)  # the one background worker is done with them
+    kept = [embeddings._stored.get(text) for text in texts]
+    assert all(vector is not None for vector in kept)
+    # and they are the vectors a caller gets: the model's, not computed again
+    assert [list(v) for v in kept] == embeddings.embed_stored_texts(texts)  # type: ignore[union-attr]
+    assert np.allclose(kept, get_embeddings().embed_documents(texts), atol=1e-4)
