@@ -35,6 +35,7 @@ from personalab.nodes.rules.rewrite import (
 )
 from personalab.nodes.rules.tokens import TokenCounter
 from personalab.nodes.state import TurnState, TurnUpdate
+from personalab.stores.tokenizer import text_tokens_of
 
 ANSWER_PREVIEW = 200
 TIMED_OUT_SHARE = 0.9  # a failure after this much of the rewrite's share is its timeout
@@ -45,6 +46,11 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     A model failure or an unusable answer falls back to the raw input: retrieval quality drops, the turn goes on."""
     ctx = context_of(runtime)
     load_client()  # before the deadline's clock: loading the client is start-up
+    if ctx.tokenizer:
+        # the reply's token counter, also start-up: a GGUF vocabulary is turned into a tokenizer once per data dir,
+        # which took a 1.5B model's 150k-token vocabulary 40 s on a loaded 2-core CPU (issue 30), and a one-shot CLI
+        # turn loads even the kept one anew; inside the clock the reply was sent past its deadline
+        text_tokens_of(ctx.tokenizer)
     started = time.time()
     deadline_at = started + ctx.turn_deadline_s
     message = state["message"]

@@ -7,11 +7,12 @@ lets a prompt overflow the real window.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
-from personalab.graph.runner import run_turn, turn_graph
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.context_window import ContextWindow
 from personalab.nodes.rules.errors import ConfigError
@@ -187,3 +188,43 @@ def test_a_file_that_is_not_gguf_or_not_bpe_names_the_setting(tmp_path: Path, da
     writer.close()
     with pytest.raises(ConfigError, match="only byte-level BPE"):
         text_tokens_of(str(tmp_path / "spm.gguf"))
+
+
+def test_converting_a_gguf_vocabulary_is_start_up_not_the_turns_deadline(
+    sqlite_url: str,
+    openai_stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    tokenizer_file: Path,
+    tmp_path: Path,
+    data_dir: Path,
+) -> None:
+    """Issue 30: the 1.5B model's 150k-token GGUF vocabulary took 40 s to convert on a loaded 2-core CPU, inside the
+    first turn's 30 s: the reply was sent past its deadline and the turn was cut. The conversion here is the real one,
+    made slower than the deadline (the sleep stands for the slow CPU); the turn must still get its reply."""
+    import personalab.stores.tokenizer as tokenizer_module
+
+    real = tokenizer_module._from_gguf
+    converted: list[str] = []
+
+    def slow_cpu(file: Path, path: str) -> object:
+        time.sleep(9)
+        converted.append(path)
+        return real(file, path)
+
+    monkeypatch.setattr(tokenizer_module, "_from_gguf", slow_cpu)
+    text_tokens_of.cache_clear()
+    gguf_file = write_gguf(tokenizer_file, tmp_path / "model.gguf")
+    monkeypatch.setenv("PERSONALAB_TOKENIZER", str(gguf_file))
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "8")
+    monkeypatch.setenv("PERSONALAB_CONTEXT_TOKENS", "8192")
+    monkeypatch.setenv("PERSONALAB_MAX_REPLY_TOKENS", "256")
+    instance = create_sample_instance(sqlite_url)
+    openai_stub.queue_for("reply", "【平静】往北走。")
+    try:
+        with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+            state = run_turn(graph, ctx, instance, "雷娜，我们从哪里开始？")
+    finally:
+        text_tokens_of.cache_clear()
+    assert state["error"] is None, (state["error"], state["debug"].get("node_ms"))
+    assert "往北走" in state["reply"] and state["debug"]["prompt"]["token_counter"] == "model.gguf"
+    assert converted == [str(gguf_file)], "converted once, before the deadline's clock"
