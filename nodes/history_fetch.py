@@ -279,7 +279,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 )  # with the line, in its transaction
             sitting = session_for_turn(session, instance_id, ctx.session_pause_min)
             role = session.get(Role, save.role_id) if save.role_id else None
-            name = role.name if role else "角色"
+            name = role.name if role else catalog_for(save.language).default_character_name  # issue 28
             path = get_path_ids(session, instance_id)
             kept = kept_state(session, state, instance_id, path, anchor)
             # the last sitting's turns on this branch only (seed 000's tree: a branch left behind did not happen)
@@ -353,7 +353,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if reply_to is not None:  # a regenerate answers the stored user line again, under its stored name
         update["message"], update["user_name"] = written[-1].content, user_name or written[-1].display_name
     if not kept.get("plot_state"):
-        update["plot_state"] = new_plot_state(outline or ["自由发展的故事"])
+        update["plot_state"] = new_plot_state(outline or [catalog_for(save.language).free_story])  # issue 28
     if not kept.get("core_memory"):
         # seeded from the role's persona fields (seed 002 会话实例: 复制角色定义 → 独立角色状态)
         update["core_memory"] = seeded_core_memory(character["name"], role.model_dump() if role else {})

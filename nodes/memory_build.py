@@ -13,6 +13,9 @@ def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     character = state["character"]
     return {
         "messages": build_memory(
-            state.get("history", []), role_id=character.get("role_id"), display_name=character["name"]
+            state.get("history", []),
+            role_id=character.get("role_id"),
+            display_name=character["name"],
+            language=character.get("language"),  # issue 28: unnamed speakers in the instance's language
         )
     }

@@ -41,5 +41,6 @@ def progress_parse(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     }
     if markers:
         update["plot_state"] = apply_progress(plot_state, markers, turn)
-        update["state_events"] = [*state.get("state_events", []), *progress_events(plot_state, markers, turn)]
+        language = state["character"].get("language")  # issue 28: the events in the instance's language
+        update["state_events"] = [*state.get("state_events", []), *progress_events(plot_state, markers, turn, language)]
     return update

@@ -105,7 +105,9 @@ def window_texts(
     history: Sequence[Mapping[str, Any]], character: Mapping[str, Any], user_name: str | None, turns: int
 ) -> list[str]:
     """The lines of the prompt's recall window (its last `turns` turns, the current one included) as the dialogue record
-    writes them (``speaker：text``), so a memory that repeats one of them is not presented again."""
+    writes them (``speaker：text``, in the instance's language), so a memory that repeats one of them is not presented
+    again."""
+    language = character.get("language")
     window: list[Mapping[str, Any]] = []
     users = 0
     for line in reversed(history):
@@ -121,8 +123,10 @@ def window_texts(
                 character_role_id=character.get("role_id"),
                 character_name=character.get("name") or "",
                 user_name=user_name,
+                language=language,
             ),
             str(line.get("content") or ""),
+            language,
         )
         for line in window
         if line.get("attribute") != "system" and str(line.get("content") or "").strip()

@@ -203,7 +203,11 @@ def mention_check(state: TurnState) -> dict[str, Any] | None:
         "retrieved": retrieved,
         "reply": state.get("reply") or "",
         "message": state.get("message") or "",
-        "ignore": [state["character"]["name"], state.get("user_name") or "用户", *TEMPLATE_WORDS],
+        "ignore": [
+            state["character"]["name"],
+            state.get("user_name") or catalog_for(state["character"].get("language")).default_user_name,
+            *TEMPLATE_WORDS,
+        ],
         "turn": state["turn"],
     }
 
@@ -229,6 +233,7 @@ def record_turn_lines(state: TurnState, reply_lines: list[dict[str, Any]]) -> li
         character_name=character["name"],
         user_name=state.get("user_name"),
         previous_lines=before,
+        language=character.get("language"),
     )
     # issue 26, seed 000: who was present — the character, the user, and whoever spoke in the scene lately
     present = scene_witnesses([*history[-(count + SCENE_LINES) :], *asked], character.get("role_id"))

@@ -119,6 +119,7 @@ FAULT_FILES = {"test_bench_faults.py", "test_database_down.py", "test_disk_full.
 # processes were listed by hand (that part of the run was cut short).
 SLOW_FILES: set[str] = {
     "test_packaging.py",
+    "test_english_card_cli.py",  # a dozen `personalab` processes per database (about 5 min each at load 12)
 }
 SLOW_TESTS: set[str] = {
     "test_eval_conditions.py::test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting",

@@ -359,3 +359,35 @@ def test_importing_the_same_card_again_reuses_its_character_unless_copy(
     assert code == 0 and "already imported" in out
     code, out, _ = cli(capsys, "card", "import", str(as_json), "--copy", "--json")
     assert code == 0 and json.loads(out)["reused"] is False
+
+
+def test_a_card_book_entry_with_an_invalid_regex_key_is_named_and_the_rest_imported(
+    db_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 (bad input): a card whose embedded lorebook has a key that is not a valid regular expression is
+    imported — the character and the other entries — and the import's report names the skipped entry (the API's
+    report and the CLI's lines)."""
+    from personalab.graph.api import PersonaLab
+
+    card = copy.deepcopy(lantern())
+    card["data"]["character_book"] = {
+        "entries": [
+            {"id": 0, "keys": ["harbour"], "content": "the harbour", "enabled": True, "insertion_order": 1},
+            {"id": 1, "keys": ["/([a/"], "content": "broken pattern", "enabled": True, "insertion_order": 2},
+            {"id": 2, "keys": ["tower"], "content": "the tower", "enabled": True, "insertion_order": 3},
+        ]
+    }
+    api = PersonaLab(database_url=db_url)
+    report = api.cards.import_bytes(json.dumps(card).encode(), "broken-book.json")
+    assert report.book is not None and report.book["imported"] == 2
+    (skipped,) = report.book["skipped"]
+    assert "entry 2 (uid 1)" in skipped and "'/([a/' is not a valid regular expression" in skipped
+    entries = api.worldbook.list(character_id=report.character_id)
+    assert sorted(e["content"] for e in entries) == ["the harbour", "the tower"]
+    # the CLI says the same in its report and exits 0: the card is imported
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
+    source = tmp_path / "broken-book.json"
+    card["data"]["name"] = "Lantern II"  # another card: not the same one again
+    source.write_text(json.dumps(card), encoding="utf-8")
+    code, out, _err = cli(capsys, "card", "import", str(source))
+    assert code == 0 and "entry 2 (uid 1) skipped" in out and "not a valid regular expression" in out

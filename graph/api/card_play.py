@@ -36,10 +36,11 @@ def instance_language(session: Any, role: Any, language: str | None) -> str:
     return detect_language(*texts)
 
 
-def open_background(session: Any, role: Any, owner: str | None, language: str) -> Any:
-    """A background made from the character's card scenario, open (see the module doc)."""
+def open_background(session: Any, role: Any, owner: str | None, language: str, user_name: str | None = None) -> Any:
+    """A background made from the character's card scenario, open (see the module doc); `{{user}}` in its outline
+    point is `user_name` (the instance's persona), else the language's default (用户 / User)."""
     scenario = str(card_of_role(session, role.id).get("scenario") or "")
-    opening = substitute(scenario, role.name, catalog_for(language).default_user_name)
+    opening = substitute(scenario, role.name, user_name or catalog_for(language).default_user_name)
     outline = open_outline(opening, OPEN_STORY_POINTS.get(language, OPEN_STORY_POINTS["en"]).format(name=role.name))
     return add_open_background(
         session,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import Instances, _Area
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.turn_input import check_edit_input
 from personalab.stores.branches import (
     children_of,
@@ -57,13 +58,23 @@ def _check_id(value: Any, what: str) -> int:
     return value
 
 
-def _line_view(row: dict[str, Any], siblings: list[int], on_branch: bool) -> dict[str, Any]:
+def _line_view(
+    row: dict[str, Any], siblings: list[int], on_branch: bool, language: str | None = None
+) -> dict[str, Any]:
     """A line as the API shows it: id, parent, speaker, text, its seed 000 fields, and where it stands among its
-    siblings (1-based `sibling_index` of `sibling_count`; `sibling_ids` oldest first)."""
+    siblings (1-based `sibling_index` of `sibling_count`; `sibling_ids` oldest first). An unnamed speaker is
+    named in the instance's `language` (issue 28: 用户 / User, 旁白 / Narrator, 角色 / Character)."""
+    catalog = catalog_for(language)
     speaker = (
         row.get("display_name")
         or row.get("script_role_id")
-        or ("用户" if row["attribute"] == "user" else "旁白" if row["attribute"] == "system" else "角色")
+        or (
+            catalog.default_user_name
+            if row["attribute"] == "user"
+            else catalog.narrator_name
+            if row["attribute"] == "system"
+            else catalog.default_character_name
+        )
     )
     return {
         "id": row["id"],
@@ -138,13 +149,14 @@ class Dialogue(_Area):
             page = path[start : start + limit]
             rows = get_lines(session, page)
             siblings = sibling_ids(session, instance_id, {row["parent_line_id"] for row in rows})
+            language = get_save(session, instance_id).language
             return {
                 "instance_id": instance_id,
                 "leaf": path[-1] if path else None,
                 "total": len(path),
                 "offset": start,
                 "limit": limit,
-                "lines": [_line_view(row, siblings.get(row["parent_line_id"], []), True) for row in rows],
+                "lines": [_line_view(row, siblings.get(row["parent_line_id"], []), True, language) for row in rows],
             }
 
     def view(self, instance_id: int, *, offset: int = -DEFAULT_PAGE, limit: int = DEFAULT_PAGE) -> dict[str, Any]:
@@ -185,7 +197,10 @@ class Dialogue(_Area):
                     "total": len(path),
                     "offset": start,
                     "limit": limit,
-                    "lines": [_line_view(line, siblings.get(line["parent_line_id"], []), True) for line in lines],
+                    "lines": [
+                        _line_view(line, siblings.get(line["parent_line_id"], []), True, instance_row.language)
+                        for line in lines
+                    ],
                 },
                 "branch": {
                     "instance_id": instance_id,
@@ -218,7 +233,10 @@ class Dialogue(_Area):
                 "instance_id": instance_id,
                 "line_id": line_id,
                 "parent_id": line.parent_line_id,
-                "siblings": [_line_view(row, ids, row["id"] in on_branch) for row in rows],
+                "siblings": [
+                    _line_view(row, ids, row["id"] in on_branch, get_save(session, instance_id).language)
+                    for row in rows
+                ],
             }
 
     def story_state(self, instance_id: int) -> dict[str, Any]:
@@ -431,7 +449,11 @@ class Dialogue(_Area):
         self._instance(instance_id)
         with self._session() as session:
             history = get_chat_history(session, instance_id)
-            return [dict(message) for message in build_memory(history, role_id=role_id, script_role_id=script_role_id)]
+            language = get_save(session, instance_id).language  # issue 28: unnamed speakers in its language
+            return [
+                dict(message)
+                for message in build_memory(history, role_id=role_id, script_role_id=script_role_id, language=language)
+            ]
 
     def release_lock(self, instance_id: int) -> bool:
         """Give back the turn lock this process holds on the instance (a turn stopped by Ctrl-C): the instance is

@@ -477,10 +477,13 @@ class Instances(_Area):
         with self._session() as session:
             character_row = rows.character_row(session, item.character_id, self.owner)
             language = instance_language(session, character_row, item.language)  # issue 28
+            persona = persona_row(session, item.persona_id, self.owner) if item.persona_id is not None else None
             background = (
                 rows.background_row(session, item.background_id, self.owner)
                 if item.background_id is not None
-                else open_background(session, character_row, self.owner, language)
+                else open_background(
+                    session, character_row, self.owner, language, persona.name if persona is not None else None
+                )
             )
             greetings = list(character_row.greetings or [])
             if greetings and item.greeting >= len(greetings):
@@ -489,7 +492,6 @@ class Instances(_Area):
                 )
             if not greetings and item.greeting:
                 raise InvalidInput(f"instance.greeting: character {character_row.id} has no greetings")
-            persona = persona_row(session, item.persona_id, self.owner) if item.persona_id is not None else None
             # a background made for this instance already carries the character's name
             default_title = (
                 background.name if item.background_id is None else f"{character_row.name} · {background.name}"
@@ -600,7 +602,8 @@ class Instances(_Area):
             instance_row = rows.instance_row(session, instance_id, self.owner)
             character_row = session.get(Role, instance_row.role_id) if instance_row.role_id is not None else None
             return seeded_core_memory(
-                character_row.name if character_row else "角色", character_row.model_dump() if character_row else {}
+                character_row.name if character_row else catalog_for(instance_row.language).default_character_name,
+                character_row.model_dump() if character_row else {},
             )
 
     def rename(self, instance_id: int, title: str) -> Instance:

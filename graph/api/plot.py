@@ -12,6 +12,7 @@ from personalab.graph.api.caller import Caller
 from personalab.graph.api.story import branch_state, correct_story, instance_of
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state, set_current_point
+from personalab.nodes.rules.prompt_catalog import ZH, catalog_for
 from personalab.stores.branches import branch_paths
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_lines, get_path_ids
@@ -20,13 +21,14 @@ from personalab.stores.saves import outline_of
 from personalab.stores.tables import Save
 from sqlmodel import Session
 
-FREE_STORY = "自由发展的故事"  # the one point of an instance without an outline, as its first turn makes it
+FREE_STORY = ZH.free_story  # the one point of an instance without an outline, as its first turn makes it
 
 
 def _initial(session: Session, save: Save) -> dict[str, Any]:
-    """The plot state the first turn starts from (nodes/history_fetch.py: the background's outline)."""
+    """The plot state the first turn starts from (nodes/history_fetch.py: the background's outline; without one,
+    the free story's point in the instance's language, issue 28)."""
     outline = [point.content for point in outline_of(session, save.background_id)] if save.background_id else []
-    return dict(new_plot_state(outline or [FREE_STORY]))
+    return dict(new_plot_state(outline or [catalog_for(save.language).free_story]))
 
 
 PREVIEW_CHARS = 40

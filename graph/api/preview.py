@@ -17,6 +17,7 @@ from typing import Any, cast
 from personalab.nodes.context import Context
 from personalab.nodes.history_fetch import character_of, read_recall_window, seconds_since, window_turns
 from personalab.nodes.rag_retrieve import gather, prepare_worldbook
+from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState
@@ -37,7 +38,7 @@ def turn_state_for(instance_id: int, message: str, database_url: str | None, ctx
     with session_scope(database_url) as session:
         save = get_save(session, instance_id)
         role = session.get(Role, save.role_id) if save.role_id else None
-        name = role.name if role else "角色"
+        name = role.name if role else catalog_for(save.language).default_character_name  # issue 28
         path = get_path_ids(session, instance_id)
         row = branch_story_state(session, instance_id, path)
         kept: dict[str, Any] = dict(row.state) if row is not None else {}

@@ -220,10 +220,12 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
     with turn_graph() as (graph, ctx):
         _dialogue().history(args.instance, limit=1)  # an unknown instance: exit 2
+        # issue 28: the prompt in the instance's language (an older instance, no language: Chinese, as it was)
+        prompt = "you> " if lab().instances.get(args.instance).language == "en" else "你> "
         print(f"instance {args.instance} — /help lists the commands; an empty line or /quit ends the chat")
         while True:
             try:
-                message = input("你> ")
+                message = input(prompt)
             except (EOFError, KeyboardInterrupt):
                 print()
                 break

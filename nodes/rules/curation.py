@@ -88,19 +88,25 @@ class ExchangeSource:
 
 
 def is_turn_memory(content: str, turn: int) -> bool:
-    """The turn's own memory (`rules.director.turn_event_text`: ``第N轮：…``)."""
-    return content.lstrip().startswith(f"第{turn}轮：")
+    """The turn's own memory (`rules.director.turn_event_text`: ``第N轮：…``, ``Turn N: … said`` in English)."""
+    text = content.lstrip()
+    return text.startswith(f"第{turn}轮：") or text.startswith(f"Turn {turn}: ")
 
 
 _TURN_TEXT = re.compile(r"^(?:- )?第(\d+)轮：(.+?)说「(.*?)」；(.+?)回应「(.*)」")
+_TURN_TEXT_EN = re.compile(r'^(?:- )?Turn (\d+): (.+?) said "(.*?)"; (.+?) answered "(.*)"')  # issue 28
 
 
 def turn_memory_lines(content: str) -> list[str]:
-    """The lines a turn's memory (``第N轮：A说「…」；B回应「…」``) holds, as the record writes them (``A：…``)."""
+    """The lines a turn's memory (``第N轮：A说「…」；B回应「…」``) holds, as the record writes them (``A：…``);
+    an English one's (``Turn N: A said "…"; B answered "…"``) as ``A: …``."""
     match = _TURN_TEXT.match(content.strip())
-    if not match:
-        return []
-    return [f"{match.group(2)}：{match.group(3)}", f"{match.group(4)}：{match.group(5)}"]
+    if match:
+        return [f"{match.group(2)}：{match.group(3)}", f"{match.group(4)}：{match.group(5)}"]
+    match = _TURN_TEXT_EN.match(content.strip())
+    if match:
+        return [f"{match.group(2)}: {match.group(3)}", f"{match.group(4)}: {match.group(5)}"]
+    return []
 
 
 def once_per_turn(blocks: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
@@ -111,11 +117,12 @@ def once_per_turn(blocks: Sequence[tuple[str, list[str]]]) -> list[tuple[str, li
     for title, items in blocks:
         kept = []
         for text in items:
-            match = re.match(r"^(?:- )?第(\d+)轮：", text)
+            match = re.match(r"^(?:- )?(?:第(\d+)轮：|Turn (\d+): )", text)
             if match:
-                if match.group(1) in seen:
+                number = match.group(1) or match.group(2)
+                if number in seen:
                     continue
-                seen.add(match.group(1))
+                seen.add(number)
             kept.append(text)
         out.append((title, kept))
     return out
@@ -143,14 +150,18 @@ def in_recall_window(source: ExchangeSource, *, turn: int, window_turns: int) ->
 
 
 _SPEAKER = re.compile(r"^[^：\n]{1,24}：")
+_SPEAKER_EN = re.compile(r"^[^:\n]{1,24}: ")  # an English instance's entries (issue 28)
 
 
 def record_parts(content: str) -> tuple[list[str], str]:
     """A dialogue-record entry's (context lines, own line): its stored text is the lines said just before it,
-    each ``speaker：text``, then its own ``speaker：text`` (`nodes.rules.record`); the own line runs from the last
-    line that names a speaker to the end (a line may span several)."""
+    each ``speaker：text``, then its own ``speaker：text`` (`nodes.rules.record`; ``speaker: text`` in an English
+    instance, read when no line has the full-width colon); the own line runs from the last line that names a
+    speaker to the end (a line may span several)."""
     lines = content.split("\n")
     starts = [index for index, line in enumerate(lines) if _SPEAKER.match(line)]
+    if not starts:
+        starts = [index for index, line in enumerate(lines) if _SPEAKER_EN.match(line)]
     if not starts:
         return [], content.strip()
     own = starts[-1]

@@ -434,7 +434,8 @@ def repeats_recent_dialogue(item: Mapping[str, Any], *, turn: int, window_turns:
         return False
     if item.get("type") == "record":
         return True
-    return str(item.get("content") or "").lstrip().startswith(f"第{memory_turn}轮：")
+    content = str(item.get("content") or "").lstrip()
+    return content.startswith(f"第{memory_turn}轮：") or content.startswith(f"Turn {memory_turn}: ")  # zh / en
 
 
 def known_items(own_lines: Sequence[str], limit: int = KNOWN_LINES, chars: int = KNOWN_CHARS) -> list[InjectionItem]:

@@ -88,8 +88,18 @@ def build_memory(
     script_role_id: str | int | None = None,
     display_name: str | None = None,
     block_emotion: bool = False,
+    language: str | None = None,
 ) -> list[dict[str, str]]:
-    """Build the message list of one character from lines in root-to-leaf order (seed 000)."""
+    """Build the message list of one character from lines in root-to-leaf order (seed 000). `language`: the
+    instance's (issue 28) — the names of an unnamed user (用户 / User), character (角色N / Character N) and
+    narration (旁白 / Narrator)."""
+    # imported here: the catalog imports the character rules, which import this module through the reply rules
+    from personalab.nodes.rules.prompt_catalog import catalog_for
+
+    catalog = catalog_for(language)
+    unnamed_user = catalog.default_user_name
+    unnamed_role = catalog.default_character_name + (" " if catalog.language != "zh" else "")
+    narrator = catalog.narrator_name
     role_keys = _identity_keys(role_id)
     script_keys = _identity_keys(script_role_id)
     name_keys = _identity_keys(display_name)
@@ -126,7 +136,7 @@ def build_memory(
         if attribute == "user":
             if own:
                 flush_own()
-            users.append((get("display_name") or "用户", content))
+            users.append((get("display_name") or unnamed_user, content))
             continue
 
         rid, sid, name = get("role_id"), get("script_role_id"), get("display_name")
@@ -156,7 +166,7 @@ def build_memory(
                 # user lines answered by another speaker are part of the scene, not the prompt
                 block.extend([f"{who}:{said}" for who, said in users])
                 users.clear()
-            speaker = name or sid or (f"角色{rid}" if rid or rid == 0 else "旁白")
+            speaker = name or sid or (f"{unnamed_role}{rid}" if rid or rid == 0 else narrator)
             emotion = get("original_emotion") if block_emotion else None
             action = get("action_content")
             block.append(

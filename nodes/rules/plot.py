@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from personalab.nodes.rules import prompts_en
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.types import IgnoredMarker, PlotPoint, PlotState, PlotStatus, ProgressMarker
 
@@ -201,12 +202,20 @@ def set_current_point(plot_state: Mapping[str, Any], index: Any, turn: int) -> P
 # --- reply parser ------------------------------------------------------------------------------------------
 
 
-def progress_events(plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int) -> list[str]:
-    """State-change events for core-memory maintenance (seed 002: 状态变化事件), one per usable marker."""
+def progress_events(
+    plot_state: Mapping[str, Any], markers: Sequence[Mapping[str, Any]], turn: int, language: str | None = None
+) -> list[str]:
+    """State-change events for core-memory maintenance (seed 002: 状态变化事件), one per usable marker, in the
+    instance's `language` (issue 28; Chinese unless "en")."""
     outline = plot_state.get("story_outline", [])
     events = []
     for marker in markers:
         index = int(marker["index"])
         content = outline[index - 1]["content"] if 0 < index <= len(outline) else ""
-        events.append(f"第{turn}轮：剧情点{index}「{content}」→ {marker['status']}")
+        if language == "en":
+            events.append(
+                prompts_en.PROGRESS_EVENT.format(turn=turn, index=index, content=content, status=marker["status"])
+            )
+        else:
+            events.append(f"第{turn}轮：剧情点{index}「{content}」→ {marker['status']}")
     return events

@@ -78,6 +78,11 @@ class Catalog:
     recall_event: str
     recall_nothing: str
     recap_line: str  # one turn of the last session's recap (seed 002 跨会话延续)
+    # the names a line gets when nobody is named, and what follows a speaker in a dialogue-record entry
+    narrator_name: str = "旁白"
+    default_character_name: str = "角色"
+    speaker_colon: str = "："
+    free_story: str = "自由发展的故事"  # the one outline point of an instance without an outline
     # the scripted model's core-memory rewrite (nodes/scripted_llm.py): traits, first opposition, change, topic
     core_traits: tuple[str, ...] = ()
     core_opposition: Mapping[str, str] = field(default_factory=dict)
@@ -186,6 +191,10 @@ EN = Catalog(
     recall_event=en.RECALL_EVENT,
     recall_nothing=en.RECALL_NOTHING,
     recap_line=en.RECAP_LINE,
+    narrator_name=en.NARRATOR_NAME,
+    default_character_name=en.DEFAULT_CHARACTER_NAME,
+    speaker_colon=en.SPEAKER_COLON,
+    free_story=en.FREE_STORY,
     core_traits=en.CORE_TRAITS,
     core_opposition=en.CORE_OPPOSITION,
     core_change=en.CORE_CHANGE,

@@ -269,6 +269,9 @@ REVIEW_BASELINE_LABEL = "The rule review's result (for reference):"
 # --- rules-written texts a user reads (issue 28): the review's memories, plot nodes, world-book suggestions and
 # state events (nodes/rules/review/effects.py), the turn's event (nodes/rules/director.py), in an English instance
 DEFAULT_CHARACTER_NAME = "Character"
+NARRATOR_NAME = "Narrator"  # a line nobody speaks (seed 000's narration), as the dialogue record names it
+FREE_STORY = "A story that unfolds freely"  # the one outline point of an instance without an outline
+SPEAKER_COLON = ": "  # a dialogue-record entry's `speaker: text` (Chinese: the full-width colon)
 TURN_EVENT = 'Turn {turn}: {user} said "{message}"; {character} answered "{reply}"'
 RELATIONSHIP_EVENT = (
     "Turn {turn}: relationship change trust {trust:+d} affection {affection:+d} familiarity {familiarity:+d}"
@@ -302,6 +305,7 @@ EXCHANGE_USER = "{user} said: {text}"
 EXCHANGE_CHARACTER = "{character}: {text}"
 PLOT_NODE_LABEL = "plot node"
 PLOT_EVENT_LABEL = "story event"
+PROGRESS_EVENT = 'Turn {turn}: outline point {index} "{content}" → {status}'  # a progress marker's state event
 PLOT_SUMMARY = "{label}: {parts}"
 SUGGESTION_CONTENT = "Turn {turn} ({label}): {parts}"
 SUGGESTION_TITLE = "Turn {turn} {label}"

@@ -8,7 +8,7 @@ as the curated memories, so the daily retrieval searches both through one hybrid
 retrieved record item says ``type: record`` and its ``line_id``, so a caller can tell it from a curated
 memory (e.g. to leave out lines still inside the recent-dialogue window).
 
-Each entry's content is ``speaker：text``; the `CONTEXT_LINES` lines said just before it (this turn's or the
+Each entry's content is ``speaker：text`` (``speaker: text`` in an English instance, issue 28); the `CONTEXT_LINES` lines said just before it (this turn's or the
 previous turn's last lines) are its `context`, stored and embedded in front of it and weighed half in keyword
 search, as for LoCoMo's dialogue memories (`nodes.rules.dialogue_memory`, where two lines were measured best). Its importance is the fact estimate of the line
 (`nodes.rules.importance`, at least `MIN_RECORD_IMPORTANCE`), so a line that tells a fact ranks above small talk.
@@ -22,32 +22,41 @@ from typing import Any
 from personalab.nodes.rules.dialogue_memory import CONTEXT_LINES
 from personalab.nodes.rules.importance import estimate_importance
 from personalab.nodes.rules.memory_layers import RECORD_LAYER, MemoryType
+from personalab.nodes.rules.prompt_catalog import ZH, catalog_for
 
-NARRATOR = "旁白"
-USER = "用户"
+NARRATOR = ZH.narrator_name
+USER = ZH.default_user_name
 CONTEXT_CHARS = 300  # the previous lines as context: enough to say what a short answer answers
 MIN_RECORD_IMPORTANCE = 0.2  # small talk: below a fact, not nothing (what was said may still be asked about)
 
 
 def speaker_of(
-    line: Mapping[str, Any], *, character_role_id: int | None, character_name: str, user_name: str | None
+    line: Mapping[str, Any],
+    *,
+    character_role_id: int | None,
+    character_name: str,
+    user_name: str | None,
+    language: str | None = None,
 ) -> str:
     """Who said a dialogue line (a `line` row as a dict): the user (by the turn's user name), the instance's
-    character, another character or narration (their display name, else 旁白)."""
+    character, another character or narration (their display name, else 旁白 / Narrator in the instance's
+    `language`)."""
     attribute = line.get("attribute")
     name = (line.get("display_name") or "").strip()
+    catalog = catalog_for(language)
     if attribute == "user":
-        return name or (user_name or "").strip() or USER
+        return name or (user_name or "").strip() or catalog.default_user_name
     if attribute == "assistant" and character_role_id is not None and line.get("role_id") == character_role_id:
         return character_name
     if attribute == "assistant" and character_role_id is None and not name and not line.get("script_role_id"):
         return character_name
-    return name or str(line.get("script_role_id") or "") or NARRATOR
+    return name or str(line.get("script_role_id") or "") or catalog.narrator_name
 
 
-def record_text(speaker: str, text: str) -> str:
-    """A record entry's content: ``speaker：text`` (full-width colon, as the turn events write it)."""
-    return f"{speaker}：{text.strip()}"
+def record_text(speaker: str, text: str, language: str | None = None) -> str:
+    """A record entry's content: ``speaker：text`` (full-width colon, as the turn events write it), ``speaker:
+    text`` in an English instance."""
+    return f"{speaker}{catalog_for(language).speaker_colon}{text.strip()}"
 
 
 def record_items(
@@ -58,26 +67,36 @@ def record_items(
     character_name: str,
     user_name: str | None = None,
     previous_lines: Sequence[Mapping[str, Any]] = (),
+    language: str | None = None,
 ) -> list[dict[str, Any]]:
     """Memory items (for `stores.memory.MemoryStore.add_memories`) recording `lines` — this turn's lines in
     order, each a `line` row as a dict with its ``id`` — at `turn`. `previous_lines`: the lines before the first
-    one, oldest first (the last `CONTEXT_LINES` of them are its context). Lines without text are left out."""
+    one, oldest first (the last `CONTEXT_LINES` of them are its context). Lines without text are left out.
+    `language`: the instance's (issue 28), for the speakers' fallback names and the colon."""
     items: list[dict[str, Any]] = []
     before: list[str] = []
     for previous in previous_lines:
         if str(previous.get("content") or "").strip():
             who = speaker_of(
-                previous, character_role_id=character_role_id, character_name=character_name, user_name=user_name
+                previous,
+                character_role_id=character_role_id,
+                character_name=character_name,
+                user_name=user_name,
+                language=language,
             )
-            before.append(record_text(who, str(previous["content"])))
+            before.append(record_text(who, str(previous["content"]), language))
     for line in lines:
         text = str(line.get("content") or "").strip()
         if not text:
             continue
         speaker = speaker_of(
-            line, character_role_id=character_role_id, character_name=character_name, user_name=user_name
+            line,
+            character_role_id=character_role_id,
+            character_name=character_name,
+            user_name=user_name,
+            language=language,
         )
-        content = record_text(speaker, text)
+        content = record_text(speaker, text, language)
         items.append(
             {
                 "content": content,
