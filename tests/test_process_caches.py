@@ -35,7 +35,7 @@ def test_the_review_keeps_the_assessments_of_its_latest_conversations_only() -> 
         cache.put(conversation, scores)
     assert cache.get(1) == scores  # used: now the most recent
     cache.put("4", scores)
-    assert len(cache) == 3
+    assert cache.kept() == 3
     assert cache.get("2") is None  # the least recently used went first
     assert [cache.get(key) for key in ("1", "3", "4")] == [scores] * 3
     assert AssessmentCache().size == AssessmentCache.SIZE  # the process-wide one is bounded too

@@ -111,8 +111,10 @@ class AssessmentCache:
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
-    def __len__(self) -> int:
-        return len(self._items)
+    def kept(self) -> int:
+        """How many conversations' assessments are kept (not `__len__`: an empty cache is still a cache)."""
+        with self._lock:
+            return len(self._items)
 
     def clear(self) -> None:
         with self._lock:
