@@ -26,6 +26,9 @@ Then per turn: `framework` = the whole turn minus the time some node was running
 scheduling, the final state read), the whole turn (`debug.total_ms`), the turn without `generate` (the
 model's node; the goal of seed 002 技术约束 — at most 100 ms at p95 — is checked on this one), the turn
 without the chat-model calls themselves (prompt assembly stays in), and the garbage collector's pauses.
+Memory (issue 29: RSS growth over 1,000 back-to-back turns under 5 %): the process's resident set after the warm-up
+turn and after the last one, its growth in per cent, and its peak over the sampled turns (every `RSS_EVERY`th):
+`bench turn --back-to-back --turns 1001` is the issue's figure.
 For a profile of all threads: `py-spy record -o turn.svg -- personalab bench turn`.
 """
 
@@ -51,6 +54,7 @@ from langchain_chroma import Chroma
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.embeddings import Embeddings
 from langchain_core.tracers.context import register_configure_hook
+from personalab.evals.bench_retrieval import rss_kib
 from personalab.evals.data_dir import data_folder
 from personalab.graph.runner import create_sample_instance, load_sample, run_turn, turn_config, turn_graph
 from personalab.nodes.context import Context
@@ -74,6 +78,8 @@ MODEL_NODE = "generate"
 OTHER_INSTANCES = 9
 ADD_BATCH = 2000  # under Chroma's maximum batch size
 NOISE = 0.004  # per dimension: pooled vectors stay ~0.99 cosine from their text's own
+RSS_EVERY = 50  # turns between two samples of the resident set
+RSS_GOAL_PERCENT = 5.0
 
 PLACES = ["废弃加油站", "旧城区的地下通道", "北边的净水厂", "黑市", "帮派据点外围", "辐射区边缘", "老仓库", "铁轨桥下"]
 THINGS = ["那封信", "弹药", "净水片", "旧地图", "叛徒的名单", "发电机零件", "药品", "无线电"]
@@ -417,6 +423,7 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
 
     rng = random.Random(97)
     samples: list[dict[str, Any]] = []
+    rss: list[int] = []  # KiB: after the warm-up turn, every RSS_EVERY turns, after the last turn
     quiet = logging.getLogger("nodes")  # the scripted model's deliberate bad markers would be logged each cycle
     level = quiet.level
     quiet.setLevel(logging.ERROR)
@@ -437,6 +444,8 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
                     flush_event_writes()
                 if index > 0:  # the first turn warms caches up
                     samples.append(sample)
+                if index == 0 or index % RSS_EVERY == 0 or index == args.turns - 1:
+                    rss.append(rss_kib())
             size, channels, stored = checkpoint_size(graph, instance_id)
             order = [node for node in graph.nodes if not node.startswith("__")]
     finally:
@@ -460,6 +469,13 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     p95 = nearest_rank(dict((label, own) for label, own, _ in table)[f"total - {MODEL_NODE}"], 95)
     verdict = "met" if p95 <= GOAL_MS else "NOT met"
     print(f"goal: p95 at most {GOAL_MS:.0f} ms excluding the model's time ({MODEL_NODE}): {p95:.1f} ms — {verdict}")
+    growth = (rss[-1] - rss[0]) / rss[0] * 100
+    verdict = "met" if growth < RSS_GOAL_PERCENT else "NOT met"
+    print(
+        f"memory (RSS): {rss[0] / 1024:,.1f} MiB after the warm-up turn, {rss[-1] / 1024:,.1f} MiB after "
+        f"{len(samples)} more turns ({growth:+.1f} %; peak {max(rss) / 1024:,.1f} MiB); goal: growth under "
+        f"{RSS_GOAL_PERCENT:g} %{' over back-to-back turns' if args.back_to_back else ''} — {verdict}"
+    )
     biggest = ", ".join(f"{name} {bytes_ / 1024:,.0f}" for name, bytes_ in channels.items())
     print(
         f"  checkpoint: {size / 1024:,.0f} KiB serialized (biggest channels, KiB: {biggest}); "

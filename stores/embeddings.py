@@ -155,7 +155,9 @@ def get_embeddings() -> Embeddings:
 # turn's memory is the text of its event, and a write that is applied again (the outbox, at least once) embeds the
 # same texts again: both take the vector kept here. Cleared when the configured model changes.
 STORED_TEXTS_KEPT = 4096
-_stored: LRU[str, np.ndarray] = LRU(STORED_TEXTS_KEPT)  # float64 arrays: 4 KiB a USE vector (a list: ~16 KiB)
+# float32 arrays, 2 KiB a USE vector (8 MiB for a full map; float64 took twice that, a list ~16 KiB a vector): what Chroma
+# stores is float32, and the local models compute float32, so nothing is lost (issue 29: what a long process keeps)
+_stored: LRU[str, np.ndarray] = LRU(STORED_TEXTS_KEPT)
 _stored_model: list[Embeddings] = []  # the model the kept vectors are of
 _stored_lock = threading.Lock()
 _computing = threading.Lock()
@@ -179,7 +181,7 @@ def embed_stored_texts(texts: list[str]) -> list[list[float]]:
             missing = list(dict.fromkeys(text for text in texts if text not in known))
             if missing:
                 for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
-                    known[text] = _stored.put(text, np.asarray(computed, dtype=np.float64))
+                    known[text] = _stored.put(text, np.asarray(computed, dtype=np.float32))
     return [known[text].tolist() for text in texts]
 
 

@@ -400,7 +400,8 @@ class IndexKey(NamedTuple):
 
 
 _INDEXES: LRU[IndexKey, MemoryIndex] = LRU(INDEX_CACHE_SIZE)
-_ROLES: dict[tuple[str, int], int] = {}  # (database, instance) → the instance's role: it never changes
+ROLES_KEPT = 4096  # instances whose role the process keeps (a long-lived server sees instances come and go)
+_ROLES: LRU[tuple[str, int], int] = LRU(ROLES_KEPT)  # (database, instance) → the instance's role: it never changes
 
 
 def bump_revision(session: Session, instance_id: int) -> int:
@@ -424,8 +425,7 @@ def kept_role(url: str, instance_id: int) -> int | None:
 
 
 def keep_role(url: str, instance_id: int, role: int) -> int:
-    _ROLES[(url, instance_id)] = role
-    return role
+    return _ROLES.put((url, instance_id), role)
 
 
 def kept_index(session: Session, key: IndexKey) -> tuple[int, MemoryIndex | None]:

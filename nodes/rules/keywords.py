@@ -23,10 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-
-import jieba
-
-jieba.setLogLevel(60)  # jieba prints its dictionary loading on stderr; the CLI must stay one-line on errors
+from types import ModuleType
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_RUN = re.compile(f"[{_HAN}]+")
@@ -103,7 +100,18 @@ def _latin_words(run: str) -> Iterable[str]:
             yield stem(word)
 
 
+@lru_cache(maxsize=1)
+def _jieba() -> ModuleType:
+    """jieba, imported by the first text with Han characters, not by importing this module: a command that only
+    lists or shows rows imports the stores that use it and never segments a word (issue 29)."""
+    import jieba
+
+    jieba.setLogLevel(60)  # jieba prints its dictionary loading on stderr; the CLI must stay one-line on errors
+    return jieba
+
+
 def _han_words(run: str, search: bool) -> Iterable[str]:
+    jieba = _jieba()
     pieces = jieba.cut_for_search(run) if search else jieba.cut(run)
     for piece in pieces:
         if piece and piece not in CHINESE_STOPWORDS:
@@ -198,6 +206,7 @@ def text_similarity(a: str, b: str) -> float:
 
 @lru_cache(maxsize=1)
 def _idf() -> tuple[dict[str, float], float]:
+    _jieba()
     import jieba.analyse
 
     table = jieba.analyse.default_tfidf
@@ -222,7 +231,7 @@ def _keyword_candidates(text: str) -> list[str]:
 
     for match in _HAN_RUN.finditer(text):
         latin(text[position : match.start()])
-        words.extend(w for w in jieba.cut(match.group()) if len(w) >= 2 and w not in CHINESE_STOPWORDS)
+        words.extend(w for w in _jieba().cut(match.group()) if len(w) >= 2 and w not in CHINESE_STOPWORDS)
         position = match.end()
     latin(text[position:])
     return words

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from typing import Any, Literal
@@ -85,19 +86,35 @@ class EventBus:
 
 
 class AssessmentCache:
-    """The latest LLM assessment per conversation (the seed's AutoState cache), keyed by str(conversation_id)."""
+    """The latest LLM assessment per conversation (the seed's AutoState cache), keyed by str(conversation_id): at
+    most `size` conversations, the one used least recently forgotten first (a long-lived server meets conversations
+    without end; a forgotten one's next review falls back as at its first turn)."""
 
-    def __init__(self) -> None:
-        self._items: dict[str, LLMAssessment] = {}
+    SIZE = 1024
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        self._items: OrderedDict[str, LLMAssessment] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, conversation_id: str | int) -> LLMAssessment | None:
         with self._lock:
-            return self._items.get(str(conversation_id))
+            found = self._items.get(str(conversation_id))
+            if found is not None:
+                self._items.move_to_end(str(conversation_id))
+            return found
 
     def put(self, conversation_id: str | int, assessment: LLMAssessment) -> None:
         with self._lock:
             self._items[str(conversation_id)] = assessment
+            self._items.move_to_end(str(conversation_id))
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def kept(self) -> int:
+        """How many conversations' assessments are kept (not `__len__`: an empty cache is still a cache)."""
+        with self._lock:
+            return len(self._items)
 
     def clear(self) -> None:
         with self._lock:

@@ -1,0 +1,83 @@
+"""What a long-lived process keeps between turns stays bounded (issue 29: RSS growth over 1,000 back-to-back turns
+under 5 %): the instances' roles, the review's LLM assessments per conversation and the knowledge / world-book
+entry vectors each hold at most their bound, the least recently used going first, and a call larger than its
+cache still gets every answer right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from personalab.nodes.rules.knowledge import KnowledgeEntry
+from personalab.nodes.rules.review.pipeline import AssessmentCache
+from personalab.nodes.rules.review.types import LLMAssessment
+from personalab.stores import memory_index, worldbook
+from personalab.stores.embeddings import OfflineUSEEmbeddings
+from personalab.stores.lru import LRU
+
+
+def test_the_kept_roles_stay_within_their_bound() -> None:
+    url = "sqlite:///roles-of-a-test.db"  # no database behind it: the process's own map only
+    try:
+        for instance_id in range(memory_index.ROLES_KEPT + 100):
+            memory_index.keep_role(url, instance_id, instance_id % 7)
+        assert len(memory_index._ROLES) == memory_index.ROLES_KEPT
+        assert memory_index.kept_role(url, 0) is None  # the oldest went first, and is read again from the database
+        last = memory_index.ROLES_KEPT + 99
+        assert memory_index.kept_role(url, last) == last % 7
+    finally:
+        memory_index.clear_index_cache()
+
+
+def test_the_review_keeps_the_assessments_of_its_latest_conversations_only() -> None:
+    cache = AssessmentCache(size=3)
+    scores = LLMAssessment(character_fidelity=0.9, immersion=0.8, world_consistency=0.7, risk=0.1)
+    for conversation in ("1", "2", "3"):
+        cache.put(conversation, scores)
+    assert cache.get(1) == scores  # used: now the most recent
+    cache.put("4", scores)
+    assert cache.kept() == 3
+    assert cache.get("2") is None  # the least recently used went first
+    assert [cache.get(key) for key in ("1", "3", "4")] == [scores] * 3
+    assert AssessmentCache().size == AssessmentCache.SIZE  # the process-wide one is bounded too
+
+
+def test_entry_vectors_stay_within_their_bound_and_a_larger_call_is_still_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six knowledge entries through a cache of four: every similarity is the one a cache large enough gives, the
+    cache holds four float32 vectors, and a second search reuses what it kept."""
+    model = OfflineUSEEmbeddings()
+    entries = [
+        KnowledgeEntry(id=f"k{index}", tag=tag, content=content)
+        for index, (tag, content) in enumerate(
+            [
+                ("地点", "银杏镇在河的北岸，镇口有一棵老银杏。"),
+                ("人物", "林小禾是莱姆的妹妹，今年十二岁。"),
+                ("物品", "那封信藏在旧仓库的铁盒里。"),
+                ("组织", "黑市由三个帮派轮流看守。"),
+                ("天气", "废土的风季从十月开始。"),
+                ("规矩", "净水片只能用旧地图换。"),
+            ]
+        )
+    ]
+    monkeypatch.setattr(worldbook, "_VECTOR_CACHE", LRU(64))
+    expected = worldbook.knowledge_similarities(entries, "你妹妹多大了？", model)
+    small: LRU[tuple[str, str], np.ndarray] = LRU(4)
+    monkeypatch.setattr(worldbook, "_VECTOR_CACHE", small)
+    got = worldbook.knowledge_similarities(entries, "你妹妹多大了？", model)
+    assert got.keys() == expected.keys()
+    assert all(got[key] == pytest.approx(expected[key], abs=1e-6) for key in expected)
+    assert max(expected, key=lambda key: expected[key]) == "k1"
+    assert len(small) == 4
+    assert all(vector.dtype == np.float32 for _key, vector in small.items())
+
+    embedded: list[str] = []
+    embed = model.embed_documents
+
+    def counted(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return embed(texts)
+
+    monkeypatch.setattr(model, "embed_documents", counted)
+    worldbook.knowledge_similarities(entries[2:], "风什么时候来？", model)
+    assert embedded == ["风什么时候来？"]  # the query only: the four kept (the first search's last four) were reused
