@@ -15,17 +15,31 @@ server-side, without the run queue), turns per second. The
 scripted model answers at once, so a turn's time is PersonaLab's and the server's overhead, not a model's.
 With `--auth` the server runs with `PERSONALAB_AUTH=tokens` (docs/deployment.md "Users and auth") and one token per user, and
 after the load every user must list exactly their own instances.
+
+`--server aegra --workers 1 3` serves the same graph on Aegra instead (`personalab serve-production`, issue 27:
+Python 3.12, Redis as the runs' queue, a PostgreSQL database of Aegra's own), once per worker count;
+`--server langgraph-dev aegra` plays the same load on both, one after the other, each on fresh stores, and compares
+them (p50 / p95 against `langgraph dev`, throughput against the fewest Aegra processes). Every line a user says is
+unique (a number after it), so after the load each instance's stored dialogue is checked line by line: a turn
+answered to its client but not stored (lost), a user line stored twice or with a sibling (duplicated), a line stored
+on an instance it was not said to (crossed), a user line without its reply (half-written). `--kill N` kills one
+Aegra process with SIGKILL N times during the load (every `--kill-interval` s); after each kill a probe instance
+plays until a turn answers, the time from the kill to that answer is the instance's recovery.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import secrets
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +47,7 @@ import httpx
 from personalab.evals.data_dir import data_folder, postgres_schema
 from personalab.evals.filler import filler_lines
 from personalab.evals.report import percentile
-from personalab.evals.served import chroma_server, graph_server
+from personalab.evals.served import aegra_server, chroma_server, fresh_postgres_database, graph_server
 from personalab.graph.runner import load_sample
 from personalab.stores.checkpoints import thread_id_for
 
@@ -52,6 +66,8 @@ class User:
         self.graph_ms: list[float] = []  # the graph's own time per turn (debug.turn_time), server-side
         self.overhead_ms: list[float] = []  # … without the reply's model call: PersonaLab's per-turn overhead
         self.errors: list[str] = []
+        # what each instance was told, and whether its client got an answer ("ok") or an error ("error")
+        self.sent: dict[int, dict[str, str]] = {}
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = self.http.post(path, json=body)
@@ -85,6 +101,8 @@ class User:
         """One turn on the instance's thread; its time, or what went wrong."""
         thread = thread_id_for(instance_id)
         body = {"assistant_id": ASSISTANT, "input": {"instance_id": instance_id, "message": message}}
+        sent = self.sent.setdefault(instance_id, {})
+        sent[message] = "error"
         started = time.perf_counter()
         try:
             response = self.http.post(f"/threads/{thread}/runs/wait", json=body)
@@ -96,6 +114,7 @@ class User:
             if output.get("error") or not output.get("reply"):
                 self.errors.append(f"instance {instance_id}: {output.get('error') or 'no reply'}")
                 return
+            sent[message] = "ok"
             self.times_ms.append(elapsed)
             clock = (output.get("debug") or {}).get("turn_time") or {}
             if "graph_ms" in clock:
@@ -103,6 +122,21 @@ class User:
                 self.overhead_ms.append(float(clock["without_reply_model_ms"]))
         except httpx.HTTPError as exc:
             self.errors.append(f"instance {instance_id}: {type(exc).__name__}: {exc}")
+
+    def ok(self) -> bool:
+        """Whether the last turn answered (the probe's question after a kill)."""
+        return any(outcome == "ok" for outcome in list(self.sent.get(self.instances[0], {}).values())[-1:])
+
+    def stored_lines(self, instance_id: int) -> list[dict[str, Any]]:
+        """The instance's current branch, every page."""
+        lines: list[dict[str, Any]] = []
+        while True:
+            response = self.http.get(f"/instances/{instance_id}/history", params={"offset": len(lines), "limit": 1000})
+            response.raise_for_status()
+            page = response.json()
+            lines.extend(page["lines"])
+            if not page["lines"] or len(lines) >= int(page["total"]):
+                return lines
 
     def stored_turns(self, instance_id: int) -> int:
         response = self.http.get(f"/instances/{instance_id}")
@@ -138,13 +172,86 @@ def _figures(alone: list[float], loaded: list[float]) -> dict[str, dict[str, flo
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def integrity(users: list[User]) -> dict[str, int]:
+    """Each instance's stored dialogue against what its clients were told (the lines are unique): turns answered
+    but not stored (lost), user lines stored twice or beside a sibling of their own (duplicated), lines stored on an
+    instance they were not said to (crossed), user lines without a reply after them (half-written), and turns whose
+    client got an error but that were stored whole all the same (stored after an error: allowed, the client can see
+    it in the history)."""
+    found = {"lost": 0, "duplicated": 0, "crossed_lines": 0, "half_written": 0, "stored_after_error": 0}
+    for user in users:
+        for instance_id in user.instances:
+            sent = user.sent.get(instance_id, {})
+            lines = user.stored_lines(instance_id)
+            said = [line for line in lines if line["attribute"] == "user"]
+            contents = [line["content"] for line in said]
+            found["duplicated"] += len(contents) - len(set(contents))
+            found["duplicated"] += sum(max(0, int(line["sibling_count"]) - 1) for line in said)
+            found["crossed_lines"] += sum(content not in sent for content in set(contents))
+            found["lost"] += sum(outcome == "ok" and message not in contents for message, outcome in sent.items())
+            found["stored_after_error"] += sum(
+                outcome == "error" and message in contents for message, outcome in sent.items()
+            )
+            for index, line in enumerate(lines):
+                if line["attribute"] == "user":
+                    after = lines[index + 1] if index + 1 < len(lines) else None
+                    found["half_written"] += after is None or after["attribute"] == "user"
+    return found
+
+
+def _aegra_workers(pid: int) -> list[int]:
+    """The worker processes of Aegra's uvicorn supervisor (`pid`, whose process `serve-production` became)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    # uvicorn's workers are its Python children (not the resource tracker of multiprocessing)
+    return [child for child in children if "multiprocessing.resource_tracker" not in _cmdline(child)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@contextmanager
+def _served(args: argparse.Namespace, server: str, workers: int, folder: Path, env: dict[str, str]) -> Iterator[str]:
+    """The server `server` serving the repository (Aegra with `workers` processes, its own database beside)."""
+    repo = Path(args.repo).resolve()
+    if server == "langgraph-dev":
+        with graph_server(repo, folder / "server", env) as url:
+            yield url
+        return
+    if not args.postgres_url:
+        raise SystemExit("bench load --server aegra needs --postgres-url (Aegra keeps its records in PostgreSQL)")
+    with (
+        fresh_postgres_database(args.postgres_url) as engine_url,
+        aegra_server(
+            repo,
+            folder / "server",
+            env,
+            engine_database_url=engine_url,
+            workers=workers,
+            redis_url=args.redis_url,
+            start_timeout=args.start_timeout,
+        ) as url,
+    ):
+        yield url
+
+
+def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path) -> dict[str, Any]:
+    """One load on fresh stores served by `server`; prints and returns its figures."""
+    label = "langgraph dev" if server == "langgraph-dev" else f"Aegra x{workers}"
     names = [f"user{n + 1}" for n in range(args.users)]
     # --auth: the server checks a bearer token per user (PERSONALAB_AUTH=tokens), each user sees only their own
-    tokens = {name: secrets.token_urlsafe(16) for name in names} if args.auth else {}
-    repo = Path(args.repo).resolve()
+    tokens = {name: secrets.token_urlsafe(16) for name in [*names, "probe"]} if args.auth else {}
+    kills = args.kill if server == "aegra" else 0
     with ExitStack() as stack:
-        folder = stack.enter_context(data_folder(args.data_dir, "personalab-load-"))
+        folder.mkdir(parents=True, exist_ok=True)
         env = {"PERSONALAB_DATA_DIR": str(folder / "data")}
         if tokens:
             env.update(
@@ -157,14 +264,18 @@ def run(args: argparse.Namespace) -> int:
             (folder / "chroma").mkdir(exist_ok=True)
             host, port = stack.enter_context(chroma_server(folder / "chroma", folder / "chroma.log"))
             env.update(PERSONALAB_CHROMA_HOST=host, PERSONALAB_CHROMA_PORT=str(port))
-        print(f"starting the served graph ({'PostgreSQL' if args.postgres_url else 'SQLite'}, Chroma {args.chroma})")
-        url = stack.enter_context(graph_server(repo, folder / "server", env))
+        database = "PostgreSQL" if args.postgres_url else "SQLite"
+        print(f"\n== {label}: starting ({database}, Chroma {args.chroma})", flush=True)
+        url = stack.enter_context(_served(args, server, workers, folder, env))
         users = [User(name, url, tokens.get(name)) for name in names]
-        for user in users:
+        probe = User("probe", url, tokens.get("probe"))
+        for user in [*users, probe]:
             stack.callback(user.http.close)
-            user.set_up(args.instances)
+            user.set_up(1 if user is probe else args.instances)
             user.create_threads()
-        lines = filler_lines(args.turns * args.instances * len(users) + args.turns + 1, seed=args.seed)
+        count = args.turns * args.instances * len(users) + args.turns + 1 + 50 * kills
+        # a number after each line: every line said is unique, so the stored dialogue can be checked line by line
+        lines = [f"{line}（{n}）" for n, line in enumerate(filler_lines(count, seed=args.seed))]
 
         # baseline: one instance alone, the same number of turns after a warm-up turn (the server's first turn
         # loads the models; it is left out)
@@ -179,36 +290,74 @@ def run(args: argparse.Namespace) -> int:
         counter = iter(range(args.turns + 1, len(lines)))
         take = threading.Lock()
 
+        def next_line() -> str:
+            with take:
+                return lines[next(counter)]
+
         def play(user: User) -> None:
             for _ in range(args.turns):
                 for instance_id in user.instances:
-                    with take:
-                        line = lines[next(counter)]
-                    user.turn(instance_id, line)
+                    user.turn(instance_id, next_line())
+
+        recoveries: list[float] = []
+        killed: list[int] = []
+        done = threading.Event()
+
+        def kill_and_probe() -> None:
+            """kill -9 one Aegra worker every --kill-interval s; then the probe instance plays until it answers."""
+            supervisor = int((folder / "server" / "server.pid").read_text())
+            chooser = random.Random(args.seed)
+            for _ in range(kills):
+                if done.wait(args.kill_interval):
+                    return
+                workers_now = _aegra_workers(supervisor)
+                if not workers_now:
+                    print("  no Aegra worker left to kill", flush=True)
+                    return
+                victim = chooser.choice(workers_now)
+                os.kill(victim, signal.SIGKILL)
+                struck = time.perf_counter()
+                killed.append(victim)
+                while not done.is_set():
+                    probe.turn(probe.instances[0], next_line())
+                    if probe.ok():
+                        break
+                    time.sleep(0.1)
+                recoveries.append(time.perf_counter() - struck)
 
         started = time.perf_counter()
+        killer = threading.Thread(target=kill_and_probe, daemon=True) if kills else None
+        if killer:
+            killer.start()
         with ThreadPoolExecutor(max_workers=len(users)) as pool:
             list(pool.map(play, users))
         wall = time.perf_counter() - started
+        done.set()
+        if killer:
+            killer.join(timeout=300)
 
-        played = {instance_id: args.turns for user in users for instance_id in user.instances}
-        played[alone.instances[0]] += args.turns + 1
+        played = {
+            instance_id: sum(outcome == "ok" for outcome in user.sent.get(instance_id, {}).values())
+            for user in users
+            for instance_id in user.instances
+        }
         lost = sum(
             max(0, played[instance_id] - user.stored_turns(instance_id))
             for user in users
             for instance_id in user.instances
         )
+        checked = integrity([*users, probe])
         # with auth, every user lists exactly their own instances (nothing of another user's)
         crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
         loaded = [ms for user in users for ms in user.times_ms]
         loaded_graph = [ms for user in users for ms in user.graph_ms]
         loaded_overhead = [ms for user in users for ms in user.overhead_ms]
-        errors = baseline_errors + [error for user in users for error in user.errors]
+        errors = baseline_errors + [error for user in users for error in user.errors] + probe.errors
         turns = len(users) * args.instances * args.turns
         ratio = percentile(loaded, 0.5) / percentile(baseline, 0.5) if baseline and loaded else float("nan")
         print(
-            f"\n{len(users)} users x {args.instances} instances x {args.turns} turns = {turns} turns under load, "
-            f"scripted model, {'PostgreSQL' if args.postgres_url else 'SQLite'}, Chroma {args.chroma}"
+            f"\n{label}: {len(users)} users x {args.instances} instances x {args.turns} turns = {turns} turns under load, "
+            f"scripted model, {database}, Chroma {args.chroma}"
         )
         print("client time per turn (runs/wait: the server's run queue, the graph, its checkpoint writes):")
         print(_row("one instance alone", baseline))
@@ -223,30 +372,84 @@ def run(args: argparse.Namespace) -> int:
         print(f"  throughput                    {len(loaded) / wall:.2f} turns/s over {wall:.1f} s")
         print(f"  errors                        {len(errors)}")
         print(f"  turns lost (stored < played)  {lost}")
+        print("  stored dialogue against what was said: " + ", ".join(f"{k} {v}" for k, v in checked.items()))
         if tokens:
             print(f"  instances listed across users {crossed}")
+        if kills:
+            print(
+                f"  kill -9 of one Aegra process  {len(killed)} time(s); probe instance answering again after "
+                f"p50 {percentile(recoveries, 0.5) if recoveries else float('nan'):.1f} s, "
+                f"max {max(recoveries or [float('nan')]):.1f} s"
+            )
         for error in errors[:10]:
             print(f"    {error}")
-        if args.json:
-            summary = {
-                "users": len(users),
-                "instances_per_user": args.instances,
-                "turns_per_instance": args.turns,
-                "database": "postgresql" if args.postgres_url else "sqlite",
-                "chroma": args.chroma,
-                "alone_ms": {"p50": percentile(baseline, 0.5), "p95": percentile(baseline, 0.95)},
-                "load_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "max": max(loaded or [0])},
-                "ratio_p50": ratio,
-                "graph_ms": _figures(baseline_graph, loaded_graph),
-                "overhead_ms": _figures(baseline_overhead, loaded_overhead),
-                "turns_per_s": len(loaded) / wall,
-                "errors": errors,
-                "turns_lost": lost,
-                "auth": bool(tokens),
-                "crossed": crossed,
-            }
-            Path(args.json).write_text(json.dumps(summary, ensure_ascii=False, indent=2), encoding="utf-8")
-        return 1 if errors or lost or crossed else 0
+        return {
+            "server": server,
+            "workers": workers if server == "aegra" else 1,
+            "users": len(users),
+            "instances_per_user": args.instances,
+            "turns_per_instance": args.turns,
+            "database": "postgresql" if args.postgres_url else "sqlite",
+            "chroma": args.chroma,
+            "alone_ms": {"p50": percentile(baseline, 0.5), "p95": percentile(baseline, 0.95)},
+            "load_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "max": max(loaded or [0])},
+            "ratio_p50": ratio,
+            "graph_ms": _figures(baseline_graph, loaded_graph),
+            "overhead_ms": _figures(baseline_overhead, loaded_overhead),
+            "turns_per_s": len(loaded) / wall,
+            "errors": errors,
+            "turns_lost": lost,
+            "integrity": checked,
+            "auth": bool(tokens),
+            "crossed": crossed,
+            "kills": len(killed),
+            "recovery_s": recoveries,
+        }
+
+
+def _failed(run: dict[str, Any]) -> bool:
+    """A run's figures break a promise: an error to a client (unless processes were killed: then the client's error
+    is the promise), a turn lost or stored twice or crossed, half-written, or an instance unusable for 5 s."""
+    checked = run["integrity"]
+    broken = (
+        run["turns_lost"]
+        or run["crossed"]
+        or any(checked[key] for key in ("lost", "duplicated", "crossed_lines", "half_written"))
+    )
+    return bool(broken or (run["errors"] and not run["kills"]) or any(s > 5.0 for s in run["recovery_s"]))
+
+
+def run(args: argparse.Namespace) -> int:
+    targets = [(server, n) for server in args.server for n in (args.workers if server == "aegra" else [1])]
+    runs: list[dict[str, Any]] = []
+    with data_folder(args.data_dir, "personalab-load-") as folder:
+        for server, workers in targets:
+            runs.append(play_once(args, server, workers, folder / f"{server}-{workers}"))
+    comparison: dict[str, float] = {}
+    dev = next((r for r in runs if r["server"] == "langgraph-dev"), None)
+    aegra = sorted((r for r in runs if r["server"] == "aegra"), key=lambda r: r["workers"])
+    if len(runs) > 1:
+        print("\nin this run:")
+    for r in aegra:
+        if dev and dev["load_ms"]["p50"]:
+            p50, p95 = (r["load_ms"][q] / dev["load_ms"][q] for q in ("p50", "p95"))
+            comparison[f"aegra{r['workers']}_p50_vs_dev"], comparison[f"aegra{r['workers']}_p95_vs_dev"] = p50, p95
+            print(
+                f"  Aegra x{r['workers']} / langgraph dev, client time per turn under load: "
+                f"p50 {p50:.2f}x, p95 {p95:.2f}x"
+            )
+        if r is not aegra[0] and aegra[0]["turns_per_s"]:
+            comparison[f"aegra{r['workers']}_throughput_vs_aegra{aegra[0]['workers']}"] = (
+                r["turns_per_s"] / aegra[0]["turns_per_s"]
+            )
+            print(
+                f"  throughput Aegra x{r['workers']} / Aegra x{aegra[0]['workers']}: "
+                f"{r['turns_per_s'] / aegra[0]['turns_per_s']:.2f}x"
+            )
+    if args.json:
+        summary = {**runs[0], "runs": runs, "comparison": comparison}
+        Path(args.json).write_text(json.dumps(summary, ensure_ascii=False, indent=2), encoding="utf-8")
+    return 1 if any(_failed(r) for r in runs) else 0
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
@@ -264,6 +467,23 @@ def register(kinds: argparse._SubParsersAction) -> None:
     load.add_argument(
         "--auth", action="store_true", help="the server checks a bearer token per user (PERSONALAB_AUTH=tokens)"
     )
+    load.add_argument(
+        "--server",
+        nargs="+",
+        choices=("langgraph-dev", "aegra"),
+        default=["langgraph-dev"],
+        help="the server(s) to play the load on, one after the other (aegra: `personalab serve-production`, "
+        "Python 3.12; default langgraph-dev)",
+    )
+    load.add_argument(
+        "--workers", type=int, nargs="+", default=[3], help="Aegra's server processes, one load per count (default 3)"
+    )
+    load.add_argument(
+        "--start-timeout", type=float, default=900.0, help="seconds Aegra's processes may take to start (default 900)"
+    )
+    load.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="Redis for Aegra's run queue")
+    load.add_argument("--kill", type=int, default=0, help="kill -9 one Aegra process this many times during the load")
+    load.add_argument("--kill-interval", type=float, default=6.0, help="seconds between two kills (default 6)")
     load.add_argument("--repo", default=".", help="the folder with langgraph.json (default: here)")
     load.add_argument("--data-dir", help="keep the server's data and logs here (default: a temporary directory)")
     load.add_argument("--json", help="also write the figures to this file")

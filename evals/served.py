@@ -62,8 +62,10 @@ def _tool(name: str) -> str:
     raise FileNotFoundError(f"{name} is not installed beside {sys.executable} (pip install -e '.[test]')")
 
 
-def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_until_up(
+    url: str, process: subprocess.Popen[bytes], what: str, log: Path, timeout: float = START_TIMEOUT_S
+) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited with code {process.returncode} before it was up; log: {log}")
@@ -73,7 +75,7 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str, log: P
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise TimeoutError(f"{what} did not answer {url} within {START_TIMEOUT_S:g} s; log: {log}")
+    raise TimeoutError(f"{what} did not answer {url} within {timeout:g} s; log: {log}")
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -173,11 +175,14 @@ def aegra_server(
     engine_database_url: str,
     workers: int = 2,
     redis_url: str = "redis://127.0.0.1:6379/0",
+    start_timeout: float = START_TIMEOUT_S,
 ) -> Iterator[str]:
     """`personalab serve-production` (Aegra, from the repository's Python 3.12 venv) serving `repo`'s
-    langgraph.json with `workers` processes and the PERSONALAB_* settings in `env` (none of this process's);
-    Aegra's records in `engine_database_url`, its queue and stream channels in Redis under keys of its own (two
-    servers on one Redis never take each other's runs). Yields the base URL; log `workdir/server.log`."""
+        langgraph.json with `workers` processes and the PERSONALAB_* settings in `env` (none of this process's);
+        Aegra's records in `engine_database_url`, its queue and stream channels in Redis under keys of its own (two
+        servers on one Redis never take each other's runs). Yields the base URL; log `workdir/server.log`. Each worker
+    imports the graph and the HTTP app on its own: on a loaded machine, several take longer than `start_timeout`'s
+    default (3 processes at load average 22: over 180 s)."""
     python = python312_venv(repo)
     workdir.mkdir(parents=True, exist_ok=True)
     config = json.loads((repo / "langgraph.json").read_text(encoding="utf-8"))
@@ -212,5 +217,5 @@ def aegra_server(
     with _process(command, cwd=workdir, env=full, log=log) as process:
         (workdir / "server.pid").write_text(str(process.pid), encoding="ascii")
         url = f"http://127.0.0.1:{port}"
-        _wait_until_up(f"{url}/health", process, "personalab serve-production (Aegra)", log)
+        _wait_until_up(f"{url}/health", process, "personalab serve-production (Aegra)", log, start_timeout)
         yield url

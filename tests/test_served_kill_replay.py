@@ -10,6 +10,17 @@ its reply comes from the OpenAI stub slowly (one chunk a second), and the server
   operator's kill -9 would, before the run ends; its client may already have seen the reply).
 Then the same folder is served again (no failpoint, a fast model) and the client joins the same run.
 Real `langgraph dev`, SQLite in the data folder, the real graph.
+
+Aegra (`personalab serve-production`, Python 3.12) replays too, by design: a worker holds a lease on its run
+(renewed by a heartbeat) and a reaper in every worker puts a run whose lease expired back in the queue, same run id
+(`configurable.run_id`). Killed there:
+- mid-reply, one worker process (kill -9): uvicorn starts a new one, its reaper requeues the run, and the server
+  that never stopped finishes it; the client joined to the run gets the turn;
+- right after the reply was stored (the failpoint kills the worker): the whole server stopped and started again on
+  the same databases (the failpoint would kill the new worker too), whose reaper replays the run into its stored
+  turn.
+Lease 6 s, heartbeat 2 s, reaper every 1 s here (Aegra's defaults 30 / 10 / 15 s: a killed run comes back after
+30-45 s, and its thread answers new runs meanwhile; docs/deployment.md). PostgreSQL, Redis (127.0.0.1:6379).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 from openai_stub import LLM_ENV, OpenAIStub, StubReply
-from personalab.evals.served import graph_server
+from personalab.evals.served import aegra_server, chroma_server, fresh_postgres_database, graph_server
 from personalab.graph.runner import create_sample_instance
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
@@ -33,6 +44,10 @@ from personalab.stores.turn_tables import TurnRecord
 from sqlmodel import col, select
 
 REPO = Path(__file__).resolve().parents[1]
+PG_BASE = os.environ.get("PERSONALAB_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("PERSONALAB_TEST_REDIS", "redis://127.0.0.1:6379/0")
+# Aegra's lease of a running run, short for the test (its defaults: 30 s lease, 10 s heartbeat, reaper every 15 s)
+SHORT_LEASE = {"LEASE_DURATION_SECONDS": "6", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAPER_INTERVAL_SECONDS": "1"}
 pytestmark = pytest.mark.served
 
 SLOW_REPLY = "【平静】" + "我记得那座桥，" * 4  # 32 characters, 16 chunks a second apart: longer than one flush
@@ -164,3 +179,106 @@ def _dead(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
+
+
+def _workers(supervisor: int) -> list[int]:
+    """Aegra's worker processes: the Python children of its uvicorn supervisor (not multiprocessing's tracker)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{supervisor}/task").iterdir():
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return [pid for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def _talking_to(port: int, pids: list[int]) -> int:
+    """The one of `pids` with a TCP connection open to 127.0.0.1:`port` (the worker playing the run streams its
+    reply from the stub there)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # ESTABLISHED
+                inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if os.readlink(fd) in inodes:
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError(f"no worker of {pids} is connected to port {port}")
+
+
+@pytest.mark.parametrize("when", ["mid_reply", "after_reply"])
+def test_a_killed_aegra_worker_run_is_replayed_into_its_stored_turn(
+    when: str, postgres_url: str, tmp_path: Path, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_DATABASE_URL", postgres_url)
+    instance = create_sample_instance()
+    thread_id = thread_id_for(instance)
+    workdir = tmp_path / "server"
+    message = "你还记得那座桥吗？"
+    stub.queue_for("reply", StubReply(SLOW_REPLY, chunk=2, chunk_delay=1.0))
+    settings = _settings(tmp_path / "data", stub, PERSONALAB_DATABASE_URL=postgres_url)
+    (tmp_path / "data").mkdir()
+    killer = (
+        {"PERSONALAB_FAILPOINT": "after_reply", "PERSONALAB_FAILPOINT_ACTION": "kill"} if when == "after_reply" else {}
+    )
+
+    def serve(extra: dict[str, str], engine_url: str) -> Any:
+        # two processes: one is killed, the other serves on (uvicorn runs a single worker in its own process)
+        return aegra_server(
+            REPO, workdir, {**settings, **SHORT_LEASE, **extra}, engine_database_url=engine_url, workers=2,
+            redis_url=REDIS_URL,
+        )  # fmt: skip
+
+    def replayed(client: Any, run: dict[str, Any]) -> None:
+        values = client.runs.join(thread_id, run["run_id"])
+        assert client.runs.get(thread_id, run["run_id"])["status"] == "success", values
+        assert isinstance(values, dict) and not values.get("error"), values
+        lines = _lines(instance)
+        assert [line.content for line in lines if line.attribute == "user"] == [message]
+        replies = [line.content for line in lines if line.attribute == "assistant"]
+        assert len(replies) == 1, replies
+        if when == "after_reply":
+            assert replies == stored_reply  # no second, different reply
+        assert replies[0] in values["reply"] and values["turn"] == 1  # the stored line is the reply without its tag
+        assert _answered(instance) == 1
+        after = client.runs.wait(thread_id, "personalab", input={"instance_id": instance, "message": "走吧。"})
+        assert isinstance(after, dict) and not after.get("error") and after["turn"] == 2, after
+        assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message, "走吧。"]
+        assert _answered(instance) == 2
+
+    stored_reply: list[str] = []
+    try:
+        with (
+            chroma_server(tmp_path / "chroma", tmp_path / "chroma.log") as (host, port),
+            fresh_postgres_database(PG_BASE) as engine_url,
+        ):
+            settings.update(PERSONALAB_CHROMA_HOST=host, PERSONALAB_CHROMA_PORT=str(port))
+            with serve(killer, engine_url) as url:
+                client = _client(url)
+                client.threads.create(thread_id=thread_id, if_exists="do_nothing")
+                run = client.runs.create(thread_id, "personalab", input={"instance_id": instance, "message": message})
+                supervisor = int((workdir / "server.pid").read_text())
+                _wait_for(lambda: _reply_requests(stub) >= 1, "the reply request")
+                worker = _talking_to(int(stub.base_url.rsplit(":", 1)[1].split("/")[0]), _workers(supervisor))
+                if when == "mid_reply":
+                    time.sleep(2)  # a few chunks into the reply
+                    assert not [line for line in _lines(instance) if line.attribute == "assistant"]
+                    os.kill(worker, signal.SIGKILL)
+                _wait_for(lambda: _dead(worker), "the worker to die", timeout=60)
+                assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message]
+                stored_reply = [line.content for line in _lines(instance) if line.attribute == "assistant"]
+                assert bool(stored_reply) is (when == "after_reply")
+                stub.queue_for("reply", StubReply("【平静】这是重放后的回复。"))
+                if when == "mid_reply":
+                    # the server lives on: uvicorn's new worker, whose reaper requeues the run after its lease
+                    replayed(client, run)
+            if when == "after_reply":
+                with serve({}, engine_url) as url:
+                    replayed(_client(url), run)
+    finally:
+        print(f"--- Aegra log ---\n{_log(workdir)}")
