@@ -9,18 +9,13 @@ hostile card runs nothing. Screenshots of the main pages go to docs/web/.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from served_app import serve_process
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -46,31 +41,9 @@ new MutationObserver(function (records) {
 @contextmanager
 def served(root: Path, **settings: str) -> Iterator[str]:
     """`personalab serve --port 0` with its own data folder and the given settings; yields the app's URL."""
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PERSONALAB_", "OPENAI_"))}
-    env.update(PERSONALAB_DATA_DIR=str(data), PERSONALAB_LLM="scripted", **settings)
-    command = [str(Path(sys.executable).parent / "personalab"), "serve", "--port", "0"]
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(
-        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True).start()
-    try:
-        try:
-            first = lines.get(timeout=120)
-        except queue.Empty:
-            pytest.fail(f"personalab serve printed no URL: {(root / 'server.log').read_text()}")
+    with serve_process(root, **settings) as (first, _pid):
         assert "http://127.0.0.1:" in first, first
         yield first.split()[3].removesuffix("/app")
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
 
 
 @pytest.fixture(scope="module")
