@@ -232,6 +232,17 @@ def test_a_hostile_card_shows_its_text_and_runs_nothing(browser: Any, tmp_path: 
         assert page.js_errors == []
 
 
+def _sees_none_of_alices_things(bob: Any, url: str, *, secret_chat: str) -> None:
+    """Bob's lists show none of Alice's character, background or instance, and her chat page is an error to him."""
+    for where in ("instances", "characters", "backgrounds"):
+        bob.goto(f"{url}/{where}")
+        text = bob.inner_text("main")
+        assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
+    bob.goto(secret_chat)
+    expect(bob.locator("#error-message")).to_be_visible()
+    assert "秘密" not in bob.inner_text("body")
+
+
 def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) -> None:
     tokens = ",".join(f"{token}:{user}" for user, token in TOKENS.items())
     with served(tmp_path, PERSONALAB_AUTH="tokens", PERSONALAB_AUTH_TOKENS=tokens) as app_url:
@@ -257,14 +268,7 @@ def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) ->
         alice.keyboard.press("Control+Enter")
         expect(alice.locator("#turn-count")).to_have_text("1")
         expect(alice.locator("#lines")).to_contain_text("只有我知道的秘密")
-        secret_chat = alice.url
-        for where in ("instances", "characters", "backgrounds"):
-            bob.goto(f"{url}/{where}")
-            text = bob.inner_text("main")
-            assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
-        bob.goto(secret_chat)
-        expect(bob.locator("#error-message")).to_be_visible()
-        assert "秘密" not in bob.inner_text("body")
+        _sees_none_of_alices_things(bob, url, secret_chat=alice.url)
         alice.click("button:has-text('退出')")
         expect(alice).to_have_url(f"{url}/login")
         _shot(alice, "login")
@@ -308,14 +312,7 @@ def test_two_users_signed_in_with_jwts_never_see_each_others_things(browser: Any
         _send(alice, "只有我知道的秘密")
         expect(alice.locator("#lines .line.assistant", has_text="雾里传来脚步声。")).to_contain_text("守卫")
         expect(alice.locator("#host_text_1")).to_have_value("")
-        secret_chat = alice.url
-        for where in ("instances", "characters", "backgrounds"):
-            bob.goto(f"{url}/{where}")
-            text = bob.inner_text("main")
-            assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
-        bob.goto(secret_chat)
-        expect(bob.locator("#error-message")).to_be_visible()
-        assert "秘密" not in bob.inner_text("body")
+        _sees_none_of_alices_things(bob, url, secret_chat=alice.url)
         alice.goto(f"{url}/instances")
         expect(alice.locator("#instance-list")).to_contain_text("爱丽丝的存档")
         assert not alice.js_errors and not bob.js_errors, (alice.js_errors, bob.js_errors)
