@@ -68,7 +68,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
 from personalab.stores.personas import add_persona, matching_persona, persona_of_instance, persona_row
 from personalab.stores.saves import append_lines, create_save, get_save
-from personalab.stores.tables import Background, Role, Save
+from personalab.stores.tables import Background, Persona, Role, Save
 from personalab.stores.threads import thread_id_for
 
 ROLE_TEXT = CHARACTER_TEXT  # the previous release's name
@@ -95,6 +95,14 @@ def check_avatar(data: bytes, field: str = "avatar") -> str:
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as exc:
         raise InvalidInput(f"{field}: not an image ({type(exc).__name__})") from None
     return Image.MIME.get(kind or "", "application/octet-stream")
+
+
+def stored_avatar(row: Role | Persona, what: str) -> tuple[bytes, str]:
+    """A stored row's avatar image and its MIME type (a character's, a persona's); `NotFound` naming `what` (e.g.
+    "character 3") when it has none."""
+    if not row.avatar_image:
+        raise NotFound(f"{what} has no avatar")
+    return bytes(row.avatar_image), row.avatar_mime or "application/octet-stream"
 
 
 def avatar_from_base64(text: str, field: str = "avatar_base64") -> bytes:
@@ -223,9 +231,7 @@ class Characters(_Area):
         """The character's avatar image and its MIME type; `NotFound` when it has none."""
         with self._session() as session:
             character_row = rows.character_row(session, character_id, self.owner)
-            if not character_row.avatar_image:
-                raise NotFound(f"character {character_id} has no avatar")
-            return bytes(character_row.avatar_image), character_row.avatar_mime or "application/octet-stream"
+            return stored_avatar(character_row, f"character {character_id}")
 
     def edit(self, character_id: int, changes: CharacterEdit | Mapping[str, Any]) -> Character:
         """Change the given fields (seed 002 编辑角色). Running instances see the new definition from their next
