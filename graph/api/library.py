@@ -59,6 +59,7 @@ from personalab.graph.api.schemas.library import (
     PlotProgress,
     validate_model,
 )
+from personalab.graph.api.schemas.personas import PersonaEdit
 from personalab.nodes.rules.character import seeded_core_memory, substitute
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state
@@ -103,6 +104,21 @@ def stored_avatar(row: Role | Persona, what: str) -> tuple[bytes, str]:
     if not row.avatar_image:
         raise NotFound(f"{what} has no avatar")
     return bytes(row.avatar_image), row.avatar_mime or "application/octet-stream"
+
+
+def edited_values(edit: CharacterEdit | PersonaEdit, mime: str | None) -> dict[str, Any]:
+    """The columns an edit of a character or a persona sets: its given fields (a None leaves one as it is), the
+    avatar with its checked `mime`, or no avatar when `remove_avatar`."""
+    values: dict[str, Any] = {
+        name: value
+        for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
+        if value is not None
+    }
+    if edit.avatar is not None:
+        values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
+    elif edit.remove_avatar:
+        values |= {"avatar_image": None, "avatar_mime": None}
+    return values
 
 
 def avatar_from_base64(text: str, field: str = "avatar_base64") -> bytes:
@@ -240,16 +256,7 @@ class Characters(_Area):
         mime = check_avatar(edit.avatar) if edit.avatar is not None else None
         with self._session() as session:
             character_row = rows.character_row(session, character_id, self.owner, change=True)
-            values = {
-                name: value
-                for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
-                if value is not None
-            }
-            if edit.avatar is not None:
-                values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
-            elif edit.remove_avatar:
-                values |= {"avatar_image": None, "avatar_mime": None}
-            rows.change_row(session, character_row, values)
+            rows.change_row(session, character_row, edited_values(edit, mime))
             return _character(session, character_row, self.owner)
 
     def delete(self, character_id: int, *, cascade: bool = False) -> Deleted:
