@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from personalab.evals.bench_turn import bench_environment, build_history, nearest_rank
-from personalab.evals.bench_worldbook import synthetic_book, turn_texts
+from personalab.evals.bench_worldbook import played_retrieval, synthetic_book, turn_texts
 
 BASELINE_ENTRIES = 50
 SEED_004_MS = 100.0
@@ -71,9 +71,8 @@ def _attach_book(instance_id: int, entries: int, history_turns: int) -> None:
 
 def book_figures(data: Path, instances: list[int], entries: int, turns: int, history_turns: int) -> dict[int, Any]:
     """{book size: figures} for the 50-entry baseline and the `entries`-entry book (module docstring)."""
-    from personalab.graph.runner import run_turn, turn_graph
+    from personalab.graph.runner import turn_graph
     from personalab.nodes.context import Context
-    from personalab.stores.background import flush_event_writes
 
     sizes = [BASELINE_ENTRIES, entries]
     with bench_environment(data):
@@ -88,11 +87,7 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
         with turn_graph(Context()) as (graph, ctx):
             for index, (_lines, message) in enumerate(texts):
                 for instance_id, size in zip(instances, sizes, strict=True):
-                    state = run_turn(graph, ctx, instance_id, message)
-                    flush_event_writes()
-                    if state.get("error"):
-                        raise RuntimeError(f"book {size}, turn {index + 1} failed: {state['error']}")
-                    debug = state["debug"].get("retrieval") or {}
+                    debug = played_retrieval(graph, ctx, instance_id, message, f"book {size}, turn {index + 1}")
                     if debug.get("status") != "ok":
                         cuts[size] += 1
                     prepare = float(debug.get("worldbook_prepare_ms") or 0.0)

@@ -151,11 +151,23 @@ def scan_figures(size: int, scans: int, texts_seed: int = 5) -> dict[str, float]
     }
 
 
+def played_retrieval(graph: Any, ctx: Any, instance_id: int, message: str, turn: str) -> dict[str, Any]:
+    """One measured turn through `graph.runner.run_turn`, its writes flushed before the next; its `debug.retrieval`
+    (empty when the turn ran none). A failed turn is a `RuntimeError` naming `turn`: a figure of it would mislead."""
+    from personalab.graph.runner import run_turn
+    from personalab.stores.background import flush_event_writes
+
+    state = run_turn(graph, ctx, instance_id, message)
+    flush_event_writes()
+    if state.get("error"):
+        raise RuntimeError(f"{turn} failed: {state['error']}")
+    return dict(state["debug"].get("retrieval") or {})
+
+
 def retrieval_figures(entries: int, turns: int, history_turns: int) -> dict[str, Any]:
     """The whole retrieval of `turns` real turns on the sample instance with an `entries`-entry character book."""
-    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.graph.runner import create_sample_instance, turn_graph
     from personalab.nodes.context import Context
-    from personalab.stores.background import flush_event_writes
     from personalab.stores.db import session_scope
     from personalab.stores.saves import get_save
     from personalab.stores.worldbook import add_worldbook_row
@@ -176,11 +188,7 @@ def retrieval_figures(entries: int, turns: int, history_turns: int) -> dict[str,
     cuts = 0
     with turn_graph(Context()) as (graph, ctx):
         for index, (_lines, message) in enumerate(texts):
-            state = run_turn(graph, ctx, instance_id, message)
-            flush_event_writes()
-            if state.get("error"):
-                raise RuntimeError(f"turn {index + 1} failed: {state['error']}")
-            debug = state["debug"].get("retrieval") or {}
+            debug = played_retrieval(graph, ctx, instance_id, message, f"turn {index + 1}")
             if debug.get("status") != "ok":
                 cuts += 1
             if index == 0:

@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from personalab.graph.api import PersonaLab
 from personalab.graph.api.schemas.memory import MemoryCreate
+from web_pages import new_instance
 
 FACT = "我的怀表藏在灯塔下面的第三块石头里"
 TOKENS = {"alice": "tok-mem-alice-7d1", "bob": "tok-mem-bob-2e9"}
@@ -28,17 +29,6 @@ def client(db_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 
     with TestClient(app, follow_redirects=True) as made:
         yield made
-
-
-def _instance(client: TestClient) -> int:
-    client.post("/app/characters", data={"name": "雷娜", "description": "废土上的佣兵", "greetings": "你来了。"})
-    client.post("/app/backgrounds", data={"name": "废土", "world_setting": "核战后", "outline": ["相遇", "出发"]})
-    api = PersonaLab()
-    character = api.characters.list()[-1].id
-    background = api.backgrounds.list()[-1].id
-    page = client.post("/app/instances", data={"character_id": character, "background_id": background})
-    assert page.status_code == 200
-    return int(str(page.url).rstrip("/").split("/")[-1])
 
 
 def _turn(client: TestClient, instance_id: int, message: str) -> None:
@@ -58,7 +48,7 @@ def _snapshot(instance_id: int) -> list[dict]:
 
 
 def test_the_inspector_lists_filters_edits_pins_and_deletes_memories(client: TestClient) -> None:
-    instance_id = _instance(client)
+    instance_id = new_instance(client)
     _turn(client, instance_id, FACT)
     api = PersonaLab()
     page = client.get(f"/app/instances/{instance_id}/memories", headers={"Accept-Language": "zh-CN"})
@@ -115,7 +105,7 @@ def test_the_inspector_lists_filters_edits_pins_and_deletes_memories(client: Tes
 
 
 def test_an_edit_that_empties_a_memory_is_refused_and_nothing_changes(client: TestClient) -> None:
-    instance_id = _instance(client)
+    instance_id = new_instance(client)
     made = PersonaLab().memories.add(instance_id, MemoryCreate(content="灯塔的钥匙在雷娜手里"))
     before = _snapshot(instance_id)
     page = client.post(f"/app/instances/{instance_id}/memories/{made.id}", data={"content": "   ", "type": "event"})
@@ -126,7 +116,7 @@ def test_an_edit_that_empties_a_memory_is_refused_and_nothing_changes(client: Te
 
 
 def test_a_bulk_edit_acts_on_this_instances_ids_only(client: TestClient) -> None:
-    first, second = _instance(client), _instance(client)
+    first, second = new_instance(client), new_instance(client)
     api = PersonaLab()
     mine = [api.memories.add(first, MemoryCreate(content=f"记忆{n}")).id for n in range(3)]
     theirs = api.memories.add(second, MemoryCreate(content="别的实例的记忆")).id
@@ -153,7 +143,7 @@ def test_a_bulk_edit_acts_on_this_instances_ids_only(client: TestClient) -> None
 
 
 def test_export_then_import_round_trips_and_a_broken_file_changes_nothing(client: TestClient) -> None:
-    first, second = _instance(client), _instance(client)
+    first, second = new_instance(client), new_instance(client)
     PersonaLab().memories.add(first, MemoryCreate(content="导出的记忆", type="goal", tags=["港口"]))
     exported = client.get(f"/app/instances/{first}/memories/export")
     assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
@@ -173,7 +163,7 @@ def test_export_then_import_round_trips_and_a_broken_file_changes_nothing(client
 
 
 def test_why_this_reply_shows_the_stored_provenance_with_scores(client: TestClient) -> None:
-    instance_id = _instance(client)
+    instance_id = new_instance(client)
     _turn(client, instance_id, FACT)
     # a fact told earlier, out of the recent dialogue (which the prompt holds anyway): a memory
     told = PersonaLab().memories.add(instance_id, MemoryCreate(content="阿岚的怀表藏在灯塔下面", type="event"))
@@ -193,12 +183,12 @@ def test_why_this_reply_shows_the_stored_provenance_with_scores(client: TestClie
     assert "为什么这样回复" in zh.text and "关键词" in zh.text
     user_line = re.findall(r'class="line user" id="line-(\d+)"', chat)[0]
     assert client.get(f"/app/instances/{instance_id}/lines/{user_line}/why").status_code == 404
-    other = _instance(client)
+    other = new_instance(client)
     assert client.get(f"/app/instances/{other}/lines/{links[-1]}/why").status_code == 404
 
 
 def test_try_it_shows_the_retrieval_and_stores_nothing(client: TestClient) -> None:
-    instance_id = _instance(client)
+    instance_id = new_instance(client)
     _turn(client, instance_id, FACT)
     api = PersonaLab()
     pinned = api.memories.add(instance_id, MemoryCreate(content="怀表是父亲留下的", pinned=True))
@@ -226,7 +216,7 @@ def test_another_users_instance_is_never_reachable(
     with TestClient(app, follow_redirects=True) as alice, TestClient(app, follow_redirects=True) as bob:
         alice.post("/app/login", data={"token": TOKENS["alice"]})
         bob.post("/app/login", data={"token": TOKENS["bob"]})
-        instance_id = _instance(alice)
+        instance_id = new_instance(alice)
         memory = PersonaLab(owner="alice").memories.add(instance_id, MemoryCreate(content="爱丽丝的秘密"))
         _turn(alice, instance_id, "你还记得爱丽丝的秘密吗？")
         reply = re.findall(
@@ -257,7 +247,7 @@ def test_another_users_instance_is_never_reachable(
 
 
 def test_the_pages_data_is_reachable_through_the_http_api(client: TestClient) -> None:
-    first, second = _instance(client), _instance(client)
+    first, second = new_instance(client), new_instance(client)
     api = PersonaLab()
     mine = api.memories.add(first, MemoryCreate(content="码头的钥匙在雷娜手里", type="event")).id
     theirs = api.memories.add(second, MemoryCreate(content="别处的记忆")).id

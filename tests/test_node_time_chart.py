@@ -15,6 +15,7 @@ from personalab.graph.api import PersonaLab
 from personalab.graph.api.statistics import PARALLEL_STEPS, split_node_time
 from personalab.graph.web.i18n import translator
 from personalab.graph.web.stats_charts import render_chart
+from web_pages import new_instance, scripted_client
 
 
 def test_parallel_nodes_are_not_added_up() -> None:
@@ -32,23 +33,12 @@ def test_parallel_nodes_are_not_added_up() -> None:
 
 @pytest.fixture
 def client(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    from personalab.graph.http.app import app
-
-    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
-    monkeypatch.setenv("PERSONALAB_LLM", "scripted")
-    with TestClient(app, follow_redirects=True) as made:
-        yield made
+    yield from scripted_client(db_url, monkeypatch)
 
 
 def test_each_turns_stack_is_its_graph_time(client: TestClient) -> None:
-    client.post("/app/characters", data={"name": "雷娜", "description": "废土上的佣兵", "greetings": "你来了。"})
-    client.post("/app/backgrounds", data={"name": "废土", "world_setting": "核战后", "outline": ["相遇", "出发"]})
+    instance = new_instance(client)
     api = PersonaLab()
-    made = client.post(
-        "/app/instances",
-        data={"character_id": api.characters.list()[-1].id, "background_id": api.backgrounds.list()[-1].id},
-    )
-    instance = int(str(made.url).rstrip("/").split("/")[-1])
     for message in ("你好，我们出发吧", "灯塔那边有什么？"):
         reply = client.post(f"/app/instances/{instance}/turn", data={"action": "send", "message": message})
         assert re.findall(r"^event: (.+)$", reply.text, re.M)[-1] == "done"

@@ -241,6 +241,32 @@ def test_checkpoints_keep_only_the_latest_and_rewind_and_swipe_still_work(db_url
     assert checkpoint_sizes(db_url)[thread_id_for(instance)]["checkpoints"] == 1
 
 
+def scripted_data_folder(data_dir: Path) -> tuple[str, int, dict[str, str]]:
+    """A sample instance in the default data folder's SQLite database, and the environment of a `personalab`
+    process playing it there with the offline scripted model and one turn of recent dialogue in the prompt;
+    returns (database URL, instance id, environment)."""
+    url = f"sqlite:///{data_dir / 'personalab.db'}"
+    env = {
+        **os.environ,
+        "PERSONALAB_DATA_DIR": str(data_dir),
+        "PERSONALAB_LLM": "scripted",
+        "PERSONALAB_RECALL_TURNS": "1",
+    }
+    return url, create_sample_instance(url), env
+
+
+def personalab_turn(env: dict[str, str], instance: int, message: str) -> subprocess.CompletedProcess[str]:
+    """`personalab turn --json` in a new process: the next process after one that was killed."""
+    cli = Path(sys.executable).parent / "personalab"
+    return subprocess.run(
+        [str(cli), "turn", "--json", "--instance", str(instance), message],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 KILLED_TURN = """
 import os, signal, sys
 from personalab.graph.runner import run_turn, turn_graph
@@ -260,14 +286,7 @@ with turn_graph(Context()) as (graph, context):
 def test_a_process_killed_after_the_reply_loses_no_write(data_dir: Path, tmp_path: Path) -> None:
     """A real `kill -9` after the reply (SQLite, the default data folder): the next `personalab turn` process
     applies the writes at start-up and its turn retrieves them."""
-    url = f"sqlite:///{data_dir / 'personalab.db'}"
-    instance = create_sample_instance(url)
-    env = {
-        **os.environ,
-        "PERSONALAB_DATA_DIR": str(data_dir),
-        "PERSONALAB_LLM": "scripted",
-        "PERSONALAB_RECALL_TURNS": "1",
-    }
+    url, instance, env = scripted_data_folder(data_dir)
     script = tmp_path / "killed_turn.py"
     script.write_text(KILLED_TURN, encoding="utf-8")
     killed = subprocess.run(
@@ -278,14 +297,7 @@ def test_a_process_killed_after_the_reply_loses_no_write(data_dir: Path, tmp_pat
     assert rows(url, instance, applied=False)
     assert MemoryStore(db_url=url).list_memories(instance, include_record=True) == []
 
-    cli = Path(sys.executable).parent / "personalab"
-    nxt = subprocess.run(
-        [str(cli), "turn", "--json", "--instance", str(instance), ASK],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    nxt = personalab_turn(env, instance, ASK)
     assert nxt.returncode == 0, nxt.stderr
     retrieved = json.loads(nxt.stdout)["retrieved_events"]
     assert any("十二岁" in item["content"] for item in retrieved), retrieved  # from the writes the killed one left

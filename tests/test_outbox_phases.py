@@ -8,7 +8,6 @@ writes what it left. Real SQLite and PostgreSQL, real Chroma, the offline USE mo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,17 @@ from personalab.stores import outbox
 from personalab.stores.background import flush_event_writes
 from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_index import PENDING_VECTORS
-from test_outbox import ASK, FACT, FILLER, IMPORTANT, ONE_TURN, assert_each_write_once, rows
+from test_outbox import (
+    ASK,
+    FACT,
+    FILLER,
+    IMPORTANT,
+    ONE_TURN,
+    assert_each_write_once,
+    personalab_turn,
+    rows,
+    scripted_data_folder,
+)
 
 
 class VectorsDown:
@@ -134,14 +143,7 @@ def test_a_process_killed_between_the_phases_loses_nothing(data_dir: Path, tmp_p
     """A real `kill -9` after the rows' commit, before the vectors (SQLite, the default data folder): every row is
     still queued; the next `personalab turn` process writes the vectors the stored rows lack, stores nothing twice,
     and its retrieval finds the fact by vector too."""
-    url = f"sqlite:///{data_dir / 'personalab.db'}"
-    instance = create_sample_instance(url)
-    env = {
-        **os.environ,
-        "PERSONALAB_DATA_DIR": str(data_dir),
-        "PERSONALAB_LLM": "scripted",
-        "PERSONALAB_RECALL_TURNS": "1",
-    }
+    url, instance, env = scripted_data_folder(data_dir)
     script = tmp_path / "killed_between.py"
     script.write_text(KILLED_BETWEEN, encoding="utf-8")
     killed = subprocess.run(
@@ -160,15 +162,8 @@ def test_a_process_killed_between_the_phases_loses_nothing(data_dir: Path, tmp_p
     assert rows(url, instance, applied=True) == [] or all(r.kind == "review" for r in rows(url, instance, applied=True))
     assert store.vectorless(instance, [m.line_id for m in stored])
 
-    cli = Path(sys.executable).parent / "personalab"
     for message in (FILLER, ASK):  # the fact two turns back reaches the prompt only from the memories
-        nxt = subprocess.run(
-            [str(cli), "turn", "--json", "--instance", str(instance), message],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        nxt = personalab_turn(env, instance, message)
         assert nxt.returncode == 0, nxt.stderr
     retrieved = json.loads(nxt.stdout)["retrieved_events"]
     assert any("十二岁" in item["content"] for item in retrieved), retrieved

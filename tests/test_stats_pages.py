@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from personalab.graph.api import PersonaLab
 from personalab.graph.api.schemas.memory import ChartSeries, TimelineMemory, TurnFigures
 from personalab.graph.web.stats_charts import CHARTS
+from web_pages import new_instance, scripted_client
 
 TOKENS = {"alice": "tok-stats-alice-7d1", "bob": "tok-stats-bob-2f4"}
 MESSAGES = ("你好，我们出发吧", "灯塔那边有什么？", "我信任你。")
@@ -27,23 +28,7 @@ MESSAGES = ("你好，我们出发吧", "灯塔那边有什么？", "我信任�
 
 @pytest.fixture
 def client(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    from personalab.graph.http.app import app
-
-    monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
-    monkeypatch.setenv("PERSONALAB_LLM", "scripted")
-    with TestClient(app, follow_redirects=True) as made:
-        yield made
-
-
-def _instance(client: TestClient) -> int:
-    client.post("/app/characters", data={"name": "雷娜", "description": "废土上的佣兵", "greetings": "你来了。"})
-    client.post("/app/backgrounds", data={"name": "废土", "world_setting": "核战后", "outline": ["相遇", "出发"]})
-    api = PersonaLab()
-    character = api.characters.list()[-1].id
-    background = api.backgrounds.list()[-1].id
-    page = client.post("/app/instances", data={"character_id": character, "background_id": background})
-    assert page.status_code == 200
-    return int(str(page.url).rstrip("/").split("/")[-1])
+    yield from scripted_client(db_url, monkeypatch)
 
 
 def _play(client: TestClient, instance: int, messages: tuple[str, ...] = MESSAGES) -> None:
@@ -69,7 +54,7 @@ def _valid_png(data: bytes) -> tuple[int, int]:
 
 
 def test_after_turns_the_series_has_one_point_per_turn_and_every_picture_is_valid(client: TestClient) -> None:
-    instance = _instance(client)
+    instance = new_instance(client)
     _play(client, instance)
     series = PersonaLab().statistics.series(instance)
     assert [point.turn for point in series.turns] == [1, 2, 3]
@@ -107,7 +92,7 @@ def test_after_turns_the_series_has_one_point_per_turn_and_every_picture_is_vali
 
 
 def test_after_a_regenerate_the_series_follows_the_branch_and_the_timeline_shows_both(client: TestClient) -> None:
-    instance = _instance(client)
+    instance = new_instance(client)
     _play(client, instance, MESSAGES[:2])
     reply = client.post(f"/app/instances/{instance}/turn", data={"action": "regenerate"})
     assert re.findall(r"^event: (.+)$", reply.text, re.M)[-1] == "done", reply.text[-500:]
@@ -119,7 +104,7 @@ def test_after_a_regenerate_the_series_follows_the_branch_and_the_timeline_shows
 
 
 def test_the_page_and_pictures_follow_the_language(client: TestClient) -> None:
-    instance = _instance(client)
+    instance = new_instance(client)
     _play(client, instance, MESSAGES[:1])
     client.post("/app/language", data={"lang": "en", "back": f"/app/instances/{instance}/stats"})
     page = client.get(f"/app/instances/{instance}/stats")
@@ -134,7 +119,7 @@ def test_the_page_and_pictures_follow_the_language(client: TestClient) -> None:
 
 
 def test_an_instance_without_turns_shows_the_empty_state(client: TestClient) -> None:
-    instance = _instance(client)
+    instance = new_instance(client)
     assert PersonaLab().statistics.series(instance).turns == []
     page = client.get(f"/app/instances/{instance}/stats")
     assert page.status_code == 200 and 'id="stats-empty"' in page.text and "还没有对话轮次" in page.text
@@ -148,7 +133,7 @@ def test_unknown_instance_chart_or_format_is_a_404_page(client: TestClient) -> N
     assert missing.status_code == 404 and 'id="error-message"' in missing.text and "999999" in missing.text
     assert client.get("/app/instances/999999/stats/growth.svg").status_code == 404
     assert client.get("/instances/999999/statistics/series").status_code == 404
-    instance = _instance(client)
+    instance = new_instance(client)
     assert client.get(f"/app/instances/{instance}/stats/nothing.svg").status_code == 404
     assert client.get(f"/app/instances/{instance}/stats/growth.gif").status_code == 404
 
@@ -159,7 +144,7 @@ def test_with_auth_on_another_users_statistics_are_not_reachable(
     monkeypatch.setenv("PERSONALAB_AUTH", "tokens")
     monkeypatch.setenv("PERSONALAB_AUTH_TOKENS", ",".join(f"{token}:{user}" for user, token in TOKENS.items()))
     client.post("/app/login", data={"token": TOKENS["alice"]})
-    instance = _instance(client)
+    instance = new_instance(client)
     _play(client, instance, MESSAGES[:1])
     assert client.get(f"/app/instances/{instance}/stats").status_code == 200
     client.cookies.clear()

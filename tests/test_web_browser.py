@@ -9,18 +9,13 @@ hostile card runs nothing. Screenshots of the main pages go to docs/web/.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from served_app import serve_process
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -46,31 +41,9 @@ new MutationObserver(function (records) {
 @contextmanager
 def served(root: Path, **settings: str) -> Iterator[str]:
     """`personalab serve --port 0` with its own data folder and the given settings; yields the app's URL."""
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PERSONALAB_", "OPENAI_"))}
-    env.update(PERSONALAB_DATA_DIR=str(data), PERSONALAB_LLM="scripted", **settings)
-    command = [str(Path(sys.executable).parent / "personalab"), "serve", "--port", "0"]
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(
-        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True).start()
-    try:
-        try:
-            first = lines.get(timeout=120)
-        except queue.Empty:
-            pytest.fail(f"personalab serve printed no URL: {(root / 'server.log').read_text()}")
+    with serve_process(root, **settings) as (first, _pid):
         assert "http://127.0.0.1:" in first, first
         yield first.split()[3].removesuffix("/app")
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +232,17 @@ def test_a_hostile_card_shows_its_text_and_runs_nothing(browser: Any, tmp_path: 
         assert page.js_errors == []
 
 
+def _sees_none_of_alices_things(bob: Any, url: str, *, secret_chat: str) -> None:
+    """Bob's lists show none of Alice's character, background or instance, and her chat page is an error to him."""
+    for where in ("instances", "characters", "backgrounds"):
+        bob.goto(f"{url}/{where}")
+        text = bob.inner_text("main")
+        assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
+    bob.goto(secret_chat)
+    expect(bob.locator("#error-message")).to_be_visible()
+    assert "秘密" not in bob.inner_text("body")
+
+
 def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) -> None:
     tokens = ",".join(f"{token}:{user}" for user, token in TOKENS.items())
     with served(tmp_path, PERSONALAB_AUTH="tokens", PERSONALAB_AUTH_TOKENS=tokens) as app_url:
@@ -284,14 +268,7 @@ def test_two_users_never_see_each_others_things(browser: Any, tmp_path: Path) ->
         alice.keyboard.press("Control+Enter")
         expect(alice.locator("#turn-count")).to_have_text("1")
         expect(alice.locator("#lines")).to_contain_text("只有我知道的秘密")
-        secret_chat = alice.url
-        for where in ("instances", "characters", "backgrounds"):
-            bob.goto(f"{url}/{where}")
-            text = bob.inner_text("main")
-            assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
-        bob.goto(secret_chat)
-        expect(bob.locator("#error-message")).to_be_visible()
-        assert "秘密" not in bob.inner_text("body")
+        _sees_none_of_alices_things(bob, url, secret_chat=alice.url)
         alice.click("button:has-text('退出')")
         expect(alice).to_have_url(f"{url}/login")
         _shot(alice, "login")
@@ -335,14 +312,7 @@ def test_two_users_signed_in_with_jwts_never_see_each_others_things(browser: Any
         _send(alice, "只有我知道的秘密")
         expect(alice.locator("#lines .line.assistant", has_text="雾里传来脚步声。")).to_contain_text("守卫")
         expect(alice.locator("#host_text_1")).to_have_value("")
-        secret_chat = alice.url
-        for where in ("instances", "characters", "backgrounds"):
-            bob.goto(f"{url}/{where}")
-            text = bob.inner_text("main")
-            assert "灯守" not in text and "雾港" not in text and "爱丽丝" not in text, where
-        bob.goto(secret_chat)
-        expect(bob.locator("#error-message")).to_be_visible()
-        assert "秘密" not in bob.inner_text("body")
+        _sees_none_of_alices_things(bob, url, secret_chat=alice.url)
         alice.goto(f"{url}/instances")
         expect(alice.locator("#instance-list")).to_contain_text("爱丽丝的存档")
         assert not alice.js_errors and not bob.js_errors, (alice.js_errors, bob.js_errors)

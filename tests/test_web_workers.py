@@ -6,12 +6,7 @@ connections that either worker may take."""
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,37 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from served_app import serve_process
 
 
 @contextmanager
 def served_workers(root: Path, workers: int) -> Iterator[tuple[str, int]]:
     """`personalab serve --port 0 --workers N`; yields (base URL, the server's process id)."""
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PERSONALAB_", "OPENAI_"))}
-    env.update(PERSONALAB_DATA_DIR=str(data), PERSONALAB_LLM="scripted")
-    command = [str(Path(sys.executable).parent / "personalab"), "serve", "--port", "0", "--workers", str(workers)]
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(
-        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True).start()
-    try:
-        try:
-            first = lines.get(timeout=120)
-        except queue.Empty:
-            pytest.fail(f"personalab serve printed no URL: {(root / 'server.log').read_text()}")
+    with serve_process(root, "--workers", str(workers)) as (first, pid):
         found = re.search(r"(http://127\.0\.0\.1:\d+)/app", first)
         assert found, first
-        yield found.group(1), process.pid
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+        yield found.group(1), pid
 
 
 def _children(pid: int) -> list[int]:

@@ -59,6 +59,7 @@ from personalab.graph.api.schemas.library import (
     PlotProgress,
     validate_model,
 )
+from personalab.graph.api.schemas.personas import PersonaEdit
 from personalab.nodes.rules.character import seeded_core_memory, substitute
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound
 from personalab.nodes.rules.plot import new_plot_state
@@ -68,7 +69,7 @@ from personalab.stores.db import session_scope
 from personalab.stores.library_rows import owns, visible_to
 from personalab.stores.personas import add_persona, matching_persona, persona_of_instance, persona_row
 from personalab.stores.saves import append_lines, create_save, get_save
-from personalab.stores.tables import Background, Role, Save
+from personalab.stores.tables import Background, Persona, Role, Save
 from personalab.stores.threads import thread_id_for
 
 ROLE_TEXT = CHARACTER_TEXT  # the previous release's name
@@ -95,6 +96,29 @@ def check_avatar(data: bytes, field: str = "avatar") -> str:
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as exc:
         raise InvalidInput(f"{field}: not an image ({type(exc).__name__})") from None
     return Image.MIME.get(kind or "", "application/octet-stream")
+
+
+def stored_avatar(row: Role | Persona, what: str) -> tuple[bytes, str]:
+    """A stored row's avatar image and its MIME type (a character's, a persona's); `NotFound` naming `what` (e.g.
+    "character 3") when it has none."""
+    if not row.avatar_image:
+        raise NotFound(f"{what} has no avatar")
+    return bytes(row.avatar_image), row.avatar_mime or "application/octet-stream"
+
+
+def edited_values(edit: CharacterEdit | PersonaEdit, mime: str | None) -> dict[str, Any]:
+    """The columns an edit of a character or a persona sets: its given fields (a None leaves one as it is), the
+    avatar with its checked `mime`, or no avatar when `remove_avatar`."""
+    values: dict[str, Any] = {
+        name: value
+        for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
+        if value is not None
+    }
+    if edit.avatar is not None:
+        values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
+    elif edit.remove_avatar:
+        values |= {"avatar_image": None, "avatar_mime": None}
+    return values
 
 
 def avatar_from_base64(text: str, field: str = "avatar_base64") -> bytes:
@@ -223,9 +247,7 @@ class Characters(_Area):
         """The character's avatar image and its MIME type; `NotFound` when it has none."""
         with self._session() as session:
             character_row = rows.character_row(session, character_id, self.owner)
-            if not character_row.avatar_image:
-                raise NotFound(f"character {character_id} has no avatar")
-            return bytes(character_row.avatar_image), character_row.avatar_mime or "application/octet-stream"
+            return stored_avatar(character_row, f"character {character_id}")
 
     def edit(self, character_id: int, changes: CharacterEdit | Mapping[str, Any]) -> Character:
         """Change the given fields (seed 002 编辑角色). Running instances see the new definition from their next
@@ -234,16 +256,7 @@ class Characters(_Area):
         mime = check_avatar(edit.avatar) if edit.avatar is not None else None
         with self._session() as session:
             character_row = rows.character_row(session, character_id, self.owner, change=True)
-            values = {
-                name: value
-                for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
-                if value is not None
-            }
-            if edit.avatar is not None:
-                values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
-            elif edit.remove_avatar:
-                values |= {"avatar_image": None, "avatar_mime": None}
-            rows.change_row(session, character_row, values)
+            rows.change_row(session, character_row, edited_values(edit, mime))
             return _character(session, character_row, self.owner)
 
     def delete(self, character_id: int, *, cascade: bool = False) -> Deleted:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from personalab.graph.api.library import _Area, _instance, check_avatar
+from personalab.graph.api.library import _Area, _instance, check_avatar, edited_values, stored_avatar
 from personalab.graph.api.schemas.library import Instance, validate_model
 from personalab.graph.api.schemas.personas import (
     PersonaChoice,
@@ -21,7 +21,6 @@ from personalab.graph.api.schemas.personas import (
     PersonaInput,
     PersonaOut,
 )
-from personalab.nodes.rules.errors import NotFound
 from personalab.stores import library_rows as rows
 from personalab.stores import personas as store
 from personalab.stores.tables import Persona
@@ -69,10 +68,7 @@ class Personas(_Area):
     def avatar(self, persona_id: int) -> tuple[bytes, str]:
         """The persona's avatar image and its MIME type; `NotFound` when it has none."""
         with self._session() as session:
-            row = store.persona_row(session, persona_id, self.owner)
-            if not row.avatar_image:
-                raise NotFound(f"persona {persona_id} has no avatar")
-            return bytes(row.avatar_image), row.avatar_mime or "application/octet-stream"
+            return stored_avatar(store.persona_row(session, persona_id, self.owner), f"persona {persona_id}")
 
     def edit(self, persona_id: int, changes: PersonaEdit | Mapping[str, Any]) -> PersonaOut:
         """Change the given fields; instances playing with it use the new ones from their next turn."""
@@ -80,16 +76,7 @@ class Personas(_Area):
         mime = check_avatar(edit.avatar) if edit.avatar is not None else None
         with self._session() as session:
             row = store.persona_row(session, persona_id, self.owner)
-            values: dict[str, Any] = {
-                name: value
-                for name, value in edit.model_dump(exclude_unset=True, exclude={"avatar", "remove_avatar"}).items()
-                if value is not None
-            }
-            if edit.avatar is not None:
-                values |= {"avatar_image": edit.avatar, "avatar_mime": mime}
-            elif edit.remove_avatar:
-                values |= {"avatar_image": None, "avatar_mime": None}
-            store.change_persona(session, row, values)
+            store.change_persona(session, row, edited_values(edit, mime))
             return _out(session, row)
 
     def delete(self, persona_id: int) -> PersonaDeleted:

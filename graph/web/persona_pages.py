@@ -13,6 +13,7 @@ from personalab.graph.api import PersonaLab
 from personalab.graph.api.schemas.library import MAX_AVATAR_BYTES
 from personalab.graph.http.guards import PathId
 from personalab.graph.web.pages import PREFIX, WebRoute, WebUser, render, web_user
+from personalab.graph.web.routes import _read_upload
 from personalab.nodes.rules.errors import InvalidInput
 from starlette.concurrency import run_in_threadpool
 
@@ -25,19 +26,8 @@ def _go(url: str) -> RedirectResponse:
 
 
 async def _avatar(upload: UploadFile | None) -> bytes | None:
-    """The uploaded avatar's bytes, at most `MAX_AVATAR_BYTES` (read in chunks: a huge upload is refused)."""
-    if upload is None or not upload.filename:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await upload.read(1 << 20):
-        size += len(chunk)
-        if size > MAX_AVATAR_BYTES:
-            raise InvalidInput(f"avatar: the file is over the limit of {MAX_AVATAR_BYTES} bytes")
-        chunks.append(chunk)
-    if not chunks:
-        raise InvalidInput("avatar: the file is empty")
-    return b"".join(chunks)
+    """The uploaded avatar's bytes, at most `MAX_AVATAR_BYTES` (the character pages' upload reading)."""
+    return await _read_upload(upload, MAX_AVATAR_BYTES, "avatar")
 
 
 async def _fields(request: Request, upload: UploadFile | None, *, new: bool) -> dict[str, Any]:
