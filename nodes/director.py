@@ -16,6 +16,25 @@ from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_or_why
 
 
+def curated_events(
+    state: TurnState, ctx: Context, current: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, list[int]]]:
+    """Issue 26 (each exchange once, the current truth): this instance's events without those of turns the recent
+    dialogue still shows, and — unless the user asks about the past — without those of turns that said a fact a later
+    one replaced (their memories are closed: `stores.consolidation.closed_turns`). Returns (kept, turns left out)."""
+    from personalab.nodes.rules.consolidation import asks_about_past
+    from personalab.stores.consolidation import closed_turns
+
+    turn = int(state["turn"])
+    window = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int) and e["turn"] > turn - ctx.recall_turns]
+    stale: set[int] = set()
+    if not asks_about_past(state["message"]):
+        turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
+        stale = closed_turns(ctx.database_url, state["instance_id"], turns)
+    kept = [e for e in current if e.get("turn") not in stale and e.get("turn") not in window]
+    return kept, {"in_recent_dialogue": sorted(set(window)), "no_longer_true": sorted(stale)}
+
+
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 兜底机制): the current outline point is the query; 15 events of this instance and 5
     of other instances of the same character + background, as two separately labelled layers. The search done
@@ -46,6 +65,8 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["warm_up_ms"] = warm_ms
     debug["waited_for_writes_ms"] = waited_ms
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
+    current, left_out = curated_events(state, ctx, current)
+    debug["left_out"] = left_out
     # other play-throughs are reference only: one that is not about this outline point (say, another user's
     # secret) must not reach this prompt at all, labelled or not
     relevant = [event for event in others if float(event.get("score", 0.0)) >= ctx.director_reference_floor]
