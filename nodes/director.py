@@ -16,23 +16,22 @@ from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_or_why
 
 
-def curated_events(
-    state: TurnState, ctx: Context, current: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], dict[str, list[int]]]:
-    """Issue 26 (each exchange once, the current truth): this instance's events without those of turns the recent
-    dialogue still shows, and — unless the user asks about the past — without those of turns that said a fact a later
-    one replaced (their memories are closed: `stores.consolidation.closed_turns`). Returns (kept, turns left out)."""
+def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Issue 26 (each exchange once, the current truth): the turns of this instance's events the prompt does not tell
+    again — those the recent dialogue still shows, and, unless the user asks about the past, those that said a fact a
+    later one replaced (their memories are closed: `stores.consolidation.closed_turns`). The director's layers keep
+    every event found (the search's result, what the fallback hands on); `generate.retrieved_blocks` leaves these
+    turns out of the prompt."""
     from personalab.nodes.rules.consolidation import asks_about_past
     from personalab.stores.consolidation import closed_turns
 
     turn = int(state["turn"])
-    window = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int) and e["turn"] > turn - ctx.recall_turns]
+    turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
+    window = {t for t in turns if t > turn - ctx.recall_turns}
     stale: set[int] = set()
     if not asks_about_past(state["message"]):
-        turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
         stale = closed_turns(ctx.database_url, state["instance_id"], turns)
-    kept = [e for e in current if e.get("turn") not in stale and e.get("turn") not in window]
-    return kept, {"in_recent_dialogue": sorted(set(window)), "no_longer_true": sorted(stale)}
+    return {"in_recent_dialogue": sorted(window), "no_longer_true": sorted(stale)}
 
 
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -65,14 +64,14 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["warm_up_ms"] = warm_ms
     debug["waited_for_writes_ms"] = waited_ms
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
-    current, left_out = curated_events(state, ctx, current)
+    left_out = events_left_out(state, ctx, current)  # for the prompt only: the layers keep what was found
     debug["left_out"] = left_out
     # other play-throughs are reference only: one that is not about this outline point (say, another user's
     # secret) must not reach this prompt at all, labelled or not
     relevant = [event for event in others if float(event.get("score", 0.0)) >= ctx.director_reference_floor]
     query = search.query
     return {
-        "director_events": {"query": query, "current": current, "others": relevant},
+        "director_events": {"query": query, "current": current, "others": relevant, "left_out": left_out},
         "debug": {
             "director": {
                 "query": query,

@@ -223,10 +223,13 @@ def drop_repeated_exchanges(
             repeated = said.get(" ".join(own.split()))
         if repeated is None and own:  # a line quoting one already presented (a reply that echoes a memory)
             repeated = quoted_in(_norm(own), said)
-        if repeated is None and whole:  # the turn's memory repeats (or quotes) a line presented already
+        if repeated is None and whole:  # the turn's memory repeats a line presented already, or its user's line
+            # quotes one (or is quoted): only the user's line, since the reply of the turn just before this one is
+            # in the recall window in pieces (one line a segment) that the whole reply quotes, while the user's
+            # line, the exchange's news, is not — that turn's memory is the previous turn's memory, not a duplicate
             lines = list(map(_norm, turn_memory_lines(content)))
             repeated = next((said[key] for key in lines if key in said), None)
-            repeated = repeated or next((q for q in (quoted_in(key, said) for key in lines) if q is not None), None)
+            repeated = repeated or (quoted_in(lines[0], said) if lines else None)
         if repeated is not None:
             duplicates.append(
                 {
