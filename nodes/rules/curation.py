@@ -164,14 +164,16 @@ def _norm(text: str) -> str:
 QUOTE_MIN_CHARS = 6  # a shorter line ("好的") is in too many others to count as quoted
 
 
-def quoted_in(own: str, said: Mapping[str, Any]) -> Any:
+def quoted_in(own: str, said: Mapping[str, Any], *, others_only: bool = False) -> Any:
     """What an item's own line (``speaker：text``) repeats by quoting a presented line's text whole, or a presented
     line quoting it whole (a reply in the recent dialogue that echoed it), at least `QUOTE_MIN_CHARS` characters;
-    or None."""
-    text = own.split("：", 1)[-1]
+    or None. `others_only`: a presented line of the same speaker does not count (a piece of the very reply)."""
+    speaker, _, text = own.partition("：") if "：" in own else ("", "", own)
     for line, key in said.items():
         quoted = line.split("：", 1)[-1]
         if quoted == text:
+            continue
+        if others_only and line.split("：", 1)[0] == speaker:
             continue
         if (len(quoted) >= QUOTE_MIN_CHARS and quoted in text) or (len(text) >= QUOTE_MIN_CHARS and text in quoted):
             return key
@@ -223,13 +225,15 @@ def drop_repeated_exchanges(
             repeated = said.get(" ".join(own.split()))
         if repeated is None and own:  # a line quoting one already presented (a reply that echoes a memory)
             repeated = quoted_in(_norm(own), said)
-        if repeated is None and whole:  # the turn's memory repeats a line presented already, or its user's line
-            # quotes one (or is quoted): only the user's line, since the reply of the turn just before this one is
-            # in the recall window in pieces (one line a segment) that the whole reply quotes, while the user's
-            # line, the exchange's news, is not — that turn's memory is the previous turn's memory, not a duplicate
+        if repeated is None and whole:  # the turn's memory repeats (or quotes) a line presented already
             lines = list(map(_norm, turn_memory_lines(content)))
             repeated = next((said[key] for key in lines if key in said), None)
-            repeated = repeated or (quoted_in(lines[0], said) if lines else None)
+            # the reply's own speaker's lines do not count as quoted: the reply of the turn just before this one is
+            # in the recall window in pieces (one line a segment) that the whole reply holds, while its user's line,
+            # the exchange's news, is not there — that turn's memory is no duplicate (a reply quoting someone
+            # else's presented line, a memory it echoes, still is)
+            quotes = (quoted_in(key, said, others_only=index > 0) for index, key in enumerate(lines))
+            repeated = repeated or next((q for q in quotes if q is not None), None)
         if repeated is not None:
             duplicates.append(
                 {
