@@ -268,3 +268,20 @@ def test_an_entry_quoting_a_presented_line_or_quoted_by_one_is_a_duplicate() -> 
         [reply], turn=50, window_turns=2, closed_lines=["莱姆：我是一名护士，在医院上夜班。"]
     )
     assert kept[0]["content"] == "雷娜：好的。"
+
+
+def test_a_turn_memory_is_no_duplicate_of_its_own_reply_in_the_window_but_is_of_a_quoted_line() -> None:
+    """The turn just before this one: the recall window shows its reply in pieces, not its user's line, so its turn
+    memory is what tells the model what the user said (back-to-back retrieval). A turn memory whose reply quotes
+    another speaker's line already presented (a memory it echoes) still is a duplicate."""
+    from personalab.nodes.rules.curation import drop_repeated_exchanges
+
+    turn = {"kind": "memory", "id": 7, "turn": 2, "type": "conversation", "line_id": None}
+    turn["content"] = "第2轮：用户说「我妹妹叫林小禾，住在银杏镇。」；雷娜回应「【惊讶】关于「妹妹叫林小禾」，我记在心里了。【平静】走吧。」"
+    window = ["雷娜：【惊讶】关于「妹妹叫林小禾」，我记在心里了。", "雷娜：【平静】走吧。", "用户：她住在哪？"]
+    kept, dups, _ = drop_repeated_exchanges([turn], turn=3, window_turns=1, window_lines=window)
+    assert [item["id"] for item in kept] == [7] and not dups
+    echo = {**turn, "id": 9, "turn": 30}
+    echo["content"] = "第30轮：用户说「还记得吗」；雷娜回应「我想起来了——莱姆说「我最爱吃红烧肉。」」"
+    kept, dups, _ = drop_repeated_exchanges([echo], turn=50, window_turns=2, window_lines=["莱姆：我最爱吃红烧肉。"])
+    assert not kept and dups[0]["of"] == "recall_window"
