@@ -277,7 +277,9 @@ def test_a_turn_memory_is_no_duplicate_of_its_own_reply_in_the_window_but_is_of_
     from personalab.nodes.rules.curation import drop_repeated_exchanges
 
     turn = {"kind": "memory", "id": 7, "turn": 2, "type": "conversation", "line_id": None}
-    turn["content"] = "第2轮：用户说「我妹妹叫林小禾，住在银杏镇。」；雷娜回应「【惊讶】关于「妹妹叫林小禾」，我记在心里了。【平静】走吧。」"
+    turn["content"] = (
+        "第2轮：用户说「我妹妹叫林小禾，住在银杏镇。」；雷娜回应「【惊讶】关于「妹妹叫林小禾」，我记在心里了。【平静】走吧。」"
+    )
     window = ["雷娜：【惊讶】关于「妹妹叫林小禾」，我记在心里了。", "雷娜：【平静】走吧。", "用户：她住在哪？"]
     kept, dups, _ = drop_repeated_exchanges([turn], turn=3, window_turns=1, window_lines=window)
     assert [item["id"] for item in kept] == [7] and not dups
