@@ -118,6 +118,7 @@ def set_up(scenario: Scenario) -> Setup:
                     from personalab.nodes.rules.errors import InvalidInput
 
                     raise InvalidInput(f"{scenario.source}: at worldbook[{index}]: {exc}") from None
+        memories = list(scenario.memories)
         for entry in scenario.knowledge:
             add_knowledge(
                 session,
@@ -127,6 +128,14 @@ def set_up(scenario: Scenario) -> Setup:
                 keywords=tuple(entry.get("keywords", ())),
                 scope=Scope(role_id=role_id),
             )
+    if memories:  # issue 26: stored before the first turn, no witnesses recorded (the character's own)
+        from personalab.stores.memory import MemoryStore
+        from personalab.stores.vectors import chroma_path
+
+        store = MemoryStore(chroma_path=chroma_path())
+        for instance_id in instances:
+            for memory in memories:
+                store.add_memory(instance_id, memory.content, type=memory.type, importance=memory.importance, turn=0)
     return Setup(role_id, background_id, outline, instances)
 
 
@@ -146,6 +155,7 @@ class InstanceLog:
     series: list[dict[str, Any]] = field(default_factory=list)
     completed: int = 0
     users: list[str] = field(default_factory=list)  # the user lines played, oldest first
+    users_told: list[str] = field(default_factory=list)  # the scenario's own user lines (no filler, no probe)
 
     def fact_turn(self, phrase: str) -> int | None:
         """The latest earlier turn whose user or host lines hold `phrase`."""
@@ -223,7 +233,48 @@ def score_probe(step: Step, state: dict[str, Any], log: InstanceLog) -> list[dic
         checks.append({"kind": "reply", "phrase": phrase, "ok": _contains(reply, phrase)})
     for phrase in step.expect.contradicts:
         checks.append({"kind": "contradicts", "phrase": phrase, "ok": not _contains(reply, phrase)})
+    if step.expect.order:  # issue 26: the current truth before the past
+        places = [retrieved.casefold().find(phrase.casefold()) for phrase in step.expect.order]
+        ok = all(place >= 0 for place in places) and places == sorted(places)
+        checks.append({"kind": "order", "phrase": " < ".join(step.expect.order), "ok": ok, "places": places})
+    inner, outside = private_parts(prompt)
+    for phrase in step.expect.private:
+        checks.append(
+            {"kind": "private", "phrase": phrase, "ok": _contains(inner, phrase) and not _contains(outside, phrase)}
+        )
     return checks
+
+
+def private_parts(prompt: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """The prompt's text split (issue 26): the private block (from `PRIVATE_HEADER` to the next block's header) and
+    everything else but the turn's own user message (the last message)."""
+    from personalab.nodes.rules.curation import PRIVATE_HEADER
+
+    inner: list[str] = []
+    outside: list[str] = []
+    for message in prompt[:-1]:
+        text = str(message.get("content", ""))
+        while PRIVATE_HEADER in text:
+            before, _, rest = text.partition(PRIVATE_HEADER)
+            after = rest.find("\n=== ")
+            outside.append(before)
+            inner.append(rest if after < 0 else rest[:after])
+            text = "" if after < 0 else rest[after:]
+        outside.append(text)
+    return "\n".join(inner), "\n".join(outside)
+
+
+def repeated_lines(prompt: Sequence[dict[str, Any]], lines: Sequence[str]) -> list[dict[str, Any]]:
+    """Issue 26 (each exchange once): the user's `lines` a prompt shows more than once — each occurrence in the
+    retrieved region, plus one when the rest of the prompt (the recent dialogue; not the turn's own message) has it."""
+    retrieved = "\n".join(str(m.get("content", "")) for m in prompt if m.get("region") == "retrieved")
+    rest = "\n".join(str(m.get("content", "")) for m in prompt[:-1] if m.get("region") != "retrieved")
+    out = []
+    for line in dict.fromkeys(text.strip() for text in lines if text.strip()):
+        count = retrieved.count(line) + (1 if line in rest else 0)
+        if count > 1:
+            out.append({"line": line, "count": count})
+    return out
 
 
 # --- playing ---------------------------------------------------------------------------------------------------
@@ -263,6 +314,11 @@ def play_scenario(
         "secrets": {"said": len(scenario.secrets), "leaks": []},
         # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
         "other_instances": {"memories": 0, "foreign": []},
+        # issue 26: the user's lines shown twice in a prompt, private memories outside their block, memories
+        # retrieved for a character or NPC that did not witness them
+        "duplicates": [],
+        "private_sayable": [],
+        "witnesses": {"checked": 0, "unwitnessed": []},
         "maintenance": {"accepted": 0, "rejected": 0, "errors": 0},
         "forged_markers": {"sent": 0, "honoured": 0},
         "retrieval_timeouts": 0,
@@ -321,6 +377,9 @@ def _one_turn(
     options: PlayOptions,
 ) -> None:
     where = f"{scenario.source}: instance {log.number}, turn {log.turn + 1} ({step.where})"
+    if step.kind == "recall":
+        _one_recall(turns, step, log, result, where)
+        return
     try:
         state = turns.send(log.instance_id, step, user_name)
     except Exception as exc:
@@ -373,7 +432,13 @@ def _one_turn(
             result["secrets"]["leaks"].append(
                 {"secret": index, "instance": log.number, "turn": log.turn, "regions": regions}
             )
-    _count_foreign_memories(state, log, result["other_instances"])
+    _count_foreign_memories(state, log, result["other_instances"], result["witnesses"], setup.role_id)
+    for found in repeated_lines(prompt, log.users_told):
+        result["duplicates"].append({"instance": log.number, "turn": log.turn, **found})
+    _, outside = private_parts(prompt)
+    for memory in scenario.memories:
+        if memory.type == "internal" and _contains(outside, memory.content):
+            result["private_sayable"].append({"instance": log.number, "turn": log.turn, "memory": memory.content})
     if step.kind == "probe":
         checks = score_probe(step, state, log)
         probe = {
@@ -397,6 +462,8 @@ def _one_turn(
     # what this turn put into the dialogue: the facts a later probe measures its distance to, and the history
     log.said.append((log.turn, step.message + "\n" + host_text))
     log.users.append(step.message)
+    if step.kind == "user":
+        log.users_told.append(step.message)
     played = [*({"role": "user", "content": line.get("content", "")} for line in step.lines_before)]
     played += [{"role": "user", "content": step.message}, {"role": "assistant", "content": state.get("reply") or ""}]
     log.history_tokens += tokens(played)
@@ -425,28 +492,83 @@ def _one_turn(
     )
 
 
-def _count_foreign_memories(state: dict[str, Any], log: InstanceLog, tally: dict[str, Any]) -> None:
+def _memory_rows(ids: Sequence[int]) -> dict[int, tuple[int, Sequence[Any] | None]]:
+    """Each memory's (instance, witnesses), read from the scenario's database."""
+    from personalab.stores.memory_tables import MemoryEntry
+    from sqlmodel import col, select
+
+    with session_scope() as session:
+        rows = session.exec(
+            select(MemoryEntry.id, MemoryEntry.instance_id, MemoryEntry.witnesses).where(col(MemoryEntry.id).in_(ids))
+        ).all()
+    return {int(row[0] or 0): (int(row[1]), row[2]) for row in rows}
+
+
+def _unwitnessed(
+    ids: Sequence[int], who: str, log: InstanceLog, witnesses: dict[str, Any], rows: dict[int, tuple[int, Any]]
+) -> None:
+    """Issue 26: count the memories retrieved for `who` (the character or an NPC) that it did not witness."""
+    from personalab.nodes.rules.curation import witnessed_by
+
+    witnesses["checked"] += len(ids)
+    for memory_id in ids:
+        seen = rows.get(memory_id, (0, None))[1]
+        if not witnessed_by(seen, who):
+            witnesses["unwitnessed"].append({"instance": log.number, "turn": log.turn, "memory": memory_id, "who": who})
+
+
+def _count_foreign_memories(
+    state: dict[str, Any], log: InstanceLog, tally: dict[str, Any], witnesses: dict[str, Any], role_id: int
+) -> None:
     """The long-term memories the turn retrieved (`state.retrieved`, kind memory) whose stored instance is another
     than the turn's: read from the scenario's database, the same in every mode (the director's layer of other
-    instances' story events is a separate, labelled block, not counted here)."""
+    instances' story events is a separate, labelled block, not counted here); and (issue 26) those the character
+    did not witness."""
     ids = sorted(
         {int(item["id"]) for item in state.get("retrieved") or [] if item.get("kind") == "memory" and item.get("id")}
     )
     if not ids:
         return
-    from personalab.stores.memory_tables import MemoryEntry
-    from sqlmodel import col, select
+    from personalab.nodes.rules.curation import character_identity
 
-    with session_scope() as session:
-        owners = dict(
-            session.exec(select(MemoryEntry.id, MemoryEntry.instance_id).where(col(MemoryEntry.id).in_(ids))).all()
-        )
+    rows = _memory_rows(ids)
     tally["memories"] += len(ids)
     for memory_id in ids:
-        if owners.get(memory_id) != log.instance_id:
+        owner = rows[memory_id][0] if memory_id in rows else None
+        if owner != log.instance_id:
             tally["foreign"].append(
-                {"instance": log.number, "turn": log.turn, "memory": memory_id, "of_instance": owners.get(memory_id)}
+                {"instance": log.number, "turn": log.turn, "memory": memory_id, "of_instance": owner}
             )
+    _unwitnessed(ids, character_identity(role_id), log, witnesses, rows)
+
+
+def _one_recall(turns: Turns, step: Step, log: InstanceLog, result: dict[str, Any], where: str) -> None:
+    """Issue 26: a recall step — what an NPC (or the character) recalls, through the API or `memory recall --npc`;
+    scored like a probe (kinds recall / recall_lacks) and counted for the unwitnessed goal. Not a turn."""
+    try:
+        found = turns.recall(log.instance_id, step.message, step.npc)
+    except Exception as exc:
+        raise TurnFailed(f"{where}: recall: {type(exc).__name__}: {exc}") from exc
+    items = found.get("items") or []
+    text = "\n".join(str(item.get("content", "")) for item in items)
+    expect = step.recall
+    checks: list[dict[str, Any]] = []
+    if expect is not None:
+        checks += [{"kind": "recall", "phrase": p, "ok": _contains(text, p)} for p in expect.retrieved]
+        checks += [{"kind": "recall_lacks", "phrase": p, "ok": not _contains(text, p)} for p in expect.lacks]
+    ids = sorted({int(item["id"]) for item in items if item.get("kind") == "memory" and item.get("id")})
+    if ids:
+        _unwitnessed(ids, str(found.get("witness")), log, result["witnesses"], _memory_rows(ids))
+    result["probes"].append(
+        {
+            "instance": log.number,
+            "turn": log.turn,
+            "where": step.where,
+            "probe": f"recall ({step.npc or 'the character'}): {step.message}",
+            "checks": checks,
+            "recall": {"witness": found.get("witness"), "items": len(items), "unwitnessed": found.get("unwitnessed")},
+        }
+    )
 
 
 def _director_summary(logs: Sequence[InstanceLog], points: int, stall_turns: int) -> dict[str, Any]:

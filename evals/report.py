@@ -133,6 +133,7 @@ def scenario_summary(result: dict[str, Any]) -> dict[str, Any]:
         "reply": _pass_fail(checks_of([result], "reply")),
         "secrets": {"said": secrets.get("said", 0), "leaked": len(secrets.get("leaks", []))},
         "other_instances": _other_instances([result]),
+        "curated": curated_figures(result),
         "director": result.get("director") or {},
         "forged_markers": result.get("forged_markers") or {},
         "maintenance": result.get("maintenance") or {},
@@ -213,6 +214,9 @@ def overall(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "secrets_said": sum((r.get("secrets") or {}).get("said", 0) for r in results),
         "secrets_leaked": sum(len((r.get("secrets") or {}).get("leaks", [])) for r in results),
         "other_instances": _other_instances(results),
+        "duplicates": sum(len(r.get("duplicates") or []) for r in results),
+        "private_sayable": sum(len(r.get("private_sayable") or []) for r in results),
+        "unwitnessed": sum(len((r.get("witnesses") or {}).get("unwitnessed", [])) for r in results),
         "forged_markers_sent": sum((r.get("forged_markers") or {}).get("sent", 0) for r in results),
         "forged_markers_honoured": sum((r.get("forged_markers") or {}).get("honoured", 0) for r in results),
         "completed_per_10_turns": round(10 * completed / turns, 3) if turns else 0.0,
@@ -566,6 +570,9 @@ def write_report(
     text = markdown(results, total, meta, made, extra_rows)
     if groups:
         text = text.rstrip("\n") + "\n" + "\n".join(conditions_markdown(groups)) + "\n"
+    curated = curated_markdown(results)
+    if curated:
+        text = text.rstrip("\n") + "\n" + "\n".join(curated) + "\n"
     (out / "report.md").write_text(text, encoding="utf-8")
     lines = [f"report: {out / 'report.md'} ({total['scenarios']} scenario(s), {total['turns']:,} turns)"]
     for row in [*extra_rows, *goals(total)]:
@@ -573,6 +580,12 @@ def write_report(
     lines += [f"  FAILED {r['name']}: {r.get('error')}" for r in results if r.get("status") != "ok"]
     if groups:
         lines += ["conditions side by side (issue 30):", *conditions_console(groups)]
+    for result in results:
+        for row in curated_goal_rows(result):
+            lines.append(
+                f"  {'ok ' if row['met'] else 'NO '} {result['name']}: {row['figure']}: {row['measured']} "
+                f"(goal {row['goal']})"
+            )
     return lines
 
 
@@ -702,7 +715,88 @@ def missed_goals(results: Sequence[dict[str, Any]]) -> list[str]:
         for group in conditions_side_by_side(results)
         for row in group["goals"]
         if row["met"] is False
+    ] + [
+        f"{result['name']}: {row['figure']}: {row['measured']} (goal {row['goal']})"
+        for result in results
+        for row in curated_goal_rows(result)
+        if row["met"] is False
     ]
+
+
+# --- curated memory (issue 26) ------------------------------------------------------------------------------------
+
+# the checks the offline scripted model can pass: what reached the prompt, not what the reply said
+PROMPT_CHECKS = ("retrieved", "prompt_lacks", "order", "private", "recall", "recall_lacks")
+
+
+def curated_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """Issue 26's figures of one scenario: probe checks on what reached the prompt (and what NPCs recalled) passed,
+    the user's lines shown twice in a prompt, private memories outside their block, memories retrieved for someone
+    who did not witness them."""
+    checks = [c for p in result.get("probes") or [] for c in p.get("checks") or [] if c["kind"] in PROMPT_CHECKS]
+    passed = sum(1 for c in checks if c["ok"])
+    witnesses = result.get("witnesses") or {}
+    return {
+        "probe_checks": {"passed": passed, "total": len(checks), "percent": _pct(passed, len(checks))},
+        "failed_checks": [f"{c['kind']}: {c['phrase']}" for c in checks if not c["ok"]],
+        "duplicates": len(result.get("duplicates") or []),
+        "private_sayable": len(result.get("private_sayable") or []),
+        "witness_checked": int(witnesses.get("checked", 0)),
+        "unwitnessed": len(witnesses.get("unwitnessed") or []),
+    }
+
+
+def curated_goal_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue-26 goals the scenario file sets, checked in every run (a condition without long-term memory is
+    not checked: it retrieves nothing)."""
+    goals_set = result.get("goals") or {}
+    if result.get("condition", "full") != "full" or not goals_set:
+        return []
+    figures = curated_figures(result)
+    rows: list[dict[str, Any]] = []
+    floor = goals_set.get("probe_checks_min_percent")
+    if floor is not None:
+        checks = figures["probe_checks"]
+        rows.append(
+            {
+                "figure": "probe checks on the prompt passed (%)",
+                "goal": f"≥ {floor:g}",
+                "measured": f"{checks['percent']:g} ({checks['passed']}/{checks['total']})"
+                if checks["percent"] is not None
+                else "no check",
+                "met": checks["percent"] is not None and checks["percent"] >= floor,
+            }
+        )
+    for key, figure in (
+        ("duplicates_max", "user lines shown twice in a prompt"),
+        ("private_sayable_max", "private memories presented as sayable"),
+        ("unwitnessed_max", "memories retrieved for one who did not witness them"),
+    ):
+        most = goals_set.get(key)
+        if most is not None:
+            found = figures[key.removesuffix("_max")]
+            extra = f" of {figures['witness_checked']} checked" if key == "unwitnessed_max" else ""
+            rows.append({"figure": figure, "goal": f"≤ {most}", "measured": f"{found}{extra}", "met": found <= most})
+    return rows
+
+
+def curated_markdown(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's section of the issue-26 goals, per scenario that sets them."""
+    lines: list[str] = []
+    for result in results:
+        rows = curated_goal_rows(result)
+        if not rows:
+            continue
+        if not lines:
+            lines += ["", "## Curated memory (issue 26)"]
+        lines += ["", f"### {result['name']}", "", "| goal | wanted | measured | met? |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"| {r['figure']} | {r['goal']} | {r['measured']} | {'yes' if r['met'] else '**NO**'} |" for r in rows
+        ]
+        failed = curated_figures(result)["failed_checks"]
+        if failed:
+            lines += ["", "Failed checks: " + "; ".join(failed)]
+    return lines
 
 
 def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:

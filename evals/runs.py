@@ -169,6 +169,13 @@ def play_all(
     return [results[s.name] for s in scenarios if s.name in results], players.interrupted
 
 
+def scenario_environment(scenario: Scenario) -> dict[str, str]:
+    """The settings a scenario file sets (issue 26), as the environment of its process and its turns' processes."""
+    if scenario.settings is None or scenario.settings.consolidation is None:
+        return {}
+    return {"PERSONALAB_CONSOLIDATION": "1" if scenario.settings.consolidation else "0"}
+
+
 def _safe(name: str) -> str:
     """A file name for scenario `name`: unsafe characters replaced, and then a short hash of the name, so that
     two names differing only there ("a b", "a/b") do not share a result file or a data folder."""
@@ -234,7 +241,7 @@ class Players:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
-                env=self.environment(folder),
+                env={**self.environment(folder), **scenario_environment(scenario)},
                 text=True,
                 encoding="utf-8",
             )

@@ -37,6 +37,8 @@ class Expect(_Model):
     prompt_lacks: tuple[str, ...] = ()
     reply: tuple[str, ...] = ()
     contradicts: tuple[str, ...] = ()  # issue 30: none may be in the reply
+    order: tuple[str, ...] = ()  # issue 26: each in the retrieved region, in this order (the current truth first)
+    private: tuple[str, ...] = ()  # issue 26: each in the private block (unspoken knowledge), nowhere else
 
 
 class Goals(_Model):
@@ -45,6 +47,41 @@ class Goals(_Model):
     memory_use_gain_points: float | None = None  # full minus recent, percentage points of probes using the fact
     in_character_min_percent: float | None = None
     contradictions_max: int | None = None
+    # issue 26 (curated memory), checked in every run: probe checks passed, prompts with an exchange twice,
+    # private memories presented as sayable, memories retrieved for someone who did not witness them
+    probe_checks_min_percent: float | None = None
+    duplicates_max: int | None = None
+    private_sayable_max: int | None = None
+    unwitnessed_max: int | None = None
+
+
+class RecallExpect(_Model):
+    retrieved: tuple[str, ...] = ()  # each in an item recalled
+    lacks: tuple[str, ...] = ()  # none in any item recalled
+
+
+class RecallStep(_Model):
+    """Issue 26: what a script NPC of the scene (or, without `npc`, the character) recalls for `recall` — through the
+    API (`memory.recall`) in process, `personalab memory recall --npc` with `--via cli`. Not a turn."""
+
+    recall: str
+    npc: str | None = None
+    expect: RecallExpect = RecallExpect()
+    instance: int | None = Field(None, ge=1)
+
+
+class ScenarioMemory(_Model):
+    """Issue 26: a memory stored in every instance before the first turn (e.g. the character's private thought)."""
+
+    content: str
+    type: str = "event"
+    importance: float = Field(0.8, ge=0, le=1)
+
+
+class ScenarioSettings(_Model):
+    """Issue 26: settings the scenario's processes play with (environment of the worker and its turns)."""
+
+    consolidation: bool | None = None
 
 
 class UserTurn(_Model):
@@ -91,7 +128,9 @@ class Scenario(_Model):
     instances: int = Field(1, ge=1)
     worldbook: tuple[dict[str, Any], ...] = ()
     knowledge: tuple[dict[str, Any], ...] = ()
-    turns: tuple[UserTurn | FillerTurns | ProbeTurn, ...]
+    turns: tuple[UserTurn | FillerTurns | ProbeTurn | RecallStep, ...]
+    memories: tuple[ScenarioMemory, ...] = ()
+    settings: ScenarioSettings | None = None
     secrets: tuple[Secret, ...] = ()
     goals: Goals | None = None
     source: str = ""  # the file it came from (set by the loader, not in the file)
@@ -100,7 +139,7 @@ class Scenario(_Model):
 class Step(_Model):
     """One turn an instance plays: what is sent, and how it is scored."""
 
-    kind: Literal["user", "filler", "probe", "secret"]
+    kind: Literal["user", "filler", "probe", "secret", "recall"]
     message: str
     lines_before: tuple[dict[str, Any], ...] = ()
     choice: str | None = None
@@ -109,6 +148,8 @@ class Step(_Model):
     expect: Expect | None = None
     where: str = ""  # the item of the file it comes from, e.g. turns[4]
     instance: int | None = None  # played only in this instance (1-based); None: in every instance
+    npc: str | None = None  # a recall step's NPC (issue 26)
+    recall: RecallExpect | None = None
 
 
 @lru_cache(maxsize=1)
@@ -134,14 +175,19 @@ def _problem(error: SchemaError, document: Any) -> tuple[str, str]:
         kind = next(
             (
                 name
-                for key, name in (("user", "userTurn"), ("filler", "fillerTurns"), ("probe", "probeTurn"))
+                for key, name in (
+                    ("user", "userTurn"),
+                    ("filler", "fillerTurns"),
+                    ("probe", "probeTurn"),
+                    ("recall", "recallStep"),
+                )
                 if key in error.instance
             ),
             None,
         )
         if path and path[0] == "turns":
             if kind is None:
-                return _path(path), "a turn needs one of the keys user, filler or probe"
+                return _path(path), "a turn needs one of the keys user, filler, probe or recall"
             sub = Draft202012Validator({**defs[kind], "$defs": defs})
             inner = sorted(sub.iter_errors(error.instance), key=lambda e: list(e.absolute_path))
             if inner:
@@ -276,6 +322,17 @@ def expand_turns(scenario: Scenario) -> list[Step]:
         if isinstance(item, FillerTurns):
             for text in filler_lines(item.filler, item.seed, item.language or scenario.language):
                 steps.append(Step(kind="filler", message=text, where=where))
+        elif isinstance(item, RecallStep):
+            steps.append(
+                Step(
+                    kind="recall",
+                    message=item.recall,
+                    npc=item.npc,
+                    recall=item.expect,
+                    where=where,
+                    instance=item.instance,
+                )
+            )
         elif isinstance(item, ProbeTurn):
             steps.append(
                 Step(

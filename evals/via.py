@@ -42,6 +42,10 @@ class Turns(Protocol):
 
     def send(self, instance_id: int, step: Step, user_name: str | None) -> dict[str, Any]: ...
 
+    def recall(self, instance_id: int, query: str, npc: str | None) -> dict[str, Any]:
+        """Issue 26: what `npc` (None: the character) recalls, as `api.memories.recall` returns it."""
+        ...
+
     def rss_mb(self) -> float:
         """Resident memory (MiB) of the process that played the last turn."""
         ...
@@ -82,8 +86,18 @@ def new_sitting(instance_id: int) -> None:
     PersonaLab().dialogue.new_session(instance_id)
 
 
+def api_recall(instance_id: int, query: str, npc: str | None) -> dict[str, Any]:
+    """What `npc` (None: the character) recalls for `query`, through the API (issue 26)."""
+    from personalab.graph.api import PersonaLab
+
+    return PersonaLab().memories.recall(instance_id, query, npc=npc)
+
+
 class InProcessTurns:
     via = "inprocess"
+
+    def recall(self, instance_id: int, query: str, npc: str | None) -> dict[str, Any]:
+        return api_recall(instance_id, query, npc)
 
     def __init__(self, graph: Any, ctx: Any) -> None:
         self.graph, self.ctx = graph, ctx
@@ -179,6 +193,19 @@ class CliTurns:
     def rss_mb(self) -> float:
         return self._rss
 
+    def recall(self, instance_id: int, query: str, npc: str | None) -> dict[str, Any]:
+        """`personalab memory recall --npc NPC --json` in a process of its own, as a user would type it."""
+        argv = [self.script, "memory", "recall", "--instance", str(instance_id), "--json"]
+        if npc:
+            argv += ["--npc", npc]
+        done = subprocess.run(
+            [*argv, "--", query], env=self.env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            problem = done.stderr.strip().splitlines()
+            raise RuntimeError(f"personalab memory recall exited with code {done.returncode}: {problem[-1:]}")
+        return dict(json.loads(done.stdout))
+
 
 class ServedTurns:
     """Runs on the instances' threads of a `langgraph dev` server, through the LangGraph SDK."""
@@ -230,6 +257,10 @@ class ServedTurns:
 
     def rss_mb(self) -> float:
         return rss_mb(self.server_pid) if self.server_pid else 0.0
+
+    def recall(self, instance_id: int, query: str, npc: str | None) -> dict[str, Any]:
+        """Through the API on the same data folder (the served graph has no recall route of its own)."""
+        return api_recall(instance_id, query, npc)
 
 
 def default_repo() -> Path:

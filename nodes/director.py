@@ -16,6 +16,24 @@ from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_or_why
 
 
+def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Issue 26 (each exchange once, the current truth): the turns of this instance's events the prompt does not tell
+    again — those the recent dialogue still shows, and, unless the user asks about the past, those that said a fact a
+    later one replaced (their memories are closed: `stores.consolidation.closed_turns`). The director's layers keep
+    every event found (the search's result, what the fallback hands on); `generate.retrieved_blocks` leaves these
+    turns out of the prompt."""
+    from personalab.nodes.rules.consolidation import asks_about_past
+    from personalab.stores.consolidation import closed_turns
+
+    turn = int(state["turn"])
+    turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
+    window = {t for t in turns if t > turn - ctx.recall_turns}
+    stale: set[int] = set()
+    if not asks_about_past(state["message"]):
+        stale = closed_turns(ctx.database_url, state["instance_id"], turns)
+    return {"in_recent_dialogue": sorted(window), "no_longer_true": sorted(stale)}
+
+
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     """Graph node (seed 002 兜底机制): the current outline point is the query; 15 events of this instance and 5
     of other instances of the same character + background, as two separately labelled layers. The search done
@@ -46,12 +64,14 @@ def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["warm_up_ms"] = warm_ms
     debug["waited_for_writes_ms"] = waited_ms
     current, others = found or ([], [])  # on timeout or error: no layers, and the debug output says why
+    left_out = events_left_out(state, ctx, current)  # for the prompt only: the layers keep what was found
+    debug["left_out"] = left_out
     # other play-throughs are reference only: one that is not about this outline point (say, another user's
     # secret) must not reach this prompt at all, labelled or not
     relevant = [event for event in others if float(event.get("score", 0.0)) >= ctx.director_reference_floor]
     query = search.query
     return {
-        "director_events": {"query": query, "current": current, "others": relevant},
+        "director_events": {"query": query, "current": current, "others": relevant, "left_out": left_out},
         "debug": {
             "director": {
                 "query": query,

@@ -64,7 +64,13 @@ def retrieved_blocks(state: TurnState, ctx: Context | None = None) -> list[Retri
         blocks.insert(0, RetrievedBlock(title=prompts.SESSION_RECAP_TITLE, items=list(state["session_recap"])))
     director = state.get("director_events")
     if director:
-        blocks.extend(director_blocks(director.get("current", []), director.get("others", [])))
+        # each exchange once (issue 26): a turn a retrieved memory presents already, the recent dialogue shows or
+        # that said something no longer true (the director's `left_out`) is not told again as an event; the
+        # director's layers themselves keep every event its search found
+        shown = {item.get("turn") for item in state.get("retrieved") or [] if item.get("kind") == "memory"}
+        shown |= {t for turns in (director.get("left_out") or {}).values() for t in turns}
+        current = [e for e in director.get("current", []) if not (isinstance(e, dict) and e.get("turn") in shown)]
+        blocks.extend(director_blocks(current, director.get("others", [])))
     return blocks
 
 

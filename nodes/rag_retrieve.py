@@ -59,6 +59,7 @@ from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import PreparedWorldbook, TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import search_with_cap, wait_for_writes
+from personalab.stores.consolidation import closed_record_lines
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryRow, MemoryStore, instance_identities
@@ -339,22 +340,25 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
     found = memories.to_dict()
     # each exchange once (issue 26, seed 001 避免重复): a turn the prompt's recent dialogue has is not a memory
     # again, and a line already presented (by a better memory or the window) is not presented twice
+    # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
+    # after the current ones and marked as no longer true; otherwise its line is not another entry's context either
+    past = asks_about_past(query) or asks_about_past(state["message"])
+    # not about the past: the closed facts are left out first (named as superseded, not as duplicates)
+    superseded = [] if past else [item["id"] for item in found["items"] if item.get("valid_to_turn") is not None]
     items, duplicates, in_dialogue = drop_repeated_exchanges(
-        found["items"],
+        [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
         window_turns=ctx.recall_turns,
         window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
+        closed_lines=[] if past else closed_record_lines(ctx.database_url, instance_id),
     )
-    # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
-    # after the current ones and marked as no longer true
-    past = asks_about_past(query) or asks_about_past(state["message"])
     current = [item for item in items if item.get("valid_to_turn") is None]
     closed = [
         {**item, "content": f"{item['content']}{past_note(int(item['valid_to_turn']))}"}
         for item in items
         if item.get("valid_to_turn") is not None and past
     ]
-    found["superseded"] = [item["id"] for item in items if item.get("valid_to_turn") is not None and not past]
+    found["superseded"] = superseded
     found["items"] = [*current, *closed][: ctx.rag_results]
     found["in_recent_dialogue"] = in_dialogue
     found["duplicates"] = duplicates

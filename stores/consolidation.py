@@ -131,7 +131,7 @@ def _consolidate_fact(
             )
             if closed.rowcount:
                 before = {"valid_to_turn": None, "superseded_by": None}
-                # the old fact's own line in the dialogue record is no longer true either: closed with it
+                # the old fact's exchange in the dialogue record is no longer true either: closed with it
                 source = session.get(MemoryEntry, decision.target_id)
                 if source is not None and source.line_id is not None:
                     # and so is the turn's own memory (``第N轮：…``) that repeated it
@@ -141,7 +141,8 @@ def _consolidate_fact(
                             MemoryEntry.character_id == character,
                             col(MemoryEntry.valid_to_turn).is_(None),
                             or_(
-                                (col(MemoryEntry.line_id) == source.line_id) & (col(MemoryEntry.type) == "record"),
+                                # the whole exchange: the reply that took the old fact in repeats it too
+                                (col(MemoryEntry.turn) == source.turn) & (col(MemoryEntry.type) == "record"),
                                 (col(MemoryEntry.turn) == source.turn)
                                 & col(MemoryEntry.content).startswith(f"第{source.turn}轮：")
                                 & col(MemoryEntry.type).in_(["conversation", "event"]),
@@ -203,6 +204,39 @@ def consolidated_line(database_url: str | None, instance_id: int, line_id: int |
             )
         ).first()
         return found is not None
+
+
+def closed_record_lines(database_url: str | None, instance_id: int) -> list[str]:
+    """The instance's dialogue-record lines a later fact closed (issue 26), each ``speaker：text`` as recorded."""
+    from personalab.nodes.rules.curation import record_parts
+
+    with session_scope(database_url) as session:
+        rows = session.exec(
+            select(MemoryEntry.content).where(
+                MemoryEntry.instance_id == instance_id,
+                MemoryEntry.type == "record",
+                col(MemoryEntry.valid_to_turn).is_not(None),
+            )
+        ).all()
+    return [record_parts(str(content))[1] for content in rows]
+
+
+def closed_turns(database_url: str | None, instance_id: int, turns: Sequence[int]) -> set[int]:
+    """Of `turns`, those of the instance with a memory a later fact closed (`valid_to_turn` set): an exchange that
+    said something no longer true (issue 26; the director's events of those turns are left out)."""
+    if not turns:
+        return set()
+    with session_scope(database_url) as session:
+        rows = session.exec(
+            select(MemoryEntry.turn)
+            .where(
+                MemoryEntry.instance_id == instance_id,
+                col(MemoryEntry.turn).in_(sorted(set(turns))),
+                col(MemoryEntry.valid_to_turn).is_not(None),
+            )
+            .distinct()
+        ).all()
+    return {int(turn) for turn in rows if turn is not None}
 
 
 def consolidation_steps(

@@ -82,7 +82,7 @@ def test_schema_error_names_file_path_and_problem(tmp_path: Path, capsys: pytest
     [
         (
             "name: x\ncharacter: {sample: wasteland}\nbackground: {sample: wasteland}\nturns: [{usr: hi}]\n",
-            "turns[0]: a turn needs one of the keys user, filler or probe",
+            "turns[0]: a turn needs one of the keys user, filler, probe or recall",
         ),
         (
             "name: x\ncharacter: {sample: wasteland}\nbackground: {sample: wasteland}\nturns: [{filler: 0}]\n",

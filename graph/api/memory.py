@@ -8,6 +8,8 @@
     api.memories.pin(7, 12); api.memories.unpin(7, 12); api.memories.delete(7, 12)
     api.memories.export(7) / api.memories.import_(7, text)      # JSON Lines, one memory a line, every field
     api.memories.maintain(7)                     # one step of the layer flow
+    api.memories.recall(7, "暗号？", npc="laochen")  # what a script NPC witnessed (issue 26); npc=None: the character
+    api.memories.steps(7); api.memories.undo(7, 3)  # the consolidation's steps, and one taken back (issue 26)
 
 Every operation checks the instance is the caller's (`InstanceNotFound` naming it, as for an unknown id) and that a
 memory id is the instance's (`NotFound`: "memory N does not exist in instance I", for another instance's memory too).
@@ -478,6 +480,46 @@ class Memories:
             counts={int(c): dict(v) for c, v in report.counts.items()},
             off_branch=report.off_branch,
         )
+
+    # ---- witnesses and consolidation (issue 26) -------------------------------------------------------------------
+
+    def recall(self, instance_id: int, query: str, *, npc: str | None = None, k: int = 10) -> dict[str, Any]:
+        """What a script NPC of the scene (`npc`, its script_role_id; None: the instance's character) remembers for
+        `query`: only the memories it witnessed or was told (seed 000's lines). `InvalidInput` naming an NPC with no
+        line in the instance; nothing is written. A dict: items (as `search`), witness, unwitnessed (ids left out)."""
+        from personalab.nodes.rag_retrieve import recall_witnessed
+
+        instance_id = self._instance(instance_id)
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("query: give what to recall")
+        if npc is not None and (not isinstance(npc, str) or not npc.strip()):
+            raise InvalidInput(f"npc must be a script_role_id of the scene, got {npc!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
+            raise InvalidInput(f"k must be a whole number from 1 to 100, got {k!r}")
+        found = recall_witnessed(self.caller.database_url, instance_id, query.strip(), npc=npc, k=k)
+        return {
+            "instance_id": instance_id,
+            "query": found["query"],
+            "witness": found["witness"],
+            "items": found["items"],
+            "unwitnessed": found["unwitnessed"],
+        }
+
+    def steps(self, instance_id: int, *, include_undone: bool = True) -> builtins.list[dict[str, Any]]:
+        """The consolidation's steps (add / update / merge / none, with the facts they touched), oldest first."""
+        from personalab.stores.consolidation import consolidation_steps
+
+        instance_id = self._instance(instance_id)
+        return consolidation_steps(self.caller.database_url, instance_id, include_undone=include_undone)
+
+    def undo(self, instance_id: int, step_id: int) -> dict[str, Any]:
+        """Take a consolidation step back: the fact it added is deleted, the one it closed is current again, the step
+        is marked undone. `NotFound` naming a step that is not the instance's (nothing changes); `InvalidInput` for
+        one undone already, or whose fact a later step replaced (undo that one first)."""
+        from personalab.stores.consolidation import undo_step
+
+        instance_id = self._instance(instance_id)
+        return undo_step(self.caller.database_url, instance_id, _id(step_id, "step"), chroma_path())
 
     # ---- export / import (seed 004 记忆导出和备份) ----------------------------------------------------------------
 

@@ -13,6 +13,8 @@
     memory maintain --instance ID [--turn N]
     memory stats   --instance ID [--all-branches] [--json]
     memory export  --instance ID [FILE]           memory import --instance ID FILE
+    memory recall  --instance ID [--npc NPC] [-k N] [--json] QUERY   (what an NPC or the character witnessed)
+    memory steps   --instance ID [--json]         memory undo --instance ID STEP   (consolidation, issue 26)
 
 `list` shows the current branch's memories (`--all-branches`: every branch's), `--kind` is seed 004's kind
 (episodic / semantic / trait / goal). `add` prints the new id. `edit` marks the memory as edited by the user (the
@@ -265,6 +267,42 @@ def memory_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def memory_recall(args: argparse.Namespace) -> int:
+    """`memory recall --npc ID QUERY` (issue 26): what an NPC of the scene (or the character) witnessed."""
+    found = _api().memories.recall(args.instance, args.query, npc=args.npc, k=args.k)
+    if args.json:
+        sys.stdout.write(json_text(found) + "\n")
+        return 0
+    echo(f"{found['witness']} recalls {len(found['items'])} (left out, not witnessed: {len(found['unwitnessed'])})")
+    for rank, item in enumerate(found["items"], start=1):
+        echo(f"{rank:>3}. #{item['id']} {item['score']:.3f} {item['content']}")
+    return 0
+
+
+def memory_steps(args: argparse.Namespace) -> int:
+    """`memory steps` (issue 26): the consolidation's steps, oldest first."""
+    steps = _api().memories.steps(args.instance)
+    if args.json:
+        sys.stdout.write(json_text(steps, default=str) + "\n")
+        return 0
+    if not steps:
+        echo("no consolidation step")
+    for step in steps:
+        undone = " (undone)" if step.get("undone_at") else ""
+        echo(
+            f"step {step['id']} turn {step['turn']}: {step['action']} ({step['decided_by']}) "
+            f"memory {step.get('memory_id')} (target {step.get('target_id')}){undone}"
+        )
+    return 0
+
+
+def memory_undo(args: argparse.Namespace) -> int:
+    """`memory undo STEP` (issue 26): take a consolidation step back."""
+    step = _api().memories.undo(args.instance, args.step)
+    echo(f"step {step['id']} undone: {step['action']} of memory {step.get('memory_id')} taken back")
+    return 0
+
+
 def memory_maintain(args: argparse.Namespace) -> int:
     report = _api().memories.maintain(args.instance, args.turn)
     for t in report.transitions:
@@ -401,6 +439,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     load = command("import", "add the memories of a JSON Lines memory file (all or nothing)")
     load.add_argument("file")
     load.set_defaults(handler=memory_import)
+
+    recall = command("recall", "what a script NPC (or the character) witnessed, for a query (issue 26)")
+    recall.add_argument("--npc", default=None, help="the NPC's script_role_id (default: the instance's character)")
+    recall.add_argument("-k", type=INTEGER, default=10, help="how many (default 10)")
+    recall.add_argument("--json", action="store_true")
+    recall.add_argument("query")
+    recall.set_defaults(handler=memory_recall)
+
+    steps = command("steps", "the consolidation's steps (add / update / merge / none), oldest first (issue 26)")
+    steps.add_argument("--json", action="store_true")
+    steps.set_defaults(handler=memory_steps)
+
+    undo = command("undo", "take a consolidation step back (docs/memory.md)")
+    undo.add_argument("step", type=whole, help="the step's id (memory steps)")
+    undo.set_defaults(handler=memory_undo)
 
     maintain = command("maintain", "run one maintenance step of the layer flow")
     maintain.add_argument("--turn", type=whole, default=None, help="now, in turns (default: the latest memory's)")

@@ -14,6 +14,8 @@ the memory; a bad value a 422 naming the field. Routes are plain functions (Fast
 | `PUT / DELETE /instances/{id}/memories/{memory_id}/pin` | pin, unpin |
 | `GET /instances/{id}/memory-statistics` (`?all_branches=`) | counts, retrieval use, growth |
 | `GET /lines/{line_id}/provenance` | what fed the reply the line belongs to |
+| `POST /instances/{id}/memories/recall` | what a script NPC (`npc`) or the character witnessed, for a query (issue 26) |
+| `GET /instances/{id}/consolidation-steps`, `POST …/consolidation-steps/{step_id}/undo` | consolidation steps, undo |
 """
 
 from __future__ import annotations
@@ -116,6 +118,33 @@ def preview_memories(api: Api, instance_id: PathId, body: PreviewBody) -> dict[s
     """What the turn's retrieval would find and inject for `message` now (a provenance-shaped record); no turn is
     played, nothing is stored."""
     return api.memories.preview(instance_id, body.message)
+
+
+class RecallBody(BaseModel):
+    """What to recall, and who recalls it (a script NPC's script_role_id; none: the instance's character)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=4000)
+    npc: str | None = Field(None, min_length=1, max_length=64)
+    k: int = Field(10, ge=1, le=100)
+
+
+@router.post("/instances/{instance_id}/memories/recall", tags=TAGS)
+def recall_memories(api: Api, instance_id: PathId, body: RecallBody) -> dict[str, Any]:
+    """Issue 26: only the memories the NPC (or the character) witnessed; an NPC not in the scene → 422 naming it."""
+    return api.memories.recall(instance_id, body.query, npc=body.npc, k=body.k)
+
+
+@router.get("/instances/{instance_id}/consolidation-steps", tags=TAGS)
+def consolidation_steps(api: Api, instance_id: PathId) -> list[dict[str, Any]]:
+    """The consolidation's steps (issue 26), oldest first, undone ones too."""
+    return api.memories.steps(instance_id)
+
+
+@router.post("/instances/{instance_id}/consolidation-steps/{step_id}/undo", tags=TAGS)
+def undo_consolidation_step(api: Api, instance_id: PathId, step_id: PathId) -> dict[str, Any]:
+    """Take a step back; a step not of the instance → 404 naming it, nothing changed."""
+    return api.memories.undo(instance_id, step_id)
 
 
 @router.post("/instances/{instance_id}/memories", status_code=status.HTTP_201_CREATED, tags=TAGS)

@@ -172,26 +172,53 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+QUOTE_MIN_CHARS = 6  # a shorter line ("好的") is in too many others to count as quoted
+
+
+def quoted_in(own: str, said: Mapping[str, Any], *, others_only: bool = False) -> Any:
+    """What an item's own line (``speaker：text``) repeats by quoting a presented line's text whole, or a presented
+    line quoting it whole (a reply in the recent dialogue that echoed it), at least `QUOTE_MIN_CHARS` characters;
+    or None. `others_only`: a presented line of the same speaker does not count (a piece of the very reply)."""
+    speaker, _, text = own.partition("：") if "：" in own else ("", "", own)
+    for line, key in said.items():
+        quoted = line.split("：", 1)[-1]
+        if quoted == text:
+            continue
+        if others_only and line.split("：", 1)[0] == speaker:
+            continue
+        if (len(quoted) >= QUOTE_MIN_CHARS and quoted in text) or (len(text) >= QUOTE_MIN_CHARS and text in quoted):
+            return key
+    return None
+
+
 def drop_repeated_exchanges(
     items: Sequence[Mapping[str, Any]],
     *,
     turn: int,
     window_turns: int,
     window_lines: Iterable[str] = (),
+    closed_lines: Iterable[str] = (),
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
     """Each exchange at most once (best first): returns (kept, duplicates, ids in the recall window).
 
     An item whose exchange is still in the recent-dialogue window is left out (the model reads it there). An item
     that holds a line already presented — by a better-ranked item (its own line or its context), by the turn's
     memory presented whole, or by the recall window (`window_lines`, each ``speaker：text``) — is a duplicate, named
-    with what it repeats. A record entry whose own line is new keeps it, its context without the lines already
+    with what it repeats; so is one that quotes such a line whole. `closed_lines` (a fact a later one replaced) are
+    treated as presented: no entry shows them again as its context. A record entry whose own line is new keeps it, its context without the lines already
     presented (the item says which it left out: `trimmed_context`)."""
     kept: list[dict[str, Any]] = []
     duplicates: list[dict[str, Any]] = []
     in_window: list[Any] = []
     presented: list[tuple[ExchangeSource, Any]] = []
     said: dict[str, Any] = {_norm(text): "recall_window" for text in window_lines if text.strip()}
-    for item in items:
+    # lines a later fact made untrue (issue 26): never presented again as another entry's context
+    for text in closed_lines:
+        if text.strip():
+            said.setdefault(_norm(text), "no_longer_true")
+    # a consolidated fact is the curated form of its line: it is presented before the record or turn memory holding
+    # the same line (which then count as its duplicates); otherwise best first
+    for item in sorted(items, key=lambda one: 0 if "fact" in (one.get("tags") or ()) else 1):
         source = exchange_source(item)
         if source is None:
             kept.append(dict(item))
@@ -203,10 +230,21 @@ def drop_repeated_exchanges(
         content = str(item.get("content") or "")
         whole = source.line == WHOLE_TURN
         context, own = record_parts(content) if item.get("type") == "record" else ([], "")
+        if "fact" in (item.get("tags") or ()):  # a consolidated fact holds its line: ``【slot】speaker：text``
+            own = re.sub(r"^【[^】]{1,12}】", "", content.strip())
         if repeated is None and own:
             repeated = said.get(" ".join(own.split()))
-        if repeated is None and whole:  # the turn's memory repeats a line presented already
-            repeated = next((said[key] for key in map(_norm, turn_memory_lines(content)) if key in said), None)
+        if repeated is None and own:  # a line quoting one already presented (a reply that echoes a memory)
+            repeated = quoted_in(_norm(own), said)
+        if repeated is None and whole:  # the turn's memory repeats (or quotes) a line presented already
+            lines = list(map(_norm, turn_memory_lines(content)))
+            repeated = next((said[key] for key in lines if key in said), None)
+            # the reply's own speaker's lines do not count as quoted: the reply of the turn just before this one is
+            # in the recall window in pieces (one line a segment) that the whole reply holds, while its user's line,
+            # the exchange's news, is not there — that turn's memory is no duplicate (a reply quoting someone
+            # else's presented line, a memory it echoes, still is)
+            quotes = (quoted_in(key, said, others_only=index > 0) for index, key in enumerate(lines))
+            repeated = repeated or next((q for q in quotes if q is not None), None)
         if repeated is not None:
             duplicates.append(
                 {
@@ -219,7 +257,7 @@ def drop_repeated_exchanges(
             )
             continue
         shown = dict(item)
-        fresh = [line for line in context if _norm(line) not in said]
+        fresh = [line for line in context if _norm(line) not in said and quoted_in(_norm(line), said) is None]
         if len(fresh) < len(context):
             shown["content"] = "\n".join([*fresh, own])
             shown["trimmed_context"] = len(context) - len(fresh)

@@ -210,3 +210,7 @@ class DirectorEvents(TypedDict):
     """Events of this instance (`text`, `score` and the event's metadata)."""
     others: list[dict[str, Any]]
     """Events of other instances of the same character and background, for reference."""
+    left_out: NotRequired[dict[str, list[int]]]
+    """Turns whose events of this instance the prompt does not tell again (issue 26, each exchange once):
+    ``in_recent_dialogue`` (the recent dialogue shows them) and ``no_longer_true`` (a later fact replaced what they
+    said). The layers keep the search's result; only the prompt leaves these out."""
