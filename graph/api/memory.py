@@ -517,6 +517,7 @@ class Memories:
         is marked undone. `NotFound` naming a step that is not the instance's (nothing changes); `InvalidInput` for
         one undone already, or whose fact a later step replaced (undo that one first)."""
         from personalab.stores.consolidation import undo_step
+        from personalab.stores.vectors import chroma_path
 
         instance_id = self._instance(instance_id)
         return undo_step(self.caller.database_url, instance_id, _id(step_id, "step"), chroma_path())
