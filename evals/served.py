@@ -178,9 +178,9 @@ def aegra_server(
     start_timeout: float = START_TIMEOUT_S,
 ) -> Iterator[str]:
     """`personalab serve-production` (Aegra, from the repository's Python 3.12 venv) serving `repo`'s
-        langgraph.json with `workers` processes and the PERSONALAB_* settings in `env` (none of this process's);
-        Aegra's records in `engine_database_url`, its queue and stream channels in Redis under keys of its own (two
-        servers on one Redis never take each other's runs). Yields the base URL; log `workdir/server.log`. Each worker
+    langgraph.json with `workers` processes and the PERSONALAB_* settings in `env` (none of this process's);
+    Aegra's records in `engine_database_url`, its queue and stream channels in Redis under keys of its own (two
+    servers on one Redis never take each other's runs). Yields the base URL; log `workdir/server.log`. Each worker
     imports the graph and the HTTP app on its own: on a loaded machine, several take longer than `start_timeout`'s
     default (3 processes at load average 22: over 180 s)."""
     python = python312_venv(repo)
