@@ -32,17 +32,25 @@ SEED_004_MS = 100.0
 
 
 def _attach_book(instance_id: int, entries: int, history_turns: int) -> None:
-    """The book as the instance's character's entries, and a dialogue on which its record memories lie."""
+    """The book as the instance's character's entries, and a dialogue on which its record memories lie. Once per
+    fixture: a later run on the same `--data-dir` finds the book there and measures the same store again (else each
+    run would add the book and the dialogue a second time)."""
     from personalab.stores.db import session_scope
     from personalab.stores.history import get_path_ids
     from personalab.stores.memory_tables import MemoryEntry
     from personalab.stores.saves import get_save
     from personalab.stores.worldbook import add_worldbook_row
+    from personalab.stores.worldbook_tables import WorldbookEntryRow
     from sqlalchemy import bindparam, func
     from sqlmodel import col, select
 
     with session_scope() as session:
         role_id = get_save(session, instance_id).role_id
+        had = session.exec(select(func.count()).where(col(WorldbookEntryRow.role_id) == role_id)).one()
+        if had:
+            if had != entries:
+                raise ValueError(f"--data-dir: instance {instance_id}'s book has {had} entries, not {entries}")
+            return
         for entry in synthetic_book(entries):
             add_worldbook_row(session, entry.model_copy(update={"role_id": role_id}), uid=entry.id)
         mine = col(MemoryEntry.instance_id) == instance_id

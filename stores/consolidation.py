@@ -211,14 +211,18 @@ def closed_record_lines(database_url: str | None, instance_id: int) -> list[str]
     from personalab.nodes.rules.curation import record_parts
 
     with session_scope(database_url) as session:
-        rows = session.exec(
-            select(MemoryEntry.content).where(
-                MemoryEntry.instance_id == instance_id,
-                MemoryEntry.type == "record",
-                col(MemoryEntry.valid_to_turn).is_not(None),
-            )
-        ).all()
+        rows = session.exec(closed_records_query(instance_id)).all()
     return [record_parts(str(content))[1] for content in rows]
+
+
+def closed_records_query(instance_id: int) -> Any:
+    """The contents of the instance's closed dialogue-record entries: read on every turn, through the partial index
+    `ix_memory_entry_closed` (only closed memories are in it), not by reading every memory of the instance."""
+    return select(MemoryEntry.content).where(
+        MemoryEntry.instance_id == instance_id,
+        MemoryEntry.type == "record",
+        col(MemoryEntry.valid_to_turn).is_not(None),
+    )
 
 
 def closed_turns(database_url: str | None, instance_id: int, turns: Sequence[int]) -> set[int]:

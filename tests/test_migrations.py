@@ -87,13 +87,13 @@ def _counts(url: str, names: set[str]) -> dict[str, int]:
 
 
 def _missing(url: str) -> list[Any]:
-    """What the models have that the database lacks (tables, columns): nothing after an upgrade."""
+    """What the models have that the database lacks (tables, columns, indexes): nothing after an upgrade."""
     engine = _engine(url)
     with engine.connect() as conn:
         diff = produce_migrations(MigrationContext.configure(conn), SQLModel.metadata).upgrade_ops
     engine.dispose()
     assert diff is not None
-    return [op for op in diff.as_diffs() if op[0] in ("add_table", "add_column")]
+    return [op for op in diff.as_diffs() if op[0] in ("add_table", "add_column", "add_index")]
 
 
 def test_an_old_database_upgrades_and_keeps_every_row(
