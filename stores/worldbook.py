@@ -436,9 +436,8 @@ def knowledge_similarities(
 
         embeddings = get_embeddings()
     kept = _entry_vectors([f"{e.tag}\n{e.content}" for e in enabled], embeddings)
-    from personalab.stores.embeddings import embed_query_once
-
     from personalab.nodes.rules.retrieval import cosine
+    from personalab.stores.embeddings import embed_query_once
 
     query = embed_query_once(text, embeddings).astype(float)
     return {e.id: cosine(query, vector.astype(float)) for e, vector in zip(enabled, kept, strict=True)}
