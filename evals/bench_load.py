@@ -47,7 +47,13 @@ import httpx
 from personalab.evals.data_dir import data_folder, postgres_schema
 from personalab.evals.filler import filler_lines
 from personalab.evals.report import percentile
-from personalab.evals.served import aegra_server, chroma_server, fresh_postgres_database, graph_server
+from personalab.evals.served import (
+    aegra_server,
+    aegra_workers,
+    chroma_server,
+    fresh_postgres_database,
+    graph_server,
+)
 from personalab.graph.runner import load_sample
 from personalab.stores.checkpoints import thread_id_for
 
@@ -199,25 +205,6 @@ def integrity(users: list[User]) -> dict[str, int]:
     return found
 
 
-def _aegra_workers(pid: int) -> list[int]:
-    """The worker processes of Aegra's uvicorn supervisor (`pid`, whose process `serve-production` became)."""
-    children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    # uvicorn's workers are its Python children (not the resource tracker of multiprocessing)
-    return [child for child in children if "multiprocessing.resource_tracker" not in _cmdline(child)]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 @contextmanager
 def _served(args: argparse.Namespace, server: str, workers: int, folder: Path, env: dict[str, str]) -> Iterator[str]:
     """The server `server` serving the repository (Aegra with `workers` processes, its own database beside)."""
@@ -310,7 +297,7 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
             for _ in range(kills):
                 if done.wait(args.kill_interval):
                     return
-                workers_now = _aegra_workers(supervisor)
+                workers_now = aegra_workers(supervisor)
                 if not workers_now:
                     print("  no Aegra worker left to kill", flush=True)
                     return

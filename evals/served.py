@@ -219,3 +219,24 @@ def aegra_server(
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(f"{url}/health", process, "personalab serve-production (Aegra)", log, start_timeout)
         yield url
+
+
+def aegra_workers(supervisor: int) -> list[int]:
+    """The worker processes of Aegra's uvicorn supervisor (`supervisor`: the process `serve-production` became, its
+    pid in `server.pid` of `aegra_server`'s workdir), read from /proc (Linux): the ones a test or `bench load --kill`
+    kills with SIGKILL."""
+    children: list[int] = []
+    for task in Path(f"/proc/{supervisor}/task").iterdir():
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    # uvicorn's workers are its Python children (not the resource tracker of multiprocessing)
+    return [child for child in children if "multiprocessing.resource_tracker" not in _cmdline(child)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -11,13 +11,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from langchain_core.embeddings import Embeddings
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry, library_position, validate_knowledge
-from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.worldbook import (
     PreparedWorldbook,
     WorldbookContext,
@@ -33,6 +30,10 @@ from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntry
 from sqlalchemy import and_, func, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
+
+if TYPE_CHECKING:  # numpy and langchain_core load only with the embeddings: not on a listing command's path (issue 29)
+    import numpy as np
+    from langchain_core.embeddings import Embeddings
 
 
 @dataclass(frozen=True)
@@ -384,6 +385,7 @@ def _entry_vectors(texts: Sequence[str], embeddings: Embeddings) -> list[np.ndar
     """The vectors of `texts` (entries' texts, not queries) by `embeddings`: the kept ones, the others embedded in
     one call and kept. Taken from this call's own results, not read back: a call with more texts than the cache
     holds pushes its own first ones out."""
+    import numpy as np
     model = type(embeddings).__name__
     found: dict[str, np.ndarray] = {}
     for text in texts:
@@ -434,6 +436,7 @@ def knowledge_similarities(
 
         embeddings = get_embeddings()
     kept = _entry_vectors([f"{e.tag}\n{e.content}" for e in enabled], embeddings)
+    from personalab.nodes.rules.retrieval import cosine
     from personalab.stores.embeddings import embed_query_once
 
     query = embed_query_once(text, embeddings).astype(float)
@@ -448,6 +451,8 @@ def with_semantic_vectors(
     """`context` with the query and entry vectors `trigger_worldbook` needs for semantic entries. For a prepared
     book the entries' vectors are one matrix, made once per book version, and the similarities of the turn one
     product (seed 004 语义相似度 by precomputed vectors)."""
+    import numpy as np
+
     if not isinstance(entries, PreparedWorldbook):
         query, vectors = semantic_vectors(entries, context.text, embeddings)
         return replace(context, query_vector=query, entry_vectors=vectors)

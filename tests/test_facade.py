@@ -30,6 +30,9 @@ HEAVY = (
     "jieba",
     "matplotlib",
 )
+# the books' listings also never load numpy (issue 29: `knowledge list` and `worldbook list` loaded it and
+# langchain_core with the embeddings of semantic entries)
+BOOK_HEAVY = (*HEAVY, "numpy")
 
 
 def _library(api: PersonaLab) -> tuple[int, int]:
@@ -119,12 +122,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _heavy_imports(argv: list[str], env: dict[str, str]) -> str:
-    """What `personalab ARGV` printed last: 'HEAVY [the heavy packages it imported] its exit code'."""
+def _heavy_imports(argv: list[str], env: dict[str, str], heavy: tuple[str, ...] = HEAVY) -> str:
+    """What `personalab ARGV` printed last: 'HEAVY [the `heavy` packages it imported] its exit code'."""
     code = (
         "import sys; from personalab.graph.cli import main\n"
         f"try:\n    code = main({argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
-        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r})\n"
         "print('HEAVY', heavy, code)"
     )
     result = _run(code, env)
@@ -132,9 +135,19 @@ def _heavy_imports(argv: list[str], env: dict[str, str]) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["instance", "list"], ["character", "list", "--json"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["instance", "list"],
+        ["character", "list", "--json"],
+        ["knowledge", "list"],
+        ["worldbook", "list", "--json"],
+    ],
+)
 def test_listing_commands_import_nothing_heavy(argv: list[str], tmp_path: Path) -> None:
-    assert _heavy_imports(argv, _env(tmp_path)) == "HEAVY [] 0"
+    heavy = BOOK_HEAVY if argv[0] in ("knowledge", "worldbook") else HEAVY
+    assert _heavy_imports(argv, _env(tmp_path), heavy) == "HEAVY [] 0"
 
 
 def test_showing_an_instance_imports_nothing_heavy(tmp_path: Path) -> None:
@@ -153,6 +166,20 @@ def test_showing_an_instance_imports_nothing_heavy(tmp_path: Path) -> None:
         ["instance", "rename", instance, "重逢"],
     ):
         assert _heavy_imports(argv, env) == "HEAVY [] 0", argv
+    # the books an instance sees, with a semantic world-book entry and a knowledge entry of its own: listed without
+    # the embeddings' numpy and langchain_core
+    added = _run(
+        "from personalab.graph.cli import main\n"
+        f"main(['worldbook', 'add', '旧桥在城东。', '--trigger', 'semantic', '--instance', '{instance}'])\n"
+        f"main(['knowledge', 'add', '废土上水比金子贵。', '--tag', '常识', '--instance', '{instance}'])",
+        env,
+    )
+    assert added.returncode == 0, added.stderr[-2000:]
+    for argv in (
+        ["worldbook", "list", "--instance", instance, "--visible"],
+        ["knowledge", "list", "--instance", instance, "--json"],
+    ):
+        assert _heavy_imports(argv, env, BOOK_HEAVY) == "HEAVY [] 0", argv
 
 
 def test_eval_and_bench_come_from_the_entry_points(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 from openai_stub import LLM_ENV, OpenAIStub, StubReply
-from personalab.evals.served import aegra_server, chroma_server, fresh_postgres_database, graph_server
+from personalab.evals.served import aegra_server, aegra_workers, chroma_server, fresh_postgres_database, graph_server
 from personalab.graph.runner import create_sample_instance
 from personalab.stores.checkpoints import thread_id_for
 from personalab.stores.db import session_scope
@@ -109,6 +109,38 @@ def _log(workdir: Path) -> str:
     return log.read_text(errors="replace")[-20000:] if log.exists() else ""
 
 
+def _stored_before_replay(instance: int, message: str, when: str) -> list[str]:
+    """What the killed run left stored: its user line exactly once, and its reply only when the kill came after the
+    reply was stored. Returns that reply's lines (none for a kill mid-reply)."""
+    assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message]
+    stored_reply = [line.content for line in _lines(instance) if line.attribute == "assistant"]
+    assert bool(stored_reply) is (when == "after_reply")
+    return stored_reply
+
+
+def _assert_replayed(
+    client: Any, thread_id: str, run: dict[str, Any], instance: int, message: str, stored_reply: list[str]
+) -> None:
+    """The replayed run (joined by its id) succeeded into its stored turn: the user line stored exactly once, with
+    exactly one reply (the one stored before the kill, when there was one: never a second, different reply), turn 1
+    answered once; then the instance plays on: the next turn is turn 2, one more user line."""
+    values = client.runs.join(thread_id, run["run_id"])
+    assert client.runs.get(thread_id, run["run_id"])["status"] == "success", values
+    assert isinstance(values, dict) and not values.get("error"), values
+    lines = _lines(instance)
+    assert [line.content for line in lines if line.attribute == "user"] == [message]
+    replies = [line.content for line in lines if line.attribute == "assistant"]
+    assert len(replies) == 1, replies
+    if stored_reply:
+        assert replies == stored_reply
+    assert replies[0] in values["reply"] and values["turn"] == 1  # the stored line is the reply without its tag
+    assert _answered(instance) == 1
+    after = client.runs.wait(thread_id, "personalab", input={"instance_id": instance, "message": "走吧。"})
+    assert isinstance(after, dict) and not after.get("error") and after["turn"] == 2, after
+    assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message, "走吧。"]
+    assert _answered(instance) == 2
+
+
 @pytest.mark.parametrize("when", ["mid_reply", "after_reply"])
 def test_a_killed_served_run_is_replayed_into_its_stored_turn(
     when: str, data_dir: Path, tmp_path: Path, stub: OpenAIStub
@@ -137,34 +169,13 @@ def test_a_killed_served_run_is_replayed_into_its_stored_turn(
             _wait_for(lambda: _dead(pid), "the server to die", timeout=60)
     finally:
         print(f"--- first server log ---\n{_log(workdir)}")
-    users = [line.content for line in _lines(instance) if line.attribute == "user"]
-    assert users == [message]  # stored once, before the kill
-    stored_reply = [line.content for line in _lines(instance) if line.attribute == "assistant"]
-    assert bool(stored_reply) is (when == "after_reply")
+    stored_reply = _stored_before_replay(instance, message, when)
 
     # the same folder served again: the run is queued again under its id and answers with the stored turn
     stub.queue_for("reply", StubReply("【平静】这是重放后的回复。"))
     try:
         with graph_server(REPO, workdir, _settings(data_dir, stub), inherit_settings=False) as url:
-            client = _client(url)
-            values = client.runs.join(thread_id, run["run_id"])
-            assert client.runs.get(thread_id, run["run_id"])["status"] == "success", values
-            assert isinstance(values, dict) and not values.get("error"), values
-            lines = _lines(instance)
-            assert [line.content for line in lines if line.attribute == "user"] == [message]
-            replies = [line.content for line in lines if line.attribute == "assistant"]
-            assert replies, "the replayed run stored no reply"
-            if when == "after_reply":
-                # no second, different reply: the replay answered with the one stored before the kill
-                assert replies == stored_reply
-            assert values["reply"] and values["turn"] == 1
-            assert _answered(instance) == 1
-            # the instance plays on: the next turn is turn 2, one more user line
-            after = client.runs.wait(thread_id, "personalab", input={"instance_id": instance, "message": "走吧。"})
-            assert isinstance(after, dict) and not after.get("error") and after["turn"] == 2, after
-            users = [line.content for line in _lines(instance) if line.attribute == "user"]
-            assert users == [message, "走吧。"]
-            assert _answered(instance) == 2
+            _assert_replayed(_client(url), thread_id, run, instance, message, stored_reply)
     finally:
         print(f"--- second server log ---\n{_log(workdir)}")
 
@@ -179,17 +190,6 @@ def _dead(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
-
-
-def _workers(supervisor: int) -> list[int]:
-    """Aegra's worker processes: the Python children of its uvicorn supervisor (not multiprocessing's tracker)."""
-    children: list[int] = []
-    for task in Path(f"/proc/{supervisor}/task").iterdir():
-        try:
-            children += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return [pid for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def _talking_to(port: int, pids: list[int]) -> int:
@@ -234,23 +234,6 @@ def test_a_killed_aegra_worker_run_is_replayed_into_its_stored_turn(
             redis_url=REDIS_URL,
         )  # fmt: skip
 
-    def replayed(client: Any, run: dict[str, Any]) -> None:
-        values = client.runs.join(thread_id, run["run_id"])
-        assert client.runs.get(thread_id, run["run_id"])["status"] == "success", values
-        assert isinstance(values, dict) and not values.get("error"), values
-        lines = _lines(instance)
-        assert [line.content for line in lines if line.attribute == "user"] == [message]
-        replies = [line.content for line in lines if line.attribute == "assistant"]
-        assert len(replies) == 1, replies
-        if when == "after_reply":
-            assert replies == stored_reply  # no second, different reply
-        assert replies[0] in values["reply"] and values["turn"] == 1  # the stored line is the reply without its tag
-        assert _answered(instance) == 1
-        after = client.runs.wait(thread_id, "personalab", input={"instance_id": instance, "message": "走吧。"})
-        assert isinstance(after, dict) and not after.get("error") and after["turn"] == 2, after
-        assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message, "走吧。"]
-        assert _answered(instance) == 2
-
     stored_reply: list[str] = []
     try:
         with (
@@ -264,21 +247,19 @@ def test_a_killed_aegra_worker_run_is_replayed_into_its_stored_turn(
                 run = client.runs.create(thread_id, "personalab", input={"instance_id": instance, "message": message})
                 supervisor = int((workdir / "server.pid").read_text())
                 _wait_for(lambda: _reply_requests(stub) >= 1, "the reply request")
-                worker = _talking_to(int(stub.base_url.rsplit(":", 1)[1].split("/")[0]), _workers(supervisor))
+                worker = _talking_to(int(stub.base_url.rsplit(":", 1)[1].split("/")[0]), aegra_workers(supervisor))
                 if when == "mid_reply":
                     time.sleep(2)  # a few chunks into the reply
                     assert not [line for line in _lines(instance) if line.attribute == "assistant"]
                     os.kill(worker, signal.SIGKILL)
                 _wait_for(lambda: _dead(worker), "the worker to die", timeout=60)
-                assert [line.content for line in _lines(instance) if line.attribute == "user"] == [message]
-                stored_reply = [line.content for line in _lines(instance) if line.attribute == "assistant"]
-                assert bool(stored_reply) is (when == "after_reply")
+                stored_reply = _stored_before_replay(instance, message, when)
                 stub.queue_for("reply", StubReply("【平静】这是重放后的回复。"))
                 if when == "mid_reply":
                     # the server lives on: uvicorn's new worker, whose reaper requeues the run after its lease
-                    replayed(client, run)
+                    _assert_replayed(client, thread_id, run, instance, message, stored_reply)
             if when == "after_reply":
                 with serve({}, engine_url) as url:
-                    replayed(_client(url), run)
+                    _assert_replayed(_client(url), thread_id, run, instance, message, stored_reply)
     finally:
         print(f"--- Aegra log ---\n{_log(workdir)}")

@@ -89,7 +89,7 @@ EN: dict[str, str] = {
     "message": "Your message",
     "user_name": "Your name",
     "host_lines": "Host lines before yours (optional)",
-    "host_lines_hint": "Narration or another character of the scene, in order; no speaker means narration (旁白).",
+    "host_lines_hint": "Narration or another character of the scene, in order; no speaker means narration.",
     "host_speaker": "Speaker",
     "host_text": "Line",
     "time_gap": "Time since the last turn",

@@ -22,6 +22,7 @@ from personalab.graph.web.i18n import LANG_COOKIE, LANGUAGES, translator
 from personalab.graph.web.pages import PREFIX, TOKEN_COOKIE, WebRoute, WebUser, error_page, language, render, web_user
 from personalab.graph.web.stream import stream_turn
 from personalab.nodes.rules.errors import InstanceBusy, InvalidInput, NotFound, PersonaLabError
+from personalab.nodes.rules.prompt_catalog import EN, ZH, catalog_for
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter(prefix=PREFIX, route_class=WebRoute, include_in_schema=False)
@@ -35,7 +36,9 @@ CHOICE_LEVELS = ("normal", "important", "turning_point", "ending")  # seed 003's
 STATIC = {"htmx.min.js": "text/javascript", "app.js": "text/javascript", "app.css": "text/css"}
 TEXT_FIELDS = CHARACTER_TEXT  # a character's text fields, each a textarea of the edit page
 GREETING_SEPARATOR = "\n---\n"
-NARRATOR = "旁白"  # seed 000's narration speaker
+# what a host-line row may name narration by (seed 000's 旁白, in either language); it is stored under the
+# instance's own name for it (issue 28: 旁白 / Narrator)
+NARRATION_NAMES = frozenset({ZH.narrator_name, EN.narrator_name, "narration", "Narration"})
 MAX_SPEAKER_CHARS = 100
 HOST_ROWS = 3  # host-line rows in the chat form
 
@@ -435,6 +438,7 @@ def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
     """The chat page's content, from one API call (one database session, a few queries)."""
     view = dialogue.view(instance_id, offset=-PAGE_LINES, limit=PAGE_LINES, owner=owner)
     page, character = view["page"], view["character"]
+    narrator = catalog_for(view["instance"].language).narrator_name  # issue 28: in the instance's language
     return {
         "instance": view["instance"],
         "character": character,
@@ -444,10 +448,11 @@ def _chat_context(instance_id: PathId, owner: str | None) -> dict[str, Any]:
         "gaps": GAPS,
         "choice_levels": CHOICE_LEVELS,
         "host_rows": HOST_ROWS,
+        "narrator": narrator,
         # the speakers the host-line rows suggest: narration, the character, who else spoke in the lines shown
         "scene_speakers": list(
             dict.fromkeys(
-                [NARRATOR, *([character.name] if character else [])]
+                [narrator, *([character.name] if character else [])]
                 + [line["speaker"] for line in page["lines"] if line["attribute"] == "assistant"]
             )
         ),
@@ -508,13 +513,19 @@ def new_session(user: User, instance_id: PathId) -> Response:
 
 
 def host_lines(
-    speakers: list[str], texts: list[str], character_id: int | None, character_name: str | None
+    speakers: list[str],
+    texts: list[str],
+    character_id: int | None,
+    character_name: str | None,
+    language: str | None = None,
 ) -> list[dict[str, Any]]:
     """The chat form's host lines (seed 000: narration and the scene's other characters, put into the dialogue
     before the user's line, in order) as the turn input takes them. A row is a speaker and a text; a row without
-    text is skipped. No speaker (or 旁白) is narration: an assistant line named 旁白 that no character speaks; the
-    instance's character by name is that character's line; any other name is another character of the scene (a
-    script character: `script_role_id` and the display name are its name)."""
+    text is skipped. No speaker (or 旁白 / Narrator) is narration: an assistant line that no character speaks, named
+    旁白, or Narrator in an English instance (`language`, issue 28); the instance's character by name is that
+    character's line; any other name is another character of the scene (a script character: `script_role_id` and
+    the display name are its name)."""
+    narrator = catalog_for(language).narrator_name
     if len(speakers) != len(texts):
         raise InvalidInput(f"field 'host_speaker': {len(speakers)} speakers for {len(texts)} host lines")
     lines: list[dict[str, Any]] = []
@@ -525,8 +536,8 @@ def host_lines(
             continue
         if len(name) > MAX_SPEAKER_CHARS:
             raise InvalidInput(f"field 'host_speaker' (line {number}): over {MAX_SPEAKER_CHARS} characters")
-        if not name or name in (NARRATOR, "narration", "Narration", "Narrator"):
-            lines.append({"attribute": "assistant", "display_name": NARRATOR, "content": content})
+        if not name or name in NARRATION_NAMES:
+            lines.append({"attribute": "assistant", "display_name": narrator, "content": content})
         elif character_id is not None and name == character_name:
             lines.append({"attribute": "assistant", "role_id": character_id, "display_name": name, "content": content})
         else:
@@ -578,7 +589,9 @@ async def turn(
     if choice_level not in CHOICE_LEVELS:
         raise InvalidInput(f"field 'choice_level': {choice_level!r} is not one of {', '.join(CHOICE_LEVELS)}")
     extra: dict[str, Any] = {"user_name": user_name.strip() or None}
-    lines_before = host_lines(host_speaker or [], host_text or [], instance.character_id, instance.character_name)
+    lines_before = host_lines(
+        host_speaker or [], host_text or [], instance.character_id, instance.character_name, instance.language
+    )
     message = message.replace("\r\n", "\n")
 
     def work(on_token: Any) -> dict[str, Any]:

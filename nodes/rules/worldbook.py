@@ -49,10 +49,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
-import numpy as np
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import has_unspaced_script
-from personalab.nodes.rules.retrieval import cosine
 from personalab.nodes.rules.review.effects import GAP_THRESHOLDS
 from personalab.nodes.rules.validation import Entry, EntryId, Flag, Number, Text, Whole, check_storable
 from personalab.nodes.rules.worldbook_keys import (
@@ -780,6 +778,10 @@ def _similarity(entry: WorldbookEntry, context: WorldbookContext) -> float | Non
     vector = context.entry_vectors.get(entry.id)
     if context.query_vector is None or vector is None:
         return None
+    # numpy (and retrieval, which needs it) only when a vector is compared: listing the book never loads it (issue 29)
+    import numpy as np
+    from personalab.nodes.rules.retrieval import cosine
+
     return cosine(np.asarray(context.query_vector, dtype=float), np.asarray(vector, dtype=float))
 
 
