@@ -1,12 +1,18 @@
-"""Bad input to PersonaLab served by Aegra (issue 27 "Bad input"), each against a real `personalab serve-production`
-(Python 3.12, `.venv312`), PersonaLab's data in a PostgreSQL schema, Aegra's in a database of its own, Redis:
-- PersonaLab's database goes away (a TCP relay, evals/outage.py, stops and cuts every connection): its routes
-  answer 503 naming the database, a turn fails without a user line stored half (no line without its reply), and
-  once the database is back the same server plays the next turn;
-- a client disconnects in the middle of a stream: the run ends (finished or cancelled), nothing half-written, the
-  instance plays on.
-Redis going away and two servers starting at once on a fresh Aegra database are not proved here: both fail today
-(docs/benchmarks/2026-11-27-aegraload.md). Needs PostgreSQL and Redis (127.0.0.1:6379)."""
+"""Bad input to PersonaLab served by Aegra (issue 27 "Bad input"; docs/deployment.md "Bad input on Aegra"), against
+one real `personalab serve-production` for the whole file (each Aegra start costs about a minute of CI): Python 3.12,
+`.venv312`, 1 process, PersonaLab's data in a fresh PostgreSQL schema, Aegra's in a fresh database of its own, its
+PersonaLab database and its Redis each reached through a TCP relay (evals/outage.py) that stops listening and cuts
+every connection:
+- two hosts starting at once: two `serve-production --prepare-only` started together on the fresh schema and an
+  Aegra database that does not exist yet (before the server) both exit 0, one creates the database, and the server
+  started after them plays a turn;
+- PersonaLab's database goes away: its routes answer 503 naming the database, a turn fails without a user line
+  stored half (no line without its reply), and once the database is back the same server plays the next turn;
+- a client disconnects in the middle of a stream: the run ends (finished or cancelled: the user's line may stay
+  without a reply, as for every failed turn), the instance plays on at once;
+- Redis goes away: a run asked for meanwhile is a 503 naming Redis, no run of the outage is left to be played later,
+  PersonaLab's own routes keep answering, and once Redis is back the next turn plays at once.
+Each case uses an instance of its own. Needs PostgreSQL and Redis (127.0.0.1:6379; `PERSONALAB_TEST_REDIS`)."""
 
 from __future__ import annotations
 
