@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import importlib
 import json
 import logging
@@ -79,7 +80,7 @@ async def redis_unreachable(url: str, timeout: float = PING_TIMEOUT_S) -> str | 
     except TimeoutError:
         return "timed out"
     except OSError as exc:
-        return (exc.strerror or type(exc).__name__).lower()
+        return _reason(exc)
     try:
         if parts.scheme == "rediss":
             return None
@@ -89,12 +90,22 @@ async def redis_unreachable(url: str, timeout: float = PING_TIMEOUT_S) -> str | 
     except TimeoutError:
         return "no answer in time"
     except OSError as exc:
-        return (exc.strerror or type(exc).__name__).lower()
+        return _reason(exc)
     finally:
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
     return None if answer else "connection closed"
+
+
+def _reason(exc: OSError) -> str:
+    """What went wrong, without the address (the event loops put it in their messages)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionError):
+        return "connection lost"
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return f"connection failed ({name})" if name else "connection failed"
 
 
 class BrokerGuard:
