@@ -1,4 +1,5 @@
-"""The database going away in the middle of a turn and coming back (issue 14 fault tests), for one test only.
+"""The database going away in the middle of a turn and coming back (issue 14 fault tests), for one test only; and
+any TCP server (Redis, issue 27) going away the same way (`TcpLink`: stop listening, cut every connection).
 
 PostgreSQL: a server that goes away and comes back for the test's connections. The shared server cannot be stopped (other work uses it), so the
 processes under test reach it through `PostgresLink`, a TCP relay on loopback, and the outage is real at both
@@ -52,38 +53,83 @@ class SqliteWriteLock:
         self.up()
 
 
-class PostgresLink:
-    """A relay from 127.0.0.1:`port` to the PostgreSQL server of `url`; `url_through()` is `url` by way of it."""
+class TcpLink:
+    """A relay from 127.0.0.1:`port` to `target` (host, port): `down()` stops listening (a new connection is
+    refused, as by a stopped server) and cuts every relayed connection; `up()` listens again on the same port.
+    Redis taken away from a server under test (issue 27) is this relay in front of it."""
 
-    def __init__(self, url: str) -> None:
-        parsed = make_url(url)
-        self.target = (parsed.host or "127.0.0.1", parsed.port or 5432)
-        self.admin = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self.port = 0
         self.up()
 
-    def url_through(self, url: str) -> str:
-        """`url` with its host and port replaced by the relay's."""
-        return make_url(url).set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
-
     def up(self) -> None:
         """Listen (again, on the same port) and relay every connection to the server."""
         listener = _listener(self.port)
         self.port = listener.getsockname()[1]
         self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), name="pg-link-accept", daemon=True).start()
+        threading.Thread(target=self._accept, args=(listener,), name="tcp-link-accept", daemon=True).start()
 
     def down(self) -> int:
-        """Stop listening and have the server end every relayed connection; returns how many it ended."""
+        """Stop listening and cut every relayed connection; returns how many were cut."""
+        pairs = self._stop()
+        for client, upstream in pairs:
+            _close(client)
+            _close(upstream)
+        return len(pairs)
+
+    def close(self) -> None:
+        self.down()
+
+    def _stop(self) -> list[tuple[socket.socket, socket.socket]]:
+        """Stop listening; the relayed pairs, now the caller's to end."""
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
             listener.close()
         with self._lock:
             pairs, self._pairs = self._pairs, []
+        return pairs
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # down(): the listener was shut
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                if self._listener is not listener:  # went down meanwhile
+                    _close(client)
+                    _close(upstream)
+                    continue
+                self._pairs.append((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(source, sink), name="tcp-link-pump", daemon=True).start()
+
+
+class PostgresLink(TcpLink):
+    """A relay from 127.0.0.1:`port` to the PostgreSQL server of `url`; `url_through()` is `url` by way of it."""
+
+    def __init__(self, url: str) -> None:
+        parsed = make_url(url)
+        self.admin = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        super().__init__((parsed.host or "127.0.0.1", parsed.port or 5432))
+
+    def url_through(self, url: str) -> str:
+        """`url` with its host and port replaced by the relay's."""
+        return make_url(url).set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+
+    def down(self) -> int:
+        """Stop listening and have the server end every relayed connection; returns how many it ended."""
+        pairs = self._stop()
         ports = [upstream.getsockname()[1] for _, upstream in pairs if upstream.fileno() != -1]
         ended = 0
         if ports:
@@ -108,29 +154,6 @@ class PostgresLink:
             _close(client)
             _close(upstream)
         return ended
-
-    def close(self) -> None:
-        self.down()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # down(): the listener was shut
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                _close(client)
-                continue
-            with self._lock:
-                if self._listener is not listener:  # went down meanwhile
-                    _close(client)
-                    _close(upstream)
-                    continue
-                self._pairs.append((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(source, sink), name="pg-link-pump", daemon=True).start()
 
 
 def _listener(port: int) -> socket.socket:
@@ -183,6 +206,16 @@ def _close(sock: socket.socket) -> None:
 def postgres_link(url: str) -> Iterator[PostgresLink]:
     """A `PostgresLink` to `url`'s server, shut when the block ends."""
     link = PostgresLink(url)
+    try:
+        yield link
+    finally:
+        link.close()
+
+
+@contextmanager
+def tcp_link(host: str, port: int) -> Iterator[TcpLink]:
+    """A `TcpLink` to `host`:`port`, shut when the block ends."""
+    link = TcpLink((host, port))
     try:
         yield link
     finally:

@@ -149,15 +149,17 @@ def python312_venv(repo: Path) -> Path:
 
 
 @contextmanager
-def fresh_postgres_database(base_url: str, prefix: str = "aegra_") -> Iterator[str]:
+def fresh_postgres_database(base_url: str, prefix: str = "aegra_", *, create: bool = True) -> Iterator[str]:
     """A new, empty database on `base_url`'s server (Aegra's own records: it cannot share a schema with PersonaLab,
-    both keep an `alembic_version`); yields its plain `postgresql://` URL; dropped afterwards."""
+    both keep an `alembic_version`); yields its plain `postgresql://` URL; dropped afterwards. `create=False`: only
+    a free name, for what creates the database itself (`serve-production`)."""
     import psycopg
 
     conninfo = base_url.replace("postgresql+psycopg://", "postgresql://", 1)
     name = f"{prefix}{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
+    if create:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
     head, _, _ = conninfo.partition("?")
     try:
         yield f"{head.rsplit('/', 1)[0]}/{name}"

@@ -48,7 +48,7 @@ from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 from personalab.stores.outbox import resume_pending
 from personalab.stores.server_records import claim_server_records
-from personalab.stores.turns import release_held_lock
+from personalab.stores.turns import abandon_run, release_held_lock
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -119,24 +119,34 @@ class ReleaseOnCancel(BaseCallbackHandler):
     its `runs.cancel` cancels the run's task while LangGraph waits for a node; no node raises, so
     `releasing_on_failure` never runs and the lock's heartbeat kept the instance busy for as long as the process
     lived). The in-process runner does the same in `graph.runner.run_turn`. A node of the cancelled run still
-    running in its thread stores nothing after this: `write_back` checks the lock (TurnLockLost)."""
+    running in its thread stores nothing after this: `write_back` checks the lock (TurnLockLost). A cancel that
+    comes while `history_fetch` is still taking the lock in its thread finds no lock to free: the run is marked
+    abandoned (`stores.turns.abandon_run`) and `history_fetch` gives the lock back as soon as it has it (found by
+    tests/test_aegra_outage.py: the client-gone case's next turn was "instance N is busy" until a restart)."""
 
     def __init__(self) -> None:
-        self._runs: dict[Any, int] = {}
+        self._runs: dict[Any, tuple[int, str]] = {}
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, **kwargs: Any) -> None:
         if kwargs.get("name") == TURN_GRAPH_NAME and isinstance(inputs, dict):
             instance_id = inputs.get("instance_id")
             if isinstance(instance_id, int) and not isinstance(instance_id, bool):
-                self._runs[run_id] = instance_id
+                # the run's key as history_fetch reads it (`run_key_of`: the server's `run_id`, which LangGraph
+                # also puts in the callbacks' metadata; Aegra makes it the root run's id too)
+                metadata = kwargs.get("metadata") or {}
+                key = metadata.get("run_key") or metadata.get("run_id") or run_id
+                self._runs[run_id] = (instance_id, str(key))
 
     def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
         self._runs.pop(run_id, None)
 
     def on_chain_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-        instance_id = self._runs.pop(run_id, None)
-        if instance_id is None or not isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+        started = self._runs.pop(run_id, None)
+        if started is None or not isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
             return
+        instance_id, key = started
+        # history_fetch may still be taking the lock in its worker thread: it gives it back itself (issue 27)
+        abandon_run(key)
         try:
             release_held_lock(instance_id, Context().database_url)
         except Exception as exc:  # noqa: BLE001 - the database is gone: the next turn takes the lock over (stores.turns)

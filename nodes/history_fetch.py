@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, recall_turns_of
 from personalab.nodes.rules.character import persona_text, seeded_core_memory
 from personalab.nodes.rules.core_memory import LAST_TURNS
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.errors import InvalidInput, TurnLockLost
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.prompt_catalog import catalog_for
@@ -46,6 +46,7 @@ from personalab.stores.turns import (
     latest_story_state_id,
     release_turn_lock,
     remember_run,
+    run_abandoned,
     run_reply,
     run_user_line,
     save_story_state,
@@ -253,6 +254,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
     run_key = run_key_of()
     token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
+    if run_abandoned(run_key):  # cancelled while this node was taking the lock (graph.graph.ReleaseOnCancel)
+        release_turn_lock(instance_id, token, ctx.database_url)
+        raise TurnLockLost(f"run {run_key} was cancelled: its turn stops, nothing stored")
     try:
         if run_key is not None:
             with session_scope(ctx.database_url) as session:

@@ -27,6 +27,9 @@ from sqlmodel import Session, col, select
 # or runs one in a worker thread) can free its instance at once instead of leaving it to the lease
 _held: dict[tuple[str, int], str] = {}
 _held_lock = threading.Lock()  # turns of other instances run in other threads: no iteration while one adds
+# served runs cancelled while their turn may still be taking the lock in a worker thread (issue 27): run key → when
+_abandoned: dict[str, float] = {}
+ABANDONED_KEEP_S = 600.0  # a cancelled run's node thread has long finished by then
 # the heartbeat of each held lock (by token): set the event to stop it
 _beats: dict[str, threading.Event] = {}
 _acquiring: set[str] = set()  # tokens of locks being taken, not yet with their heartbeat
@@ -180,6 +183,26 @@ def release_held_lock(save_id: int, url: str | None = None) -> bool:
         return False
     release_turn_lock(save_id, token, url)
     return True
+
+
+def abandon_run(run_key: str) -> None:
+    """The served run `run_key` was cancelled (issue 27, found on Aegra: a client gone right after asking): a turn
+    of it that takes its lock after this, its node still running in a worker thread when the cancel came, gives
+    the lock back at once (`run_abandoned`) instead of holding the instance busy for as long as the process lives.
+    Called before `release_held_lock`, both under `_held_lock`: whichever runs second sees the other's mark."""
+    now = time.monotonic()
+    with _held_lock:
+        for key in [key for key, when in _abandoned.items() if now - when > ABANDONED_KEEP_S]:
+            del _abandoned[key]
+        _abandoned[run_key] = now
+
+
+def run_abandoned(run_key: str | None) -> bool:
+    """True when the run `run_key` was cancelled (`abandon_run`); asked after its turn's lock is held."""
+    if run_key is None:
+        return False
+    with _held_lock:
+        return run_key in _abandoned
 
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:

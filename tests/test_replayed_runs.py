@@ -6,16 +6,20 @@ twice, never a second different reply. `doctor` reports duplicated user lines. R
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_helpers import cli
+from personalab.graph.graph import TURN_GRAPH_NAME, ReleaseOnCancel
 from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from personalab.nodes import generate as generate_node
 from personalab.nodes import write_back as write_back_node
 from personalab.nodes.context import Context
+from personalab.nodes.rules.errors import TurnLockLost
 from personalab.stores.db import session_scope
 from personalab.stores.tables import Line
 from personalab.stores.turn_tables import TurnRecord
@@ -153,3 +157,19 @@ def test_doctor_reports_a_user_line_stored_twice(
     report = json.loads(out)
     (found,) = [f for f in report["findings"] if f["check"] == "duplicates" and f["status"] == "problem"]
     assert code == 1 and f"instance {instance}" in found["message"] and "stored 2 times" in found["message"]
+
+
+def test_a_run_cancelled_while_taking_its_lock_gives_the_lock_back(db_url: str) -> None:
+    """A served run cancelled while its `history_fetch` is still taking the instance's lock in a worker thread
+    (issue 27, found on Aegra: a client gone right after asking; the cancel's release found no lock yet, and the
+    heartbeat then kept the instance busy for as long as the process lived): the turn gives the lock back as soon
+    as it has it, plays nothing, and the next run plays."""
+    instance = create_sample_instance(db_url)
+    cancel, root = ReleaseOnCancel(), uuid.uuid4()
+    cancel.on_chain_start({}, {"instance_id": instance}, run_id=root, name=TURN_GRAPH_NAME, metadata={"run_id": "r-9"})
+    cancel.on_chain_error(asyncio.CancelledError(), run_id=root)  # no lock held yet: nothing to free
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        with pytest.raises(TurnLockLost, match="r-9 was cancelled"):
+            run_turn(graph, ctx, instance, "走吧。", run_id="r-9")  # its history_fetch, after the cancel
+        assert not [line for line in lines_of(db_url, instance) if line.attribute == "assistant"]
+        assert run_turn(graph, ctx, instance, "走吧。", run_id="r-10")["turn"] == 1

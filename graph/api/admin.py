@@ -7,6 +7,8 @@ writes, orphan vectors, expired locks, checkpoint sizes; repaired on request) an
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from personalab.graph.api.caller import Caller
@@ -15,7 +17,7 @@ from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput, NotAllowed
 from personalab.stores import migrate
 from personalab.stores.background import flush_event_writes
-from personalab.stores.db import session_scope
+from personalab.stores.db import schema_lock, session_scope
 from personalab.stores.doctor import diagnose
 from personalab.stores.turns import list_turn_locks, unlock_instance
 from personalab.stores.worldbook import GLOBAL
@@ -36,7 +38,8 @@ GLOBAL_VERSION = 1
 
 
 class AdminApi:
-    """`api.admin`: locks, release_lock, doctor, migration_state, upgrade, export_global, import_global."""
+    """`api.admin`: locks, release_lock, doctor, migration_state, upgrade, export_global, import_global,
+    ensure_database, setup_lock."""
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
@@ -121,3 +124,14 @@ class AdminApi:
         True when it was created."""
         self._operator("create database")
         return migrate.ensure_postgres_database(url)
+
+    @contextmanager
+    def setup_lock(self) -> Iterator[None]:
+        """Hold the database's schema lock (the one `upgrade` takes, a PostgreSQL advisory lock; elsewhere a no-op)
+        while the block runs: for once-only start-up steps of several processes starting at once, such as the
+        serving engine's own migrations (issue 27 "two processes starting migrations at once"). Not re-entrant:
+        do not call `upgrade` inside the block (it takes the same lock on another connection and would wait out
+        its deadline)."""
+        url = self._operator("setup lock")
+        with schema_lock(url):
+            yield

@@ -5,9 +5,10 @@ Aegra (`aegra-api`, the `serve` extra; Python 3.12+) reads the same `langgraph.j
 `auth.path`. It keeps its own records (assistants, threads, runs, crons) and checkpoints in a PostgreSQL database of
 its own, beside PersonaLab's: both keep an Alembic `alembic_version` table, so they cannot share one schema. Before
 the workers start, this one process does what must happen once: PersonaLab's migrations (`db upgrade`, under the
-schema lock), Aegra's database created if missing and its migrations, and Aegra's default assistant registered
-(several Aegra workers starting on a fresh database race to insert it, and the loser stops the whole server). Then
-uvicorn runs `aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker.
+schema lock), then, under the same lock again (several hosts may start at once), Aegra's database created if missing
+and its migrations, and Aegra's default assistant registered (several Aegra workers starting on a fresh database race
+to insert it, and the loser stops the whole server). `--prepare-only` stops there. Then uvicorn runs
+`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--config", default=None, help="the langgraph.json to serve (default: the one of the current folder)"
     )
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="run the once-only steps (both databases' migrations, Aegra's database and assistant), then exit "
+        "without serving: for the first host of a deployment, before the others start",
+    )
     parser.set_defaults(handler=serve_production)
 
 
@@ -114,8 +121,6 @@ def serve_production(args: argparse.Namespace) -> int:
     admin = PersonaLab().admin
     done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
     echo(f"PersonaLab database: revision {done['after']}")
-    if admin.ensure_database(engine_url):
-        echo("Aegra database: created")
     env = {
         **os.environ,
         "DATABASE_URL": engine_url,
@@ -132,11 +137,19 @@ def serve_production(args: argparse.Namespace) -> int:
         ([aegra, "db", "upgrade"], "Aegra's migrations"),
         ([sys.executable, "-c", _REGISTER_ASSISTANTS], "Aegra's assistants"),
     ]
-    for command, what in steps:
-        result = subprocess.run(command, env=env, cwd=config.parent, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
-            raise InvalidInput(f"{what} failed (exit {result.returncode}); its output is above")
+    # the once-only steps under PersonaLab's schema lock, taken after `upgrade` (which takes and frees it itself):
+    # two starters at once otherwise both create Aegra's `alembic_version` and the second dies on its unique key
+    with admin.setup_lock():
+        if admin.ensure_database(engine_url):
+            echo("Aegra database: created")
+        for command, what in steps:
+            result = subprocess.run(command, env=env, cwd=config.parent, capture_output=True, text=True)
+            if result.returncode != 0:
+                sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
+                raise InvalidInput(f"{what} failed (exit {result.returncode}); its output is above")
+    if args.prepare_only:
+        echo("Aegra database: migrated, assistants registered; --prepare-only: not serving")
+        return 0
     shown = f"[{args.host}]" if ":" in args.host else args.host
     echo(f"PersonaLab on Aegra, {args.workers} process(es), at http://{shown}:{args.port}/app  (Ctrl-C stops it)")
     sys.stdout.flush()

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from personalab.graph.http import dialogue
 from personalab.graph.http.admin import router as admin_router
+from personalab.graph.http.broker import BrokerGuard, install_broker_errors
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
 from personalab.graph.http.library import router as library_router
@@ -30,6 +31,10 @@ from personalab.graph.web.stats_pages import router as stats_pages_router
 
 app = FastAPI(title="PersonaLab")
 install_error_handlers(app)
+# under Aegra: a Redis error escaping a route is a 503 naming Redis, not a 500 (issue 27; graph/http/broker.py)
+install_broker_errors(app)
+# under Aegra: a run asked for while Redis is away is a 503 before Aegra stores it (innermost: after the checks below)
+app.add_middleware(BrokerGuard)
 # a served run's context may set the run knobs only (issue 14); the server applies this app's middleware to all
 app.add_middleware(RunContextGuard)
 # with auth on, the development server's unauthenticated routes (/internal/*, /deploy) are closed (issue 14)
