@@ -18,20 +18,32 @@ from personalab.stores.warmup import warm_up_or_why
 
 def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]]) -> dict[str, list[int]]:
     """Issue 26 (each exchange once, the current truth): the turns of this instance's events the prompt does not tell
-    again — those the recent dialogue still shows, and, unless the user asks about the past, those that said a fact a
+    again — those the recent dialogue still shows, those whose line it shows said again (the same words), and, unless the user asks about the past, those that said a fact a
     later one replaced (their memories are closed: `stores.consolidation.closed_turns`). The director's layers keep
     every event found (the search's result, what the fallback hands on); `generate.retrieved_blocks` leaves these
     turns out of the prompt."""
     from personalab.nodes.rules.consolidation import asks_about_past
+    from personalab.nodes.rules.curation import turn_in_recall_window, turn_memory_lines, window_texts
     from personalab.stores.consolidation import closed_turns
 
     turn = int(state["turn"])
     turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
-    window = {t for t in turns if t > turn - ctx.recall_turns}
+    window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=ctx.recall_turns)}
+    # an older turn whose line was said again in the recent dialogue (the same words, another turn): told there
+    shown = {
+        " ".join(line.split())
+        for line in window_texts(state.get("history", []), state["character"], state.get("user_name"), ctx.recall_turns)
+    }
+    again = {
+        int(e["turn"])
+        for e in current
+        if isinstance(e.get("turn"), int)
+        and any(" ".join(line.split()) in shown for line in turn_memory_lines(str(e.get("content") or "")))
+    }
     stale: set[int] = set()
     if not asks_about_past(state["message"]):
         stale = closed_turns(ctx.database_url, state["instance_id"], turns)
-    return {"in_recent_dialogue": sorted(window), "no_longer_true": sorted(stale)}
+    return {"in_recent_dialogue": sorted(window), "said_again": sorted(again - window), "no_longer_true": sorted(stale)}
 
 
 def director(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:

@@ -31,6 +31,8 @@ from personalab.nodes.rules.curation import (
     is_guideline,
     is_private,
     npc_identity,
+    recollects_memory,
+    window_texts,
     witnessed_by,
 )
 from personalab.nodes.rules.errors import InvalidInput
@@ -45,7 +47,6 @@ from personalab.nodes.rules.injection import (
 )
 from personalab.nodes.rules.keywords import MatchText, tokenize
 from personalab.nodes.rules.knowledge import applies_to, in_library_order, library_position, select_knowledge
-from personalab.nodes.rules.record import record_text, speaker_of
 from personalab.nodes.rules.retrieval import (
     CandidatePath,
     KeywordIndex,
@@ -100,38 +101,6 @@ def memory_age(
     if created is not None and created.tzinfo is None:
         created = created.replace(tzinfo=UTC)  # stored naive = UTC
     return time_ago(turns, (now - created).total_seconds() if created is not None else None, language)
-
-
-def window_texts(
-    history: Sequence[Mapping[str, Any]], character: Mapping[str, Any], user_name: str | None, turns: int
-) -> list[str]:
-    """The lines of the prompt's recall window (its last `turns` turns, the current one included) as the dialogue record
-    writes them (``speaker：text``, in the instance's language), so a memory that repeats one of them is not presented
-    again."""
-    language = character.get("language")
-    window: list[Mapping[str, Any]] = []
-    users = 0
-    for line in reversed(history):
-        if line.get("attribute") == "user":
-            users += 1
-            if users > turns:  # the current turn counts as one of the window's (`repeats_recent_dialogue`)
-                break
-        window.append(line)
-    return [
-        record_text(
-            speaker_of(
-                line,
-                character_role_id=character.get("role_id"),
-                character_name=character.get("name") or "",
-                user_name=user_name,
-                language=language,
-            ),
-            str(line.get("content") or ""),
-            language,
-        )
-        for line in window
-        if line.get("attribute") != "system" and str(line.get("content") or "").strip()
-    ]
 
 
 def memory_item(
@@ -375,7 +344,9 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         and entry.content.strip()
         and applies_to(entry, character.get("role_id"), instance_id)
     ]
-    known = known_items(own_lines_in(history, character.get("role_id")))
+    known = known_items(
+        [line for line in own_lines_in(history, character.get("role_id")) if not recollects_memory(line)]
+    )
     selected = in_library_order(  # chosen by score, injected in the library's order (issue 25)
         select_knowledge(
             [entry for entry in knowledge if not is_guideline(entry.tag)],

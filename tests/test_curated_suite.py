@@ -161,7 +161,9 @@ def test_a_missed_curated_goal_exits_1_and_names_it(
 def test_the_npc_recall_through_one_shot_cli_processes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "2")
+    # one filler turn fewer (each is a process) and a recent window of one turn: the probe's turn 8 shows turn 7 in
+    # its recent dialogue, so the key told at turn 6 comes from memory (as with two fillers and a window of two)
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "1")
     path = write(tmp_path, "w", WITNESSED.replace("{filler: 2, seed: 62}", "{filler: 1, seed: 62}"))
     out = tmp_path / "out"
     code, text = run_eval(capsys, path, "--out", str(out), "--via", "cli")
@@ -271,18 +273,21 @@ def test_an_entry_quoting_a_presented_line_or_quoted_by_one_is_a_duplicate() -> 
 
 
 def test_a_turn_memory_is_no_duplicate_of_its_own_reply_in_the_window_but_is_of_a_quoted_line() -> None:
-    """The turn just before this one: the recall window shows its reply in pieces, not its user's line, so its turn
-    memory is what tells the model what the user said (back-to-back retrieval). A turn memory whose reply quotes
-    another speaker's line already presented (a memory it echoes) still is a duplicate."""
+    """A turn memory whose reply pieces the recall window shows again (the character said the same words since) is
+    what tells the model what the user said then: no duplicate. The turn just before this one is in the recent
+    dialogue itself (a one-turn window shows it whole). A turn memory whose reply quotes another speaker's line
+    already presented (a memory it echoes) still is a duplicate."""
     from personalab.nodes.rules.curation import drop_repeated_exchanges
 
     turn = {"kind": "memory", "id": 7, "turn": 2, "type": "conversation", "line_id": None}
     turn["content"] = (
         "第2轮：用户说「我妹妹叫林小禾，住在银杏镇。」；雷娜回应「【惊讶】关于「妹妹叫林小禾」，我记在心里了。【平静】走吧。」"
     )
-    window = ["雷娜：【惊讶】关于「妹妹叫林小禾」，我记在心里了。", "雷娜：【平静】走吧。", "用户：她住在哪？"]
-    kept, dups, _ = drop_repeated_exchanges([turn], turn=3, window_turns=1, window_lines=window)
+    window = ["雷娜：【平静】走吧。", "用户：她住在哪？"]  # turn 3's reply said "走吧" again; turn 4's line
+    kept, dups, _ = drop_repeated_exchanges([turn], turn=4, window_turns=1, window_lines=window)
     assert [item["id"] for item in kept] == [7] and not dups
+    kept, dups, in_window = drop_repeated_exchanges([turn], turn=3, window_turns=1, window_lines=window)
+    assert not kept and not dups and in_window == [7]
     echo = {**turn, "id": 9, "turn": 30}
     echo["content"] = "第30轮：用户说「还记得吗」；雷娜回应「我想起来了——莱姆说「我最爱吃红烧肉。」」"
     kept, dups, _ = drop_repeated_exchanges([echo], turn=50, window_turns=2, window_lines=["莱姆：我最爱吃红烧肉。"])

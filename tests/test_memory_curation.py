@@ -298,3 +298,44 @@ def test_every_line_has_its_time_and_every_turn_its_tokens(sqlite_url: str) -> N
     assert usage["reply_tokens"] > 0
     with pytest.raises(NotFound):
         token_usage(sqlite_url, 9999)
+
+
+def test_the_directors_event_of_a_line_said_again_lately_is_left_out(sqlite_url: str) -> None:
+    """Issue 26 (each exchange once): the user said the same words again within the recent dialogue, so the
+    director's event of the first time is not told again; an event the window shows is named as such, the others stay.
+    The one-turn window at turn 4 shows turn 3 (the middle region keeps the last `recall_turns` turns before it)."""
+    from personalab.nodes.director import events_left_out
+
+    instance = create_sample_instance(sqlite_url)
+    history = [
+        {"attribute": "user", "content": "我的狗叫豆包。"},
+        {"attribute": "assistant", "content": "【平静】记住了。", "role_id": 1},
+        {"attribute": "user", "content": "它还好吗？"},
+    ]
+    state: Any = {
+        "turn": 4,
+        "message": "它还好吗？",
+        "instance_id": instance,
+        "history": history,
+        "character": {"role_id": 1, "name": "雷娜", "language": "zh"},
+        "user_name": "莱姆",
+    }
+    current = [
+        {"turn": 1, "content": "第1轮：莱姆说「我的狗叫豆包。」；雷娜回应「好名字。」"},
+        {"turn": 2, "content": "第2轮：莱姆说「今天风很大。」；雷娜回应「嗯。」"},
+        {"turn": 3, "content": "第3轮：莱姆说「我的狗叫豆包。」；雷娜回应「【平静】记住了。」"},
+    ]
+    left_out = events_left_out(state, Context(database_url=sqlite_url, recall_turns=1), current)
+    assert left_out["in_recent_dialogue"] == [3]
+    assert left_out["said_again"] == [1]
+    assert left_out["no_longer_true"] == []
+
+
+def test_a_reply_reciting_a_turns_memory_is_not_listed_as_already_said() -> None:
+    """The 已知信息 block (seed 001) lists the character's recent lines to avoid; a line that recites a memory
+    (``第N轮：A说「…」``, ``Turn N: A said "…"``) is a memory quoted, and listing it would show that exchange twice."""
+    from personalab.nodes.rules.curation import recollects_memory
+
+    assert recollects_memory("【认真】我想起来了——第2轮：莱姆说「我最爱吃红烧肉。」；雷娜回应「")
+    assert recollects_memory('I remember: Turn 3: Ash said "my dog is Bean"; Mira answered "…"')
+    assert not recollects_memory("【平静】你说「今天风很大」……让我想一想。")

@@ -30,16 +30,19 @@ def contents(state: dict[str, Any]) -> list[str]:
 
 def test_back_to_back_turns_retrieve_the_previous_turns_memories(sqlite_url: str) -> None:
     """No pause, no flush between turns: each turn's retrieval reads the memories the turns before it wrote
-    (written after their replies, off the reply's path)."""
+    (written after their replies, off the reply's path) — the one just before too, which the search finds and
+    leaves to the recent dialogue that shows it (issue 26: each exchange once)."""
     instance = create_sample_instance(sqlite_url)
-    # a one-turn recent-dialogue window, so the fact's turn is a memory (not the dialogue) when it is asked about
+    # a one-turn recent-dialogue window: at turn 4 the prompt shows turn 3, so the fact's turn 2 is a memory
     with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
         run_turn(graph, ctx, instance, FILLER[0])
         run_turn(graph, ctx, instance, FACT, selected_choice={"level": "important"})  # a turn the review writes
+        after = run_turn(graph, ctx, instance, FILLER[1], selected_choice={"level": "important"})
         asked = run_turn(graph, ctx, instance, QUESTION)
-        # what the turn just before wrote is in the store: its memory (turn 2) was written before turn 3 searched
         stored = MemoryStore(db_url=sqlite_url).list_memories(instance, include_record=True)
-        assert {1, 2} <= {entry.turn for entry in stored}
+    # what the turn just before wrote was in the store when the next one searched: found, and left to the dialogue
+    assert {entry.id for entry in stored if entry.turn == 2} & set(after["debug"]["retrieval"]["in_recent_dialogue"])
+    assert {entry.id for entry in stored if entry.turn == 3} & set(asked["debug"]["retrieval"]["in_recent_dialogue"])
     assert asked["debug"]["retrieval"]["status"] == "ok"
     assert any("林小禾" in text and "第2轮" in text for text in contents(asked)), contents(asked)
 
@@ -53,7 +56,7 @@ def test_back_to_back_turns_as_the_server_runs_them_retrieve_the_previous_turns_
 
     instance = create_sample_instance(sqlite_url)
     with turn_graph(Context(database_url=sqlite_url, recall_turns=1)) as (graph, ctx):
-        for message in (FILLER[0], FACT):
+        for message in (FILLER[0], FACT, FILLER[1]):  # the fact's turn 2 is out of turn 4's one-turn window
             # the fact's turn one the review writes (issue 26: not every turn leaves a turn memory)
             choice = {"level": "important"} if message == FACT else None
             graph.invoke(

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from personalab.nodes.rules.record import record_text, speaker_of
+
 USER = "user"
 NARRATION = "narration"
 WHOLE_TURN = -1  # an item that holds every line of its turn (the turn's memory)
@@ -97,6 +99,16 @@ _TURN_TEXT = re.compile(r"^(?:- )?第(\d+)轮：(.+?)说「(.*?)」；(.+?)回�
 _TURN_TEXT_EN = re.compile(r'^(?:- )?Turn (\d+): (.+?) said "(.*?)"; (.+?) answered "(.*)"')  # issue 28
 
 
+_RECOLLECTION = re.compile(r"第\d+轮：[^「\n]{1,24}说「|Turn \d+: [^\"\n]{1,24} said \"")
+
+
+def recollects_memory(line: str) -> bool:
+    """A line of the character's that recites a turn's memory (``第N轮：A说「…」``, ``Turn N: A said "…"``): the
+    known-lines block (已知信息, seed 001) leaves it out — it is a memory quoted, not the character's phrasing to
+    avoid, and the exchange it quotes would reach the prompt a second time (issue 26: each exchange once)."""
+    return _RECOLLECTION.search(line) is not None
+
+
 def turn_memory_lines(content: str) -> list[str]:
     """The lines a turn's memory (``第N轮：A说「…」；B回应「…」``) holds, as the record writes them (``A：…``);
     an English one's (``Turn N: A said "…"; B answered "…"``) as ``A: …``."""
@@ -145,8 +157,47 @@ def exchange_source(item: Mapping[str, Any]) -> ExchangeSource | None:
 
 
 def in_recall_window(source: ExchangeSource, *, turn: int, window_turns: int) -> bool:
-    """An exchange the prompt's recent dialogue still has (the last `window_turns` turns before `turn`)."""
-    return source.turn > turn - window_turns
+    """An exchange the prompt's recent dialogue still has (`turn_in_recall_window`)."""
+    return turn_in_recall_window(source.turn, turn=turn, window_turns=window_turns)
+
+
+def turn_in_recall_window(said_at: int, *, turn: int, window_turns: int) -> bool:
+    """Whether turn `said_at` is in the prompt's recent dialogue at `turn`: the middle region keeps the last
+    `window_turns` turns before the current one (`prompt_assembly`'s `max_turns`), turns `turn - window_turns` to
+    `turn - 1` (seed 002 Prompt区域分配)."""
+    return said_at >= turn - window_turns
+
+
+def window_texts(
+    history: Sequence[Mapping[str, Any]], character: Mapping[str, Any], user_name: str | None, turns: int
+) -> list[str]:
+    """The lines of the prompt's recall window (the last `turns` turns before the current one, and the current line)
+    as the dialogue record writes them (``speaker：text``, in the instance's language), so a memory that repeats one
+    of them is not presented again."""
+    language = character.get("language")
+    window: list[Mapping[str, Any]] = []
+    users = 0
+    for line in reversed(history):
+        if line.get("attribute") == "user":
+            users += 1
+            if users > turns + 1:  # the middle region's `turns` turns, then the current one (`turn_in_recall_window`)
+                break
+        window.append(line)
+    return [
+        record_text(
+            speaker_of(
+                line,
+                character_role_id=character.get("role_id"),
+                character_name=character.get("name") or "",
+                user_name=user_name,
+                language=language,
+            ),
+            str(line.get("content") or ""),
+            language,
+        )
+        for line in window
+        if line.get("attribute") != "system" and str(line.get("content") or "").strip()
+    ]
 
 
 _SPEAKER = re.compile(r"^[^：\n]{1,24}：")

@@ -424,20 +424,6 @@ KNOWN_LINES = 3  # the character's last lines listed in the 已知信息 block
 KNOWN_CHARS = 80  # each cut to this many characters
 
 
-def repeats_recent_dialogue(item: Mapping[str, Any], *, turn: int, window_turns: int) -> bool:
-    """A retrieved memory that is a turn still inside the recent-dialogue window (the prompt's middle region
-    has the last `window_turns` turns of the dialogue, before the current `turn`): a line of the dialogue
-    record (type ``record``) or the turn's own memory (`rules.director.turn_event_text`, ``第N轮：…``) of one
-    of those turns. It is left out of the memories: the model reads that turn in the dialogue already."""
-    memory_turn = item.get("turn")
-    if item.get("kind") != "memory" or not isinstance(memory_turn, int) or memory_turn <= turn - window_turns:
-        return False
-    if item.get("type") == "record":
-        return True
-    content = str(item.get("content") or "").lstrip()
-    return content.startswith(f"第{memory_turn}轮：") or content.startswith(f"Turn {memory_turn}: ")  # zh / en
-
-
 def known_items(own_lines: Sequence[str], limit: int = KNOWN_LINES, chars: int = KNOWN_CHARS) -> list[InjectionItem]:
     """The 已知信息(请勿重复) block's items: the character's last `limit` lines (oldest first), each cut to
     `chars` characters, so the model sees what it said lately and does not say it again (seed 001)."""
