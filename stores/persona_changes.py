@@ -18,9 +18,7 @@ from sqlmodel import Session, col, select
 def archived_keys(session: Session, instance_id: int) -> set[str]:
     """The keys of the persona changes the instance has archived (on every branch: a key names its line)."""
     notes = session.exec(
-        select(MemoryEntry.notes).where(
-            MemoryEntry.instance_id == instance_id, MemoryEntry.type == PERSONA_CHANGE_TYPE
-        )
+        select(MemoryEntry.notes).where(MemoryEntry.instance_id == instance_id, MemoryEntry.type == PERSONA_CHANGE_TYPE)
     ).all()
     return {key for key in (archived_key(note or "") for note in notes) if key is not None}
 

@@ -15,7 +15,6 @@ from personalab.graph.api import library
 from personalab.graph.api.facade import PersonaLab
 from personalab.nodes.rules.core_memory import CoreMemoryHistory
 from personalab.nodes.rules.persona_changes import (
-    PersonaChange,
     lineage,
     persona_change_memory,
     persona_changes,
@@ -95,7 +94,12 @@ def test_what_counts_as_a_persona_change() -> None:
     assert [c.text for c in english] == ['took up a new goal: "find the well"', 'gave up the goal "找到妹妹"']
     item = persona_change_memory(english[0], version=3, line_id=7, role_id=2, language="en")
     assert item["content"] == '[Persona change] turn 30: took up a new goal: "find the well"'
-    assert (item["type"], item["layer"], item["line_id"], item["witnesses"]) == ("persona_change", "archive", 7, ["role:2"])
+    assert (item["type"], item["layer"], item["line_id"], item["witnesses"]) == (
+        "persona_change",
+        "archive",
+        7,
+        ["role:2"],
+    )
 
 
 def test_a_rollback_carries_the_changes_of_the_restored_versions_lineage() -> None:

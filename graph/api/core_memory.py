@@ -21,9 +21,9 @@ from personalab.nodes.rules.core_memory import CoreMemoryHistory
 from personalab.nodes.rules.errors import NotFound
 from personalab.nodes.rules.persona_changes import lineage
 from personalab.stores.background import wait_for_writes
+from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.persona_changes import apply_rollback
-from personalab.stores.db import session_scope
 from personalab.stores.tables import Role, Save
 from sqlmodel import Session
 
