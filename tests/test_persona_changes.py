@@ -128,7 +128,7 @@ def test_maintenance_archives_the_change_and_search_finds_it(
     growth = [item for item in archived if CHANGE in item.content]
     assert len(growth) == 1 and growth[0].content.startswith("【人格变化】第2轮：")
 
-    found = PersonaLab(database_url=db_url).memories.search(instance, "雷娜的性格有什么变化？变得更加倔强", k=5)
+    found = PersonaLab(database_url=db_url).memories.search(instance, "你的性格有什么变化？", k=5)
     assert growth[0].id in [item.id for item in found.items]
 
     monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
@@ -138,7 +138,7 @@ def test_maintenance_archives_the_change_and_search_finds_it(
     assert {row["id"] for row in json.loads(out)} == {item.id for item in archived}
 
     # the next turn's prompt presents them as the character's own history, not among what was said
-    state = _turns(db_url, instance, ["你这段时间性格有什么变化？变得更加倔强了吗？"])
+    state = _turns(db_url, instance, ["你这段时间性格有什么变化？"])
     system = "\n".join(message["content"] for message in state["prompt"] if message["role"] == "system")
     assert PERSONA_HISTORY_HEADER in system
     block = system.split(PERSONA_HISTORY_HEADER, 1)[1].split("\n\n", 1)[0]
@@ -212,3 +212,18 @@ def test_a_rollback_closes_the_undone_changes_and_deletes_none(
 
     core.rollback(instance, 3)  # version 5 = version 3: its changes hold again
     assert all(item.valid_to_turn is None for item in _changes(db_url, instance))
+
+
+def test_an_english_instance_archives_and_presents_its_changes_in_english(sqlite_url: str) -> None:
+    from pathlib import Path
+
+    card = Path(__file__).parent / "fixtures" / "card_v2_lighthouse_en.json"
+    lab = PersonaLab(database_url=sqlite_url)
+    instance = lab.instances.create({"character_id": lab.cards.import_bytes(card.read_bytes(), card.name).character_id})
+    _turns(sqlite_url, instance.id, ["Where am I? What happened to my boat?", "Is the fog dangerous tonight?"])
+    archived = _changes(sqlite_url, instance.id)
+    assert archived and all(item.content.startswith("[Persona change] turn 2: ") for item in archived)
+    state = _turns(sqlite_url, instance.id, ["How have you changed lately? Did the fog change you?"])
+    system = "\n".join(message["content"] for message in state["prompt"] if message["role"] == "system")
+    assert "=== How you have changed (your own growth) ===" in system and PERSONA_HISTORY_HEADER not in system
+    assert "not things the user said" in system
