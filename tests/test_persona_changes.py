@@ -209,6 +209,10 @@ def test_a_rollback_closes_the_undone_changes_and_deletes_none(
     monkeypatch.setenv("PERSONALAB_DATABASE_URL", db_url)
     code, out, _err = cli(capsys, "memory", "list", "--instance", str(instance), "--type", "persona_change")
     assert code == 0 and out.count("until turn 4") == len(at_4)
+    state = _turns(db_url, instance, ["你的性格有什么变化？"])  # the undone change is not presented as current
+    system = "\n".join(message["content"] for message in state["prompt"] if message["role"] == "system")
+    assert any(after[i].content in system for i in at_2)
+    assert not any(after[i].content in system for i in at_4)
 
     core.rollback(instance, 3)  # version 5 = version 3: its changes hold again
     assert all(item.valid_to_turn is None for item in _changes(db_url, instance))
