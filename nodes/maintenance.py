@@ -29,10 +29,12 @@ from personalab.nodes.rules.memory_layers import (
     summary_groups,
     summary_memory,
 )
+from personalab.nodes.rules.persona_changes import persona_change_memory, persona_changes
 from personalab.nodes.rules.request_catalog import event_summary_messages
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.background import run_in_background
 from personalab.stores.memory import MaintenanceReport, MemoryStore
+from personalab.stores.persona_changes import archive_persona_changes
 from personalab.stores.vectors import chroma_path
 
 log = logging.getLogger(__name__)
@@ -180,6 +182,7 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     if not history.versions:
         history = history.push(old, turn=0, reason="initial")
     history = history.push(core, turn=turn, reason=f"maintenance at turn {turn}")
+    archived = archive_changes(state, runtime, old, core, history.versions[-1]["version"])
     return {
         "core_memory": core,
         "core_memory_versions": history.to_state(),
@@ -189,6 +192,39 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
                 "status": "core memory rewritten",
                 "version": history.versions[-1]["version"],
                 "model": model_label(model),
+                "persona_changes": archived,
             }
         },
     }
+
+
+def archive_changes(
+    state: TurnState, runtime: Runtime[Context], old: dict[str, Any], core: dict[str, Any], version: int
+) -> dict[str, Any]:
+    """Seed 002 Archival Memory (历史人格变化事件): the persona changes of this accepted rewrite
+    (`rules.persona_changes`), queued as archive memories on the instance's background writer behind the turn's
+    own writes, off the reply's path; each on the line of the turn's reply (seed 000: it stays on its branch) and
+    stored once per key, so a replayed or repeated maintenance adds nothing."""
+    character = state["character"]
+    language = character.get("language")
+    changes = persona_changes(old, core, state["turn"], language)
+    if not changes:
+        return {"status": "no change", "count": 0}
+    lines = (state.get("debug") or {}).get("reply_line_ids") or [state.get("user_line_id")]
+    line_id = lines[-1] if lines and lines[-1] is not None else None
+    items = [
+        persona_change_memory(
+            change, version=version, line_id=line_id, role_id=character.get("role_id"), language=language
+        )
+        for change in changes
+    ]
+    store = MemoryStore(db_url=context_of(runtime).database_url, chroma_path=chroma_path())
+    run_in_background(
+        archive_persona_changes,
+        store,
+        state["instance_id"],
+        items,
+        character.get("role_id"),
+        after_turn_of=state["instance_id"],
+    )
+    return {"status": "queued", "count": len(items)}

@@ -47,6 +47,8 @@ from personalab.nodes.rules.injection import (
 )
 from personalab.nodes.rules.keywords import MatchText, tokenize
 from personalab.nodes.rules.knowledge import applies_to, in_library_order, library_position, select_knowledge
+from personalab.nodes.rules.persona_changes import PERSONA_CHANGE_TYPE
+from personalab.nodes.rules.prompts import PERSONA_HISTORY_NOTE
 from personalab.nodes.rules.retrieval import (
     CandidatePath,
     KeywordIndex,
@@ -122,6 +124,17 @@ def memory_item(
 def private_items(items: list[InjectionItem]) -> list[InjectionItem]:
     """The private block (issue 26): its note that these are never said aloud, then the private memories."""
     return [InjectionItem(key="private:note", text=PRIVATE_NOTE), *items] if items else []
+
+
+def is_persona_change(item: Mapping[str, Any]) -> bool:
+    """An archived persona change (seed 002 历史人格变化事件, `rules.persona_changes`)."""
+    return item.get("type") == PERSONA_CHANGE_TYPE
+
+
+def persona_history_items(items: list[InjectionItem]) -> list[InjectionItem]:
+    """The persona-history block: its note that these are the character's own changes (not what the user said),
+    then the archived changes."""
+    return [InjectionItem(key="persona:note", text=PERSONA_HISTORY_NOTE), *items] if items else []
 
 
 def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
@@ -369,8 +382,13 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         language=language,
         known=known,
         character_memories=[
-            memory_item(item, turn, stored_at, now, language) for item in found["items"] if not is_private(item)
+            memory_item(item, turn, stored_at, now, language)
+            for item in found["items"]
+            if not is_private(item) and not is_persona_change(item)
         ],
+        persona_history=persona_history_items(
+            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_persona_change(item)]
+        ),
         private_memories=private_items(
             [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_private(item)]
         ),

@@ -4,7 +4,9 @@ versions compared field by field, an earlier version made current again (issue 2
 Read from the story state of the instance's current branch (the database, not the checkpoint): before the first
 turn the core memory is the one the first turn will start from, seeded from the character's persona
 (`nodes.rules.character.seeded_core_memory`). A rollback adds a version equal to the old one (the history stays
-append-only, so it can be undone too) and is live from the next turn (graph/api/story.py). A version that is not
+append-only, so it can be undone too) and is live from the next turn (graph/api/story.py); in its transaction the
+archived persona changes (seed 002 历史人格变化事件) of the versions the restored core does not carry are closed
+(`stores.persona_changes.apply_rollback`), never deleted. A version that is not
 kept: `NotFound` naming it, nothing changed.
 """
 
@@ -17,7 +19,11 @@ from personalab.graph.api.story import branch_state, check_id, correct_story, in
 from personalab.nodes.rules.character import seeded_core_memory
 from personalab.nodes.rules.core_memory import CoreMemoryHistory
 from personalab.nodes.rules.errors import NotFound
+from personalab.nodes.rules.persona_changes import lineage
+from personalab.stores.background import wait_for_writes
 from personalab.stores.db import session_scope
+from personalab.stores.history import get_path_ids
+from personalab.stores.persona_changes import apply_rollback
 from personalab.stores.tables import Role, Save
 from sqlmodel import Session
 
@@ -118,7 +124,15 @@ class CoreMemoryApi:
             if to is not None:
                 self._find(history, instance_id, to)  # the error names the instance and what is kept
             history = history.rollback(to, turn=state.get("turn", 0))
+            # seed 002 archival memory: the persona changes the restored core does not carry are closed as of this
+            # turn (kept, answerable about the past), those it carries again reopened; in this transaction
+            carried, oldest = lineage(history.versions, int(history.versions[-1]["version"]))
+            apply_rollback(
+                _session, instance_id, carried, oldest, int(state.get("turn", 0)), get_path_ids(_session, instance_id)
+            )
             return {"core_memory": dict(history.current or {}), "core_memory_versions": history.to_state()}
 
+        # this process's queued archive of the last maintenance lands first, so the rollback sees it
+        wait_for_writes(instance_id, whole=True)
         state = correct_story(self.caller, instance_id, change)
         return dict(state["core_memory_versions"][-1])

@@ -103,6 +103,7 @@ def public(entry: MemoryEntry) -> MemoryPublic:
         updated_at=entry.updated_at,
         last_used_turn=entry.last_used_turn,
         last_used_at=entry.last_used_at,
+        valid_to_turn=entry.valid_to_turn,
     )
 
 

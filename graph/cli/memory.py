@@ -17,7 +17,8 @@
     memory steps   --instance ID [--json]         memory undo --instance ID STEP   (consolidation, issue 26)
 
 `list` shows the current branch's memories (`--all-branches`: every branch's), `--kind` is seed 004's kind
-(episodic / semantic / trait / goal). `add` prints the new id. `edit` marks the memory as edited by the user (the
+(episodic / semantic / trait / goal); `--type persona_change` the character's archived persona changes (seed 002
+历史人格变化事件, made by core-memory maintenance; `[until turn N]`: a core-memory rollback undid it). `add` prints the new id. `edit` marks the memory as edited by the user (the
 layer flow never touches it again) and keeps its old text as a version (`show` lists them); a pinned memory is
 not edited (unpin it first). `search` prints the ranked memories with their score breakdowns (`--json`: a list of
 objects with id, content, score, breakdown, ...) and, like every retrieval, marks them as mentioned (`--no-mark`:
@@ -71,6 +72,8 @@ def _preview(text: str) -> str:
 
 def _flags(entry: MemoryPublic) -> str:
     flags = [name for name, on in (("pinned", entry.pinned), ("edited", entry.user_edited)) if on]
+    if entry.valid_to_turn is not None:  # replaced, or a persona change a core-memory rollback undid
+        flags.append(f"until turn {entry.valid_to_turn}")
     return f" [{', '.join(flags)}]" if flags else ""
 
 
@@ -382,7 +385,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     listing = command("list", "list the memories (current branch)")
     listing.add_argument("--layer", choices=[*LAYER_CHOICES, "record"])
-    listing.add_argument("--type", choices=[*TYPE_CHOICES, "record"])
+    listing.add_argument("--type", choices=[*TYPE_CHOICES, "record", "persona_change"])
     listing.add_argument("--kind", choices=KIND_CHOICES, help="seed 004's kind")
     listing.add_argument("--all-branches", action="store_true", help="every branch's memories")
     listing.add_argument("--offset", type=whole, default=0)

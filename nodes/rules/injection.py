@@ -35,7 +35,7 @@ from personalab.nodes.rules.curation import IMPORTANT_HEADER, PRIVATE_HEADER
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
-from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER
+from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER, PERSONA_HISTORY_HEADER
 from personalab.nodes.rules.request_catalog import requests_for
 from personalab.nodes.rules.worldbook import (
     POSITIONS,
@@ -49,12 +49,22 @@ from personalab.nodes.rules.worldbook import (
 
 # the seed's three sections, with its 已知信息(请勿重复) block (BuildOptimizedSystemPrompt) before the memories
 # + the character's private memories (issue 26, type internal) in a block of their own, after what may be said
-SECTIONS = ("guidelines", "world_knowledge", "known", "character_memories", "private_memories", "important")
+# + the character's archived persona changes (seed 002 历史人格变化事件) as its own history, not as what was said
+SECTIONS = (
+    "guidelines",
+    "world_knowledge",
+    "known",
+    "character_memories",
+    "persona_history",
+    "private_memories",
+    "important",
+)
 SECTION_HEADERS: Mapping[str, str] = {
     "guidelines": "=== 指令/规则 ===",
     "world_knowledge": "=== 世界知识 ===",
     "known": KNOWN_INFO_HEADER,
     "character_memories": "=== 相关记忆 ===",
+    "persona_history": PERSONA_HISTORY_HEADER,
     "private_memories": PRIVATE_HEADER,
     "important": IMPORTANT_HEADER,  # seed 001's 重要指令, last (issue 26)
 }
@@ -154,6 +164,7 @@ def plan_injection(
     known: Iterable[InjectionItem | str] = (),
     private_memories: Iterable[InjectionItem | str] = (),
     important: Iterable[InjectionItem | str] = (),
+    persona_history: Iterable[InjectionItem | str] = (),
 ) -> InjectionPlan:
     """Seed 001 InjectSmartContext: guidelines → world knowledge → character memories in one budget.
 
@@ -166,6 +177,7 @@ def plan_injection(
         "world_knowledge": _as_items("world_knowledge", world_knowledge),
         "known": _as_items("known", known),
         "character_memories": _as_items("character_memories", character_memories),
+        "persona_history": _as_items("persona_history", persona_history),
         "private_memories": _as_items("private_memories", private_memories),
         "important": _as_items("important", important),
     }
@@ -339,6 +351,7 @@ def build_injection(
     known: Iterable[InjectionItem | str] = (),
     private_memories: Iterable[InjectionItem | str] = (),
     important: Iterable[InjectionItem | str] = (),
+    persona_history: Iterable[InjectionItem | str] = (),
     budget: int,
     worldbook_config: WorldbookConfig | None = None,
     token_counter: TokenCounter = count_tokens,
@@ -371,6 +384,7 @@ def build_injection(
         known=known,
         private_memories=private_memories,
         important=important,
+        persona_history=persona_history,
     )
     fired = [i.key.split(":", 1)[1] for i in plan.included if i.key.startswith("worldbook:")]
     return Injection(plan, fired)

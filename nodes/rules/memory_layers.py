@@ -87,6 +87,8 @@ class MemoryType(StrEnum):
     TRAIT = "trait"
     GOAL = "goal"
     RECORD = "record"  # one line of the dialogue record (module docstring): never in the layer flow
+    # seed 002 Archival Memory (历史人格变化事件): one change of the character's persona (`rules.persona_changes`)
+    PERSONA_CHANGE = "persona_change"
 
 
 RECORD_LAYER = "record"  # the layer column of record entries; not a `Layer`: the flow does not know it
@@ -108,6 +110,7 @@ DEFAULT_IMPORTANCE: Mapping[MemoryType, float] = {
     MemoryType.TRAIT: 0.8,
     MemoryType.GOAL: 0.7,
     MemoryType.RECORD: 0.5,
+    MemoryType.PERSONA_CHANGE: 0.8,
 }
 
 

@@ -90,6 +90,8 @@ class Catalog:
     core_topic: str = ""
     titles: Mapping[str, str] = field(default_factory=dict)
     items: Mapping[str, str] = field(default_factory=dict)
+    # one archived persona change (seed 002 历史人格变化事件): its line and the phrases of a structural change
+    persona_change: Mapping[str, str] = field(default_factory=lambda: dict(zh.PERSONA_CHANGE))
 
     def role_play_instruction(self, role_name: str, *, open_story: bool = False) -> str:
         """The head's system instruction for `role_name`; an open story's asks for no progress markers."""
@@ -201,6 +203,7 @@ EN = Catalog(
     core_topic=en.CORE_TOPIC,
     titles=en.TITLES,
     items=en.ITEMS,
+    persona_change=en.PERSONA_CHANGE,
 )
 
 CATALOGS: Mapping[str, Catalog] = {"zh": ZH, "en": EN}

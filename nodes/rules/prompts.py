@@ -241,3 +241,20 @@ REVIEW_USER_TEMPLATE = """本轮对话:
 
 请输出审查结果 JSON。"""
 REVIEW_BASELINE_LABEL = "规则版审查的结果(供参考):"
+
+# Archival memory (seed 002 需求2 三层记忆架构: 历史人格变化事件): how one persona change is written as a memory
+# (`nodes.rules.persona_changes`), and the retrieved region's block that presents them as the character's own history
+PERSONA_CHANGE = {
+    "line": "【人格变化】第{turn}轮：{text}",
+    "value_added": "开始看重「{item}」",
+    "value_removed": "不再看重「{item}」",
+    "goal_added": "有了新的目标「{item}」",
+    "goal_removed": "放下了目标「{item}」",
+    "opposition_added": "内心出现了新的矛盾：{a}与{b}",
+    "opposition_removed": "{a}与{b}之间的矛盾已经化解",
+    "tension_added": "内心出现了新的张力：{poles}",
+    "tension_removed": "{poles}之间的张力已经消解",
+    "separator": "、",
+}
+PERSONA_HISTORY_HEADER = "=== 你的人格变化（你自己的成长经历） ==="
+PERSONA_HISTORY_NOTE = "以下是你自己在故事中的人格变化和成长，不是用户说过的话；回答你如何变化时以此为据。"

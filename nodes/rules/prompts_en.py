@@ -83,12 +83,17 @@ TITLES = {
     "【事件摘要】": "[Event summary]",
     "=== 内心（只有你自己知道） ===": "=== Inner thoughts (only you know them) ===",
     "=== 重要指令 ===": "=== Important instructions ===",
+    "=== 你的人格变化（你自己的成长经历） ===": "=== How you have changed (your own growth) ===",
     "【当前剧情事件】（这些是当前剧情中实际发生的事件）": DIRECTOR_CURRENT_TITLE,
     "【剧情经验参考】（其他剧情中的类似情节，仅供参考剧情走向，不代表当前剧情的事实）": DIRECTOR_REFERENCE_TITLE,
     "【上次会话回顾】（用户暂停后回来了，这是上次会话最后发生的事）": SESSION_RECAP_TITLE,
 }
 # the fixed instruction items of those sections (curation.py), by their Chinese text
 ITEMS = {
+    "以下是你自己在故事中的人格变化和成长，不是用户说过的话；回答你如何变化时以此为据。": (
+        "These are your own changes and growth in this story, not things the user said; rely on them when asked "
+        "how you have changed."
+    ),
     "以下是你内心的想法和秘密，只有你自己知道：不要说出口，除非剧情发展让你主动吐露。": (
         "These are your inner thoughts and secrets, known only to you: do not say them aloud unless the story "
         "leads you to reveal them yourself."
@@ -311,3 +316,17 @@ SUGGESTION_CONTENT = "Turn {turn} ({label}): {parts}"
 SUGGESTION_TITLE = "Turn {turn} {label}"
 SUGGESTION_REASON_LEVEL = "a world-book update is suggested after this {label}"
 SUGGESTION_REASON = "the review suggests a world-book update"
+
+# Archival memory (seed 002 三层记忆架构, 历史人格变化事件): one persona change as a memory (nodes/rules/prompts.py)
+PERSONA_CHANGE = {
+    "line": "[Persona change] turn {turn}: {text}",
+    "value_added": 'came to value "{item}"',
+    "value_removed": 'no longer values "{item}"',
+    "goal_added": 'took up a new goal: "{item}"',
+    "goal_removed": 'gave up the goal "{item}"',
+    "opposition_added": "a new inner conflict: {a} against {b}",
+    "opposition_removed": "the conflict between {a} and {b} is settled",
+    "tension_added": "a new inner tension: {poles}",
+    "tension_removed": "the tension between {poles} has eased",
+    "separator": " / ",
+}

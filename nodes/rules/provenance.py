@@ -8,7 +8,7 @@ reached the prompt (`in_prompt`) or why it was cut (`cut`); `cut` lists everythi
 
 `memory_kind` places seed 001's memory types among seed 004's four kinds (情景 / 语义 / 特质 / 目标记忆), which the
 store does not keep apart: what happened (conversation, action, observation, event, emotion, a dialogue-record line)
-is episodic; what is known (relationship, internal context) is semantic; trait and goal are themselves.
+is episodic; what is known (relationship, internal context) is semantic; trait and goal are themselves; a persona change (seed 002 archival memory) is a trait memory.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ KIND_OF_TYPE: Mapping[str, str] = {
     "semantic": "semantic",
     "trait": "trait",
     "goal": "goal",
+    "persona_change": "trait",  # seed 002 历史人格变化事件: how the character's traits changed
 }
 
 

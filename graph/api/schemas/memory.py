@@ -85,6 +85,9 @@ class MemoryPublic(BaseModel):
     updated_at: datetime
     last_used_turn: int | None = None  # issue 25: the last reply whose prompt held it
     last_used_at: datetime | None = None
+    # issue 26: the turn it stopped being true (a fact a later one replaced; a persona change a core-memory
+    # rollback undid); None: true as of now
+    valid_to_turn: int | None = None
 
 
 class MemoryPage(BaseModel):
