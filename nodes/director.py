@@ -38,7 +38,7 @@ def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]
         int(e["turn"])
         for e in current
         if isinstance(e.get("turn"), int)
-        and any(" ".join(line.split()) in shown for line in turn_memory_lines(str(e.get("content") or "")))
+        and any(" ".join(line.split()) in shown for line in turn_memory_lines(str(e.get("text") or "")))
     }
     stale: set[int] = set()
     if not asks_about_past(state["message"]):

@@ -321,9 +321,9 @@ def test_the_directors_event_of_a_line_said_again_lately_is_left_out(sqlite_url:
         "user_name": "莱姆",
     }
     current = [
-        {"turn": 1, "content": "第1轮：莱姆说「我的狗叫豆包。」；雷娜回应「好名字。」"},
-        {"turn": 2, "content": "第2轮：莱姆说「今天风很大。」；雷娜回应「嗯。」"},
-        {"turn": 3, "content": "第3轮：莱姆说「我的狗叫豆包。」；雷娜回应「【平静】记住了。」"},
+        {"turn": 1, "text": "第1轮：莱姆说「我的狗叫豆包。」；雷娜回应「好名字。」"},
+        {"turn": 2, "text": "第2轮：莱姆说「今天风很大。」；雷娜回应「嗯。」"},
+        {"turn": 3, "text": "第3轮：莱姆说「我的狗叫豆包。」；雷娜回应「【平静】记住了。」"},
     ]
     left_out = events_left_out(state, Context(database_url=sqlite_url, recall_turns=1), current)
     assert left_out["in_recent_dialogue"] == [3]
