@@ -1,5 +1,5 @@
 """kill -9 at every phase of a turn, and the database down mid-turn (issue 14 fault tests), through the campaign
-`./run bench faults` (20 trials each in the documented campaign, fewer in CI's `.ci/run`): here one kill per phase on SQLite and PostgreSQL and one outage
+`./run bench faults` (20 trials each in the documented campaign, run by hand; CI runs this file): here one kill per phase on SQLite and PostgreSQL and one outage
 per phase on PostgreSQL — nothing lost, nothing written twice, the failed turn ends in one line, the instance works
 again (a dead holder's lock is taken over at once). No time is asserted here; CI's full run reports the 5 s goal.
 """
