@@ -18,10 +18,10 @@ from personalab.stores.warmup import warm_up_or_why
 
 def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]]) -> dict[str, list[int]]:
     """Issue 26 (each exchange once, the current truth): the turns of this instance's events the prompt does not tell
-    again — those the recent dialogue still shows, those whose line it shows said again (the same words), and, unless the user asks about the past, those that said a fact a
-    later one replaced (their memories are closed: `stores.consolidation.closed_turns`). The director's layers keep
-    every event found (the search's result, what the fallback hands on); `generate.retrieved_blocks` leaves these
-    turns out of the prompt."""
+    again — those the recent dialogue still shows, those whose line it shows said again (the same words), and,
+    unless the user asks about the past, those that said a fact a later one replaced (their memories are closed:
+    `stores.consolidation.closed_turns`). The director's layers keep every event found (the search's result, what
+    the fallback hands on); `generate.retrieved_blocks` leaves these turns out of the prompt."""
     from personalab.nodes.rules.consolidation import asks_about_past
     from personalab.nodes.rules.curation import turn_in_recall_window, turn_memory_lines, window_texts
     from personalab.stores.consolidation import closed_turns
