@@ -219,7 +219,8 @@ def record_parts(content: str) -> tuple[list[str], str]:
     return [line.strip() for line in lines[:own] if line.strip()], "\n".join(lines[own:]).strip()
 
 
-def _norm(text: str) -> str:
+def same_words(text: str) -> str:
+    """`text` with its whitespace normalised: how lines are compared for "said already"."""
     return " ".join(text.split())
 
 
@@ -262,11 +263,11 @@ def drop_repeated_exchanges(
     duplicates: list[dict[str, Any]] = []
     in_window: list[Any] = []
     presented: list[tuple[ExchangeSource, Any]] = []
-    said: dict[str, Any] = {_norm(text): "recall_window" for text in window_lines if text.strip()}
+    said: dict[str, Any] = {same_words(text): "recall_window" for text in window_lines if text.strip()}
     # lines a later fact made untrue (issue 26): never presented again as another entry's context
     for text in closed_lines:
         if text.strip():
-            said.setdefault(_norm(text), "no_longer_true")
+            said.setdefault(same_words(text), "no_longer_true")
     # a consolidated fact is the curated form of its line: it is presented before the record or turn memory holding
     # the same line (which then count as its duplicates); otherwise best first
     for item in sorted(items, key=lambda one: 0 if "fact" in (one.get("tags") or ()) else 1):
@@ -286,9 +287,9 @@ def drop_repeated_exchanges(
         if repeated is None and own:
             repeated = said.get(" ".join(own.split()))
         if repeated is None and own:  # a line quoting one already presented (a reply that echoes a memory)
-            repeated = quoted_in(_norm(own), said)
+            repeated = quoted_in(same_words(own), said)
         if repeated is None and whole:  # the turn's memory repeats (or quotes) a line presented already
-            lines = list(map(_norm, turn_memory_lines(content)))
+            lines = list(map(same_words, turn_memory_lines(content)))
             repeated = next((said[key] for key in lines if key in said), None)
             # the reply's own speaker's lines do not count as quoted: the reply of the turn just before this one is
             # in the recall window in pieces (one line a segment) that the whole reply holds, while its user's line,
@@ -308,13 +309,13 @@ def drop_repeated_exchanges(
             )
             continue
         shown = dict(item)
-        fresh = [line for line in context if _norm(line) not in said and quoted_in(_norm(line), said) is None]
+        fresh = [line for line in context if same_words(line) not in said and quoted_in(same_words(line), said) is None]
         if len(fresh) < len(context):
             shown["content"] = "\n".join([*fresh, own])
             shown["trimmed_context"] = len(context) - len(fresh)
         for line in [*context, own, *(turn_memory_lines(content) if whole else [])]:
             if line:
-                said.setdefault(_norm(line), item["id"])
+                said.setdefault(same_words(line), item["id"])
         presented.append((source, item["id"]))
         kept.append(shown)
     return kept, duplicates, in_window
