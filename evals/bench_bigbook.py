@@ -8,8 +8,9 @@ and Chinese, secondary keys, regex keys, constants, recursion), and each a `--hi
 `--book-turns` turns on each, alternating between the two (the same load for both), through
 `graph.runner.run_turn` with the offline scripted model; every message names two or three keys of the books'
 shared first 50 entries. Per book, p50 / p95 (nearest rank) over the turns after each one's first (a warm-up) of:
-- `whole`: the retrieval node's time that depends on the book and the store: the book's preparation before the
-  cap (`worldbook_prepare_ms`: a version check when the process has the book) plus the search under the cap
+- `whole`: the retrieval node's time that depends on the book and the store: the preparations before the cap
+  (`worldbook_prepare_ms`: a version check when the process has the book; `index_prepare_ms`: the keyword index's
+  revision read when the process has it) plus the search under the cap
   (`debug.retrieval.ms`: world book, memories, knowledge, injection);
 - `search`: the part under the cap alone, and the world-book scan inside it;
 - `CPU`: the processor time of the same (`debug.retrieval.cpu_ms`: preparation and search, their threads' own
@@ -29,6 +30,20 @@ from personalab.evals.bench_worldbook import played_retrieval, synthetic_book, t
 
 BASELINE_ENTRIES = 50
 SEED_004_MS = 100.0
+REFERENCE_STEPS = 1_000_000
+
+
+def cpu_reference_ms() -> float:
+    """The processor time of a fixed pure-Python loop: the machine's speed at that moment. Timed before and after
+    the turns, so that a run's figures can be told apart from the machine's speed of the day (a quiet machine's
+    speed was seen to vary between runs minutes apart, every step of the retrieval alike)."""
+    import time
+
+    started = time.thread_time()
+    total = 0
+    for step in range(REFERENCE_STEPS):
+        total += step * step % 7
+    return round((time.thread_time() - started) * 1000, 1)
 
 
 def _attach_book(instance_id: int, entries: int, history_turns: int) -> None:
@@ -92,13 +107,16 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
         }
         first: dict[int, float] = {}
         cuts = dict.fromkeys(sizes, 0)
+        reference = [cpu_reference_ms()]
         with turn_graph(Context()) as (graph, ctx):
             for index, (_lines, message) in enumerate(texts):
                 for instance_id, size in zip(instances, sizes, strict=True):
                     debug = played_retrieval(graph, ctx, instance_id, message, f"book {size}, turn {index + 1}")
                     if debug.get("status") != "ok":
                         cuts[size] += 1
-                    prepare = float(debug.get("worldbook_prepare_ms") or 0.0)
+                    # both preparations before the cap: the book's and the keyword index's (a revision read once
+                    # the process has them)
+                    prepare = sum(float(debug.get(key) or 0.0) for key in ("worldbook_prepare_ms", "index_prepare_ms"))
                     if index == 0:
                         first[size] = prepare
                         continue
@@ -110,6 +128,7 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
                     row["scan"].append(float((debug.get("worldbook_scan") or {}).get("scan_ms") or 0.0))
                     row["cpu"].append(float(debug.get("cpu_ms") or 0.0))
                     row["waited"].append(float(debug.get("waited_for_writes_ms") or 0.0))
+        reference.append(cpu_reference_ms())
     return {
         size: {
             **{f"{name}_p50": nearest_rank(values, 50) for name, values in found[size].items()},
@@ -117,6 +136,7 @@ def book_figures(data: Path, instances: list[int], entries: int, turns: int, his
             "first_prepare": first.get(size, 0.0),
             "cuts": cuts[size],
             "turns": len(found[size]["whole"]),
+            "reference_ms": reference,
         }
         for size in sizes
     }
@@ -145,6 +165,11 @@ def report(figures: dict[int, Any], per_instance: int, total: int, history_turns
             f"  {size:,} entries: first turn's load and build of the book {row['first_prepare']:.0f} ms (before the "
             f"cap, not in the figures); wait for the previous turn's writes p95 {row['waited_p95']:.1f} ms (left out)"
         )
+    before, after = figures[sizes[0]]["reference_ms"]
+    print(
+        f"  machine reference: a fixed loop of {REFERENCE_STEPS:,} pure-Python steps took {before:.0f} ms of processor "
+        f"time before the turns and {after:.0f} ms after (the same code: a slower machine, not a slower retrieval)"
+    )
     big = figures[sizes[-1]]
     met = big["whole_p95"] <= SEED_004_MS and big["cuts"] == 0
     print(

@@ -450,6 +450,20 @@ def prepare_worldbook(instance_id: int, ctx: Context) -> tuple[PreparedWorldbook
     return book, round((time.perf_counter() - started) * 1000, 2)
 
 
+def prepare_memory_index(instance_id: int, ctx: Context) -> float:
+    """The instance's keyword index brought up to date before the cap, and the milliseconds it took: a revision
+    read when this process has it, else the read and indexing of every memory of the character (a process's first
+    turn: ~10,000 memories took longer than the whole cap on a loaded machine, and the turn lost its retrieval).
+    Like the world book's preparation, before the cap, which is for the search; an error is left to the search,
+    which meets it again and reports it."""
+    started = time.perf_counter()
+    try:
+        MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()).index(instance_id)
+    except Exception:  # noqa: BLE001 - the search under the cap tries again and reports the error
+        pass
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
 def recall_witnessed(
     database_url: str | None,
     instance_id: int,
@@ -491,11 +505,12 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     warm_ms, unavailable = warm_up_or_why(chroma_path())
     found: Any
     debug: dict[str, Any]
-    book_ms = 0.0
+    book_ms = index_ms = 0.0
     if unavailable is not None:  # a stopped Chroma server: no retrieval this turn, and the debug output says why
         found, debug = [], {"status": unavailable, "ms": 0.0}
     else:
         cpu = time.thread_time()
+        index_ms = prepare_memory_index(state["instance_id"], ctx)
         book, book_ms = prepare_worldbook(state["instance_id"], ctx)
         prepare_cpu_ms = (time.thread_time() - cpu) * 1000
         found, debug = search_with_cap(lambda: cpu_timed(lambda: gather(state, ctx, book)), ctx.rag_timeout_s)
@@ -506,6 +521,7 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     debug["waited_for_writes_ms"] = waited_ms
     debug["warm_up_ms"] = warm_ms
     debug["worldbook_prepare_ms"] = book_ms
+    debug["index_prepare_ms"] = index_ms
     if not found:
         return {"retrieved": [], "memory_blocks": [], "injected": {}, "debug": {"retrieval": debug}}
     injection = found["injection"]

@@ -61,6 +61,7 @@ from personalab.stores.memory_index import (
     IndexKey,
     MemoryIndex,
     build_index,
+    builder_lock,
     bump_revision,
     collection_name,
     index_rows,
@@ -892,11 +893,16 @@ class MemoryStore:
             revision, kept = kept_index(session, key)
             if kept is not None and kept.revision == revision:
                 return kept
-            rows = index_rows(session, instance_id, character_id)
-        # outside the transaction: no connection held while indexing
-        if kept is not None:
-            return update_index(kept, revision, rows)  # another process wrote: re-index what differs
-        return build_index(key, revision, rows)
+        with builder_lock(key):  # one builder at a time; the others find its index when it is done
+            with session_scope(url) as session:
+                revision, kept = kept_index(session, key)
+                if kept is not None and kept.revision == revision:
+                    return kept
+                rows = index_rows(session, instance_id, character_id)
+            # outside the transaction: no connection held while indexing
+            if kept is not None:
+                return update_index(kept, revision, rows)  # another process wrote: re-index what differs
+            return build_index(key, revision, rows)
 
     def embed_query(self, text: str) -> np.ndarray:
         from personalab.stores.embeddings import embed_query_once

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -426,6 +427,22 @@ def kept_role(url: str, instance_id: int) -> int | None:
 
 def keep_role(url: str, instance_id: int, role: int) -> int:
     return _ROLES.put((url, instance_id), role)
+
+
+_BUILDERS: weakref.WeakValueDictionary[IndexKey, threading.Lock] = weakref.WeakValueDictionary()
+_BUILDERS_LOCK = threading.Lock()
+
+
+def builder_lock(key: IndexKey) -> threading.Lock:
+    """The lock one builder of `key`'s index holds while it reads the rows and builds: the turn's retrieval and the
+    writer thread of the previous turn both want the index of a process's first turn, and reading and indexing
+    10,000 memories twice (or three times) at once made that turn run past the retrieval's cap. The caller keeps
+    the lock object while it holds it (they are dropped when nobody holds them)."""
+    with _BUILDERS_LOCK:
+        lock = _BUILDERS.get(key)
+        if lock is None:
+            lock = _BUILDERS[key] = threading.Lock()
+        return lock
 
 
 def kept_index(session: Session, key: IndexKey) -> tuple[int, MemoryIndex | None]:

@@ -43,6 +43,38 @@ def test_a_retrieval_cut_by_its_time_cap_is_said_in_one_line(
     assert result["notice"] == f"retrieval {result['retrieval_status']}"
 
 
+def test_a_first_turn_builds_its_keyword_index_before_the_cap_and_keeps_its_retrieval(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first turn on an instance with many memories (a one-shot `personalab turn`, a server's first turn
+    after a start) reads and indexes all of them: that happens before the time cap, as the world book's load does, so
+    the cap cannot cut the turn's retrieval at start-up. The slow build is forced here; one build, not one per
+    thread that wants the index."""
+    from personalab.stores import memory
+    from personalab.stores.memory_index import clear_index_cache
+
+    instance = sample_instance(capsys)
+    assert cli(capsys, "turn", "--instance", instance, "我的狗叫豆包。")[0] == 0
+    clear_index_cache()  # as a new process: no index kept
+    builds: list[int] = []
+    rows = memory.index_rows
+
+    def slow_rows(*args: Any) -> Any:
+        builds.append(1)
+        time.sleep(3.0)  # indexing many memories on a slow machine, longer than the cap below
+        return rows(*args)
+
+    monkeypatch.setattr(memory, "index_rows", slow_rows)
+    # the cap well above what the search itself takes even on a loaded machine, below the forced build
+    monkeypatch.setenv("PERSONALAB_RAG_TIMEOUT", "2.5")
+    code, out, _ = cli(capsys, "turn", "--instance", instance, "还记得我的狗叫什么吗？", "--json")
+    assert code == 0
+    result = json.loads(out)
+    retrieval = result["debug"]["retrieval"]
+    assert (result["retrieval_status"], result["notice"]) == ("ok", None), retrieval.get("status")
+    assert retrieval["index_prepare_ms"] >= 3000 and len(builds) == 1
+
+
 def test_a_turn_that_retrieved_says_nothing_more_and_reports_the_scan(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -391,6 +391,39 @@ def test_the_keyword_index_is_kept_and_follows_every_write(store: MemoryStore, m
     assert [i for i, _ in store.index(instance).bm25_search(tokenize("海边的烤鱼"), 5)] == [fish.id]
 
 
+def test_threads_wanting_a_missing_index_at_once_build_it_once(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first turn: its retrieval and the writer of its writes both want the index; the second waits for
+    the first's build and takes it (reading and indexing 10,000 memories twice once pushed a turn past its cap)."""
+    import threading
+    import time
+
+    from personalab.stores import memory
+    from personalab.stores.memory_index import clear_index_cache
+
+    instance = new_instance(store)
+    store.add_memory(instance, "我最喜欢吃鱼干")
+    clear_index_cache()
+    builds: list[int] = []
+    rows = memory.index_rows
+
+    def slow_rows(*args: Any) -> Any:
+        builds.append(1)
+        time.sleep(0.3)
+        return rows(*args)
+
+    monkeypatch.setattr(memory, "index_rows", slow_rows)
+    found: list[Any] = []
+    threads = [threading.Thread(target=lambda: found.append(store.index(instance))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(found) == 3 and all(index is found[0] for index in found)
+    assert [len(index) for index in found] == [1, 1, 1]
+
+
 def test_bm25_index_scores_are_rank_bm25_scores() -> None:
     rng = np.random.default_rng(7)
     vocabulary = ["种植", "计划", "john", "防御", "塔", "鱼干", "海边", "日落", "朋友"]
