@@ -18,6 +18,7 @@ from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.review.relations import participant_of, score_participant
+from personalab.nodes.rules.types import Relation
 from personalab.stores.background import flush_event_writes
 
 LAOCHEN = {"attribute": "assistant", "display_name": "老陈", "script_role_id": "laochen"}
@@ -72,6 +73,7 @@ def test_an_npc_insulting_or_helping_the_character_moves_its_relation_and_not_th
     assert values(relations["name:守卫"]) == (1, 0, 1)  # helped and thanked: trust +1
     assert values(relations[f"role:{other}"]) == (0, 0, 1)
     assert relations["npc:laochen"]["name"] == "老陈" and relations["npc:laochen"]["first_turn"] == 1
+    assert all(set(record) == set(Relation.__annotations__) for record in relations.values())  # the schema's shape
     assert values(first["relationship"]) == (0, 0, 1)  # the user said nothing of trust, affection or anger
     # the user's words move the user's relationship only; the NPC who speaks again is moved by its own words
     second = turn(
