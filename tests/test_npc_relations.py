@@ -130,7 +130,7 @@ def test_a_regenerated_reply_reviews_the_same_host_lines_again(scene: dict[str, 
     assert values(again["relations"]["name:守卫"]) == (1, 0, 1)
 
 
-def test_cli_and_http_list_the_relations_and_name_an_npc_not_in_the_scene(
+def test_cli_http_and_web_show_the_relations_and_name_an_npc_not_in_the_scene(
     scene: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from fastapi.testclient import TestClient
@@ -156,6 +156,10 @@ def test_cli_and_http_list_the_relations_and_name_an_npc_not_in_the_scene(
     assert missing.status_code == 422 and "npc 'xiaomiao'" in missing.json()["detail"]
     assert http.get("/instances/99999/relations").status_code == 404
     assert "npc:laochen" in http.get(f"/instances/{instance}/story-state").json()["story_state"]["relations"]
+    # the web app's relationship panel lists the others
+    chat = http.get(f"/app/instances/{instance}").text
+    panel = chat[chat.index('id="relationship-panel"') : chat.index('id="core-panel"')]
+    assert 'data-participant="npc:laochen"' in panel and "老陈" in panel and "-1" in panel
 
 
 def test_an_npc_id_not_in_the_scene_is_refused_through_the_api(scene: dict[str, Any]) -> None:
