@@ -59,7 +59,11 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         log.log(level, "review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
     change = relationship_event(turn, output.relationship_delta, state["character"].get("language"))
-    relations, relation_changes = participant_relations(state, pipeline.config)
+    try:
+        relations, relation_changes = participant_relations(state, pipeline.config)
+    except Exception as exc:  # noqa: BLE001 - the turn and its review are stored: the relations stay as they were
+        log.error("relations not updated on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
+        relations, relation_changes = dict(state.get("relations") or {}), {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "relationship": plan["relationship"],
         "relations": relations,

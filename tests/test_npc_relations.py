@@ -144,6 +144,18 @@ def test_cli_http_and_web_show_the_relations_and_name_an_npc_not_in_the_scene(
     assert code == 0, err
     shown = json.loads(out)
     assert [p["id"] for p in shown["participants"]] == ["npc:laochen"] and shown["user"]["familiarity"] == 1
+    code, out, err = cli(
+        capsys,
+        "turn",
+        "--instance",
+        instance,
+        "--json",
+        "--lines-before",
+        json.dumps([{**GUARD, "content": "滚出去！"}], ensure_ascii=False),
+        "好吧",
+    )
+    assert code == 0, err
+    assert values(json.loads(out)["relations"]["name:守卫"]) == (1, -1, 2)  # `turn --json` shows them too
     code, _, err = cli(capsys, "relation", "list", "--instance", instance, "--npc", "xiaomiao")
     assert code == 2 and "xiaomiao" in one_line(err) and "not in the scene" in err
     http = TestClient(app)
