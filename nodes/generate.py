@@ -23,10 +23,12 @@ from personalab.nodes.rules.card_play import DepthPrompt
 from personalab.nodes.rules.character import definition_parts, substitute, user_persona_parts
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
+from personalab.nodes.rules.curation import SCENE_LINES
 from personalab.nodes.rules.deadline import reply_deadline
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
+from personalab.nodes.rules.review.relations import scene_relations
 from personalab.nodes.rules.types import PromptMessage
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.failpoints import failpoint
@@ -98,6 +100,15 @@ def card_play_args(state: TurnState) -> dict[str, Any]:
     }
 
 
+def recent_scene_relations(state: TurnState) -> dict[str, dict[str, int]]:
+    """Issue 26: the character's relations with the other participants speaking in the recent scene (this turn's
+    lines and the `SCENE_LINES` before them, as for witnesses); one that has not spoken lately is not shown."""
+    character = state["character"]
+    history = state.get("history") or []
+    scene = history[-(len(state.get("lines_before") or []) + 1 + SCENE_LINES) :]
+    return scene_relations(state.get("relations"), scene, character.get("role_id"), character["name"])
+
+
 def build_prompt(state: TurnState, ctx: Context) -> Any:
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
@@ -123,6 +134,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
         core_memory=state.get("core_memory", {}),
         plot_state=state["plot_state"],
         relationship=state.get("relationship") or None,
+        relations=recent_scene_relations(state),
         world_setting=field("world_setting"),
         recent_messages=recent,
         retrieved_blocks=[

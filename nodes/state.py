@@ -2,7 +2,7 @@
 save id), in one place: what a host sends (`TurnInput`), what it gets back (`TurnOutput`), and the state
 (`TurnState`) = both + the fields only the nodes use. Each field is declared once.
 
-Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`,
+Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`, `relations`,
 `worldbook_fired`, `state_events` and the last turn's `debug`. Everything else is rebuilt each turn
 (`history_fetch` resets it) or lives in the database; the dialogue path and the built messages are not
 checkpointed at all.
@@ -29,6 +29,7 @@ from personalab.nodes.rules.types import (
     MemoryBlock,
     PlotState,
     PromptMessage,
+    Relation,
     Relationship,
     ReplySegment,
 )
@@ -100,6 +101,10 @@ class TurnOutput(TypedDict, total=False):
     kept across turns."""
     relationship: Relationship
     """The character's relationship with the user after this turn's review (seed 003); kept across turns."""
+    relations: dict[str, Relation]
+    """The character's relation with each other participant of the scene (issue 26: another character
+    `role:<id>`, a script NPC `npc:<script_role_id>`, a named NPC `name:<display_name>`), by identity: created
+    when it first speaks, moved by the review by what it said or did (seed 003); kept across turns."""
     retrieved: list[dict[str, Any]]
     """The long-term memories retrieved this turn, best first: kind, id, content, score, layer, the memory's
     own fields, and the score's breakdown (seeds 001, 002 需求3)."""
@@ -191,6 +196,7 @@ STORY_FIELDS = (
     "core_memory",
     "core_memory_versions",
     "relationship",
+    "relations",
     "worldbook_fired",
     "state_events",
 )

@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.consolidation import extract_facts
-from personalab.nodes.rules.curation import scene_witnesses
+from personalab.nodes.rules.curation import SCENE_LINES, scene_witnesses
 from personalab.nodes.rules.director import turn_event_text
 from personalab.nodes.rules.errors import InstanceBusy, TurnLockLost
 from personalab.nodes.rules.injection import count_tokens
@@ -182,7 +182,6 @@ def turn_writes(
     return rows
 
 
-SCENE_LINES = 6  # the lines before a turn whose speakers count as present at it (issue 26 witnesses)
 TEMPLATE_WORDS = ("回应",)  # words of the turn memory's own template (`turn_event_text`), in every turn's memory
 
 

@@ -120,6 +120,7 @@ KEPT_FIELDS = (
     "core_memory",
     "core_memory_versions",
     "relationship",
+    "relations",
     "worldbook_fired",
     "state_events",
 )

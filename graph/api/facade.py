@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from personalab.graph.api.memory import Memories
     from personalab.graph.api.personas import Personas
     from personalab.graph.api.plot import PlotApi
+    from personalab.graph.api.relations import RelationsApi
     from personalab.graph.api.replies import Replies
     from personalab.graph.api.statistics import Statistics
     from personalab.graph.api.suggestions import SuggestionsApi
@@ -115,6 +116,14 @@ class PersonaLab:
         from personalab.graph.api.plot import PlotApi
 
         return PlotApi(self.caller)
+
+    @cached_property
+    def relations(self) -> RelationsApi:
+        """The character's relations on the current branch: with the user and with the scene's other participants
+        (seed 003, issue 26)."""
+        from personalab.graph.api.relations import RelationsApi
+
+        return RelationsApi(self.caller)
 
     @cached_property
     def suggestions(self) -> SuggestionsApi:

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "turn": ("turn", "run one turn and stream the reply"),
     "core": ("story", "an instance's core memory: show, versions, diff, roll back"),
     "plot": ("story", "an instance's outline and current point, plot nodes"),
+    "relation": ("relations", "the character's relations: with the user and the scene's NPCs"),
     "session": ("dialogue", "an instance's sessions (sittings): list them, start a new one"),
     "history": ("dialogue", "the current branch of an instance's dialogue, with line ids"),
     "regen": ("dialogue", "a new reply to the last user line (beside the old one)"),

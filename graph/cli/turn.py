@@ -49,6 +49,7 @@ def _turn_summary(state: dict[str, Any]) -> dict[str, Any]:
         "plot_state": state.get("plot_state"),
         "core_memory": state.get("core_memory"),
         "relationship": state.get("relationship"),
+        "relations": state.get("relations"),  # issue 26: with the scene's other characters and NPCs
         "review": state.get("review"),
         "retrieved_events": state.get("retrieved"),
         "director_events": state.get("director_events"),

@@ -1,5 +1,5 @@
-"""Where an instance's story stands, over HTTP (issue 23): thin over `api.core_memory`, `api.plot` and
-`api.suggestions`.
+"""Where an instance's story stands, over HTTP (issue 23): thin over `api.core_memory`, `api.plot`,
+`api.relations` and `api.suggestions`.
 
 | method and path | what it does |
 | --- | --- |
@@ -11,10 +11,12 @@
 | `GET /instances/{id}/plot` | the outline, each point's status, the current point |
 | `PUT /instances/{id}/plot/current` | `{"index": n}`: the story is at point n now (statuses follow) |
 | `GET /instances/{id}/plot/nodes?all_branches=` | the review's plot nodes of the branch (or all) |
+| `GET /instances/{id}/relations?npc=` | the character's relations on the branch: with the user and each other participant (issue 26); `npc`: only that one |
 | `GET /suggestions?instance_id=&status=&all_branches=` | the review's world-book suggestions |
 | `GET /suggestions/{id}`, `POST /suggestions/{id}/approve`, `POST /suggestions/{id}/reject` | show, decide |
 
-Another user's id → 404; a version or point that does not exist → 404 / 422 naming it; a turn running → 409.
+Another user's id → 404; a version or point that does not exist → 404 / 422 naming it; an NPC not in the scene → 422
+naming it; a turn running → 409.
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ def plot_current(api: Api, instance_id: PathId, body: CurrentPointRequest) -> di
 @router.get("/instances/{instance_id}/plot/nodes", tags=["plot"])
 def plot_nodes(api: Api, instance_id: PathId, all_branches: StrictBool = False) -> list[dict[str, Any]]:
     return api.plot.nodes(instance_id, all_branches=all_branches)
+
+
+@router.get("/instances/{instance_id}/relations", tags=["relations"])
+def relations(
+    api: Api, instance_id: PathId, npc: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+) -> dict[str, Any]:
+    """The character's relations on the current branch (seed 003; issue 26): `user` and `participants`. An `npc`
+    with no relation on the branch (never in the scene) → 422 naming it."""
+    return api.relations.list(instance_id, npc=npc)
 
 
 @router.get("/suggestions", tags=["suggestions"])

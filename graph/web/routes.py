@@ -410,7 +410,7 @@ def delete_instance(user: User, instance_id: PathId) -> Response:
 
 
 def _panels(view: dict[str, Any]) -> dict[str, Any]:
-    """What the side panels show: the story state of the current branch (plot, relationship, core memory); before
+    """What the side panels show: the story state of the current branch (plot, relationships, core memory); before
     the branch's first turn, the background's outline from its first point."""
     branch = view["branch"]
     state = branch.get("story_state") or {}
@@ -429,6 +429,11 @@ def _panels(view: dict[str, Any]) -> dict[str, Any]:
         "current": current,
         "last_progress_turn": plot.get("last_progress_turn"),
         "relationship": state.get("relationship") or {},
+        # issue 26: the character's relation with each other participant of the scene, first seen first
+        "relations": sorted(
+            (dict(record, id=identity) for identity, record in (state.get("relations") or {}).items()),
+            key=lambda item: (item.get("first_turn") or 0, item["id"]),
+        ),
         "core_memory": state.get("core_memory") or {},
         "leaf": branch.get("leaf"),
     }

@@ -27,6 +27,7 @@ from personalab.nodes.rules.record import record_text, speaker_of
 USER = "user"
 NARRATION = "narration"
 WHOLE_TURN = -1  # an item that holds every line of its turn (the turn's memory)
+SCENE_LINES = 6  # the lines before a turn whose speakers count as present at it (witnesses; the prompt's relations)
 
 # the private block's header and its instruction (seed 004 internal memories; kept apart from prompts.py's text)
 PRIVATE_HEADER = "=== 内心（只有你自己知道） ==="

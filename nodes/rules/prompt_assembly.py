@@ -7,7 +7,8 @@ Order of the messages, one region after the other:
 - middle (4K–32K): the world setting (a system message), the character's example dialogue (a system message),
   then the recent dialogue (recall memory);
 - retrieved (32K+): one system message of clearly titled blocks (RAG events, the director's two layers);
-- tail: the turn's state (a system message: current turn, relationship JSON when given), the character's
+- tail: the turn's state (a system message: current turn, relationship JSON when given, then the relations with
+  the other participants of the recent scene when any, issue 26), the character's
   post-history instructions (a system message), then the latest user input, a user message.
 
 Stable first (issue 30): a local server (llama.cpp) keeps the last prompt's tokens and re-evaluates a prompt only
@@ -206,6 +207,7 @@ def assemble_prompt(
     open_story: bool = False,
     scenario: str = "",
     depth_prompt: DepthPrompt | None = None,
+    relations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
@@ -221,6 +223,8 @@ def assemble_prompt(
     (Chinese by default, exactly as before); `open_story` leaves the plot state out of the head (an outline the
     director does not force); `scenario` closes the character block, cut to what the head's budget leaves (the
     cut named in the debug); `depth_prompt` stands `depth` messages from the end of the dialogue.
+    `relations` (issue 26): the character's relations with the recent scene's other participants, label → the three
+    values (`rules.review.relations.scene_relations`, already cut to its few), shown after the user's relationship.
     """
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
@@ -246,6 +250,8 @@ def assemble_prompt(
     turn_parts = [catalog.head_turn.format(turn=turn)] if turn is not None else []
     if relationship:
         turn_parts.append(catalog.head_relationship + "\n" + _json(dict(relationship)))
+    if relations:
+        turn_parts.append(catalog.head_relations + "\n" + _json({k: dict(v) for k, v in relations.items()}))
     scenario_cut = fit_scenario(head_parts, scenario, catalog.scenario_label, budgets.head, count, budgets.counter)
     if scenario_cut.text:
         head_parts.insert(1 + sum(1 for _, text in character_parts if text.strip()), scenario_cut.text)

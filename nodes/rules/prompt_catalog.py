@@ -59,6 +59,7 @@ class Catalog:
     head_core_memory: str
     head_plot_state: str
     head_relationship: str
+    head_relations: str
     world_setting: str
     retrieved_region: str
     director_current_title: str
@@ -130,6 +131,7 @@ ZH = Catalog(
     head_core_memory=zh.HEAD_CORE_MEMORY,
     head_plot_state=zh.HEAD_PLOT_STATE,
     head_relationship=zh.HEAD_RELATIONSHIP,
+    head_relations=zh.HEAD_RELATIONS,
     world_setting=zh.WORLD_SETTING,
     retrieved_region=zh.RETRIEVED_REGION,
     director_current_title=zh.DIRECTOR_CURRENT_TITLE,
@@ -174,6 +176,7 @@ EN = Catalog(
     head_core_memory=en.HEAD_CORE_MEMORY,
     head_plot_state=en.HEAD_PLOT_STATE,
     head_relationship=en.HEAD_RELATIONSHIP,
+    head_relations=en.HEAD_RELATIONS,
     world_setting=en.WORLD_SETTING,
     retrieved_region=en.RETRIEVED_REGION,
     director_current_title=en.DIRECTOR_CURRENT_TITLE,

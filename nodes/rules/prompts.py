@@ -64,6 +64,7 @@ HEAD_TURN = "【当前轮次】第{turn}轮"
 HEAD_CORE_MEMORY = "【核心记忆】（角色当前完整的人格画像）"
 HEAD_PLOT_STATE = "【剧情状态】（故事主线大纲全部要点与进度）"
 HEAD_RELATIONSHIP = "【关系状态】（角色与用户当前的关系）"
+HEAD_RELATIONS = "【与场景中其他人的关系】（角色对最近在场的其他角色和NPC当前的关系）"
 WORLD_SETTING = "【世界设定】"
 RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
 

@@ -52,6 +52,7 @@ HEAD_TURN = "[Current turn] turn {turn}"
 HEAD_CORE_MEMORY = "[Core memory] (the character's whole current personality)"
 HEAD_PLOT_STATE = "[Plot state] (every point of the story's main outline, and the progress)"
 HEAD_RELATIONSHIP = "[Relationship] (the character and the user, as they stand)"
+HEAD_RELATIONS = "[Relations in the scene] (the character and the other characters and NPCs present lately)"
 WORLD_SETTING = "[World setting]"
 RETRIEVED_REGION = "Material retrieved from memory, most relevant first, for reference while replying."
 

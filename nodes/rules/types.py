@@ -179,6 +179,25 @@ class Relationship(TypedDict):
 
 
 @with_config(DESCRIBED)
+class Relation(TypedDict):
+    """The character's relation with another participant of the scene (issue 26; seed 003 关系变化判断, the rows
+    that apply to it: nodes/rules/review/relations.py): the user's three values and scale, and who and since when."""
+
+    name: str
+    """The participant's display name (its script_role_id or identity when it has none)."""
+    trust: int
+    """Trust, -100..100."""
+    affection: int
+    """Affection, -100..100."""
+    familiarity: int
+    """Familiarity, 0..100."""
+    first_turn: int
+    """The turn the participant first spoke in (the relation was created)."""
+    last_turn: int
+    """The last turn it spoke in."""
+
+
+@with_config(DESCRIBED)
 class MemoryBlock(TypedDict):
     """A titled block of the prompt's retrieved region (seed 001 智能注入: world knowledge, memories)."""
 
