@@ -24,7 +24,9 @@ unique (a number after it), so after the load each instance's stored dialogue is
 answered to its client but not stored (lost), a user line stored twice or with a sibling (duplicated), a line stored
 on an instance it was not said to (crossed), a user line without its reply (half-written). `--kill N` kills one
 Aegra process with SIGKILL N times during the load (every `--kill-interval` s); after each kill a probe instance
-plays until a turn answers, the time from the kill to that answer is the instance's recovery.
+plays until a turn answers: the time from the kill to that answer is the recovery, the time from the kill to sending
+that turn is when the instance was usable again (the answered turn's own time under load left out), and the probe's
+turns refused or failed before it are listed.
 """
 
 from __future__ import annotations
@@ -344,6 +346,8 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
                     user.turn(instance_id, next_line())
 
         recoveries: list[float] = []
+        usable: list[float] = []  # from the kill to sending the probe's turn that was answered
+        refusals: list[str] = []  # the probe's turns refused or failed after a kill, before that one
         killed: list[int] = []
         done = threading.Event()
 
@@ -362,12 +366,18 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
                 os.kill(victim, signal.SIGKILL)
                 struck = time.perf_counter()
                 killed.append(victim)
+                refused_before = len(probe.errors)
                 while not done.is_set():
+                    sent = time.perf_counter()
                     probe.turn(probe.instances[0], next_line())
                     if probe.ok():
+                        # the instance was usable from when the answered turn was sent: the rest is that turn's own
+                        # time, which under load is the load's, not the kill's
+                        usable.append(sent - struck)
                         break
                     time.sleep(0.1)
                 recoveries.append(time.perf_counter() - struck)
+                refusals.extend(probe.errors[refused_before:])
 
         started = time.perf_counter()
         killer = threading.Thread(target=kill_and_probe, daemon=True) if kills else None
@@ -426,8 +436,12 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
             print(
                 f"  kill -9 of one Aegra process  {len(killed)} time(s); probe instance answering again after "
                 f"p50 {percentile(recoveries, 0.5) if recoveries else float('nan'):.1f} s, "
-                f"max {max(recoveries or [float('nan')]):.1f} s"
+                f"max {max(recoveries or [float('nan')]):.1f} s; usable again (the answered turn sent) after "
+                f"p50 {percentile(usable, 0.5) if usable else float('nan'):.1f} s, "
+                f"max {max(usable or [float('nan')]):.1f} s; {len(refusals)} probe turn(s) refused or failed before"
             )
+            for refusal in refusals[:10]:
+                print(f"    probe: {refusal}")
         for error in errors[:10]:
             print(f"    {error}")
         return {
@@ -452,6 +466,8 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
             "crossed": crossed,
             "kills": len(killed),
             "recovery_s": recoveries,
+            "usable_again_s": usable,
+            "probe_refusals": refusals,
         }
 
 
@@ -466,7 +482,7 @@ def _failed(run: dict[str, Any]) -> bool:
         or any(checked[key] for key in ("lost", "duplicated", "crossed_lines", "half_written"))
         or any(remembered[key] for key in ("missing", "duplicated", "crossed"))
     )
-    return bool(broken or (run["errors"] and not run["kills"]) or any(s > 5.0 for s in run["recovery_s"]))
+    return bool(broken or (run["errors"] and not run["kills"]) or any(s > 5.0 for s in run["usable_again_s"]))
 
 
 def run(args: argparse.Namespace) -> int:

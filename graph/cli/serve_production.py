@@ -8,8 +8,8 @@ the workers start, this one process does what must happen once: PersonaLab's mig
 schema lock), then, under the same lock again (several hosts may start at once), Aegra's database created if missing
 and its migrations, and Aegra's default assistant registered (several Aegra workers starting on a fresh database race
 to insert it, and the loser stops the whole server). `--prepare-only` stops there. Then uvicorn runs
-`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker, and a short run lease
-(`LEASE_DEFAULTS`: a killed process's runs come back within 5 s, not Aegra's 30-45 s).
+`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker, and a shorter run lease
+(`LEASE_DEFAULTS`: a killed process's runs come back within 12 s, not Aegra's 30-45 s).
 """
 
 from __future__ import annotations
@@ -46,13 +46,16 @@ asyncio.run(main())
 
 # Aegra's lease on a running run (aegra_api/settings.py `WorkerSettings`; its defaults 30 / 10 / 15 s): a worker
 # renews the lease every heartbeat, and the reaper in every process puts a run whose lease expired back in the queue
-# under the same run id. kill -9 of one process brings its runs back only after lease + reaper (30-45 s with
-# Aegra's defaults); with these, within 4 + 1 s (issue 27: "the instance usable again within 5 s"). The price: a
-# live worker that misses 4 s of heartbeats (a stalled event loop, a slow database) loses its run to another worker
-# and its own task is cancelled; PersonaLab's turn lock and run identity keep that from storing the turn twice
-# (docs/deployment.md "A process killed"). Aegra requires lease > 2 x heartbeat, whole seconds. The three go
-# together: an operator who sets any of them in the environment gets Aegra's own defaults for the others.
-LEASE_DEFAULTS = {"LEASE_DURATION_SECONDS": "4", "HEARTBEAT_INTERVAL_SECONDS": "1", "REAPER_INTERVAL_SECONDS": "1"}
+# under the same run id. kill -9 of one process brings its runs back only after lease + reaper: 30-45 s with Aegra's
+# defaults, within 12 s with these. The instance itself is usable again at once whatever the lease: the next turn
+# takes the dead process's turn lock over (stores.turns `holder_is_gone`), and the caught run, replayed after it,
+# fails with RunOvertaken instead of answering its old line (issue 27; docs/deployment.md "A process killed").
+# Shorter is worse on a loaded machine: with 4 / 1 / 1 s at load average ~13 on 2 cores, live workers lost their
+# runs 34 times in 80 turns (their heartbeats late), 5 runs failed to their clients, and 2 were left `running` with
+# no owner by Aegra 0.11.0 (a reaped run's late `start_run`), their clients waiting for ever. Aegra requires
+# lease > 2 x heartbeat, whole seconds. The three go together: an operator who sets any of them in the environment
+# gets Aegra's own defaults for the others.
+LEASE_DEFAULTS = {"LEASE_DURATION_SECONDS": "10", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAPER_INTERVAL_SECONDS": "2"}
 AEGRA_LEASE_DEFAULTS = {
     "LEASE_DURATION_SECONDS": "30",
     "HEARTBEAT_INTERVAL_SECONDS": "10",
