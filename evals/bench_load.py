@@ -24,7 +24,9 @@ unique (a number after it), so after the load each instance's stored dialogue is
 answered to its client but not stored (lost), a user line stored twice or with a sibling (duplicated), a line stored
 on an instance it was not said to (crossed), a user line without its reply (half-written). `--kill N` kills one
 Aegra process with SIGKILL N times during the load (every `--kill-interval` s); after each kill a probe instance
-plays until a turn answers, the time from the kill to that answer is the instance's recovery.
+plays until a turn answers: the time from the kill to that answer is the recovery, the time from the kill to sending
+that turn is when the instance was usable again (the answered turn's own time under load left out), and the probe's
+turns refused or failed before it are listed.
 """
 
 from __future__ import annotations
@@ -144,6 +146,20 @@ class User:
             if not page["lines"] or len(lines) >= int(page["total"]):
                 return lines
 
+    def stored_memories(self, instance_id: int) -> list[dict[str, Any]]:
+        """Every memory of the instance, the dialogue record included, every branch, every page."""
+        found: list[dict[str, Any]] = []
+        while True:
+            response = self.http.get(
+                f"/instances/{instance_id}/memories",
+                params={"include_record": "true", "all_branches": "true", "offset": len(found), "limit": 1000},
+            )
+            response.raise_for_status()
+            page = response.json()
+            found.extend(page["items"])
+            if not page["items"] or len(found) >= int(page["total"]):
+                return found
+
     def stored_turns(self, instance_id: int) -> int:
         response = self.http.get(f"/instances/{instance_id}")
         response.raise_for_status()
@@ -203,6 +219,49 @@ def integrity(users: list[User]) -> dict[str, int]:
                     after = lines[index + 1] if index + 1 < len(lines) else None
                     found["half_written"] += after is None or after["attribute"] == "user"
     return found
+
+
+MEMORY_WAIT_S = 120.0  # the outbox applies a turn's memory writes after its reply; a killed worker's after its claim
+
+
+def memory_integrity(users: list[User]) -> dict[str, int]:
+    """Each instance's stored memories against its stored dialogue (issue 27 "no memory lost or duplicated"): every
+    line of the current branch has exactly one dialogue-record memory (`missing`: none, `duplicated`: more than
+    one), and no memory of an instance belongs to another's line or holds a line said to another instance
+    (`crossed`: between instances, whether of one user or of two)."""
+    lines = {i: user.stored_lines(i) for user in users for i in user.instances}
+    memories = {i: user.stored_memories(i) for user in users for i in user.instances}
+    owner_of_line = {line["id"]: i for i, kept in lines.items() for line in kept}
+    said_to = {message: i for user in users for i, sent in user.sent.items() for message in sent}
+    found = {"memories": 0, "missing": 0, "duplicated": 0, "crossed": 0}
+    for instance_id, kept in lines.items():
+        records: dict[int, int] = {}
+        for memory in memories[instance_id]:
+            found["memories"] += 1
+            line_id = memory.get("line_id")
+            if memory["layer"] == "record" and line_id is not None:
+                records[line_id] = records.get(line_id, 0) + 1
+            elsewhere = line_id is not None and owner_of_line.get(line_id, instance_id) != instance_id
+            # a unique user line inside another instance's memory (its text, or the context a record carries)
+            foreign = any(message in memory["content"] and i != instance_id for message, i in said_to.items())
+            found["crossed"] += bool(elsewhere or foreign)
+        for line in kept:
+            if str(line.get("content") or "").strip():
+                count = records.get(line["id"], 0)
+                found["missing"] += count == 0
+                found["duplicated"] += max(0, count - 1)
+    return found
+
+
+def settled_memory_integrity(users: list[User], wait_s: float = MEMORY_WAIT_S) -> dict[str, int]:
+    """`memory_integrity` once the outbox has caught up: asked again every 2 s while a line still misses its
+    record, up to `wait_s` (the writes of a turn are applied after its reply, at least once)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = memory_integrity(users)
+        if not found["missing"] or time.monotonic() > deadline:
+            return found
+        time.sleep(2.0)
 
 
 @contextmanager
@@ -287,6 +346,8 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
                     user.turn(instance_id, next_line())
 
         recoveries: list[float] = []
+        usable: list[float] = []  # from the kill to sending the probe's turn that was answered
+        refusals: list[str] = []  # the probe's turns refused or failed after a kill, before that one
         killed: list[int] = []
         done = threading.Event()
 
@@ -305,12 +366,18 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
                 os.kill(victim, signal.SIGKILL)
                 struck = time.perf_counter()
                 killed.append(victim)
+                refused_before = len(probe.errors)
                 while not done.is_set():
+                    sent = time.perf_counter()
                     probe.turn(probe.instances[0], next_line())
                     if probe.ok():
+                        # the instance was usable from when the answered turn was sent: the rest is that turn's own
+                        # time, which under load is the load's, not the kill's
+                        usable.append(sent - struck)
                         break
                     time.sleep(0.1)
                 recoveries.append(time.perf_counter() - struck)
+                refusals.extend(probe.errors[refused_before:])
 
         started = time.perf_counter()
         killer = threading.Thread(target=kill_and_probe, daemon=True) if kills else None
@@ -334,6 +401,8 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
             for instance_id in user.instances
         )
         checked = integrity([*users, probe])
+        # the memories too: each played line recorded once, on its own instance (after the outbox caught up)
+        remembered = settled_memory_integrity([*users, probe])
         # with auth, every user lists exactly their own instances (nothing of another user's)
         crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
         loaded = [ms for user in users for ms in user.times_ms]
@@ -360,14 +429,19 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
         print(f"  errors                        {len(errors)}")
         print(f"  turns lost (stored < played)  {lost}")
         print("  stored dialogue against what was said: " + ", ".join(f"{k} {v}" for k, v in checked.items()))
+        print("  memories checked after the load: " + ", ".join(f"{k} {v}" for k, v in remembered.items()))
         if tokens:
             print(f"  instances listed across users {crossed}")
         if kills:
             print(
                 f"  kill -9 of one Aegra process  {len(killed)} time(s); probe instance answering again after "
                 f"p50 {percentile(recoveries, 0.5) if recoveries else float('nan'):.1f} s, "
-                f"max {max(recoveries or [float('nan')]):.1f} s"
+                f"max {max(recoveries or [float('nan')]):.1f} s; usable again (the answered turn sent) after "
+                f"p50 {percentile(usable, 0.5) if usable else float('nan'):.1f} s, "
+                f"max {max(usable or [float('nan')]):.1f} s; {len(refusals)} probe turn(s) refused or failed before"
             )
+            for refusal in refusals[:10]:
+                print(f"    probe: {refusal}")
         for error in errors[:10]:
             print(f"    {error}")
         return {
@@ -387,23 +461,28 @@ def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path)
             "errors": errors,
             "turns_lost": lost,
             "integrity": checked,
+            "memory_integrity": remembered,
             "auth": bool(tokens),
             "crossed": crossed,
             "kills": len(killed),
             "recovery_s": recoveries,
+            "usable_again_s": usable,
+            "probe_refusals": refusals,
         }
 
 
 def _failed(run: dict[str, Any]) -> bool:
     """A run's figures break a promise: an error to a client (unless processes were killed: then the client's error
-    is the promise), a turn lost or stored twice or crossed, half-written, or an instance unusable for 5 s."""
-    checked = run["integrity"]
+    is the promise), a turn lost or stored twice or crossed, half-written, a memory missing, stored twice or
+    crossed, or an instance unusable for 5 s."""
+    checked, remembered = run["integrity"], run["memory_integrity"]
     broken = (
         run["turns_lost"]
         or run["crossed"]
         or any(checked[key] for key in ("lost", "duplicated", "crossed_lines", "half_written"))
+        or any(remembered[key] for key in ("missing", "duplicated", "crossed"))
     )
-    return bool(broken or (run["errors"] and not run["kills"]) or any(s > 5.0 for s in run["recovery_s"]))
+    return bool(broken or (run["errors"] and not run["kills"]) or any(s > 5.0 for s in run["usable_again_s"]))
 
 
 def run(args: argparse.Namespace) -> int:

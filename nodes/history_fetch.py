@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, recall_turns_of
 from personalab.nodes.rules.character import persona_text, seeded_core_memory
 from personalab.nodes.rules.core_memory import LAST_TURNS
-from personalab.nodes.rules.errors import InvalidInput, TurnLockLost
+from personalab.nodes.rules.errors import InvalidInput, RunOvertaken, TurnLockLost
 from personalab.nodes.rules.memory_builder import recall_window
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.prompt_catalog import catalog_for
@@ -106,12 +106,21 @@ def run_key_of() -> str | None:
 
 def replay_of(session: Session, instance_id: int, run_key: str) -> tuple[TurnUpdate | None, int | None]:
     """For a run seen before (replayed after its server was killed): its answer when its turn is done, else the
-    user line it stored; (None, None) for a new run."""
+    user line it stored, still the instance's last line (`RunOvertaken` when a later turn followed it); (None,
+    None) for a new run."""
     replayed = run_user_line(session, instance_id, run_key)
     if replayed is None:
         return None, None
     done = run_reply(session, instance_id, run_key)
     if done is None:
+        if get_save(session, instance_id).last_message_id != replayed:
+            # a later turn took the dead process's lock over (stores.turns: a holder of this host that no longer
+            # runs) and played after the unanswered line, or the user moved elsewhere: answering the old line would
+            # move the instance back under it and leave the later turn off the current branch
+            raise RunOvertaken(
+                f"run {run_key}: instance {instance_id} has played on since this run's line was stored (its server "
+                "process died before the reply); the run is not played again"
+            )
         return None, replayed
     return replayed_answer(session, instance_id, replayed, done), replayed
 

@@ -1,7 +1,8 @@
 """`bench load` (issue 14 Load): users playing at once through `langgraph dev` on PostgreSQL and a Chroma server.
 
 A small run (2 users x 2 instances x 2 turns, each user with their own bearer token) of the same command README's
-figures come from: every turn answered, none lost, each user sees only their own instances. The figures themselves are not asserted (timing)."""
+figures come from: every turn answered, none lost, each user sees only their own instances, every stored line
+recorded in memory exactly once and on its own instance. The figures themselves are not asserted (timing)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def test_users_playing_at_once_through_the_served_graph_lose_nothing(
     assert summary["integrity"] == {
         "lost": 0, "duplicated": 0, "crossed_lines": 0, "half_written": 0, "stored_after_error": 0
     }  # fmt: skip
+    # the memories, after the outbox caught up: every stored line recorded exactly once, on its own instance
+    remembered = summary["memory_integrity"]
+    assert remembered["memories"] > 0
+    assert {key: remembered[key] for key in ("missing", "duplicated", "crossed")} == {
+        "missing": 0, "duplicated": 0, "crossed": 0
+    }  # fmt: skip
+    assert "memories checked after the load: memories" in printed
     assert "2 users x 2 instances x 2 turns = 8 turns under load" in printed
     # the server-side per-turn time came back with every turn (the graph's own, and without the model's call)
     overhead, graph = summary["overhead_ms"], summary["graph_ms"]

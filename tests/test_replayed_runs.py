@@ -19,9 +19,9 @@ from personalab.graph.runner import create_sample_instance, run_turn, turn_confi
 from personalab.nodes import generate as generate_node
 from personalab.nodes import write_back as write_back_node
 from personalab.nodes.context import Context
-from personalab.nodes.rules.errors import TurnLockLost
+from personalab.nodes.rules.errors import RunOvertaken, TurnLockLost
 from personalab.stores.db import session_scope
-from personalab.stores.tables import Line
+from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnRecord
 from personalab.stores.turns import release_held_lock
 from sqlmodel import col, select
@@ -136,6 +136,40 @@ def test_a_run_killed_before_its_reply_answers_its_stored_line_once(
         assert len(answered(db_url, instance)) == 1
         third = run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
         assert third["reply"] == again["reply"]
+
+
+def test_a_run_replayed_after_a_later_turn_is_refused_and_moves_nothing(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 (kill -9 of one Aegra worker): the next turn of the instance takes the dead worker's lock over at
+    once and plays after the killed run's unanswered line; the killed run, replayed later by Aegra's lease reaper,
+    must not answer its old line (that moved the instance's leaf back under it: the later turn fell off the
+    current branch) but fail to its client, storing nothing."""
+    instance = create_sample_instance(db_url)
+
+    def die(name: str) -> None:
+        if name == "before_model":
+            raise SystemExit("killed")
+
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        monkeypatch.setattr(generate_node, "failpoint", die)
+        with pytest.raises(SystemExit):
+            run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-caught")
+        monkeypatch.undo()
+        later = run_turn(graph, ctx, instance, "走吧。", run_id="served-run-next")
+        assert later["reply"]
+        before = lines_of(db_url, instance)
+        with pytest.raises(RunOvertaken, match="served-run-caught"):
+            run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-caught")
+        after = lines_of(db_url, instance)
+        assert [line.id for line in after] == [line.id for line in before]  # nothing stored
+        assert [line.content for line in after if line.attribute == "user"] == ["天快黑了。", "走吧。"]
+        assert len(answered(db_url, instance)) == 1
+        # the instance still ends with the later turn's reply, and plays on after it
+        with session_scope(db_url) as s:
+            leaf = s.get(Save, instance).last_message_id  # type: ignore[union-attr]
+        assert leaf == after[-1].id and after[-1].attribute == "assistant"
+        assert run_turn(graph, ctx, instance, "好。", run_id="served-run-third")["reply"]
 
 
 def test_doctor_reports_a_user_line_stored_twice(

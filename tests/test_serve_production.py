@@ -65,3 +65,26 @@ def test_the_engine_database_is_created_once(postgres_url: str) -> None:
             conn.execute(f"DROP DATABASE IF EXISTS {name}")
     with pytest.raises(Exception, match="not allowed|operator"):
         PersonaLab(owner="alice", database_url=postgres_url).admin.ensure_database(url)
+
+
+def test_the_run_lease_is_short_unless_the_operator_set_it(tmp_path: Path) -> None:
+    """Issue 27 (kill -9 of one process): serve-production gives Aegra a run lease of 10 s renewed every 2 s and a
+    reaper every 2 s, not Aegra's 30 / 10 / 15 s (a killed process's runs replayed within 12 s, not 45 s); an
+    operator who sets any of the three keeps theirs (Aegra's defaults for the others); a lease Aegra would refuse
+    is one line, exit 2, before anything starts."""
+    from personalab.graph.cli.serve_production import LEASE_DEFAULTS, lease_settings
+
+    assert lease_settings({}) == LEASE_DEFAULTS
+    assert int(LEASE_DEFAULTS["LEASE_DURATION_SECONDS"]) + int(LEASE_DEFAULTS["REAPER_INTERVAL_SECONDS"]) <= 12
+    assert int(LEASE_DEFAULTS["LEASE_DURATION_SECONDS"]) > 2 * int(LEASE_DEFAULTS["HEARTBEAT_INTERVAL_SECONDS"])
+    assert lease_settings({"LEASE_DURATION_SECONDS": "60"}) == {}
+    done = _run(
+        tmp_path, "--workers", "1", PERSONALAB_DATABASE_URL=PG_BASE, HEARTBEAT_INTERVAL_SECONDS="20"
+    )  # Aegra's lease (30 s) is not over 2 x 20 s
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "personalab: error: LEASE_DURATION_SECONDS (30) must be over 2 x HEARTBEAT_INTERVAL_SECONDS (20)"
+    ]
+    done = _run(tmp_path, "--workers", "1", PERSONALAB_DATABASE_URL=PG_BASE, LEASE_DURATION_SECONDS="soon")
+    assert done.returncode == 2
+    assert "LEASE_DURATION_SECONDS: 'soon' is not a whole number of seconds ≥ 1" in done.stderr

@@ -8,7 +8,8 @@ the workers start, this one process does what must happen once: PersonaLab's mig
 schema lock), then, under the same lock again (several hosts may start at once), Aegra's database created if missing
 and its migrations, and Aegra's default assistant registered (several Aegra workers starting on a fresh database race
 to insert it, and the loser stops the whole server). `--prepare-only` stops there. Then uvicorn runs
-`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker.
+`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker, and a shorter run lease
+(`LEASE_DEFAULTS`: a killed process's runs come back within 12 s, not Aegra's 30-45 s).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -40,6 +42,25 @@ async def main() -> None:
 
 asyncio.run(main())
 """
+
+
+# Aegra's lease on a running run (aegra_api/settings.py `WorkerSettings`; its defaults 30 / 10 / 15 s): a worker
+# renews the lease every heartbeat, and the reaper in every process puts a run whose lease expired back in the queue
+# under the same run id. kill -9 of one process brings its runs back only after lease + reaper: 30-45 s with Aegra's
+# defaults, within 12 s with these. The instance itself is usable again at once whatever the lease: the next turn
+# takes the dead process's turn lock over (stores.turns `holder_is_gone`), and the caught run, replayed after it,
+# fails with RunOvertaken instead of answering its old line (issue 27; docs/deployment.md "A process killed").
+# Shorter is worse on a loaded machine: with 4 / 1 / 1 s at load average ~13 on 2 cores, live workers lost their
+# runs 34 times in 80 turns (their heartbeats late), 5 runs failed to their clients, and 2 were left `running` with
+# no owner by Aegra 0.11.0 (a reaped run's late `start_run`), their clients waiting for ever. Aegra requires
+# lease > 2 x heartbeat, whole seconds. The three go together: an operator who sets any of them in the environment
+# gets Aegra's own defaults for the others.
+LEASE_DEFAULTS = {"LEASE_DURATION_SECONDS": "10", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAPER_INTERVAL_SECONDS": "2"}
+AEGRA_LEASE_DEFAULTS = {
+    "LEASE_DURATION_SECONDS": "30",
+    "HEARTBEAT_INTERVAL_SECONDS": "10",
+    "REAPER_INTERVAL_SECONDS": "15",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +102,21 @@ def engine_database_url(personalab_url: str) -> str:
     return f"postgresql://{parts.netloc}/{name}_aegra"
 
 
+def lease_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """Aegra's lease, heartbeat and reaper settings serve-production adds: `LEASE_DEFAULTS`, none when the operator
+    set any of the three (theirs, with Aegra's defaults beside)."""
+    if not any(name in environ for name in LEASE_DEFAULTS):
+        return dict(LEASE_DEFAULTS)
+    chosen = {**AEGRA_LEASE_DEFAULTS, **{name: environ[name] for name in LEASE_DEFAULTS if name in environ}}
+    for name, value in chosen.items():
+        if not value.strip().isdigit() or int(value) < 1:
+            raise InvalidInput(f"{name}: {value!r} is not a whole number of seconds ≥ 1")
+    lease, beat = int(chosen["LEASE_DURATION_SECONDS"]), int(chosen["HEARTBEAT_INTERVAL_SECONDS"])
+    if lease <= 2 * beat:  # Aegra's own rule, checked here so the workers do not each die on it
+        raise InvalidInput(f"LEASE_DURATION_SECONDS ({lease}) must be over 2 x HEARTBEAT_INTERVAL_SECONDS ({beat})")
+    return {}
+
+
 def _reachable(url: str, what: str, default_port: int) -> None:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or default_port
@@ -111,6 +147,7 @@ def serve_production(args: argparse.Namespace) -> int:
     config = Path(args.config or "langgraph.json").resolve()
     if not config.is_file():
         raise InvalidInput(f"--config: {config} does not exist")
+    lease = lease_settings(os.environ)  # a bad lease of the operator's: one line here, not a traceback per worker
     engine_url = args.engine_database_url or engine_database_url(url)
     _reachable(args.redis_url, "Redis", 6379)
     if importlib.util.find_spec("aegra_api") is None:
@@ -122,6 +159,7 @@ def serve_production(args: argparse.Namespace) -> int:
     done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
     echo(f"PersonaLab database: revision {done['after']}")
     env = {
+        **lease,
         **os.environ,
         "DATABASE_URL": engine_url,
         "AEGRA_CONFIG": str(config),
@@ -152,6 +190,8 @@ def serve_production(args: argparse.Namespace) -> int:
         return 0
     shown = f"[{args.host}]" if ":" in args.host else args.host
     echo(f"PersonaLab on Aegra, {args.workers} process(es), at http://{shown}:{args.port}/app  (Ctrl-C stops it)")
+    shown_lease = {name: env.get(name, "Aegra's default") for name in LEASE_DEFAULTS}
+    echo("run lease " + ", ".join(f"{name}={value}" for name, value in shown_lease.items()))
     sys.stdout.flush()
     uvicorn = [sys.executable, "-m", "uvicorn", "aegra_api.main:app", "--host", args.host, "--port", str(args.port)]
     os.chdir(config.parent)

@@ -36,6 +36,12 @@ class TurnLockLost(InstanceBusy):
     """This turn's lock on its instance lapsed and another process took it over: the turn stops, nothing stored."""
 
 
+class RunOvertaken(InstanceBusy):
+    """A served run replayed after its server process died (issue 27) whose stored user line a later turn of the
+    instance already followed: answering it now would move the instance back under the later turn; nothing is
+    stored, its client gets this error (the line stays unanswered, as after any failed turn)."""
+
+
 class NotAllowed(PersonaLabError, PermissionError):
     """An operation the caller may not run at all (administration, for a signed-in user): the message names it."""
 
