@@ -14,7 +14,7 @@ closed) and marks it undone; it refuses, naming the step, one already undone or 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from personalab.nodes.rules.consolidation import (
     FACT_TAG,
@@ -29,11 +29,13 @@ from personalab.nodes.rules.consolidation import (
 )
 from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.stores.db import session_scope
-from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_tables import MemoryConsolidation, MemoryEntry
 from personalab.stores.tables import utcnow
 from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
+
+if TYPE_CHECKING:  # the memory store loads numpy: listing the steps never needs it (issue 29)
+    from personalab.stores.memory import MemoryStore
 
 FACT_IMPORTANCE = 0.8  # a fact the user told about themselves: above small talk, kept by the layer flow
 
@@ -260,6 +262,8 @@ def undo_step(
     """Undo consolidation step `step_id` of the instance: delete the fact it added and reopen the one it closed
     (as it was: `before`), then mark it undone. `NotFound` for a step not of this instance; `InvalidInput` naming
     the step for one already undone, or whose new fact a later step closed (undo that one first)."""
+    from personalab.stores.memory import MemoryStore
+
     store = MemoryStore(db_url=database_url, chroma_path=chroma_path)
     with session_scope(database_url) as session:
         step = session.get(MemoryConsolidation, step_id)

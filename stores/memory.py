@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords, memory_search_text
 from personalab.nodes.rules.memory_layers import (
     RECORD_LAYER,
@@ -52,6 +52,7 @@ from personalab.nodes.rules.memory_layers import (
 from personalab.stores.config import data_dir, database_url
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids, line_forks, line_parents
+from personalab.stores.memory_edits import MemoryNotFoundError as MemoryNotFoundError  # re-exported
 from personalab.stores.memory_index import (
     BM25_B,
     BM25_K1,
@@ -80,10 +81,6 @@ from sqlalchemy import case, delete, func, update
 from sqlmodel import Session, col, select
 
 CHROMA_BATCH = 1000
-
-
-class MemoryNotFoundError(NotFound):
-    """No memory with that id in that instance."""
 
 
 # --------------------------------------------------------------------------------------------------

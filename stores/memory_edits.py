@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.memory_layers import MemoryType
 from personalab.stores.memapi_tables import MemoryEdit
 from personalab.stores.memory_tables import MemoryEntry
 from sqlalchemy import delete, func, or_
 from sqlmodel import Session, col, select
+
+
+class MemoryNotFoundError(NotFound):
+    """No memory with that id in that instance (here, not in the memory store's module: showing a memory never loads
+    the store's numpy, issue 29)."""
 
 
 def keep_version(session: Session, entry: MemoryEntry) -> int:

@@ -30,8 +30,8 @@ HEAVY = (
     "jieba",
     "matplotlib",
 )
-# the books' listings also never load numpy (issue 29: `knowledge list` and `worldbook list` loaded it and
-# langchain_core with the embeddings of semantic entries)
+# the books' and the memories' listings also never load numpy (issue 29: `knowledge list` and `worldbook list` loaded
+# it and langchain_core with the embeddings of semantic entries; `memory list` and `memory show` with the memory store)
 BOOK_HEAVY = (*HEAVY, "numpy")
 
 
@@ -155,17 +155,35 @@ def test_showing_an_instance_imports_nothing_heavy(tmp_path: Path) -> None:
     them loads the turn graph, the vector store or a model (issue 29; `core show` used to load the whole graph,
     `memory list` Chroma and LangGraph)."""
     env = _env(tmp_path)
-    made = _run("from personalab.graph.cli import main; raise SystemExit(main(['instance', 'create', '--sample']))", env)
+    made = _run(
+        "from personalab.graph.cli import main; raise SystemExit(main(['instance', 'create', '--sample']))", env
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     instance = made.stdout.strip()
     for argv in (
         ["instance", "show", instance],
         ["core", "show", "--instance", instance],
-        ["memory", "list", "--instance", instance],
         ["history", "--instance", instance],
         ["instance", "rename", instance, "重逢"],
     ):
         assert _heavy_imports(argv, env) == "HEAVY [] 0", argv
+    # a memory of its own, then listed, shown (and one that is not there: exit 2), counted and its consolidation
+    # steps listed, all without numpy (the memory store's module loaded it)
+    memory = _run(
+        f"from personalab.graph.cli import main; raise SystemExit(main(['memory', 'add', '雷娜怕黑。', '--instance', '{instance}']))",
+        env,
+    )
+    assert memory.returncode == 0, memory.stderr[-2000:]
+    memory_id = memory.stdout.strip().splitlines()[-1]
+    for argv, code in (
+        (["memory", "list", "--instance", instance], 0),
+        (["memory", "list", "--instance", instance, "--json"], 0),
+        (["memory", "show", "--instance", instance, memory_id], 0),
+        (["memory", "show", "--instance", instance, "99999"], 2),
+        (["memory", "stats", "--instance", instance], 0),
+        (["memory", "steps", "--instance", instance], 0),
+    ):
+        assert _heavy_imports(argv, env, BOOK_HEAVY) == f"HEAVY [] {code}", argv
     # the books an instance sees, with a semantic world-book entry and a knowledge entry of its own: listed without
     # the embeddings' numpy and langchain_core
     added = _run(

@@ -111,7 +111,21 @@ def test_a_text_of_several_lines_has_the_tokens_of_the_whole_text() -> None:
     from personalab.nodes.rules.keywords import _line_tokens
 
     rng = random.Random(8)
-    pieces = ["净水厂", "发电机零件", "Aiko's kitten", "running", "，", "。", " ", "\n", "\n\n", "我们", "无线电", "don't", "42"]
+    pieces = [
+        "净水厂",
+        "发电机零件",
+        "Aiko's kitten",
+        "running",
+        "，",
+        "。",
+        " ",
+        "\n",
+        "\n\n",
+        "我们",
+        "无线电",
+        "don't",
+        "42",
+    ]
     for _ in range(300):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         for search in (True, False):
@@ -150,3 +164,35 @@ def test_a_memorys_search_text_weighs_its_own_words_twice_its_context_once() -> 
     text = memory_search_text("雷娜：水塔", context="林澈：碰头").split()
     assert text.count("水塔") == 2 and text.count("碰头") == 1
     assert memory_search_text("水塔", ["废土"]).split().count("废土") == 1
+
+
+def test_keywords_rank_by_jiebas_idf_without_loading_its_tfidf_module() -> None:
+    """Issue 26: the IDF table is read from jieba's file into two arrays, with jieba's values and median, and
+    extracting keywords never imports `jieba.analyse` (a dict of 270,000 words) nor the `jieba.posseg` it pulls in
+    (~96 MiB that stayed in every process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from personalab.nodes.rules.keywords import extract_keywords\n"
+        "print(extract_keywords('雷娜在黑市找到了一封信，老陈很开心。'))\n"
+        "print(sorted(m for m in ('jieba.analyse', 'jieba.posseg') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "[]"
+    assert "黑市" in result.stdout.splitlines()[-2]
+
+    import jieba.analyse
+    from personalab.nodes.rules.keywords import IdfTable, _idf
+
+    table, median = _idf()
+    jiebas = jieba.analyse.default_tfidf
+    assert table.size == len(jiebas.idf_freq) and median == jiebas.median_idf
+    assert all(table.get(word, -1.0) == idf for word, idf in jiebas.idf_freq.items())
+    assert table.get("没有这个词的词表", 7.5) == 7.5
+    # a word listed twice keeps its last value (jieba's dict), blank lines are skipped, an empty table is empty
+    small = IdfTable("雷娜 1.5\n\n黑市 2.0\n雷娜 3.0\n")
+    assert (small.size, small.get("雷娜", 0.0), small.get("黑市", 0.0), small.median) == (2, 3.0, 2.0, 3.0)
+    assert IdfTable("").size == 0 and IdfTable("").get("雷娜", 1.0) == 1.0

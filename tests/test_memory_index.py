@@ -133,3 +133,21 @@ def test_an_index_changed_memory_by_memory_equals_one_built_from_the_same_memori
     assert kept.differences([rows[i] for i in sorted(rows)]) == ([], [])
     newer = random_memory(rng, 5000)
     assert kept.differences([*rows.values(), newer]) == ([newer], [])
+
+
+def test_a_write_into_a_loaded_index_grows_its_postings_by_an_eighth_not_double() -> None:
+    """Issue 26: postings are built exactly full; the first write after a load made every posting of its tokens
+    twice as big (~8 MiB kept per 10,000-memory instance). They now grow by an eighth, and score the same."""
+    docs = [["水", "信", f"词{n}"] for n in range(1_000)]
+    index = BM25Index(list(range(1_000)), docs)
+    index.add(5_000, ["水", "信", "新"])
+    assert index.postings["水"].n == 1_001
+    assert len(index.postings["水"].slots) == 1_000 + 125 and len(index.postings["水"].tf) == 1_000 + 125
+    for n in range(5_001, 5_200):  # amortised: a later write reuses the room until it is used up
+        index.add(n, ["水"])
+    assert index.postings["水"].n == 1_200 and len(index.postings["水"].slots) == 1_125 + 140
+    fresh = BM25Index([*range(1_000), 5_000, *range(5_001, 5_200)], [*docs, ["水", "信", "新"], *[["水"]] * 199])
+    assert fresh.postings["水"].n == index.postings["水"].n
+    grown, built = index.score_array(["水", "新"]), fresh.score_array(["水", "新"])
+    pairs = [sorted(zip(ids.tolist(), scores.tolist(), strict=True)) for ids, scores in (grown, built)]
+    assert pairs[0] == pairs[1]

@@ -5,6 +5,10 @@ cache still gets every answer right."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from personalab.nodes.rules.knowledge import KnowledgeEntry
@@ -81,3 +85,39 @@ def test_entry_vectors_stay_within_their_bound_and_a_larger_call_is_still_right(
     monkeypatch.setattr(model, "embed_documents", counted)
     worldbook.knowledge_similarities(entries[2:], "风什么时候来？", model)
     assert embedded == ["风什么时候来？"]  # the query only: the four kept (the first search's last four) were reused
+
+
+ARENAS_IN_USE = """
+import ctypes, os, tempfile, threading
+import personalab.graph  # what the console script imports first: the allocator is set up before any thread runs
+barrier = threading.Barrier(6)
+def work():
+    kept = [bytearray(10_000) for _ in range(50)]  # malloc'd (not Python's small-object allocator) in its arena
+    barrier.wait()  # all six threads alive at once: none reuses an arena another thread left
+    del kept
+threads = [threading.Thread(target=work) for _ in range(6)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+libc = ctypes.CDLL(None)
+libc.fdopen.restype = ctypes.c_void_p
+with tempfile.TemporaryFile() as file:
+    stream = libc.fdopen(os.dup(file.fileno()), b"w")
+    libc.malloc_info(0, ctypes.c_void_p(stream)); libc.fclose(ctypes.c_void_p(stream))
+    file.seek(0)
+    print(file.read().count(b"<heap nr="))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_a_process_of_many_threads_keeps_two_malloc_arenas() -> None:
+    """glibc would give each of six threads an arena of its own, each keeping what its thread freed (over
+    back-to-back turns the arenas' free memory grew while the memory in use barely did): the product's packages cap
+    them at two (`stores.allocator`), and `MALLOC_ARENA_MAX` set by the user still wins."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    capped = subprocess.run([sys.executable, "-c", ARENAS_IN_USE], capture_output=True, text=True, env=env, timeout=120)
+    assert capped.returncode == 0, capped.stderr[-2000:]
+    assert int(capped.stdout.split()[-1]) <= 2
+    env["MALLOC_ARENA_MAX"] = "4"
+    own = subprocess.run([sys.executable, "-c", ARENAS_IN_USE], capture_output=True, text=True, env=env, timeout=120)
+    assert own.returncode == 0, own.stderr[-2000:]
+    assert 2 < int(own.stdout.split()[-1]) <= 4

@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from personalab.graph.api.caller import Caller
 from personalab.graph.api.library import check_instance
@@ -49,13 +49,12 @@ from personalab.graph.api.schemas.memory import (
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.memory_layers import RECORD_LAYER, parse_layer, parse_type
 from personalab.nodes.rules.provenance import KINDS, memory_kind, types_of_kind, usage_counts
-from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 from personalab.nodes.rules.validation import bad_character
 from personalab.stores.db import session_scope
 from personalab.stores.files import parse_json
 from personalab.stores.history import get_path_ids
-from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_edits import (
+    MemoryNotFoundError,
     drop_versions,
     foreign_ids,
     keep_version,
@@ -65,11 +64,13 @@ from personalab.stores.memory_edits import (
     scenes_of,
     versions_of,
 )
-from personalab.stores.memory_files import MAX_IMPORT_LINES, check_line, export_lines
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.provenance import provenance_rows
 from personalab.stores.tables import Line
 from sqlmodel import Session
+
+if TYPE_CHECKING:  # numpy with them: loaded by the operations that search or index, not by listing (issue 29)
+    from personalab.stores.memory import MemoryStore
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 1000
@@ -124,6 +125,7 @@ class Memories:
     def _store(self) -> MemoryStore:
         # the vector store's module (chromadb) is loaded by the operations that use the store, not by importing the
         # API (issue 29: `memory list` and the listing commands start fast)
+        from personalab.stores.memory import MemoryStore
         from personalab.stores.vectors import chroma_path
 
         return MemoryStore(db_url=self.caller.database_url, chroma_path=chroma_path())
@@ -224,8 +226,6 @@ class Memories:
         )
 
     def _entry(self, session: Session, instance_id: int, memory_id: Any) -> MemoryEntry:
-        from personalab.stores.memory import MemoryNotFoundError
-
         memory_id = _id(memory_id, "memory")
         entry = memory_in(session, instance_id, memory_id)
         if entry is None:
@@ -302,6 +302,8 @@ class Memories:
         instance_id = self._instance(instance_id)
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
             raise InvalidInput(f"k must be a whole number from 1 to 100, got {k!r}")
+        from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve  # numpy: searching only
+
         store: Any = self._store()
         if not all_branches:
             from personalab.nodes.rag_retrieve import BranchMemories  # the turn's node: LangGraph, loaded here only
@@ -527,6 +529,8 @@ class Memories:
 
     def export(self, instance_id: int) -> str:
         """The instance's memories (all branches, the dialogue record included) as JSON Lines, every field."""
+        from personalab.stores.memory_files import export_lines  # the memory store and numpy: not for listing
+
         return export_lines(self._store(), self._instance(instance_id))
 
     def export_json(self, instance_id: int) -> builtins.list[dict[str, Any]]:
@@ -536,6 +540,8 @@ class Memories:
     def import_(self, instance_id: int, memories: str | Sequence[Any], *, source: str = "memories") -> ImportResult:
         """Add memories, all or nothing: JSON Lines text (as `export` writes) or a list of objects. Each is checked
         first; the first bad one is `InvalidInput` naming it ("memories line 3: …") and nothing is stored."""
+        from personalab.stores.memory_files import MAX_IMPORT_LINES, check_line  # the memory store and numpy
+
         instance_id = self._instance(instance_id)
         if isinstance(memories, str):
             if len(memories) > MAX_IMPORT_CHARS:

@@ -18,6 +18,7 @@ matches Chinese keywords as substrings and other keywords as whole (stemmed) wor
 
 from __future__ import annotations
 
+import pkgutil
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -204,13 +205,48 @@ def text_similarity(a: str, b: str) -> float:
     return jaccard(token_set(a), token_set(b))
 
 
-@lru_cache(maxsize=1)
-def _idf() -> tuple[dict[str, float], float]:
-    _jieba()
-    import jieba.analyse
+_IDF_LINE = re.compile(r"^[ \t]*(\S+) (\S+)[ \t\r]*$", re.MULTILINE)  # jieba's "word idf" lines
 
-    table = jieba.analyse.default_tfidf
-    return table.idf_freq, float(table.median_idf)
+
+class IdfTable:
+    """jieba's IDF table (`jieba/analyse/idf.txt`, 270,000 words), held compactly: the words' hashes sorted in one
+    array and their IDFs in another (4 MiB), looked up by bisection. Importing `jieba.analyse` for it cost a process
+    ~96 MiB for good: its `TFIDF` keeps the table as a dict of 270,000 str → float (~43 MiB), and it imports
+    `jieba.posseg`, whose part-of-speech tables (~53 MiB) nothing here uses (issue 26: that load landed in `bench
+    retrieval`'s growth on the first insert). Same values as jieba's dict: a word listed twice keeps its last IDF,
+    and the median is jieba's (`sorted(values)[n // 2]`). Two words sharing a 64-bit hash (odds ~1e-9 for the table)
+    would share an IDF."""
+
+    def __init__(self, text: str) -> None:
+        import numpy as np  # here, not at the module's import: listing commands import this module (issue 29)
+
+        # line by line (a regex over the text: no list of 270,000 lines, no copy of the text)
+        rows = np.fromiter(
+            ((hash(m[1]), float(m[2])) for m in _IDF_LINE.finditer(text)),
+            dtype=[("hash", np.int64), ("idf", np.float64)],
+        )
+        hashes, values = rows["hash"], rows["idf"]
+        order = np.argsort(hashes, kind="stable")  # a repeated word's last line last
+        hashes, values = hashes[order], values[order]
+        # keep each word's last IDF, as jieba's dict does
+        last = np.append(hashes[1:] != hashes[:-1], True)[: len(hashes)]
+        self._hashes, self._values = hashes[last], values[last]
+        self.median = float(np.sort(self._values)[len(self._values) // 2]) if len(self._values) else 0.0
+        self.size = len(self._hashes)
+
+    def get(self, word: str, default: float) -> float:
+        """The IDF of `word`, `default` for a word not in the table."""
+        key = hash(word)
+        at = int(self._hashes.searchsorted(key))
+        return float(self._values[at]) if at < self.size and self._hashes[at] == key else default
+
+
+@lru_cache(maxsize=1)
+def _idf() -> tuple[IdfTable, float]:
+    # jieba's own data file, read as jieba reads its dictionary (package data); not through `jieba.analyse`
+    data = pkgutil.get_data(_jieba().__name__, "analyse/idf.txt")
+    table = IdfTable((data or b"").decode("utf-8"))
+    return table, table.median
 
 
 def _keyword_candidates(text: str) -> list[str]:
