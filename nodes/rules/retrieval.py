@@ -30,7 +30,9 @@ Flow of `retrieve` (seed 001 检索流程):
      `keyword_mode="seed"` (``"max"``: the higher of the two). Measured on LoCoMo (one memory per turn,
      questions as queries, relevance-only weights, R@10 over categories 1–4): seed share alone .33, max of
      both .616, BM25 alone .629 — the share is 0 for almost every memory when the query is a short question.
-     ``vector`` is the cosine similarity of query and memory embeddings, floored at 0.
+     ``vector`` is the cosine similarity of query and memory embeddings, floored at 0. With the gate
+     (issue 29, `character_evidence`): a memory sharing only single characters with a Chinese query keeps a
+     quarter of the keyword weight, the rest goes to the vector part.
    - recency = exp(−recency_rate · age in turns) (seed `CalculateRecencyScore`; default rate 0.01/turn).
    - importance = the memory's importance.
    - diversity = 1 − the highest cosine similarity to the memories already selected (MMR; 1 for the first).
