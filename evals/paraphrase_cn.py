@@ -9,7 +9,8 @@ as a turn's write-back stores them; each question is asked three ways in the sam
 
 - `seed sum`: `retrieve` with the scene's weights, relevance one additive factor (`RetrievalConfig(relevance_gate=0)`,
   what `memory search` and a turn did before issue 29);
-- `gated`: `retrieve` with the scene's weights, every factor but relevance gated by it (the default config);
+- `gated`: `retrieve` with the scene's weights, every factor but relevance gated by it, and a memory sharing only
+  single characters with the question keeping CHARACTER_EVIDENCE of the keyword weight (the rest to the cosine);
 - `dense`: the project's embeddings alone, the memories by cosine to the question (the store's vector path).
 
 Per way: hit@1, hit@3 (the answer is first / among the first three), R@5 and R@10 (the answer among the first 5 / 10;
@@ -29,7 +30,7 @@ from typing import Any
 from personalab.evals.data_dir import data_folder
 from personalab.evals.locomo import percentile
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.retrieval import GATED_POWER, RetrievalConfig, retrieve
+from personalab.nodes.rules.retrieval import CHARACTER_EVIDENCE, GATED_POWER, RetrievalConfig, retrieve
 
 FORMAT = "personalab.paraphrase-cn"
 KS = (1, 3, 5, 10)
@@ -109,7 +110,9 @@ def run_eval(memories: Sequence[Memory], probes: Sequence[Probe], data: Path) ->
 
     ways: dict[str, Callable[[str], list[str]]] = {
         "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, mark_mentioned=False)),
-        "gated": by_retrieve(RetrievalConfig(relevance_gate=GATED_POWER, mark_mentioned=False)),
+        "gated": by_retrieve(
+            RetrievalConfig(relevance_gate=GATED_POWER, character_evidence=CHARACTER_EVIDENCE, mark_mentioned=False)
+        ),
         "dense": dense,
     }
     rows: dict[str, list[tuple[float, ...]]] = {way: [] for way in ways}

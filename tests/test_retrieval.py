@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from personalab.nodes.rules.keywords import MatchText
 from personalab.nodes.rules.retrieval import (
+    CHARACTER_EVIDENCE,
     GATED_POWER,
     SCENE_WEIGHTS,
     Candidate,
@@ -302,6 +303,40 @@ def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> No
     assert all(i.score == pytest.approx(sum(i.breakdown.weighted.values())) for i in gated)
     # the seed's plain sum (gate off): recency, importance and layer let an unrelated memory come first
     assert _issue_29_pool(0.0)[0].id != 1
+
+
+def _character_pool(**config: object) -> dict[int, float]:
+    """A short Chinese question (words 几天, 地方) and three memories: one sharing only common characters (她, 天)
+    but the best BM25 score, the answer sharing only 她 and closer in meaning, one sharing the word 地方."""
+    unit = lambda c: np.array([c, math.sqrt(1 - c**2)])  # noqa: E731 (a cosine to [1, 0])
+    candidates = [
+        Candidate("memory", 1, "她说那天的晚饭很好吃。", embedding=unit(0.2)),
+        Candidate("memory", 2, "暴雨那周她借宿在教堂的阁楼上。", embedding=unit(0.35)),
+        Candidate("memory", 3, "她在地方志里读到过这座城。", embedding=unit(0.1)),
+    ]
+    bm25 = [PathHit(1, 5.0), PathHit(3, 4.0), PathHit(2, 2.0)]
+    fused = {f.key: f for f in fuse({"bm25": bm25, "vector": [PathHit(c.id, 1.0) for c in candidates]})}
+    query = MatchText.of("她那几天住在什么地方？")
+    scored = score_candidates(candidates, fused, query, np.array([1.0, 0.0]), 0, RetrievalConfig(**config))  # type: ignore[arg-type]
+    return {int(s.candidate.id): s.relevance for s in scored}
+
+
+def test_single_shared_characters_weigh_less_than_the_cosine_in_a_chinese_question() -> None:
+    seed = _character_pool()
+    issue_29 = _character_pool(character_evidence=CHARACTER_EVIDENCE)
+    # the seed's 0.6 / 0.4 blend: the memory sharing the most common characters is the best match
+    assert seed[1] == pytest.approx(0.6 * 1.0 + 0.4 * 0.2) and seed[1] > seed[2]
+    # characters only: a quarter of the keyword weight, the rest to the cosine, so meaning decides
+    assert issue_29[1] == pytest.approx(0.15 * 1.0 + 0.85 * 0.2)
+    assert issue_29[2] == pytest.approx(0.15 * 0.4 + 0.85 * 0.35) and issue_29[2] > issue_29[1]
+    # a memory sharing a word of the question keeps the seed's blend
+    assert issue_29[3] == seed[3] == pytest.approx(0.6 * 0.8 + 0.4 * 0.1)
+    # English questions have no characters added to their tokens: unchanged
+    english = [Candidate("memory", 1, "the bell tower", embedding=np.array([0.5, math.sqrt(0.75)]))]
+    fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 3.0)]})}
+    for config in (RetrievalConfig(), RetrievalConfig(character_evidence=CHARACTER_EVIDENCE)):
+        scored = score_candidates(english, fused, MatchText.of("where is the tower?"), np.array([1.0, 0.0]), 0, config)
+        assert scored[0].relevance == pytest.approx(0.6 + 0.4 * 0.5)
 
 
 def test_candidates_of_comparable_relevance_are_still_ordered_by_the_scene_weights() -> None:

@@ -30,7 +30,9 @@ Flow of `retrieve` (seed 001 检索流程):
      `keyword_mode="seed"` (``"max"``: the higher of the two). Measured on LoCoMo (one memory per turn,
      questions as queries, relevance-only weights, R@10 over categories 1–4): seed share alone .33, max of
      both .616, BM25 alone .629 — the share is 0 for almost every memory when the query is a short question.
-     ``vector`` is the cosine similarity of query and memory embeddings, floored at 0.
+     ``vector`` is the cosine similarity of query and memory embeddings, floored at 0. With the gate
+     (issue 29, `character_evidence`): a memory sharing only single characters with a Chinese query keeps a
+     quarter of the keyword weight, the rest goes to the vector part.
    - recency = exp(−recency_rate · age in turns) (seed `CalculateRecencyScore`; default rate 0.01/turn).
    - importance = the memory's importance.
    - diversity = 1 − the highest cosine similarity to the memories already selected (MMR; 1 for the first).
@@ -396,6 +398,28 @@ class RetrievedItem:
         }
 
 
+# Issue 29: a Chinese query's keyword evidence when a memory shares none of its words, only single characters.
+# `keywords.search_tokens` adds the characters of Chinese words so that 害怕 finds 最怕; but in a short question
+# most characters are common (他, 好, 天), and BM25's score divided by the pool's best makes the memory sharing the
+# most of them a full keyword match (1.0, i.e. .6 of relevance) whatever it is about. Such a memory keeps this
+# share of the keyword weight and the rest goes to the cosine; a memory sharing a word of two or more characters (or
+# a non-Chinese word) keeps the seed's 0.6 / 0.4. 0.25 set from arithmetic before measuring: character-only evidence
+# then gives at most .15 of relevance, about what the cosine part differs by between an answer and an unrelated
+# memory (.85 × .05), so the dense encoder decides between memories that share no word with the question.
+CHARACTER_EVIDENCE = 0.25
+
+
+def character_evidence(query_words: frozenset[str], memory_words: frozenset[str], share: float) -> float:
+    """What part of its keyword score a memory keeps (issue 29, a deviation from seed 001
+    `CalculateContextRelevance`, docs/retrieval.md): 1 when it shares a word with the query (`similarity_tokens`:
+    words, not the single Chinese characters keyword search adds) or when the query has no such word, `share`
+    when all it shares with the query is single characters. The weight it does not keep goes to the cosine
+    (`score_candidates`), so its relevance stays on the same scale as the others'."""
+    if not query_words or query_words & memory_words:
+        return 1.0
+    return share
+
+
 @dataclass(frozen=True)
 class RetrievalConfig:
     """Knobs of a retrieval; defaults from seed 001 where it gives them (k = maxMemories = 10, the 0.6/0.4
@@ -423,6 +447,12 @@ class RetrievalConfig:
     # dialogue record's entries of the current branch outranked its curated memories in
     # tests/test_branch_following.py; `eval paraphrase-cn` measures the gated ranking (GATED_POWER) beside it
     relevance_gate: float = 0.0
+    # the share of the keyword weight kept by a memory sharing only single characters with a Chinese query, the rest
+    # going to the cosine (`character_evidence`, issue 29); 1: the seed's blend. Goes with the gate (CHARACTER_EVIDENCE
+    # beside GATED_POWER in `eval paraphrase-cn`) and is off with it in turns: under the seed's plain sum the smaller
+    # relevance of character-only matches lets recency and importance decide (paraphrase probes, seed sum: hit@1
+    # .867 → .733). Off for recall: memorybank-cn R@5 .930 → .925 (R@10 .965 → .970)
+    character_evidence: float = 1.0
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
@@ -541,9 +571,16 @@ def score_candidates(
     vectors = cosines_to(query_embedding, [c.embedding for c in candidates]) if query_embedding is not None else None
     time_question = bool(config.time_boost) and asks_when(query.lower)
     named: dict[str, bool] = {}  # speaker → named by the query (a retrieval scores ~100 lines of a few speakers)
+    # Chinese queries only: an English word is a word already (no characters are added to its tokens)
+    words = (
+        similarity_tokens(query_tokens(query.lower))
+        if config.character_evidence < 1 and has_han(query.lower)
+        else frozenset()
+    )
     for position, candidate in enumerate(candidates):
         share = keyword_match_score(candidate.keywords, query) if config.keyword_mode != "bm25" else 0.0
         normalised = bm25[candidate.key] / best_bm25 if best_bm25 > 0 else 0.0
+        kept = character_evidence(words, _tokens_of(candidate), config.character_evidence) if words else 1.0
         keyword = {"bm25": normalised, "seed": share, "max": max(share, normalised)}[config.keyword_mode]
         vector = max(0.0, vectors[position]) if vectors is not None else 0.0
         scored.append(
@@ -551,7 +588,12 @@ def score_candidates(
                 candidate=candidate,
                 keyword=keyword,
                 vector=vector,
-                relevance=context_relevance(keyword, vector, config.keyword_share, config.vector_share)
+                relevance=context_relevance(
+                    keyword,
+                    vector,
+                    config.keyword_share * kept,
+                    config.vector_share + config.keyword_share * (1 - kept),
+                )
                 + (config.time_boost if time_question and says_when(candidate.content) else 0.0)
                 + (config.speaker_boost if config.speaker_boost and _named(candidate.speaker, query, named) else 0.0),
                 recency=recency_score(turn - candidate.turn, config.recency_rate),
