@@ -30,11 +30,20 @@ Memory (issue 29: RSS growth over 1,000 back-to-back turns under 5 %): the proce
 turn and after the last one, its growth in per cent, and its peak over the sampled turns (every `RSS_EVERY`th):
 `bench turn --back-to-back --turns 1001` is the issue's figure.
 For a profile of all threads: `py-spy record -o turn.svg -- personalab bench turn`.
+
+Consolidation (issue 26): with `--facts N` one turn in N also tells where the user lives now ("我搬到成都了。", a city
+that changes: the consolidation's update, the old fact closed); `writes after the turn` is the time the flush between
+turns waits for the turn's queued writes (and the director's next search). With `--compare-consolidation` the turns
+alternate, in blocks of N (one fact turn each; one turn without `--facts`), between consolidation off and on, on the
+same instance in the same process (the machine's load alike for both); then per side p50 / p95 of the turn without
+the model, of the writes after it and of the fact turns' writes, the ratio on / off at p95 (issue 26's goal: at
+most 1.1) and the consolidation's own cost: the fact turns' writes on minus off (medians), and that per turn.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import math
@@ -104,6 +113,16 @@ REPLY_TEMPLATES = [
 ]
 EMOTIONS = ["平静", "担心", "警惕", "难为情", "愤怒", "开心", None]
 ACTIONS = ["握紧了枪", "看向远处", "压低声音", "拍了拍你的肩", None, None]
+
+
+CITIES = ["北京", "上海", "广州", "成都", "杭州", "西安", "重庆", "南京"]
+RATIO_GOAL = 1.1  # issue 26: the turn without the model with consolidation on, at p95, over off
+
+
+def fact_sentence(rng: random.Random, previous: str | None) -> tuple[str, str]:
+    """Where the user lives now, another city than `previous`: the sentence a fact turn adds, and the city."""
+    city = rng.choice([c for c in CITIES if c != previous])
+    return f"我搬到{city}了。", city
 
 
 def _fill(rng: random.Random, template: str) -> str:
@@ -422,6 +441,9 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     mine = sum(1 for _, _, meta in rows if meta["instance_id"] == instance_id)
 
     rng = random.Random(97)
+    facts_rng = random.Random(41)  # its own stream: the synthetic turns stay those of a run without --facts
+    block = max(args.facts, 1)
+    city: str | None = None
     samples: list[dict[str, Any]] = []
     rss: list[int] = []  # KiB: after the warm-up turn, every RSS_EVERY turns, after the last turn
     quiet = logging.getLogger("nodes")  # the scripted model's deliberate bad markers would be logged each cycle
@@ -437,11 +459,21 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
             )
             for index in range(args.turns):
                 message, _ = synthetic_turn(rng)
-                state, sample = timed_turn(graph, ctx, instance_id, message)
+                fact = args.facts > 0 and index % args.facts == 0
+                if fact:
+                    told, city = fact_sentence(facts_rng, city)
+                    message += told
+                # the compared sides alternate by blocks (one fact turn in each): the off side first
+                on = (index // block) % 2 == 1 if args.compare_consolidation else ctx.consolidation
+                turn_ctx = dataclasses.replace(ctx, consolidation=on)
+                state, sample = timed_turn(graph, turn_ctx, instance_id, message)
                 if state.get("error"):
                     raise RuntimeError(f"turn {index + 1} failed: {state['error']}")
+                sample.update(consolidation=on, fact=fact)
                 if not args.back_to_back:
+                    flushed = time.perf_counter()
                     flush_event_writes()
+                    sample["writes"] = (time.perf_counter() - flushed) * 1000
                 if index > 0:  # the first turn warms caches up
                     samples.append(sample)
                 if index == 0 or index % RSS_EVERY == 0 or index == args.turns - 1:
@@ -466,9 +498,14 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
         if label == "framework":
             print("  " + "-" * 63)
         print(f"  {label:<22}{len(own):>5}{_ms(own)}{_ms(step)}")
+    if not args.back_to_back:
+        writes = [s["writes"] for s in samples]
+        print(f"  {'writes after the turn':<22}{len(writes):>5}{_ms(writes)}")
     p95 = nearest_rank(dict((label, own) for label, own, _ in table)[f"total - {MODEL_NODE}"], 95)
     verdict = "met" if p95 <= GOAL_MS else "NOT met"
     print(f"goal: p95 at most {GOAL_MS:.0f} ms excluding the model's time ({MODEL_NODE}): {p95:.1f} ms — {verdict}")
+    if args.compare_consolidation:
+        print_comparison(samples, args)
     growth = (rss[-1] - rss[0]) / rss[0] * 100
     verdict = "met" if growth < RSS_GOAL_PERCENT else "NOT met"
     print(
@@ -484,6 +521,46 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
+def print_comparison(samples: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
+    """`--compare-consolidation`: the turns with consolidation off against those with it on (issue 26)."""
+    sides = {on: [s for s in samples if s["consolidation"] is on] for on in (False, True)}
+    print(f"consolidation off / on (alternating blocks of {max(args.facts, 1)} turns; p50 / p95 ms):")
+    print(f"  {'':<26}{'off':>18}{'on':>18}")
+    print(f"  {'':<26}{'turns':>6}{'p50':>6}{'p95':>6}{'turns':>6}{'p50':>6}{'p95':>6}")
+
+    def row(label: str, key: str, only_facts: bool = False) -> None:
+        cells = ""
+        for on in (False, True):
+            values = [s[key] for s in sides[on] if key in s and (s["fact"] or not only_facts)]
+            p50, p95 = (nearest_rank(values, 50), nearest_rank(values, 95)) if values else (math.nan, math.nan)
+            cells += f"{len(values):>6}{p50:>6.1f}{p95:>6.1f}"
+        print(f"  {label:<26}{cells}")
+
+    row(f"total - {MODEL_NODE}", "without_model_node")
+    if not args.back_to_back:
+        row("writes after the turn", "writes")
+        if args.facts:
+            row("  of the fact turns", "writes", only_facts=True)
+    else:
+        row("wait for own writes", "wait")
+    off, on = ([s["without_model_node"] for s in sides[side]] for side in (False, True))
+    if not off or not on:
+        print("ratio on / off: not measured (a side played no measured turn: more --turns)")
+        return
+    ratio = nearest_rank(on, 95) / nearest_rank(off, 95)
+    verdict = "met" if ratio <= RATIO_GOAL else "NOT met"
+    print(f"ratio on / off of the turn without the model at p95: {ratio:.2f} (goal at most {RATIO_GOAL:g}) — {verdict}")
+    if args.back_to_back or not args.facts:
+        return
+    told = {side: [s["writes"] for s in sides[side] if s["fact"]] for side in (False, True)}
+    if told[False] and told[True]:
+        cost = nearest_rank(told[True], 50) - nearest_rank(told[False], 50)
+        print(
+            f"consolidation's own cost (off the reply's path): {cost:.1f} ms per fact turn (median writes on - off), "
+            f"{cost / args.facts:.1f} ms per turn at one fact turn in {args.facts}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.turns < 2:
         raise InvalidInput(f"--turns must be at least 2 (the first is a warm-up), got {args.turns}")
@@ -491,5 +568,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.events < 0 or args.event_pool < 0:
         raise InvalidInput("--events and --event-pool must not be negative")
+    if args.facts < 0:
+        raise InvalidInput(f"--facts must not be negative, got {args.facts}")
     with data_folder(args.data_dir, "personalab-bench-") as path, bench_environment(path):
         return measure(args, path)
