@@ -339,6 +339,41 @@ class GCPauses:
             self.total_ms += (now - self._start.pop(thread)) * 1000
 
 
+class ConsolidationTimer:
+    """While entered, times the outbox's consolidation of each `consolidate` row (`stores.outbox._consolidate`: the
+    decisions, the steps and the fact rows; the facts' texts go in the batch's one embeddings call, not timed here),
+    wall clock and the writer thread's CPU time; `take` returns the sums since the last take (or None)."""
+
+    def __init__(self) -> None:
+        self._spent: list[tuple[float, float]] = []
+
+    def __enter__(self) -> ConsolidationTimer:
+        from personalab.stores import outbox
+
+        self._real = real = outbox._consolidate
+
+        def timed(store: Any, row: Any, *, vectors_later: bool) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return real(store, row, vectors_later=vectors_later)
+            finally:
+                self._spent.append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
+
+        outbox._consolidate = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from personalab.stores import outbox
+
+        outbox._consolidate = self._real
+
+    def take(self) -> tuple[float, float] | None:
+        spent, self._spent = self._spent, []
+        if not spent:
+            return None
+        return sum(w for w, _ in spent), sum(c for _, c in spent)
+
+
 def timed_turn(graph: Any, ctx: Context, instance_id: int, message: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One turn through `run_turn`; returns its final state and a sample of the figures this benchmark prints."""
     timer, gc_pauses = NodeTimer(), GCPauses()
@@ -440,6 +475,7 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     fixture_s = time.perf_counter() - started
     mine = sum(1 for _, _, meta in rows if meta["instance_id"] == instance_id)
 
+    consolidations = ConsolidationTimer()
     rng = random.Random(97)
     facts_rng = random.Random(41)  # its own stream: the synthetic turns stay those of a run without --facts
     block = max(args.facts, 1)
@@ -450,7 +486,7 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        with turn_graph(Context()) as (graph, ctx):
+        with turn_graph(Context()) as (graph, ctx), consolidations:
             outline = load_sample("wasteland.json")["background"]["outline"]
             graph.update_state(
                 turn_config(instance_id),
@@ -474,6 +510,7 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
                     flushed = time.perf_counter()
                     flush_event_writes()
                     sample["writes"] = (time.perf_counter() - flushed) * 1000
+                    sample["consolidate"] = consolidations.take()
                 if index > 0:  # the first turn warms caches up
                     samples.append(sample)
                 if index == 0 or index % RSS_EVERY == 0 or index == args.turns - 1:
@@ -525,15 +562,15 @@ def print_comparison(samples: Sequence[dict[str, Any]], args: argparse.Namespace
     """`--compare-consolidation`: the turns with consolidation off against those with it on (issue 26)."""
     sides = {on: [s for s in samples if s["consolidation"] is on] for on in (False, True)}
     print(f"consolidation off / on (alternating blocks of {max(args.facts, 1)} turns; p50 / p95 ms):")
-    print(f"  {'':<26}{'off':>18}{'on':>18}")
-    print(f"  {'':<26}{'turns':>6}{'p50':>6}{'p95':>6}{'turns':>6}{'p50':>6}{'p95':>6}")
+    print(f"  {'':<26}{'off':>24}{'on':>24}")
+    print(f"  {'':<26}{'turns':>6}{'p50':>9}{'p95':>9}{'turns':>6}{'p50':>9}{'p95':>9}")
 
     def row(label: str, key: str, only_facts: bool = False) -> None:
         cells = ""
         for on in (False, True):
             values = [s[key] for s in sides[on] if key in s and (s["fact"] or not only_facts)]
             p50, p95 = (nearest_rank(values, 50), nearest_rank(values, 95)) if values else (math.nan, math.nan)
-            cells += f"{len(values):>6}{p50:>6.1f}{p95:>6.1f}"
+            cells += f"{len(values):>6}{p50:>9.1f}{p95:>9.1f}"
         print(f"  {label:<26}{cells}")
 
     row(f"total - {MODEL_NODE}", "without_model_node")
@@ -558,6 +595,15 @@ def print_comparison(samples: Sequence[dict[str, Any]], args: argparse.Namespace
         print(
             f"consolidation's own cost (off the reply's path): {cost:.1f} ms per fact turn (median writes on - off), "
             f"{cost / args.facts:.1f} ms per turn at one fact turn in {args.facts}"
+        )
+    work = [s["consolidate"] for s in sides[True] if s.get("consolidate")]
+    if work:
+        wall, cpu = [w for w, _ in work], [c for _, c in work]
+        print(
+            f"  its own work (the outbox's decisions and fact rows, {len(work)} fact turns): wall p50 / p95 "
+            f"{nearest_rank(wall, 50):.1f} / {nearest_rank(wall, 95):.1f} ms, thread CPU p50 / p95 "
+            f"{nearest_rank(cpu, 50):.1f} / {nearest_rank(cpu, 95):.1f} ms; per turn at one fact turn in "
+            f"{args.facts}: {sum(cpu) / len(cpu) / args.facts:.1f} ms CPU"
         )
 
 

@@ -63,6 +63,9 @@ def test_bench_turn_compares_consolidation_off_and_on_in_one_run(
     assert re.search(
         r"^ratio on / off of the turn without the model at p95: \d+\.\d\d \(goal at most 1\.1\) — ", out, re.M
     )
+    assert re.search(
+        r"^  its own work \(the outbox's decisions and fact rows, 1 fact turns\): wall p50 / p95 ", out, re.M
+    )
     assert re.search(r"^consolidation's own cost \(off the reply's path\): -?\d+\.\d ms per fact turn ", out, re.M)
 
     # of the three fact turns (0 and 4 off, 2 on) only the one played with consolidation on stored its fact
