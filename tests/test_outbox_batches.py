@@ -20,6 +20,8 @@ from personalab.stores.background import flush_event_writes
 from personalab.stores.memory import MemoryStore
 from test_outbox import FACT, _never_applied, assert_each_write_once, rows
 
+MOVED = "我们继续赶路吧，我住在北京。"  # a fact the consolidation (on by default) stores with the turn's other writes
+
 
 class CountingEmbeddings(Embeddings):
     """The configured model, each call of it recorded (the texts it was given)."""
@@ -92,7 +94,7 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     with monkeypatch.context() as dying:
         _never_applied(dying)  # a process that died after its replies: three turns' writes wait
         with turn_graph(Context(database_url=db_url)) as (graph, context):
-            for message in ("你好，雷娜。", FACT, "我们继续赶路吧。"):
+            for message in ("你好，雷娜。", FACT, MOVED):
                 # every turn one the review writes (issue 26: small talk leaves its lines in the record only)
                 run_turn(graph, context, instance, message, selected_choice={"level": "important"})
         flush_event_writes()
@@ -106,6 +108,9 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     store = MemoryStore(db_url=db_url)
     assert {1, 2, 3} <= {m.turn for m in store.list_memories(instance)}
     assert any(FACT in m.content for m in store.list_memories(instance, type="record"))
+    from personalab.stores.consolidation import consolidation_steps
+
+    assert [step["action"] for step in consolidation_steps(db_url, instance)] == ["add"]  # the third turn's fact
 
     # applied again (a crash after the write, before the mark): nothing stored twice, no text embedded again
     from personalab.stores.db import session_scope
@@ -125,6 +130,7 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     assert counting.calls == []
     assert {m.id: (m.mention_count, m.content) for m in store.list_memories(instance, include_record=True)} == before
     assert_each_write_once(db_url, instance)
+    assert len(consolidation_steps(db_url, instance)) == 1  # the fact's line was not consolidated again
 
 
 def test_a_stored_texts_vector_is_computed_once(counting: CountingEmbeddings) -> None:
