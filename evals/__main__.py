@@ -56,6 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no pause between turns: each turn waits for the writes the one before queued (read your writes)",
     )
+    turn.add_argument(
+        "--facts", type=int, default=0, metavar="N", help="one turn in N tells where the user lives now (0: none)"
+    )
+    turn.add_argument(
+        "--compare-consolidation",
+        action="store_true",
+        help="turns alternate (blocks of --facts N) between consolidation off and on; the two sides compared",
+    )
     turn.set_defaults(handler=bench_turn.run)
     cold = kinds.add_parser("cold", help="a one-shot `personalab turn` in a new process vs importing its modules")
     cold.add_argument("--repeats", type=int, default=3, help="rounds (import, then turn), alternating")
@@ -74,7 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     retrieval.add_argument("--data-dir", help="keep the fixture here (default: a temporary directory)")
     retrieval.add_argument(
-        "--book-entries", type=int, default=0, help="then whole turns' retrieval with a book this big and a 50-entry one"
+        "--book-entries",
+        type=int,
+        default=0,
+        help="then whole turns' retrieval with a book this big and a 50-entry one",
     )
     retrieval.add_argument("--book-turns", type=int, default=30, help="turns per book (the first: warm-up)")
     retrieval.add_argument("--history-turns", type=int, default=200, help="dialogue turns of the two book instances")

@@ -30,11 +30,20 @@ Memory (issue 29: RSS growth over 1,000 back-to-back turns under 5 %): the proce
 turn and after the last one, its growth in per cent, and its peak over the sampled turns (every `RSS_EVERY`th):
 `bench turn --back-to-back --turns 1001` is the issue's figure.
 For a profile of all threads: `py-spy record -o turn.svg -- personalab bench turn`.
+
+Consolidation (issue 26): with `--facts N` one turn in N also tells where the user lives now ("我搬到成都了。", a city
+that changes: the consolidation's update, the old fact closed); `writes after the turn` is the time the flush between
+turns waits for the turn's queued writes (and the director's next search). With `--compare-consolidation` the turns
+alternate, in blocks of N (one fact turn each; one turn without `--facts`), between consolidation off and on, on the
+same instance in the same process (the machine's load alike for both); then per side p50 / p95 of the turn without
+the model, of the writes after it and of the fact turns' writes, the ratio on / off at p95 (issue 26's goal: at
+most 1.1) and the consolidation's own cost: the fact turns' writes on minus off (medians), and that per turn.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import math
@@ -104,6 +113,16 @@ REPLY_TEMPLATES = [
 ]
 EMOTIONS = ["平静", "担心", "警惕", "难为情", "愤怒", "开心", None]
 ACTIONS = ["握紧了枪", "看向远处", "压低声音", "拍了拍你的肩", None, None]
+
+
+CITIES = ["北京", "上海", "广州", "成都", "杭州", "西安", "重庆", "南京"]
+RATIO_GOAL = 1.1  # issue 26: the turn without the model with consolidation on, at p95, over off
+
+
+def fact_sentence(rng: random.Random, previous: str | None) -> tuple[str, str]:
+    """Where the user lives now, another city than `previous`: the sentence a fact turn adds, and the city."""
+    city = rng.choice([c for c in CITIES if c != previous])
+    return f"我搬到{city}了。", city
 
 
 def _fill(rng: random.Random, template: str) -> str:
@@ -320,6 +339,41 @@ class GCPauses:
             self.total_ms += (now - self._start.pop(thread)) * 1000
 
 
+class ConsolidationTimer:
+    """While entered, times the outbox's consolidation of each `consolidate` row (`stores.outbox._consolidate`: the
+    decisions, the steps and the fact rows; the facts' texts go in the batch's one embeddings call, not timed here),
+    wall clock and the writer thread's CPU time; `take` returns the sums since the last take (or None)."""
+
+    def __init__(self) -> None:
+        self._spent: list[tuple[float, float]] = []
+
+    def __enter__(self) -> ConsolidationTimer:
+        from personalab.stores import outbox
+
+        self._real = real = outbox._consolidate
+
+        def timed(store: Any, row: Any, *, vectors_later: bool) -> Any:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return real(store, row, vectors_later=vectors_later)
+            finally:
+                self._spent.append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
+
+        outbox._consolidate = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from personalab.stores import outbox
+
+        outbox._consolidate = self._real
+
+    def take(self) -> tuple[float, float] | None:
+        spent, self._spent = self._spent, []
+        if not spent:
+            return None
+        return sum(w for w, _ in spent), sum(c for _, c in spent)
+
+
 def timed_turn(graph: Any, ctx: Context, instance_id: int, message: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One turn through `run_turn`; returns its final state and a sample of the figures this benchmark prints."""
     timer, gc_pauses = NodeTimer(), GCPauses()
@@ -421,14 +475,18 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     fixture_s = time.perf_counter() - started
     mine = sum(1 for _, _, meta in rows if meta["instance_id"] == instance_id)
 
+    consolidations = ConsolidationTimer()
     rng = random.Random(97)
+    facts_rng = random.Random(41)  # its own stream: the synthetic turns stay those of a run without --facts
+    block = max(args.facts, 1)
+    city: str | None = None
     samples: list[dict[str, Any]] = []
     rss: list[int] = []  # KiB: after the warm-up turn, every RSS_EVERY turns, after the last turn
     quiet = logging.getLogger("nodes")  # the scripted model's deliberate bad markers would be logged each cycle
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        with turn_graph(Context()) as (graph, ctx):
+        with turn_graph(Context()) as (graph, ctx), consolidations:
             outline = load_sample("wasteland.json")["background"]["outline"]
             graph.update_state(
                 turn_config(instance_id),
@@ -437,11 +495,22 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
             )
             for index in range(args.turns):
                 message, _ = synthetic_turn(rng)
-                state, sample = timed_turn(graph, ctx, instance_id, message)
+                fact = args.facts > 0 and index % args.facts == 0
+                if fact:
+                    told, city = fact_sentence(facts_rng, city)
+                    message += told
+                # the compared sides alternate by blocks (one fact turn in each): the off side first
+                on = (index // block) % 2 == 1 if args.compare_consolidation else ctx.consolidation
+                turn_ctx = dataclasses.replace(ctx, consolidation=on)
+                state, sample = timed_turn(graph, turn_ctx, instance_id, message)
                 if state.get("error"):
                     raise RuntimeError(f"turn {index + 1} failed: {state['error']}")
+                sample.update(consolidation=on, fact=fact)
                 if not args.back_to_back:
+                    flushed = time.perf_counter()
                     flush_event_writes()
+                    sample["writes"] = (time.perf_counter() - flushed) * 1000
+                    sample["consolidate"] = consolidations.take()
                 if index > 0:  # the first turn warms caches up
                     samples.append(sample)
                 if index == 0 or index % RSS_EVERY == 0 or index == args.turns - 1:
@@ -466,9 +535,14 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
         if label == "framework":
             print("  " + "-" * 63)
         print(f"  {label:<22}{len(own):>5}{_ms(own)}{_ms(step)}")
+    if not args.back_to_back:
+        writes = [s["writes"] for s in samples]
+        print(f"  {'writes after the turn':<22}{len(writes):>5}{_ms(writes)}")
     p95 = nearest_rank(dict((label, own) for label, own, _ in table)[f"total - {MODEL_NODE}"], 95)
     verdict = "met" if p95 <= GOAL_MS else "NOT met"
     print(f"goal: p95 at most {GOAL_MS:.0f} ms excluding the model's time ({MODEL_NODE}): {p95:.1f} ms — {verdict}")
+    if args.compare_consolidation:
+        print_comparison(samples, args)
     growth = (rss[-1] - rss[0]) / rss[0] * 100
     verdict = "met" if growth < RSS_GOAL_PERCENT else "NOT met"
     print(
@@ -484,6 +558,55 @@ def measure(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
+def print_comparison(samples: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
+    """`--compare-consolidation`: the turns with consolidation off against those with it on (issue 26)."""
+    sides = {on: [s for s in samples if s["consolidation"] is on] for on in (False, True)}
+    print(f"consolidation off / on (alternating blocks of {max(args.facts, 1)} turns; p50 / p95 ms):")
+    print(f"  {'':<26}{'off':>24}{'on':>24}")
+    print(f"  {'':<26}{'turns':>6}{'p50':>9}{'p95':>9}{'turns':>6}{'p50':>9}{'p95':>9}")
+
+    def row(label: str, key: str, only_facts: bool = False) -> None:
+        cells = ""
+        for on in (False, True):
+            values = [s[key] for s in sides[on] if key in s and (s["fact"] or not only_facts)]
+            p50, p95 = (nearest_rank(values, 50), nearest_rank(values, 95)) if values else (math.nan, math.nan)
+            cells += f"{len(values):>6}{p50:>9.1f}{p95:>9.1f}"
+        print(f"  {label:<26}{cells}")
+
+    row(f"total - {MODEL_NODE}", "without_model_node")
+    if not args.back_to_back:
+        row("writes after the turn", "writes")
+        if args.facts:
+            row("  of the fact turns", "writes", only_facts=True)
+    else:
+        row("wait for own writes", "wait")
+    off, on = ([s["without_model_node"] for s in sides[side]] for side in (False, True))
+    if not off or not on:
+        print("ratio on / off: not measured (a side played no measured turn: more --turns)")
+        return
+    ratio = nearest_rank(on, 95) / nearest_rank(off, 95)
+    verdict = "met" if ratio <= RATIO_GOAL else "NOT met"
+    print(f"ratio on / off of the turn without the model at p95: {ratio:.2f} (goal at most {RATIO_GOAL:g}) — {verdict}")
+    if args.back_to_back or not args.facts:
+        return
+    told = {side: [s["writes"] for s in sides[side] if s["fact"]] for side in (False, True)}
+    if told[False] and told[True]:
+        cost = nearest_rank(told[True], 50) - nearest_rank(told[False], 50)
+        print(
+            f"consolidation's own cost (off the reply's path): {cost:.1f} ms per fact turn (median writes on - off), "
+            f"{cost / args.facts:.1f} ms per turn at one fact turn in {args.facts}"
+        )
+    work = [s["consolidate"] for s in sides[True] if s.get("consolidate")]
+    if work:
+        wall, cpu = [w for w, _ in work], [c for _, c in work]
+        print(
+            f"  its own work (the outbox's decisions and fact rows, {len(work)} fact turns): wall p50 / p95 "
+            f"{nearest_rank(wall, 50):.1f} / {nearest_rank(wall, 95):.1f} ms, thread CPU p50 / p95 "
+            f"{nearest_rank(cpu, 50):.1f} / {nearest_rank(cpu, 95):.1f} ms; per turn at one fact turn in "
+            f"{args.facts}: {sum(cpu) / len(cpu) / args.facts:.1f} ms CPU"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.turns < 2:
         raise InvalidInput(f"--turns must be at least 2 (the first is a warm-up), got {args.turns}")
@@ -491,5 +614,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.events < 0 or args.event_pool < 0:
         raise InvalidInput("--events and --event-pool must not be negative")
+    if args.facts < 0:
+        raise InvalidInput(f"--facts must not be negative, got {args.facts}")
     with data_folder(args.data_dir, "personalab-bench-") as path, bench_environment(path):
         return measure(args, path)

@@ -80,13 +80,30 @@ def consolidate_message(
     line_id: int | None = None,
     witnesses: Sequence[str] | None = None,
     character_id: int | None = None,
+    vectors_later: bool = False,
+    added: list[MemoryEntry] | None = None,
 ) -> list[dict[str, Any]]:
     """Consolidate the facts the user's `message` of `turn` tells (the rules decide, `decided_by: rules`); returns
-    the steps recorded, as dicts. A message that tells no fact records nothing."""
+    the steps recorded, as dicts. A message that tells no fact records nothing.
+
+    `vectors_later` (the outbox's batched writes): the new fact memories are stored without their vectors
+    (`MemoryStore.add_memories(vectors_later=True)`), appended to `added`, for the caller to embed with the rest of
+    the turn's texts in one call and write with `put_vectors`."""
     steps: list[dict[str, Any]] = []
     for fact in extract_facts(message):
-        steps.append(_consolidate_fact(store, instance_id, fact, user_name, turn, line_id, witnesses, character_id))
+        step, entries = _consolidate_fact(
+            store, instance_id, fact, user_name, turn, line_id, witnesses, character_id, vectors_later
+        )
+        steps.append(step)
+        if added is not None:
+            added.extend(entries)
     return steps
+
+
+def fact_texts(message: str, user_name: str) -> list[str]:
+    """The texts of the fact memories `consolidate_message` may store for `message` (one per fact it tells): the
+    outbox embeds them with the turn's other texts, in one call, before the decisions are taken."""
+    return [fact_content(fact, user_name) for fact in extract_facts(message)]
 
 
 def _consolidate_fact(
@@ -98,7 +115,8 @@ def _consolidate_fact(
     line_id: int | None,
     witnesses: Sequence[str] | None,
     character_id: int | None,
-) -> dict[str, Any]:
+    vectors_later: bool = False,
+) -> tuple[dict[str, Any], list[MemoryEntry]]:
     with session_scope(store._url()) as session:
         character = store.resolve_character(instance_id, character_id)
         decision = decide(fact, current_facts(session, instance_id, character, fact.slot))
@@ -109,7 +127,7 @@ def _consolidate_fact(
             step = _step_row(instance_id, character, turn, decision)
             session.add(step)
             session.flush()
-            return step.model_dump()
+            return step.model_dump(), []
     recorded: dict[str, Any] = {}
 
     def close_and_record(session: Session) -> None:
@@ -166,7 +184,7 @@ def _consolidate_fact(
         session.flush()
         recorded.update(step.model_dump())
 
-    store.add_memories(
+    entries = store.add_memories(
         instance_id,
         [
             {
@@ -183,8 +201,9 @@ def _consolidate_fact(
         ],
         character_id=character,
         before_commit=close_and_record,
+        vectors_later=vectors_later,
     )
-    return recorded
+    return recorded, entries
 
 
 def _stored_value(store: MemoryStore, instance_id: int, decision: Decision) -> str:

@@ -48,7 +48,7 @@ from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
 from personalab.stores.background import run_in_background, writes_visible
 from personalab.stores.db import session_scope, store_unavailable
-from personalab.stores.embeddings import embed_stored_texts
+from personalab.stores.embeddings import embed_stored_texts, embed_stored_texts_soon
 from personalab.stores.events import write_event
 from personalab.stores.failpoints import failpoint
 from personalab.stores.memory import MemoryStore, mark_mentioned_in, stored_text
@@ -259,23 +259,38 @@ def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
 
 def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
     """Issue 26: the facts the user's message told, consolidated with the stored ones by the rules
-    (`stores.consolidation`), each step recorded; applied once (a step already recorded for the line is not
-    taken again)."""
+    (`stores.consolidation`), each step recorded; applied once (a fact already stored for the line is not
+    consolidated again; its vector, if a process died before writing it, is written)."""
+    if not _consolidate(store, row, vectors_later=False):
+        line_id = row.payload.get("line_id")
+        if line_id is not None:
+            _vectors_left(store, row.instance_id, [line_id])
+    with session_scope(store._url()) as session:
+        mark(session)
+
+
+def _consolidate(store: MemoryStore, row: OutboxWrite, *, vectors_later: bool) -> list[Any] | None:
+    """Consolidate the facts of a `consolidate` row (`stores.consolidation.consolidate_message`); returns the fact
+    memories stored (without vectors with `vectors_later`), or None when the line's facts were consolidated
+    already (a replayed row: nothing is decided twice)."""
     from personalab.stores.consolidation import consolidate_message, consolidated_line
 
     data = row.payload
-    if not consolidated_line(store._url(), row.instance_id, data.get("line_id")):
-        consolidate_message(
-            store,
-            row.instance_id,
-            message=data["message"],
-            user_name=data["user_name"],
-            turn=data["turn"],
-            line_id=data.get("line_id"),
-            witnesses=data.get("witnesses"),
-        )
-    with session_scope(store._url()) as session:
-        mark(session)
+    if consolidated_line(store._url(), row.instance_id, data.get("line_id")):
+        return None
+    added: list[Any] = []
+    consolidate_message(
+        store,
+        row.instance_id,
+        message=data["message"],
+        user_name=data["user_name"],
+        turn=data["turn"],
+        line_id=data.get("line_id"),
+        witnesses=data.get("witnesses"),
+        vectors_later=vectors_later,
+        added=added,
+    )
+    return added
 
 
 APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
@@ -531,7 +546,7 @@ def _apply_one_by_one(
     return Step(applied, set_aside)
 
 
-TOGETHER = ("event", "record", "memory", "mention")  # the kinds `_apply_together` applies
+TOGETHER = ("event", "record", "memory", "mention", "consolidate")  # the kinds `_apply_together` applies
 
 
 def _apply_together(
@@ -549,11 +564,12 @@ def _apply_together(
     the first only):
 
     1. what a retrieval reads, in one transaction: the fresh memories and record entries as rows, without their
-       vectors (`MemoryStore.add_memories(vectors_later=True)`), and the mention marks; the keyword index follows
-       the commit. With `last` (no later row is due), the instance's next retrieval may go on (`writes_visible`):
+       vectors (`MemoryStore.add_memories(vectors_later=True)`), and the mention marks; then the consolidations
+       (issue 26), in order, each fact's decision and step in a transaction of its own (a decision reads the facts
+       the previous one stored), their fact memories without vectors too; the keyword index follows the commits. With `last` (no later row is due), the instance's next retrieval may go on (`writes_visible`):
        its keyword side finds the rows at once, its vector side scores them itself (`PENDING_VECTORS`).
-    2. the slow part: every text to embed (events, the new rows; a turn's memory is its event's text) in one
-       embeddings call, a text embedded before not again (`embed_stored_texts`); the events upserted by collection,
+    2. the slow part: every text to embed (events, the new rows and facts; a turn's memory is its event's text) in
+       one embeddings call, a text embedded before not again (`embed_stored_texts`); the events upserted by collection,
        the memories' vectors by collection; every row marked applied in one transaction.
 
     No row is marked applied before its vectors are in Chroma: a process that dies between the phases (fault tests:
@@ -568,16 +584,20 @@ def _apply_together(
         last = last and len(rows) == len(claimed) + len(later)
     body = [row for row in rows if row.kind != "event"]
     plan = _fresh_items(store, instance_id, body)
+    # the batch's one embeddings call, begun now (the model runs while phase 1 writes): the events, the new rows and
+    # the facts a consolidation may store, whose rows are written only after the decisions phase 1 takes
+    embed_stored_texts_soon(_batch_texts(rows, plan))
     # phase 1: the rows a retrieval reads
     entries: list[Any] = []
+    recheck: list[int] = []
     if body:
-        entries = _store_rows(store, body, plan)
+        entries, recheck = _store_rows(store, body, plan)
     if last:
         writes_visible()
     failpoint("during_writes")  # fault tests: the turn's rows stored, their vectors and events not yet, none applied
     # phase 2: the vectors and events, then every row applied
     try:
-        _write_vectors(store, rows, plan, entries, token)
+        _write_vectors(store, rows, plan, entries, token, recheck)
     except Exception as exc:  # noqa: BLE001 - one by one: the failing row keeps its error, the others go on
         log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rows), exc)
         step = _apply_one_by_one(store, database_url, instance_id, rows, token)
@@ -585,9 +605,25 @@ def _apply_together(
     return Step(len(rows), 0)
 
 
-def _store_rows(store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]) -> list[Any]:
+def _batch_texts(rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]) -> list[str]:
+    """Every text a batch may embed: its events', its fresh items', and the facts its `consolidate` rows tell."""
+    from personalab.stores.consolidation import fact_texts
+
+    texts = [row.payload["text"] for row in rows if row.kind == "event"]
+    texts += [stored_text(item) for item in items]
+    for row in rows:
+        if row.kind == "consolidate":
+            texts += fact_texts(row.payload["message"], row.payload["user_name"])
+    return list(dict.fromkeys(texts))
+
+
+def _store_rows(
+    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]
+) -> tuple[list[Any], list[int]]:
     """Phase 1 of `_apply_together`: the fresh memories and record entries (`items`) as rows without vectors and the
-    mention marks, in one transaction; then the keyword index of new memories. Returns the stored entries."""
+    mention marks, in one transaction; then the consolidations of the `consolidate` rows, in order (their fact
+    memories without vectors); then the keyword index of new memories. Returns the stored entries, and the user's
+    lines whose facts were consolidated before (a replayed row: their facts may lack a vector)."""
     instance_id = rows[0].instance_id
     # mention checks: the memories each reply used (the keywords of each, before the transaction)
     mentions = [
@@ -608,26 +644,42 @@ def _store_rows(store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence
     elif mentions:
         with session_scope(store._url()) as session:
             marks(session)
-    if any(row.kind == "memory" for row in rows):
+    # after the turns' record entries: a fact's update closes the exchange that told the old value (issue 26)
+    recheck: list[int] = []
+    for row in rows:
+        if row.kind != "consolidate":
+            continue
+        facts = _consolidate(store, row, vectors_later=True)
+        if facts is not None:
+            entries.extend(facts)
+        elif row.payload.get("line_id") is not None:
+            recheck.append(int(row.payload["line_id"]))
+    if any(row.kind in ("memory", "consolidate") for row in rows):
         try:  # the keyword index of the new memories for the next turn (a cache: its failure is only logged)
             store.index(instance_id)
         except Exception as exc:  # noqa: BLE001
             log.warning("instance %s: keyword index not rebuilt after its memories: %s", instance_id, exc)
-    return entries
+    return entries, recheck
 
 
 def _write_vectors(
-    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]], entries: Sequence[Any], token: str
+    store: MemoryStore,
+    rows: Sequence[OutboxWrite],
+    items: Sequence[dict[str, Any]],
+    entries: Sequence[Any],
+    token: str,
+    recheck: Sequence[int] = (),
 ) -> None:
-    """Phase 2 of `_apply_together`: one embeddings call for the events, the new entries and the stored ones left
-    without a vector (a process that died between the phases), the upserts, every row marked applied."""
+    """Phase 2 of `_apply_together`: one embeddings call for the events, the new entries (facts too) and the stored
+    ones left without a vector (a process that died between the phases; `recheck`: the lines of consolidations
+    found done), the upserts, every row marked applied."""
     instance_id = rows[0].instance_id
     events = [row.payload for row in rows if row.kind == "event"]
     lines = [item.get("line_id") for row in rows if row.kind in ("record", "memory") for item in row.payload["items"]]
     new_ids = {entry.id for entry in entries}
-    # a replay: the rows' items stored before (not in `items`) may lack their vectors
-    replayed = len(items) < len(lines)
-    left = [e for e in store.vectorless(instance_id, lines) if e.id not in new_ids] if replayed else []
+    # a replay: the rows' items stored before (not in `items`) may lack their vectors, and so may the facts
+    replayed = len(items) < len(lines) or bool(recheck)
+    left = [e for e in store.vectorless(instance_id, [*lines, *recheck]) if e.id not in new_ids] if replayed else []
     texts = [event["text"] for event in events] + [entry.content for entry in [*entries, *left]]
     vectors = embed_stored_texts(texts)
     event_vectors = dict(zip((event["id"] for event in events), vectors, strict=False))

@@ -281,10 +281,10 @@ class Settings(BaseSettings):
         "PERSONALAB_CHARS_PER_TOKEN; empty: the approximate counter.",
     )
     consolidation: bool = Field(
-        False,
+        True,
         description="Consolidate the facts the user tells about themselves with the stored ones (issue 26: add / "
-        "update / merge / none, each step recorded and undoable; docs/memory.md). Off by default: its outbox write "
-        "is applied on its own, one more embeddings call on a turn that tells a fact.",
+        "update / merge / none, each step recorded and undoable; docs/memory.md), off the reply's path with the "
+        "turn's other writes (the same embeddings call). 0: facts stay as the record and turn memories tell them.",
     )
     recall_turns: WholeNumber = Field(
         20,

@@ -46,6 +46,37 @@ def test_bench_turn_reports_nodes_totals_and_the_goal(tmp_path: Path, capsys: py
     assert sum(c.count() for c in stories) == 100 + 3  # one archived event per measured turn
 
 
+def test_bench_turn_compares_consolidation_off_and_on_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: `--facts 2 --compare-consolidation` alternates blocks of two turns (one telling where the user lives
+    now) between consolidation off and on; the report compares the sides and gives the consolidation's own cost."""
+    data = tmp_path / "bench"
+    argv = ["bench", "turn", "--history-turns", "20", "--events", "100", "--turns", "5", "--data-dir", str(data)]
+    assert main([*argv, "--facts", "2", "--compare-consolidation"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^  writes after the turn +4 +{NUMBER} +{NUMBER}$", out, re.M), out
+    assert "consolidation off / on (alternating blocks of 2 turns; p50 / p95 ms):" in out
+    for label in ("total - generate", "writes after the turn"):  # measured turns 1 and 4 off, 2 and 3 on
+        assert re.search(rf"^  {label} +2 +{NUMBER} +{NUMBER} +2 +{NUMBER} +{NUMBER}$", out, re.M), label
+    assert re.search(rf"^    of the fact turns +1 +{NUMBER} +{NUMBER} +1 +{NUMBER} +{NUMBER}$", out, re.M), out
+    assert re.search(
+        r"^ratio on / off of the turn without the model at p95: \d+\.\d\d \(goal at most 1\.1\) — ", out, re.M
+    )
+    assert re.search(
+        r"^  its own work \(the outbox's decisions and fact rows, 1 fact turns\): wall p50 / p95 ", out, re.M
+    )
+    assert re.search(r"^consolidation's own cost \(off the reply's path\): -?\d+\.\d ms per fact turn ", out, re.M)
+
+    # of the three fact turns (0 and 4 off, 2 on) only the one played with consolidation on stored its fact
+    from personalab.stores.consolidation import consolidation_steps
+    from personalab.stores.db import dispose_engines
+
+    steps = consolidation_steps(f"sqlite:///{data / 'personalab.db'}", 1)
+    dispose_engines()
+    assert [(step["action"], step["slot"], step["turn"]) for step in steps] == [("add", "住处", 23)]
+
+
 def test_bench_turn_needs_a_measured_turn_after_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "turn", "--turns", "1"]) == 2
     err = capsys.readouterr().err

@@ -193,6 +193,9 @@ def test_the_rules_decide_add_update_merge_and_none() -> None:
     assert extract_facts("我现在住在哪个城市？") == [] and extract_facts("我住在哪") == []
     assert extract_facts("Where do I live now?") == []
     assert [f.value for f in extract_facts("你猜怎么着？我搬到上海了。")] == ["上海"]
+    # someone else's fact is not the user's (consolidation on by default: it would close the user's own age)
+    assert extract_facts("我妹妹叫林小禾，今年十二岁，住在银杏镇。") == []
+    assert [(f.slot, f.value) for f in extract_facts("我叫莱姆，今年28岁。")] == [("名字", "莱姆"), ("年龄", "28")]
     assert asks_about_past("我以前住在哪里？") and asks_about_past("Where did I use to live before?")
     assert not asks_about_past("我住在哪里？")
 

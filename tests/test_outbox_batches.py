@@ -20,6 +20,8 @@ from personalab.stores.background import flush_event_writes
 from personalab.stores.memory import MemoryStore
 from test_outbox import FACT, _never_applied, assert_each_write_once, rows
 
+MOVED = "我们继续赶路吧，我住在北京。"  # a fact the consolidation (on by default) stores with the turn's other writes
+
 
 class CountingEmbeddings(Embeddings):
     """The configured model, each call of it recorded (the texts it was given)."""
@@ -92,7 +94,7 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     with monkeypatch.context() as dying:
         _never_applied(dying)  # a process that died after its replies: three turns' writes wait
         with turn_graph(Context(database_url=db_url)) as (graph, context):
-            for message in ("你好，雷娜。", FACT, "我们继续赶路吧。"):
+            for message in ("你好，雷娜。", FACT, MOVED):
                 # every turn one the review writes (issue 26: small talk leaves its lines in the record only)
                 run_turn(graph, context, instance, message, selected_choice={"level": "important"})
         flush_event_writes()
@@ -106,6 +108,9 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     store = MemoryStore(db_url=db_url)
     assert {1, 2, 3} <= {m.turn for m in store.list_memories(instance)}
     assert any(FACT in m.content for m in store.list_memories(instance, type="record"))
+    from personalab.stores.consolidation import consolidation_steps
+
+    assert [step["action"] for step in consolidation_steps(db_url, instance)] == ["add"]  # the third turn's fact
 
     # applied again (a crash after the write, before the mark): nothing stored twice, no text embedded again
     from personalab.stores.db import session_scope
@@ -125,6 +130,7 @@ def test_writes_left_by_several_turns_are_applied_together_each_once_and_applied
     assert counting.calls == []
     assert {m.id: (m.mention_count, m.content) for m in store.list_memories(instance, include_record=True)} == before
     assert_each_write_once(db_url, instance)
+    assert len(consolidation_steps(db_url, instance)) == 1  # the fact's line was not consolidated again
 
 
 def test_a_stored_texts_vector_is_computed_once(counting: CountingEmbeddings) -> None:
@@ -133,3 +139,31 @@ def test_a_stored_texts_vector_is_computed_once(counting: CountingEmbeddings) ->
     assert counting.calls == [["雷娜把旧地图藏在了铁轨桥下。", "莱姆：我们去黑市。"], ["新的一句。"]]
     assert again[0] == again[1] == first[1]
     assert again[2] == counting.model.embed_documents(["新的一句。"])[0]
+
+
+def test_a_turn_that_tells_a_changed_fact_is_consolidated_within_its_one_embeddings_call(
+    db_url: str, data_dir: Path, counting: CountingEmbeddings
+) -> None:
+    """Issue 26, consolidation on by default: the fact the user tells is stored, decided (an update closing the old
+    value) and embedded with the turn's other texts, in the same single call; its memory has its vector."""
+    from personalab.graph.api import PersonaLab
+
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, context):  # the settings' default: consolidation on
+        run_turn(graph, context, instance, "我住在北京。")
+        flush_event_writes()
+        counting.calls.clear()
+        run_turn(graph, context, instance, "跟你说，我搬到上海了。")
+        flush_event_writes()
+    assert len(counting.calls) == 1, counting.calls
+    (texts,) = counting.calls
+    store = MemoryStore(db_url=db_url)
+    facts = [m for m in store.list_memories(instance) if "fact" in (m.tags or [])]
+    current = [m for m in facts if m.valid_to_turn is None]
+    assert [m.content for m in current] == ["【住处】用户：跟你说，我搬到上海了。"], facts
+    assert current[0].content in texts
+    assert [m.valid_to_turn for m in facts if "北京" in m.content] == [2]  # the old value kept, closed at turn 2
+    steps = PersonaLab(database_url=db_url).memories.steps(instance)
+    assert [(step["action"], step["slot"]) for step in steps] == [("add", "住处"), ("update", "住处")]
+    assert not rows(db_url, instance, applied=False)
+    assert_each_write_once(db_url, instance)  # every memory, the facts too, with its vector

@@ -79,6 +79,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("name", re.compile(r"\bmy name is ([A-Z][\w'-]{0,20})", re.IGNORECASE)),
 )
 
+# someone the user talks about: "我妹妹叫林小禾，今年十二岁" tells the sister's age, not the user's
+_OTHERS = re.compile(
+    r"(妹妹|弟弟|哥哥|姐姐|妈妈|爸爸|母亲|父亲|爷爷|奶奶|朋友|同事|儿子|女儿|孩子|老婆|老公|丈夫|妻子|男朋友|女朋友|[她他它])"
+)
+
 _PAST_WORDS = ("以前", "之前", "原来", "过去", "曾经", "从前", "上次", "当初", "原先")
 _PAST_EN = re.compile(r"\b(used to|before|previously|formerly|earlier|in the past)\b", re.IGNORECASE)
 
@@ -92,9 +97,15 @@ def extract_facts(message: str) -> list[Fact]:
         for slot, pattern in _PATTERNS:
             for match in pattern.finditer(sentence):
                 value = next((g for g in match.groups() if g), "").strip()
-                if value:
+                if value and not _about_someone_else(sentence, match):
                     found[slot] = Fact(slot, value, sentence.strip())
     return list(found.values())
+
+
+def _about_someone_else(sentence: str, match: re.Match[str]) -> bool:
+    """A match that does not start at "我" (the age's bare "今年…岁") in a sentence that named someone else before it:
+    the sentence's subject carries over, so the fact is that person's ("我妹妹叫林小禾，今年十二岁")."""
+    return not match.group(0).startswith("我") and bool(_OTHERS.search(sentence[: match.start()]))
 
 
 _QUESTION_WORDS = ("哪", "什么", "谁", "多少", "几岁", "吗")
