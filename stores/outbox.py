@@ -167,7 +167,8 @@ def _apply_memories(store: MemoryStore, row: OutboxWrite, mark: Callable[[Sessio
     # a turn's memories carry its reply's line: those already stored for it (by hand-replayed rows) stay single
     lines = [item["line_id"] for item in items if item.get("line_id") is not None]
     stored = store.stored_contents(row.instance_id, lines)
-    fresh = [item for item in items if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored]
+    # compared as stored: a memory with a `context` is stored as context, line break, content
+    fresh = [item for item in items if (item.get("line_id"), stored_text(item)) not in stored]
     if len(fresh) < len(items):
         _vectors_left(store, row.instance_id, lines)
     if fresh:
@@ -304,7 +305,28 @@ APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None
 
 
 class ClaimLost(RuntimeError):
-    """Another process took the row over (this one's claim lapsed): what this one wrote is rolled back."""
+    """Another drain took the row over (this one's claim lapsed): what this one wrote is rolled back."""
+
+
+def _hold_claims(session: Session, row_ids: Sequence[int | None], token: str) -> None:
+    """In the caller's transaction, before its commit: renew this drain's claims on `row_ids` for CLAIM_S, or raise
+    `ClaimLost` if another drain took one over (this one's lapsed under load), which rolls the caller's writes
+    back (issue 27: a drain whose claim lapsed between reading what is fresh and storing it stored a turn's
+    memories a second time). The guarded UPDATE serialises with a claim: on PostgreSQL it locks the rows until
+    the commit (a drain claiming them meanwhile waits, then finds the claim renewed), on SQLite the database's
+    one writer does. Every store write of a drain runs it (or `_marker`, which marks the row applied)."""
+    ids = [row_id for row_id in row_ids if row_id is not None]
+    if not ids:
+        return
+    held = session.exec(
+        update(OutboxWrite)
+        .where(
+            col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token, col(OutboxWrite.applied_at).is_(None)
+        )
+        .values(claimed_until=time.time() + CLAIM_S)
+    )
+    if held.rowcount != len(ids):
+        raise ClaimLost(f"outbox writes {ids} were claimed by another drain")
 
 
 def _marker(row_id: int, token: str) -> Callable[[Session], None]:
@@ -432,9 +454,23 @@ def _apply_due(store: MemoryStore, database_url: str | None, instance_id: int, f
         try:
             last = cut == len(due) < BATCH_ROWS  # no later due row: the next retrieval may go on after phase 1
             return _apply_together(store, database_url, claimed, later, token, now, force, last)
+        except ClaimLost as exc:  # another drain applies them now: not one by one with a claim that is gone
+            return Step(0, 0, "held", _taken_over(database_url, instance_id, batch, token, exc))
         except Exception as exc:  # noqa: BLE001 - applied one by one below: the failing row keeps its error
             log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(claimed), exc)
     return _apply_one_by_one(store, database_url, instance_id, claimed, token)
+
+
+def _taken_over(url: str | None, instance_id: int, rows: Sequence[OutboxWrite], token: str, exc: ClaimLost) -> float:
+    """This drain's claim lapsed and another drain took the rows over (issue 27): what this one was writing was
+    rolled back (`_hold_claims`); the claims it still has are given back, and the drain comes back when the
+    other's claim would lapse (the rows are applied by then, or that drain died). Returns when."""
+    log.info("instance %s: queued writes taken over by another drain, left to it: %s", instance_id, exc)
+    try:
+        _release(url, [row.id for row in rows], token)
+    except Exception:  # noqa: BLE001 - the database went: the claims lapse
+        pass
+    return time.time() + CLAIM_S
 
 
 def _dead_claim(claimed_by: str | None) -> str | None:
@@ -518,6 +554,8 @@ def _apply_one_by_one(
         assert row.id is not None
         try:
             APPLIERS[row.kind](store, row, _marker(row.id, token))
+        except ClaimLost as exc:  # rolled back: the drain that took the row over applies it and the later ones
+            return Step(applied, set_aside, "held", _taken_over(database_url, instance_id, rows[position:], token, exc))
         except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
             try:
                 when = _failed(database_url, row.id, token, exc)
@@ -591,13 +629,18 @@ def _apply_together(
     entries: list[Any] = []
     recheck: list[int] = []
     if body:
-        entries, recheck = _store_rows(store, body, plan)
+        # every write of phase 1 commits only while this drain's claims on the batch hold (`_hold_claims`)
+        entries, recheck = _store_rows(
+            store, body, plan, lambda session: _hold_claims(session, [r.id for r in rows], token)
+        )
     if last:
         writes_visible()
     failpoint("during_writes")  # fault tests: the turn's rows stored, their vectors and events not yet, none applied
     # phase 2: the vectors and events, then every row applied
     try:
         _write_vectors(store, rows, plan, entries, token, recheck)
+    except ClaimLost:  # the rows are another drain's now (`_apply_due`): its own vectors are upserts by id
+        raise
     except Exception as exc:  # noqa: BLE001 - one by one: the failing row keeps its error, the others go on
         log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rows), exc)
         step = _apply_one_by_one(store, database_url, instance_id, rows, token)
@@ -618,11 +661,12 @@ def _batch_texts(rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]) -
 
 
 def _store_rows(
-    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]
+    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]], hold: Callable[[Session], None]
 ) -> tuple[list[Any], list[int]]:
     """Phase 1 of `_apply_together`: the fresh memories and record entries (`items`) as rows without vectors and the
     mention marks, in one transaction; then the consolidations of the `consolidate` rows, in order (their fact
-    memories without vectors); then the keyword index of new memories. Returns the stored entries, and the user's
+    memories without vectors); then the keyword index of new memories. Each transaction commits only if `hold` (the
+    drain's claims, issue 27) passes. Returns the stored entries, and the user's
     lines whose facts were consolidated before (a replayed row: their facts may lack a vector)."""
     instance_id = rows[0].instance_id
     # mention checks: the memories each reply used (the keywords of each, before the transaction)
@@ -635,6 +679,7 @@ def _store_rows(
     ]
 
     def marks(session: Session) -> None:
+        hold(session)  # ClaimLost: another drain applies these rows, nothing of this one's is stored
         for used, turn in mentions:
             mark_mentioned_in(session, instance_id, used, turn, once_per_turn=True)
 
@@ -702,11 +747,7 @@ def _fresh_items(store: MemoryStore, instance_id: int, rows: Sequence[OutboxWrit
             fresh = [item for item in row.payload["items"] if item.get("line_id") not in recorded]
             recorded |= {item["line_id"] for item in fresh if item.get("line_id")}
         elif row.kind == "memory":
-            fresh = [
-                item
-                for item in row.payload["items"]
-                if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored
-            ]
+            fresh = [item for item in row.payload["items"] if (item.get("line_id"), stored_text(item)) not in stored]
         else:
             continue
         stored |= {(item.get("line_id"), stored_text(item)) for item in fresh}
