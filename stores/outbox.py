@@ -153,6 +153,52 @@ def _release_unsettled(database_url: str | None) -> None:
 # Applying
 
 
+class ClaimLost(RuntimeError):
+    """Another drain took the row over (this one's claim lapsed): what this one wrote is rolled back."""
+
+
+def _hold_claims(session: Session, row_ids: Sequence[int | None], token: str) -> None:
+    """In the caller's transaction, before its commit: renew this drain's claims on `row_ids` for CLAIM_S, or raise
+    `ClaimLost` if another drain took one over (this one's lapsed under load), which rolls the caller's writes
+    back (issue 27: a drain whose claim lapsed between reading what is fresh and storing it stored a turn's
+    memories a second time). The guarded UPDATE serialises with a claim: on PostgreSQL it locks the rows until
+    the commit (a drain claiming them meanwhile waits, then finds the claim renewed), on SQLite the database's
+    one writer does. Every store write of a drain runs it (or `_Claim`, which marks the row applied)."""
+    ids = [row_id for row_id in row_ids if row_id is not None]
+    if not ids:
+        return
+    held = session.exec(
+        update(OutboxWrite)
+        .where(
+            col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token, col(OutboxWrite.applied_at).is_(None)
+        )
+        .values(claimed_until=time.time() + CLAIM_S)
+    )
+    if held.rowcount != len(ids):
+        raise ClaimLost(f"outbox writes {ids} were claimed by another drain")
+
+
+class _Claim:
+    """A drain's claim on one row, for its applier: called in the transaction of the row's write, it marks the row
+    applied while the claim is still this drain's (else `ClaimLost`: the write rolls back); `hold` only renews it,
+    for an applier that writes in several transactions before its last."""
+
+    def __init__(self, row_id: int, token: str) -> None:
+        self.row_id, self.token = row_id, token
+
+    def __call__(self, session: Session) -> None:
+        done = session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id) == self.row_id, col(OutboxWrite.claimed_by) == self.token)
+            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
+        )
+        if not done.rowcount:
+            raise ClaimLost(f"outbox write {self.row_id} was claimed by another drain")
+
+    def hold(self, session: Session) -> None:
+        _hold_claims(session, [self.row_id], self.token)
+
+
 def _apply_event(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
     event = row.payload
     write_event(event["collection"], event["text"], event["metadata"], event["id"], store._chroma_path())
@@ -258,11 +304,12 @@ def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
         mark(session)
 
 
-def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: _Claim) -> None:
     """Issue 26: the facts the user's message told, consolidated with the stored ones by the rules
     (`stores.consolidation`), each step recorded; applied once (a fact already stored for the line is not
-    consolidated again; its vector, if a process died before writing it, is written)."""
-    if not _consolidate(store, row, vectors_later=False):
+    consolidated again; its vector, if a process died before writing it, is written; each step's transaction
+    commits only while this drain's claim holds, issue 27)."""
+    if not _consolidate(store, row, vectors_later=False, guard=mark.hold):
         line_id = row.payload.get("line_id")
         if line_id is not None:
             _vectors_left(store, row.instance_id, [line_id])
@@ -270,10 +317,12 @@ def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[S
         mark(session)
 
 
-def _consolidate(store: MemoryStore, row: OutboxWrite, *, vectors_later: bool) -> list[Any] | None:
+def _consolidate(
+    store: MemoryStore, row: OutboxWrite, *, vectors_later: bool, guard: Callable[[Session], None]
+) -> list[Any] | None:
     """Consolidate the facts of a `consolidate` row (`stores.consolidation.consolidate_message`); returns the fact
     memories stored (without vectors with `vectors_later`), or None when the line's facts were consolidated
-    already (a replayed row: nothing is decided twice)."""
+    already (a replayed row: nothing is decided twice). `guard`: the drain's claim, checked in each transaction."""
     from personalab.stores.consolidation import consolidate_message, consolidated_line
 
     data = row.payload
@@ -290,11 +339,12 @@ def _consolidate(store: MemoryStore, row: OutboxWrite, *, vectors_later: bool) -
         witnesses=data.get("witnesses"),
         vectors_later=vectors_later,
         added=added,
+        guard=guard,
     )
     return added
 
 
-APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
+APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, _Claim], None]] = {
     "consolidate": _apply_consolidation,
     "event": _apply_event,
     "memory": _apply_memories,
@@ -302,44 +352,6 @@ APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None
     "mention": _apply_mentions,
     "review": _apply_review,
 }
-
-
-class ClaimLost(RuntimeError):
-    """Another drain took the row over (this one's claim lapsed): what this one wrote is rolled back."""
-
-
-def _hold_claims(session: Session, row_ids: Sequence[int | None], token: str) -> None:
-    """In the caller's transaction, before its commit: renew this drain's claims on `row_ids` for CLAIM_S, or raise
-    `ClaimLost` if another drain took one over (this one's lapsed under load), which rolls the caller's writes
-    back (issue 27: a drain whose claim lapsed between reading what is fresh and storing it stored a turn's
-    memories a second time). The guarded UPDATE serialises with a claim: on PostgreSQL it locks the rows until
-    the commit (a drain claiming them meanwhile waits, then finds the claim renewed), on SQLite the database's
-    one writer does. Every store write of a drain runs it (or `_marker`, which marks the row applied)."""
-    ids = [row_id for row_id in row_ids if row_id is not None]
-    if not ids:
-        return
-    held = session.exec(
-        update(OutboxWrite)
-        .where(
-            col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token, col(OutboxWrite.applied_at).is_(None)
-        )
-        .values(claimed_until=time.time() + CLAIM_S)
-    )
-    if held.rowcount != len(ids):
-        raise ClaimLost(f"outbox writes {ids} were claimed by another drain")
-
-
-def _marker(row_id: int, token: str) -> Callable[[Session], None]:
-    def mark(session: Session) -> None:
-        done = session.exec(
-            update(OutboxWrite)
-            .where(col(OutboxWrite.id) == row_id, col(OutboxWrite.claimed_by) == token)
-            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
-        )
-        if not done.rowcount:
-            raise ClaimLost(f"outbox write {row_id} was claimed by another process")
-
-    return mark
 
 
 def backoff_s(attempts: int) -> float:
@@ -553,7 +565,7 @@ def _apply_one_by_one(
     for position, row in enumerate(rows):
         assert row.id is not None
         try:
-            APPLIERS[row.kind](store, row, _marker(row.id, token))
+            APPLIERS[row.kind](store, row, _Claim(row.id, token))
         except ClaimLost as exc:  # rolled back: the drain that took the row over applies it and the later ones
             return Step(applied, set_aside, "held", _taken_over(database_url, instance_id, rows[position:], token, exc))
         except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
@@ -694,7 +706,7 @@ def _store_rows(
     for row in rows:
         if row.kind != "consolidate":
             continue
-        facts = _consolidate(store, row, vectors_later=True)
+        facts = _consolidate(store, row, vectors_later=True, guard=hold)
         if facts is not None:
             entries.extend(facts)
         elif row.payload.get("line_id") is not None:

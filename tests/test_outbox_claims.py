@@ -130,3 +130,40 @@ def test_a_drain_whose_claim_lapsed_while_applying_one_by_one_leaves_no_vector_b
     assert got["documents"] == ["营地在旧加油站"]
     assert_each_write_once(db_url, instance)
     assert first["applied"] == 0 and first["failed"] == 0  # left to the drain that took it over, not an error
+
+
+def test_a_consolidation_whose_claim_lapsed_before_its_write_consolidates_once(
+    db_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queued consolidation (issue 26): the first drain found the line's facts not consolidated, lost its claim,
+    and the second consolidated them; the first one's decision is not stored (one fact memory, one step)."""
+    from personalab.stores import consolidation
+    from personalab.stores.memory_tables import MemoryConsolidation
+    from sqlmodel import select
+
+    instance = create_sample_instance(db_url)
+    told = {"message": "我住在旧加油站", "user_name": "莱姆", "turn": 1, "line_id": LINE, "witnesses": None}
+    with session_scope(db_url) as session:
+        outbox.queue_writes(
+            session, [outbox.write_row("consolidate", instance, f"consolidate:i{instance}-l{LINE}", told)]
+        )
+    real = consolidation.consolidate_message
+    second: list[dict[str, Any]] = []
+
+    def consolidate(*args: Any, **kwargs: Any) -> Any:
+        if not second:  # the first drain, after its check that the line was not consolidated
+            _lapse_and_take_over(db_url, instance, second)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(consolidation, "consolidate_message", consolidate)
+    first = outbox.drain_instance(db_url, None, instance)
+    flush_event_writes()
+    assert second == [{"applied": 1, "failed": 0, "waiting": 0}]
+    facts = [m for m in MemoryStore(db_url=db_url).list_memories(instance) if "旧加油站" in m.content]
+    assert len(facts) == 1, [m.content for m in facts]
+    with session_scope(db_url) as session:
+        steps = session.exec(select(MemoryConsolidation).where(MemoryConsolidation.instance_id == instance)).all()
+    assert len(steps) == 1, steps
+    assert not rows(db_url, instance, applied=False)
+    assert_each_write_once(db_url, instance)
+    assert first["applied"] == 0 and first["failed"] == 0
