@@ -26,8 +26,10 @@ the `outbox` table (`stores.outbox_tables`).
   still plays and its writes wait here. A row the stores refuse as such (`InvalidInput`, `NotFound`) is set aside
   instead of blocking the instance's later writes; `personalab doctor` reports it and `--repair` tries it again.
 - **Claimed, so never applied by two processes at once.** A drain claims a row (`claimed_by`, `claimed_until`:
-  one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and marks it applied only while
-  the claim is still its own; a row claimed by a live process stops the other's drain of that instance.
+  one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and commits each of its writes only
+  while the claim is still its own (`_hold_claims`, `_Claim`: a claim that lapsed under load and was taken over by
+  another drain rolls the write back, issue 27); a row claimed by a live process stops the other's drain of that
+  instance.
 - **Resumed at start-up.** `resume_pending` (graph open in-process, the served graph's load) drains every instance
   with rows left by a process that died; `apply_pending` (`personalab doctor --repair`) applies them at once.
 """
