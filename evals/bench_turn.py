@@ -352,10 +352,10 @@ class ConsolidationTimer:
 
         self._real = real = outbox._consolidate
 
-        def timed(store: Any, row: Any, *, vectors_later: bool) -> Any:
+        def timed(store: Any, row: Any, *, vectors_later: bool, guard: Any) -> Any:
             wall, cpu = time.perf_counter(), time.thread_time()
             try:
-                return real(store, row, vectors_later=vectors_later)
+                return real(store, row, vectors_later=vectors_later, guard=guard)
             finally:
                 self._spent.append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
 

@@ -13,7 +13,7 @@ closed) and marks it undone; it refuses, naming the step, one already undone or 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from personalab.nodes.rules.consolidation import (
@@ -82,17 +82,19 @@ def consolidate_message(
     character_id: int | None = None,
     vectors_later: bool = False,
     added: list[MemoryEntry] | None = None,
+    guard: Callable[[Session], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Consolidate the facts the user's `message` of `turn` tells (the rules decide, `decided_by: rules`); returns
     the steps recorded, as dicts. A message that tells no fact records nothing.
 
     `vectors_later` (the outbox's batched writes): the new fact memories are stored without their vectors
     (`MemoryStore.add_memories(vectors_later=True)`), appended to `added`, for the caller to embed with the rest of
-    the turn's texts in one call and write with `put_vectors`."""
+    the turn's texts in one call and write with `put_vectors`. `guard(session)` runs in each transaction before
+    its commit (the outbox's claim, issue 27: if it raises, that transaction stores nothing)."""
     steps: list[dict[str, Any]] = []
     for fact in extract_facts(message):
         step, entries = _consolidate_fact(
-            store, instance_id, fact, user_name, turn, line_id, witnesses, character_id, vectors_later
+            store, instance_id, fact, user_name, turn, line_id, witnesses, character_id, vectors_later, guard
         )
         steps.append(step)
         if added is not None:
@@ -116,6 +118,7 @@ def _consolidate_fact(
     witnesses: Sequence[str] | None,
     character_id: int | None,
     vectors_later: bool = False,
+    guard: Callable[[Session], None] | None = None,
 ) -> tuple[dict[str, Any], list[MemoryEntry]]:
     with session_scope(store._url()) as session:
         character = store.resolve_character(instance_id, character_id)
@@ -124,6 +127,8 @@ def _consolidate_fact(
         decision.action is Action.MERGE and len(fact.value) <= len(_stored_value(store, instance_id, decision))
     ):
         with session_scope(store._url()) as session:
+            if guard is not None:
+                guard(session)
             step = _step_row(instance_id, character, turn, decision)
             session.add(step)
             session.flush()
@@ -131,6 +136,8 @@ def _consolidate_fact(
     recorded: dict[str, Any] = {}
 
     def close_and_record(session: Session) -> None:
+        if guard is not None:
+            guard(session)
         new = session.exec(
             select(MemoryEntry.id)
             .where(MemoryEntry.instance_id == instance_id, MemoryEntry.character_id == character)

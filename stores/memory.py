@@ -556,8 +556,9 @@ class MemoryStore:
         vectors are `embed_stored_texts`' of the items' `stored_text` (the outbox's writes), so their dimension
         is not checked against the collection's.
 
-        `before_commit(session)` runs in the transaction once the rows and vectors are written (the outbox marks
-        its row applied there, so the memories are stored exactly once).
+        `before_commit(session)` runs in the transaction once the rows are written, before their vectors (the outbox
+        marks its row applied there, only while its claim holds, so the memories are stored exactly once; if it
+        raises, nothing is stored and no vector written).
 
         `vectors_later` (the outbox, issue 29): only the rows and the keyword index now, no vector; the caller
         writes them with `put_vectors` after, and until then this process's retrievals score them themselves
@@ -606,6 +607,11 @@ class MemoryStore:
             session.flush()
             revision = bump_revision(session, instance_id)
             place = (self._chroma_path(), collection_name(instance_id, character))
+            # before the vectors (issue 27): a `before_commit` that refuses (the outbox's claim lost to another
+            # drain) rolls the rows back with no vector written for them; on SQLite a rolled-back id is given to
+            # the next memory, which would inherit that vector
+            if before_commit is not None:
+                before_commit(session)
             if vectors_later:
                 pending = {int(e.id): e.content for e in entries if e.id is not None}
             else:
@@ -613,8 +619,6 @@ class MemoryStore:
                 # the next turns' retrievals will want the new memories' vectors: keep them now
                 for entry, vector in zip(entries, vectors, strict=True):
                     VECTORS.keep(place, entry.id, entry.content, vector)  # type: ignore[arg-type]
-            if before_commit is not None:
-                before_commit(session)
         if vectors_later:  # committed: the next retrieval may find them (by keyword at once, by vector itself)
             PENDING_VECTORS.add(place, pending)
         note_written(url, instance_id, revision, changed={character: [_indexed(e) for e in entries]})

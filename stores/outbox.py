@@ -26,8 +26,10 @@ the `outbox` table (`stores.outbox_tables`).
   still plays and its writes wait here. A row the stores refuse as such (`InvalidInput`, `NotFound`) is set aside
   instead of blocking the instance's later writes; `personalab doctor` reports it and `--repair` tries it again.
 - **Claimed, so never applied by two processes at once.** A drain claims a row (`claimed_by`, `claimed_until`:
-  one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and marks it applied only while
-  the claim is still its own; a row claimed by a live process stops the other's drain of that instance.
+  one conditional UPDATE, atomic on SQLite and PostgreSQL) before applying it, and commits each of its writes only
+  while the claim is still its own (`_hold_claims`, `_Claim`: a claim that lapsed under load and was taken over by
+  another drain rolls the write back, issue 27); a row claimed by a live process stops the other's drain of that
+  instance.
 - **Resumed at start-up.** `resume_pending` (graph open in-process, the served graph's load) drains every instance
   with rows left by a process that died; `apply_pending` (`personalab doctor --repair`) applies them at once.
 """
@@ -153,6 +155,52 @@ def _release_unsettled(database_url: str | None) -> None:
 # Applying
 
 
+class ClaimLost(RuntimeError):
+    """Another drain took the row over (this one's claim lapsed): what this one wrote is rolled back."""
+
+
+def _hold_claims(session: Session, row_ids: Sequence[int | None], token: str) -> None:
+    """In the caller's transaction, before its commit: renew this drain's claims on `row_ids` for CLAIM_S, or raise
+    `ClaimLost` if another drain took one over (this one's lapsed under load), which rolls the caller's writes
+    back (issue 27: a drain whose claim lapsed between reading what is fresh and storing it stored a turn's
+    memories a second time). The guarded UPDATE serialises with a claim: on PostgreSQL it locks the rows until
+    the commit (a drain claiming them meanwhile waits, then finds the claim renewed), on SQLite the database's
+    one writer does. Every store write of a drain runs it (or `_Claim`, which marks the row applied)."""
+    ids = [row_id for row_id in row_ids if row_id is not None]
+    if not ids:
+        return
+    held = session.exec(
+        update(OutboxWrite)
+        .where(
+            col(OutboxWrite.id).in_(ids), col(OutboxWrite.claimed_by) == token, col(OutboxWrite.applied_at).is_(None)
+        )
+        .values(claimed_until=time.time() + CLAIM_S)
+    )
+    if held.rowcount != len(ids):
+        raise ClaimLost(f"outbox writes {ids} were claimed by another drain")
+
+
+class _Claim:
+    """A drain's claim on one row, for its applier: called in the transaction of the row's write, it marks the row
+    applied while the claim is still this drain's (else `ClaimLost`: the write rolls back); `hold` only renews it,
+    for an applier that writes in several transactions before its last."""
+
+    def __init__(self, row_id: int, token: str) -> None:
+        self.row_id, self.token = row_id, token
+
+    def __call__(self, session: Session) -> None:
+        done = session.exec(
+            update(OutboxWrite)
+            .where(col(OutboxWrite.id) == self.row_id, col(OutboxWrite.claimed_by) == self.token)
+            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
+        )
+        if not done.rowcount:
+            raise ClaimLost(f"outbox write {self.row_id} was claimed by another drain")
+
+    def hold(self, session: Session) -> None:
+        _hold_claims(session, [self.row_id], self.token)
+
+
 def _apply_event(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
     event = row.payload
     write_event(event["collection"], event["text"], event["metadata"], event["id"], store._chroma_path())
@@ -167,7 +215,8 @@ def _apply_memories(store: MemoryStore, row: OutboxWrite, mark: Callable[[Sessio
     # a turn's memories carry its reply's line: those already stored for it (by hand-replayed rows) stay single
     lines = [item["line_id"] for item in items if item.get("line_id") is not None]
     stored = store.stored_contents(row.instance_id, lines)
-    fresh = [item for item in items if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored]
+    # compared as stored: a memory with a `context` is stored as context, line break, content
+    fresh = [item for item in items if (item.get("line_id"), stored_text(item)) not in stored]
     if len(fresh) < len(items):
         _vectors_left(store, row.instance_id, lines)
     if fresh:
@@ -257,11 +306,12 @@ def _apply_review(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session]
         mark(session)
 
 
-def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[Session], None]) -> None:
+def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: _Claim) -> None:
     """Issue 26: the facts the user's message told, consolidated with the stored ones by the rules
     (`stores.consolidation`), each step recorded; applied once (a fact already stored for the line is not
-    consolidated again; its vector, if a process died before writing it, is written)."""
-    if not _consolidate(store, row, vectors_later=False):
+    consolidated again; its vector, if a process died before writing it, is written; each step's transaction
+    commits only while this drain's claim holds, issue 27)."""
+    if not _consolidate(store, row, vectors_later=False, guard=mark.hold):
         line_id = row.payload.get("line_id")
         if line_id is not None:
             _vectors_left(store, row.instance_id, [line_id])
@@ -269,10 +319,12 @@ def _apply_consolidation(store: MemoryStore, row: OutboxWrite, mark: Callable[[S
         mark(session)
 
 
-def _consolidate(store: MemoryStore, row: OutboxWrite, *, vectors_later: bool) -> list[Any] | None:
+def _consolidate(
+    store: MemoryStore, row: OutboxWrite, *, vectors_later: bool, guard: Callable[[Session], None]
+) -> list[Any] | None:
     """Consolidate the facts of a `consolidate` row (`stores.consolidation.consolidate_message`); returns the fact
     memories stored (without vectors with `vectors_later`), or None when the line's facts were consolidated
-    already (a replayed row: nothing is decided twice)."""
+    already (a replayed row: nothing is decided twice). `guard`: the drain's claim, checked in each transaction."""
     from personalab.stores.consolidation import consolidate_message, consolidated_line
 
     data = row.payload
@@ -289,11 +341,12 @@ def _consolidate(store: MemoryStore, row: OutboxWrite, *, vectors_later: bool) -
         witnesses=data.get("witnesses"),
         vectors_later=vectors_later,
         added=added,
+        guard=guard,
     )
     return added
 
 
-APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None]], None]] = {
+APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, _Claim], None]] = {
     "consolidate": _apply_consolidation,
     "event": _apply_event,
     "memory": _apply_memories,
@@ -301,23 +354,6 @@ APPLIERS: dict[str, Callable[[MemoryStore, OutboxWrite, Callable[[Session], None
     "mention": _apply_mentions,
     "review": _apply_review,
 }
-
-
-class ClaimLost(RuntimeError):
-    """Another process took the row over (this one's claim lapsed): what this one wrote is rolled back."""
-
-
-def _marker(row_id: int, token: str) -> Callable[[Session], None]:
-    def mark(session: Session) -> None:
-        done = session.exec(
-            update(OutboxWrite)
-            .where(col(OutboxWrite.id) == row_id, col(OutboxWrite.claimed_by) == token)
-            .values(applied_at=utcnow(), claimed_by=None, claimed_until=None, last_error=None)
-        )
-        if not done.rowcount:
-            raise ClaimLost(f"outbox write {row_id} was claimed by another process")
-
-    return mark
 
 
 def backoff_s(attempts: int) -> float:
@@ -432,9 +468,23 @@ def _apply_due(store: MemoryStore, database_url: str | None, instance_id: int, f
         try:
             last = cut == len(due) < BATCH_ROWS  # no later due row: the next retrieval may go on after phase 1
             return _apply_together(store, database_url, claimed, later, token, now, force, last)
+        except ClaimLost as exc:  # another drain applies them now: not one by one with a claim that is gone
+            return Step(0, 0, "held", _taken_over(database_url, instance_id, batch, token, exc))
         except Exception as exc:  # noqa: BLE001 - applied one by one below: the failing row keeps its error
             log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(claimed), exc)
     return _apply_one_by_one(store, database_url, instance_id, claimed, token)
+
+
+def _taken_over(url: str | None, instance_id: int, rows: Sequence[OutboxWrite], token: str, exc: ClaimLost) -> float:
+    """This drain's claim lapsed and another drain took the rows over (issue 27): what this one was writing was
+    rolled back (`_hold_claims`); the claims it still has are given back, and the drain comes back when the
+    other's claim would lapse (the rows are applied by then, or that drain died). Returns when."""
+    log.info("instance %s: queued writes taken over by another drain, left to it: %s", instance_id, exc)
+    try:
+        _release(url, [row.id for row in rows], token)
+    except Exception:  # noqa: BLE001 - the database went: the claims lapse
+        pass
+    return time.time() + CLAIM_S
 
 
 def _dead_claim(claimed_by: str | None) -> str | None:
@@ -517,7 +567,9 @@ def _apply_one_by_one(
     for position, row in enumerate(rows):
         assert row.id is not None
         try:
-            APPLIERS[row.kind](store, row, _marker(row.id, token))
+            APPLIERS[row.kind](store, row, _Claim(row.id, token))
+        except ClaimLost as exc:  # rolled back: the drain that took the row over applies it and the later ones
+            return Step(applied, set_aside, "held", _taken_over(database_url, instance_id, rows[position:], token, exc))
         except Exception as exc:  # noqa: BLE001 - kept with the row and retried; never raised into a turn
             try:
                 when = _failed(database_url, row.id, token, exc)
@@ -591,13 +643,18 @@ def _apply_together(
     entries: list[Any] = []
     recheck: list[int] = []
     if body:
-        entries, recheck = _store_rows(store, body, plan)
+        # every write of phase 1 commits only while this drain's claims on the batch hold (`_hold_claims`)
+        entries, recheck = _store_rows(
+            store, body, plan, lambda session: _hold_claims(session, [r.id for r in rows], token)
+        )
     if last:
         writes_visible()
     failpoint("during_writes")  # fault tests: the turn's rows stored, their vectors and events not yet, none applied
     # phase 2: the vectors and events, then every row applied
     try:
         _write_vectors(store, rows, plan, entries, token, recheck)
+    except ClaimLost:  # the rows are another drain's now (`_apply_due`): its own vectors are upserts by id
+        raise
     except Exception as exc:  # noqa: BLE001 - one by one: the failing row keeps its error, the others go on
         log.debug("instance %s: %d queued writes not applied together: %s", instance_id, len(rows), exc)
         step = _apply_one_by_one(store, database_url, instance_id, rows, token)
@@ -618,11 +675,12 @@ def _batch_texts(rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]) -
 
 
 def _store_rows(
-    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]]
+    store: MemoryStore, rows: Sequence[OutboxWrite], items: Sequence[dict[str, Any]], hold: Callable[[Session], None]
 ) -> tuple[list[Any], list[int]]:
     """Phase 1 of `_apply_together`: the fresh memories and record entries (`items`) as rows without vectors and the
     mention marks, in one transaction; then the consolidations of the `consolidate` rows, in order (their fact
-    memories without vectors); then the keyword index of new memories. Returns the stored entries, and the user's
+    memories without vectors); then the keyword index of new memories. Each transaction commits only if `hold` (the
+    drain's claims, issue 27) passes. Returns the stored entries, and the user's
     lines whose facts were consolidated before (a replayed row: their facts may lack a vector)."""
     instance_id = rows[0].instance_id
     # mention checks: the memories each reply used (the keywords of each, before the transaction)
@@ -635,6 +693,7 @@ def _store_rows(
     ]
 
     def marks(session: Session) -> None:
+        hold(session)  # ClaimLost: another drain applies these rows, nothing of this one's is stored
         for used, turn in mentions:
             mark_mentioned_in(session, instance_id, used, turn, once_per_turn=True)
 
@@ -649,7 +708,7 @@ def _store_rows(
     for row in rows:
         if row.kind != "consolidate":
             continue
-        facts = _consolidate(store, row, vectors_later=True)
+        facts = _consolidate(store, row, vectors_later=True, guard=hold)
         if facts is not None:
             entries.extend(facts)
         elif row.payload.get("line_id") is not None:
@@ -702,11 +761,7 @@ def _fresh_items(store: MemoryStore, instance_id: int, rows: Sequence[OutboxWrit
             fresh = [item for item in row.payload["items"] if item.get("line_id") not in recorded]
             recorded |= {item["line_id"] for item in fresh if item.get("line_id")}
         elif row.kind == "memory":
-            fresh = [
-                item
-                for item in row.payload["items"]
-                if (item.get("line_id"), str(item.get("content", "")).strip()) not in stored
-            ]
+            fresh = [item for item in row.payload["items"] if (item.get("line_id"), stored_text(item)) not in stored]
         else:
             continue
         stored |= {(item.get("line_id"), stored_text(item)) for item in fresh}
