@@ -4,6 +4,7 @@ schema dropped afterwards (the tests' per-test schemas too)."""
 from __future__ import annotations
 
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,5 +38,14 @@ def postgres_schema(base_url: str, prefix: str = "load_") -> Iterator[str]:
     try:
         yield f"{driver}{separator}options=-csearch_path%3D{schema}"
     finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        for attempt in range(5):
+            try:
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"DROP SCHEMA {schema} CASCADE")
+                break
+            except psycopg.errors.DeadlockDetected:
+                # a background writer of the process that used the schema (a drain finishing its last row) met
+                # the drop's locks: PostgreSQL aborted the drop, which is tried again once that writer is done
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)

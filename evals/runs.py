@@ -259,7 +259,11 @@ class Players:
         result = _read_result(result_path)
         if result is not None and result.get("status") in ("ok", "failed"):
             return result
-        if self.interrupted:
+        # a terminal's Ctrl-C reaches the whole process group: the scenario's process may die of it before this
+        # process's own KeyboardInterrupt is handled — unfinished, not failed (the resume plays it)
+        if self.interrupted or code in (-signal.SIGINT, 128 + signal.SIGINT):
+            with self._lock:
+                self.interrupted = True  # and no more scenarios start
             return interrupted
         tail = _tail(log_path)
         raise RuntimeError(

@@ -577,6 +577,22 @@ def test_a_scenario_process_that_dies_is_reported_with_the_end_of_its_log(
         assert f"FAILED {scenario['name']}: {scenario['error']}" in stdout
 
 
+def test_a_scenario_process_that_dies_of_ctrl_c_first_is_left_to_the_resume_not_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal's Ctrl-C reaches the scenario's process too, which may die of it before `eval run` handles its own:
+    that scenario is unfinished (no result kept, the run says it was interrupted and how to resume), not failed."""
+    from personalab.evals import runs
+
+    monkeypatch.setattr(runs, "WORKER", ("-c", "import os, signal; os.kill(os.getpid(), signal.SIGINT)"))
+    files = write_trio(tmp_path / "scenarios", ("own", "gap"))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "eval", "run", *files, "--out", str(out), "--parallel", "1", "--no-progress")
+    assert code == 130, err
+    assert not list((out / "results").glob("*.json"))
+    assert "interrupted: 0 of 2 scenario(s) finished" in err and "Resume with: " in err
+
+
 VIA_SMALL = """
 name: via_small
 character: {sample: wasteland}
