@@ -618,7 +618,8 @@ def _apply_together(
     1. what a retrieval reads, in one transaction: the fresh memories and record entries as rows, without their
        vectors (`MemoryStore.add_memories(vectors_later=True)`), and the mention marks; then the consolidations
        (issue 26), in order, each fact's decision and step in a transaction of its own (a decision reads the facts
-       the previous one stored), their fact memories without vectors too; the keyword index follows the commits. With `last` (no later row is due), the instance's next retrieval may go on (`writes_visible`):
+       the previous one stored), their fact memories without vectors too; the keyword index follows the commits.
+       With `last` (no later row is due), the instance's next retrieval may go on (`writes_visible`):
        its keyword side finds the rows at once, its vector side scores them itself (`PENDING_VECTORS`).
     2. the slow part: every text to embed (events, the new rows and facts; a turn's memory is its event's text) in
        one embeddings call, a text embedded before not again (`embed_stored_texts`); the events upserted by collection,
