@@ -121,20 +121,15 @@ def memory_item(
     )
 
 
-def private_items(items: list[InjectionItem]) -> list[InjectionItem]:
-    """The private block (issue 26): its note that these are never said aloud, then the private memories."""
-    return [InjectionItem(key="private:note", text=PRIVATE_NOTE), *items] if items else []
+def noted_block(key: str, note: str, items: list[InjectionItem]) -> list[InjectionItem]:
+    """A block of the retrieved region that opens with a note on how to read it (issue 26: the private block's
+    "never said aloud", the persona history's "the character's own changes"), then its items; nothing when empty."""
+    return [InjectionItem(key=key, text=note), *items] if items else []
 
 
 def is_persona_change(item: Mapping[str, Any]) -> bool:
     """An archived persona change (seed 002 历史人格变化事件, `rules.persona_changes`)."""
     return item.get("type") == PERSONA_CHANGE_TYPE
-
-
-def persona_history_items(items: list[InjectionItem]) -> list[InjectionItem]:
-    """The persona-history block: its note that these are the character's own changes (not what the user said),
-    then the archived changes."""
-    return [InjectionItem(key="persona:note", text=PERSONA_HISTORY_NOTE), *items] if items else []
 
 
 def injection_blocks(plan: InjectionPlan) -> list[MemoryBlock]:
@@ -386,11 +381,15 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
             for item in found["items"]
             if not is_private(item) and not is_persona_change(item)
         ],
-        persona_history=persona_history_items(
-            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_persona_change(item)]
+        persona_history=noted_block(
+            "persona:note",
+            PERSONA_HISTORY_NOTE,
+            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_persona_change(item)],
         ),
-        private_memories=private_items(
-            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_private(item)]
+        private_memories=noted_block(
+            "private:note",
+            PRIVATE_NOTE,
+            [memory_item(item, turn, stored_at, now, language) for item in found["items"] if is_private(item)],
         ),
         budget=ctx.retrieved_tokens,
     )

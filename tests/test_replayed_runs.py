@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,26 @@ def answered(url: str, instance: int) -> list[TurnRecord]:
         return list(rows)
 
 
+def dies_at(point: str) -> Callable[[str], None]:
+    """A failpoint that ends the turn at `point` as kill -9 would: nothing after it runs."""
+
+    def die(name: str) -> None:
+        if name == point:
+            raise SystemExit("killed")
+
+    return die
+
+
+def killed_before_its_reply(
+    graph: Any, ctx: Context, monkeypatch: pytest.MonkeyPatch, instance: int, message: str, run_id: str
+) -> None:
+    """Run `run_id` stores its user line and dies before the model answers (its lock is left held)."""
+    monkeypatch.setattr(generate_node, "failpoint", dies_at("before_model"))
+    with pytest.raises(SystemExit):
+        run_turn(graph, ctx, instance, message, run_id=run_id)
+    monkeypatch.undo()
+
+
 def test_a_run_played_again_answers_with_its_stored_reply(db_url: str) -> None:
     instance = create_sample_instance(db_url)
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
@@ -63,12 +84,8 @@ def test_a_run_killed_after_its_reply_was_stored_answers_with_it(db_url: str, mo
     """The server dies after the reply was stored, before the run ended (its client may have seen the reply)."""
     instance = create_sample_instance(db_url)
 
-    def die(name: str) -> None:
-        if name == "after_reply":
-            raise SystemExit("killed")  # the process ends here: nothing after the reply's commit runs
-
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
-        monkeypatch.setattr(write_back_node, "failpoint", die)
+        monkeypatch.setattr(write_back_node, "failpoint", dies_at("after_reply"))
         with pytest.raises(SystemExit):
             run_turn(graph, ctx, instance, "你还记得那座桥吗？", run_id="served-run-7")
         monkeypatch.undo()
@@ -92,14 +109,10 @@ def test_a_served_run_resumed_past_its_reply_stores_no_second_reply(
     nodes that ran; its write_back finds the reply stored by the run and stores none."""
     instance = create_sample_instance(db_url)
 
-    def die(name: str) -> None:
-        if name == "after_reply":
-            raise SystemExit("killed")
-
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
         config: Any = {"configurable": {**turn_config(instance)["configurable"], "run_id": "served-run-9"}}
         payload: Any = {"instance_id": instance, "message": "火快灭了。"}
-        monkeypatch.setattr(write_back_node, "failpoint", die)
+        monkeypatch.setattr(write_back_node, "failpoint", dies_at("after_reply"))
         with pytest.raises(SystemExit):
             for _ in graph.stream(payload, config, context=ctx, durability="exit"):
                 pass
@@ -120,15 +133,8 @@ def test_a_run_killed_before_its_reply_answers_its_stored_line_once(
 ) -> None:
     instance = create_sample_instance(db_url)
 
-    def die(name: str) -> None:
-        if name == "before_model":
-            raise SystemExit("killed")
-
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
-        monkeypatch.setattr(generate_node, "failpoint", die)
-        with pytest.raises(SystemExit):
-            run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
-        monkeypatch.undo()
+        killed_before_its_reply(graph, ctx, monkeypatch, instance, "天快黑了。", "served-run-8")
         again: dict[str, Any] = run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-8")
         assert again["reply"] and again["turn"] == 1
         users = [line for line in lines_of(db_url, instance) if line.attribute == "user"]
@@ -147,15 +153,8 @@ def test_a_run_replayed_after_a_later_turn_is_refused_and_moves_nothing(
     current branch) but fail to its client, storing nothing."""
     instance = create_sample_instance(db_url)
 
-    def die(name: str) -> None:
-        if name == "before_model":
-            raise SystemExit("killed")
-
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
-        monkeypatch.setattr(generate_node, "failpoint", die)
-        with pytest.raises(SystemExit):
-            run_turn(graph, ctx, instance, "天快黑了。", run_id="served-run-caught")
-        monkeypatch.undo()
+        killed_before_its_reply(graph, ctx, monkeypatch, instance, "天快黑了。", "served-run-caught")
         later = run_turn(graph, ctx, instance, "走吧。", run_id="served-run-next")
         assert later["reply"]
         before = lines_of(db_url, instance)
