@@ -1,14 +1,14 @@
 """The review node (seed 003 与 CharacterRuntime 集成: after every turn), once the reply is stored: review the turn
 with `rules.review.pipeline` (rule or LLM mode, `Context.review_mode`), then apply what `rules.review.effects`
 plans — the relationship in the graph state (and, issue 26, the character's relation with each other participant
-who spoke in the turn: `rules.review.relations`), the turn's memories, a plot node, a pending world-book
-suggestion; the memories, the plot node and the suggestion carry the turn's reply line (its branch). A failing review is logged and reported in `debug.review`; the turn, already stored, is never
-lost. The turn ends after this node in the `end_turn` node, not here."""
+who spoke in the turn: `rules.review.relations`, judged by the model too in LLM mode), the turn's memories, a plot
+node, a pending world-book suggestion; the memories, the plot node and the suggestion carry the turn's reply line
+(its branch). A failing review is logged and reported in `debug.review`; the turn, already stored, is never lost.
+The turn ends after this node in the `end_turn` node, not here."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
@@ -17,7 +17,6 @@ from personalab.nodes.rules.review.effects import relationship_event
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.relations import apply_relations, host_lines_of_turn, turn_participants
 from personalab.nodes.rules.review.turn import review_outcome
-from personalab.nodes.rules.review.types import ReviewConfig
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn
 from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.outbox import apply_soon, review_failed, store_turn_review
@@ -41,7 +40,12 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
             language=state["character"].get("language"),  # issue 28
         )
         reviewed = stored_turn(state, leaf)
-        output, plan, memories = review_outcome(pipeline, reviewed)
+        try:
+            participants = turn_participants_of(state)
+        except Exception as exc:  # noqa: BLE001 - an odd host line must not cost the turn its review
+            log.error("participants not found on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
+            participants = {}
+        output, plan, memories = review_outcome(pipeline, reviewed, participants)
         with session_scope(ctx.database_url) as session:
             # the plot node, the suggestion and the memories (an outbox row, applied on the instance's writer off
             # the reply's path, seed 002 事件写入异步执行) in one transaction that also settles the turn's queued
@@ -60,7 +64,9 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
     change = relationship_event(turn, output.relationship_delta, state["character"].get("language"))
     try:
-        relations, relation_changes = participant_relations(state, pipeline.config)
+        relations, relation_changes = apply_relations(
+            state.get("relations"), participants, state["turn"], pipeline.config, output.participant_deltas
+        )
     except Exception as exc:  # noqa: BLE001 - the turn and its review are stored: the relations stay as they were
         log.error("relations not updated on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         relations, relation_changes = dict(state.get("relations") or {}), {"error": f"{type(exc).__name__}: {exc}"}
@@ -82,10 +88,10 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
     }
 
 
-def participant_relations(state: TurnState, config: ReviewConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Issue 26: the character's relations with the scene's other participants after this turn — each one speaking
-    in the turn's host lines moved by what it said or did, by the rule table (seed 003; `rules.review.relations`),
-    a new one created — and this turn's changes, for the debug output."""
+def turn_participants_of(state: TurnState) -> dict[str, dict[str, str]]:
+    """Issue 26: the scene's other participants speaking in the turn's host lines (`rules.review.relations`), each
+    with what it said or did — the review (rules, or the model in LLM mode) moves the character's relation to
+    each."""
     character = state["character"]
     lines = host_lines_of_turn(
         state.get("history") or [],
@@ -93,5 +99,4 @@ def participant_relations(state: TurnState, config: ReviewConfig) -> tuple[dict[
         state.get("reply_to") is not None,
         character.get("role_id"),
     )
-    participants = turn_participants(lines, character.get("role_id"), character["name"])
-    return apply_relations(state.get("relations"), participants, state["turn"], config)
+    return turn_participants(lines, character.get("role_id"), character["name"])

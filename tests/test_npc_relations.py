@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import cli, one_line
+from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.api import library
 from personalab.graph.api.facade import PersonaLab
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
@@ -186,6 +187,53 @@ def test_an_npc_id_not_in_the_scene_is_refused_through_the_api(scene: dict[str, 
     }
     with pytest.raises(InvalidInput, match="laochen"):
         PersonaLab().relations.list(fresh, npc="laochen")  # another instance's NPC
+
+
+def review_answer(participants: dict[str, dict[str, int]]) -> str:
+    """A valid LLM review answer (seed 003's JSON) with the given participant deltas."""
+    return json.dumps(
+        {
+            "skipped": False,
+            "should_write_memory": False,
+            "memory_value": 0.4,
+            "relationship_delta": {"trust": 0, "affection": 0, "familiarity": 1},
+            "participants": participants,
+            "suggest_plot_node": False,
+            "suggest_worldbook_update": False,
+            "quality": {"character_fidelity": 0.8, "immersion": 0.7, "world_consistency": 0.9, "risk": 0.1},
+            "reasons": {"relationship": "老陈动手推人"},
+        },
+        ensure_ascii=False,
+    )
+
+
+def test_in_llm_review_mode_the_model_judges_the_participants_it_names_and_the_rules_the_rest(
+    data_dir: Path, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's review (the real ChatOpenAI against the stub) is shown what each participant said and did; its
+    delta decides that participant's relation, one it leaves out is scored by the rules, and a participant delta
+    beyond the cap makes the whole answer fall back to the rules, like the user's."""
+    monkeypatch.setenv("PERSONALAB_REVIEW_MODE", "llm")
+    instance = create_sample_instance()
+    openai_stub.queue_for("review", review_answer({"npc:laochen": {"trust": -1, "affection": -3, "familiarity": 1}}))
+    first = turn(
+        instance,
+        "大家先坐下说吧",
+        lines_before=[{**LAOCHEN, "content": "我讨厌你，滚开！"}, {**GUARD, "content": "谢谢你，我信任你。"}],
+    )
+    assert first["review"]["source"] == "llm"
+    assert values(first["relations"]["npc:laochen"]) == (-1, -3, 1), "the model's judgement"
+    assert values(first["relations"]["name:守卫"]) == (1, 0, 1), "left out by the model: the rule table"
+    changes = first["debug"]["review"]["relations"]
+    assert (changes["npc:laochen"]["source"], changes["name:守卫"]["source"]) == ("llm", "rule")
+    (asked,) = [r for r in openai_stub.requests if "〔PersonaLab任务：review〕" in r["messages"][0]["content"]]
+    shown = asked["messages"][-1]["content"]
+    assert "npc:laochen" in shown and "我讨厌你，滚开！" in shown and "name:守卫" in shown
+    # beyond ±llm_max_abs_delta: not trusted at all, the rules decide the user's and every participant's relation
+    openai_stub.queue_for("review", review_answer({"npc:laochen": {"trust": 0, "affection": -9, "familiarity": 1}}))
+    second = turn(instance, "别吵了", lines_before=[{**LAOCHEN, "content": "我讨厌你，滚开！"}])
+    assert "participants.npc:laochen.affection -9" in second["review"]["fallback_reason"]
+    assert values(second["relations"]["npc:laochen"]) == (-1, -4, 2), "the rule table: affection -1, familiarity +1"
 
 
 def test_who_is_a_participant_and_what_moves_it() -> None:

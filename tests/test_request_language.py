@@ -3,8 +3,9 @@ stub, an English card's instance sends no Chinese scaffolding in any request —
 core-memory maintenance, the LLM review, the event-log summary — only the card's own text could be CJK; a Chinese
 instance sends exactly the requests it sent before (tests/fixtures/request_language_zh.json, recorded with main
 before this change; re-recorded after issue 30 moved the turn number and relationship behind the stable head: every
-request holds the same lines as before, only that block moved). Rules-based texts a user reads (relationship events, review reasons, recap lines) follow the
-instance's language too."""
+request holds the same lines as before, only that block moved; and after issue 26 showed the LLM review the scene's
+participants: two rule lines and an optional answer field, every other line the same). Rules-based texts a user
+reads (relationship events, review reasons, recap lines) follow the instance's language too."""
 
 from __future__ import annotations
 

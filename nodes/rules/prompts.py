@@ -195,6 +195,8 @@ REVIEW_ANSWER_SCHEMA = """{
   "should_write_memory": 布尔值,这一轮是否值得写入长期记忆,
   "memory_value": 0 到 1 的数,这一轮的记忆价值,
   "relationship_delta": {"trust": 整数, "affection": 整数, "familiarity": 整数},
+  "participants": 可选,{"参与者标识": {"trust": 整数, "affection": 整数, "familiarity": 整数}},\
+本轮对话 participants 中列出的每个其他角色或 NPC,其言行使角色对他的关系如何变化;没有列出参与者时省略,
   "suggest_plot_node": 布尔值,是否建议创建剧情节点,
   "suggest_worldbook_update": 布尔值,是否建议更新世界书,
   "quality": {
@@ -223,6 +225,8 @@ REVIEW_SYSTEM_PROMPT = f"""你是角色扮演对话的审查员。每轮对话�
 - 关系变化:用户表达信任或感谢 trust +1;表达亲密 affection +1;表达厌恶或愤怒 affection -1;\
 剧情选择 important 时 affection +1、trust +1;turning_point 时 affection +2、trust +1;\
 每轮 familiarity +1;现实时间间隔为 days 或 long_absence 时 familiarity 再 +1。每项变化的绝对值一般不超过 3。
+- 其他参与者(本轮对话的 participants:场景中其他角色或 NPC 的言行):按同样的规则判断角色对每个参与者的关系变化,\
+依据的是该参与者自己的言行,不是用户的;出现的每一轮 familiarity +1;不涉及剧情选择和时间间隔。
 - 记忆价值:剧情选择 turning_point 约 0.9、important 约 0.8、ending 约 0.95;长消息、信任或亲密的表达、\
 久别重逢都会提高记忆价值;最高 1。
 - 满足任一条件时写入记忆:记忆价值 >= 0.65;剧情选择为 important / turning_point / ending;\

@@ -229,6 +229,7 @@ REVIEW_ANSWER_SCHEMA = """{
   "should_write_memory": a boolean, whether this turn is worth writing to long-term memory,
   "memory_value": a number from 0 to 1, this turn's memory value,
   "relationship_delta": {"trust": an integer, "affection": an integer, "familiarity": an integer},
+  "participants": optional, {"participant id": {"trust": an integer, "affection": an integer, "familiarity": an integer}}, for each other character or NPC the turn's participants list, how what they said or did changes the character's relation to them; left out when none is listed,
   "suggest_plot_node": a boolean, whether to create a plot node,
   "suggest_worldbook_update": a boolean, whether to update the world book,
   "quality": {
@@ -254,6 +255,7 @@ REVIEW_SYSTEM_PROMPT = f"""You review role-play dialogue. After each turn you re
 
 Reference rules (what the rule review goes by; correct them by meaning, e.g. a negation such as "don't like" is not affection):
 - Relationship: the user expresses trust or thanks, trust +1; closeness, affection +1; dislike or anger, affection -1; a story choice of important, affection +1 and trust +1; turning_point, affection +2 and trust +1; every turn familiarity +1; a real-time gap of days or long_absence, familiarity +1 more. Each change is usually at most 3 either way.
+- Other participants (the turn's participants: what the scene's other characters or NPCs said or did): the same rules give the character's relation to each participant, judged by that participant's own words and deeds, not the user's; familiarity +1 for each turn they appear in; no story choice or gap applies.
 - Memory value: a story choice of turning_point about 0.9, important about 0.8, ending about 0.95; a long message, trust or closeness, a reunion after a long absence all raise it; at most 1.
 - Write a memory when any holds: memory value >= 0.65; the story choice is important / turning_point / ending; the relationship's absolute changes add up to >= 3; the gap is days / long_absence.
 - Suggest a plot node for a story choice of important / turning_point / ending; a world-book update for turning_point / ending.

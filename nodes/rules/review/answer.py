@@ -5,8 +5,9 @@ The model gets the turn and the rule result as a baseline (prompt in `review.pro
 whole output as JSON. A valid answer decides every field; the four rule-side quality scores it may omit
 are taken from the rule result, quality.memory_value is always the answer's memory_value, and total_delta
 is recomputed from its deltas. The answer is invalid (`InvalidAnswerError`) when it is not a JSON object,
-misses a field, has a wrong type or a score outside [0, 1], a delta beyond ±`llm_max_abs_delta`, or says
-skipped together with a write / plot / world-book suggestion.
+misses a field, has a wrong type or a score outside [0, 1], a delta beyond ±`llm_max_abs_delta` (the user's or
+a participant's), or says skipped together with a write / plot / world-book suggestion. The optional
+`participants` (issue 26) gives the character's relation change per other participant of the turn.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class ReviewAnswer(BaseModel):
     should_write_memory: bool
     memory_value: Score
     relationship_delta: AnswerDelta
+    # issue 26: optional, one delta per other participant of the turn (`turn_context.participants`)
+    participants: dict[str, AnswerDelta] = Field(default_factory=dict)
     suggest_plot_node: bool
     suggest_worldbook_update: bool
     quality: AnswerQuality
@@ -118,13 +121,15 @@ def parse_answer(text: str, config: ReviewConfig | None = None) -> ReviewAnswer:
             for error in exc.errors(include_url=False)
         )
         raise InvalidAnswerError(f"answer does not fit the schema: {problems}") from None
-    delta = answer.relationship_delta
-    for name in ("trust", "affection", "familiarity"):
-        if abs(getattr(delta, name)) > config.llm_max_abs_delta:
-            raise InvalidAnswerError(
-                f"answer does not fit the schema: relationship_delta.{name} {getattr(delta, name)} "
-                f"is beyond ±{config.llm_max_abs_delta}"
-            )
+    deltas = {"relationship_delta": answer.relationship_delta}
+    deltas.update({f"participants.{who}": delta for who, delta in answer.participants.items()})
+    for where, delta in deltas.items():
+        for name in ("trust", "affection", "familiarity"):
+            if abs(getattr(delta, name)) > config.llm_max_abs_delta:
+                raise InvalidAnswerError(
+                    f"answer does not fit the schema: {where}.{name} {getattr(delta, name)} "
+                    f"is beyond ±{config.llm_max_abs_delta}"
+                )
     if answer.skipped and (answer.should_write_memory or answer.suggest_plot_node or answer.suggest_worldbook_update):
         raise InvalidAnswerError(
             "answer contradicts itself: skipped is true together with should_write_memory, "
@@ -163,4 +168,7 @@ def output_from_answer(answer: ReviewAnswer, rule: ReviewOutput) -> ReviewOutput
         reasons=reasons,
         source="llm",
         fallback_reason=None,
+        participant_deltas={
+            who: RelationshipDelta(**delta.model_dump()) for who, delta in answer.participants.items()
+        },
     )

@@ -13,7 +13,9 @@ lines' content and action, matched like the user's message: `rules.match_keyword
 — a trust keyword trust +1, an affection keyword affection +1, a negative keyword affection -1 — and familiarity +1
 for each turn the participant appears in. Not applied: the choice rows (the choice is the user's) and the real-time
 gap row (the gap is the user's absence, not the scene's). A participant's relation is created in the review of the
-turn it first speaks in. The rule table scores it in both review modes (the model's review answers for the user).
+turn it first speaks in. In LLM review mode the model is shown each participant's words and deeds
+(`turn_context.participants`) and may answer a delta for each (`ReviewOutput.participant_deltas`); a participant it
+leaves out, and every participant in rule mode or when the model's answer falls back, is scored by the rule table.
 
 Kept as the story field ``relations``: identity → {name, trust, affection, familiarity, first_turn, last_turn}.
 """
@@ -101,14 +103,20 @@ def apply_relations(
     participants: Mapping[str, Mapping[str, str]],
     turn: int,
     config: ReviewConfig | None = None,
+    decided: Mapping[str, RelationshipDelta] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(the relations after one reviewed turn, this turn's changes: identity → {"name", "delta", "reason"}). A
-    participant seen for the first time gets a relation from the start values; one not speaking this turn keeps
-    its relation unchanged. `current` is not changed."""
+    """(the relations after one reviewed turn, this turn's changes: identity → {"name", "delta", "reason",
+    "source"}). A participant seen for the first time gets a relation from the start values; one not speaking this
+    turn keeps its relation unchanged. `decided`: the LLM review's deltas (`ReviewOutput.participant_deltas`),
+    used for the participants it names; the others, and any it names that did not speak, are left to the rule
+    table. `current` is not changed."""
     relations: dict[str, dict[str, Any]] = {key: dict(value) for key, value in (current or {}).items()}
     changes: dict[str, dict[str, Any]] = {}
     for identity, seen in participants.items():
-        delta, reason = score_participant(seen.get("text", ""), config)
+        if decided and identity in decided:
+            delta, reason, source = decided[identity], "the model's review", "llm"
+        else:
+            (delta, reason), source = score_participant(seen.get("text", ""), config), "rule"
         before = relations.get(identity)
         values = apply_relationship({k: before[k] for k in RELATIONSHIP_KEYS} if before else None, delta)
         relations[identity] = {
@@ -117,7 +125,12 @@ def apply_relations(
             "first_turn": before.get("first_turn", turn) if before else turn,
             "last_turn": turn,
         }
-        changes[identity] = {"name": relations[identity]["name"], "delta": delta.to_dict(), "reason": reason}
+        changes[identity] = {
+            "name": relations[identity]["name"],
+            "delta": delta.to_dict(),
+            "reason": reason,
+            "source": source,
+        }
     return relations, changes
 
 

@@ -9,6 +9,7 @@ input, so a recovered review stores what the node would have in rule mode. Pure:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from personalab.nodes.rules.director import turn_event_text
@@ -47,9 +48,14 @@ def review_key(instance_id: int, line_id: int | None) -> str:
 
 
 def review_outcome(
-    pipeline: ReviewPipeline, turn: StoredTurn
+    pipeline: ReviewPipeline, turn: StoredTurn, participants: Mapping[str, Mapping[str, str]] | None = None
 ) -> tuple[ReviewOutput, dict[str, Any], list[dict[str, Any]]]:
-    """(the review's output, its planned effects, the turn's memories with their line) of `turn`."""
+    """(the review's output, its planned effects, the turn's memories with their line) of `turn`. `participants`:
+    the turn's other speakers (`review.relations.turn_participants`), shown to an LLM review so that it can judge
+    the character's relation to each (issue 26)."""
+    context: dict[str, Any] = {"turn": turn.turn, "current_plot_index": turn.current_plot_index}
+    if participants:
+        context["participants"] = {identity: dict(seen) for identity, seen in participants.items()}
     output = pipeline.run(
         ReviewInput(
             conversation_id=turn.instance_id,
@@ -58,7 +64,7 @@ def review_outcome(
             user_message=turn.message,
             assistant_message=turn.reply,
             selected_choice=turn.selected_choice,
-            turn_context={"turn": turn.turn, "current_plot_index": turn.current_plot_index},
+            turn_context=context,
             real_time_context={"gap": turn.gap},
         )
     )

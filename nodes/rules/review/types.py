@@ -410,7 +410,8 @@ class ReviewOutput:
     """The review of one turn. `to_dict()` is JSON-serialisable (graph state, `--json` output).
 
     `reasons` has one short sentence per decision (keys in `REASON_KEYS`); `source` is "rule" or "llm";
-    `fallback_reason` says why LLM mode returned the rule result (None otherwise).
+    `fallback_reason` says why LLM mode returned the rule result (None otherwise); `participant_deltas`: the
+    model's relation changes for the scene's other participants (LLM mode only).
     """
 
     skipped: bool
@@ -427,6 +428,10 @@ class ReviewOutput:
     matched_keywords: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     source: Literal["rule", "llm"] = "rule"
     fallback_reason: str | None = None
+    # issue 26, LLM mode: the model's change of the character's relation to each other participant of the turn
+    # (identity → delta); empty in rule mode and for a participant the model left out (the rules score those:
+    # `review.relations.apply_relations`)
+    participant_deltas: dict[str, RelationshipDelta] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
