@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import secrets
@@ -60,6 +61,7 @@ from personalab.evals.served import (
     graph_server,
 )
 from personalab.graph.runner import load_sample
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.checkpoints import thread_id_for
 
 ASSISTANT = "personalab"
@@ -586,6 +588,8 @@ def _failed(run: dict[str, Any]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.deadline is not None and not 0 < args.deadline < math.inf:
+        raise InvalidInput(f"--deadline must be a positive number of seconds, got {args.deadline:g}")
     targets = [(server, n) for server in args.server for n in (args.workers if server == "aegra" else [1])]
     deadline = Deadline(args.deadline if args.deadline is not None else default_deadline(args, len(targets)))
     runs: list[dict[str, Any]] = []
@@ -664,6 +668,7 @@ def register(kinds: argparse._SubParsersAction) -> None:
     load.add_argument(
         "--deadline",
         type=float,
+        metavar="SECONDS",
         help="seconds the whole command may take; then the clients and servers stop, the schemas are dropped and "
         "the exit code is 1 (default: per load, --start-timeout + 180 s + 5 s per turn: 8 users x 4 instances x 5 "
         "turns on one server, 1910 s)",

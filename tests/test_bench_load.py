@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from personalab.evals import bench_load
+from personalab.nodes.rules.errors import InvalidInput
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,3 +122,12 @@ def test_a_load_cut_at_its_deadline_stops_its_clients_and_servers_and_drops_its_
     with psycopg.connect(base.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
         left = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (made[0],))
         assert left.fetchone() is None
+
+
+@pytest.mark.parametrize("deadline", ["0", "-5", "nan"])
+def test_a_deadline_that_is_not_a_positive_number_of_seconds_is_refused_before_anything_starts(deadline: str) -> None:
+    parser = argparse.ArgumentParser()
+    bench_load.register(parser.add_subparsers())
+    args = parser.parse_args(["load", "--postgres-url", "", "--deadline", deadline])
+    with pytest.raises(InvalidInput, match="--deadline must be a positive number of seconds"):
+        args.handler(args)
