@@ -27,12 +27,17 @@ Aegra process with SIGKILL N times during the load (every `--kill-interval` s); 
 plays until a turn answers: the time from the kill to that answer is the recovery, the time from the kill to sending
 that turn is when the instance was usable again (the answered turn's own time under load left out), and the probe's
 turns refused or failed before it are listed.
+
+`--deadline SECONDS` bounds the whole command (a stuck server or client would otherwise hang it): at the deadline
+the clients stop taking turns, the servers are stopped, the schemas and databases are dropped as after any run, one
+line says the load was cut and what had been played, and the exit code is 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import secrets
@@ -40,7 +45,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,9 +61,81 @@ from personalab.evals.served import (
     graph_server,
 )
 from personalab.graph.runner import load_sample
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.checkpoints import thread_id_for
 
 ASSISTANT = "personalab"
+
+
+class DeadlineReached(Exception):
+    """`bench load --deadline` ran out (raised in the main thread, wherever it was waiting)."""
+
+
+class Deadline:
+    """The whole command's deadline. While `armed`, SIGALRM raises `DeadlineReached` in the main thread at the
+    deadline, whatever it waits on (a server's start, a client's request, a thread, the outbox's catch-up): a
+    stuck server or client cannot hold it. Disarmed before the servers are stopped and the schemas dropped, so
+    that clean-up is never cut half-way."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.ends - time.monotonic()
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        if self.remaining() <= 0:
+            raise DeadlineReached
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach only the main thread: there the deadline is checked between turns alone
+            return
+        live = [True]
+
+        def expire(signum: int, frame: object) -> None:
+            if live[0]:
+                raise DeadlineReached
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, self.remaining())
+        try:
+            yield
+        finally:
+            live[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def default_deadline(args: argparse.Namespace, loads: int) -> float:
+    """The deadline when `--deadline` is not given: per load, Aegra's start allowance, the outbox's catch-up and a
+    minute, plus 5 s for every turn played (the client's p95 under load is well under 1 s), so that a normal run
+    never meets it."""
+    turns = args.users * args.instances * args.turns + args.turns + 1 + 5 * args.kill
+    return loads * (args.start_timeout + MEMORY_WAIT_S + 60.0 + 5.0 * turns)
+
+
+class Progress:
+    """What the load had done when the deadline cut it: the load, its phase and its clients."""
+
+    def __init__(self) -> None:
+        self.label = ""
+        self.phase = "starting"
+        self.planned = 0
+        self.users: list[User] = []
+        self.finished: list[str] = []
+
+    def summary(self, deadline: Deadline) -> str:
+        answered = sum(
+            outcome == "ok" for user in self.users for sent in user.sent.values() for outcome in sent.values()
+        )
+        said = sum(len(sent) for user in self.users for sent in user.sent.values())
+        done = f"; loads finished before: {', '.join(self.finished)}" if self.finished else ""
+        return (
+            f"bench load: cut at the deadline ({deadline.seconds:g} s) on {self.label or 'the first load'} while "
+            f"{self.phase}: {answered} turn(s) answered of {said} sent, {self.planned} planned under load; "
+            f"clients stopped, servers stopped, schemas dropped{done}"
+        )
 
 
 class User:
@@ -289,186 +365,212 @@ def _served(args: argparse.Namespace, server: str, workers: int, folder: Path, e
         yield url
 
 
-def play_once(args: argparse.Namespace, server: str, workers: int, folder: Path) -> dict[str, Any]:
-    """One load on fresh stores served by `server`; prints and returns its figures."""
+def play_once(
+    args: argparse.Namespace, server: str, workers: int, folder: Path, deadline: Deadline, progress: Progress
+) -> dict[str, Any]:
+    """One load on fresh stores served by `server`; prints and returns its figures. `DeadlineReached` once the
+    servers are stopped and the schemas dropped, when `deadline` comes first (`progress` says how far it got)."""
     label = "langgraph dev" if server == "langgraph-dev" else f"Aegra x{workers}"
+    progress.label, progress.phase, progress.users = label, "starting the servers", []
+    progress.planned = args.users * args.instances * args.turns
+    # a clean-up (servers stopped, schemas dropped) is never cut: the deadline is disarmed before it starts
+    with ExitStack() as stack, deadline.armed():
+        return _play(args, server, workers, folder, stack, progress)
+
+
+def _play(
+    args: argparse.Namespace, server: str, workers: int, folder: Path, stack: ExitStack, progress: Progress
+) -> dict[str, Any]:
+    label = progress.label
     names = [f"user{n + 1}" for n in range(args.users)]
     # --auth: the server checks a bearer token per user (PERSONALAB_AUTH=tokens), each user sees only their own
     tokens = {name: secrets.token_urlsafe(16) for name in [*names, "probe"]} if args.auth else {}
     kills = args.kill if server == "aegra" else 0
-    with ExitStack() as stack:
-        folder.mkdir(parents=True, exist_ok=True)
-        env = {"PERSONALAB_DATA_DIR": str(folder / "data")}
-        if tokens:
-            env.update(
-                PERSONALAB_AUTH="tokens",
-                PERSONALAB_AUTH_TOKENS=",".join(f"{token}:{name}" for name, token in tokens.items()),
-            )
-        if args.postgres_url:
-            env["PERSONALAB_DATABASE_URL"] = stack.enter_context(postgres_schema(args.postgres_url))
-        if args.chroma == "server":
-            (folder / "chroma").mkdir(exist_ok=True)
-            host, port = stack.enter_context(chroma_server(folder / "chroma", folder / "chroma.log"))
-            env.update(PERSONALAB_CHROMA_HOST=host, PERSONALAB_CHROMA_PORT=str(port))
-        database = "PostgreSQL" if args.postgres_url else "SQLite"
-        print(f"\n== {label}: starting ({database}, Chroma {args.chroma})", flush=True)
-        url = stack.enter_context(_served(args, server, workers, folder, env))
-        users = [User(name, url, tokens.get(name)) for name in names]
-        probe = User("probe", url, tokens.get("probe"))
-        for user in [*users, probe]:
-            stack.callback(user.http.close)
-            user.set_up(1 if user is probe else args.instances)
-            user.create_threads()
-        count = args.turns * args.instances * len(users) + args.turns + 1 + 50 * kills
-        # a number after each line: every line said is unique, so the stored dialogue can be checked line by line
-        lines = [f"{line}（{n}）" for n, line in enumerate(filler_lines(count, seed=args.seed))]
-
-        # baseline: one instance alone, the same number of turns after a warm-up turn (the server's first turn
-        # loads the models; it is left out)
-        alone = users[0]
-        for n in range(args.turns + 1):
-            alone.turn(alone.instances[0], lines[n])
-        baseline, baseline_errors = list(alone.times_ms[1:]), list(alone.errors)
-        baseline_graph, baseline_overhead = list(alone.graph_ms[1:]), list(alone.overhead_ms[1:])
-        for kept in (alone.times_ms, alone.graph_ms, alone.overhead_ms, alone.errors):
-            kept.clear()
-
-        counter = iter(range(args.turns + 1, len(lines)))
-        take = threading.Lock()
-
-        def next_line() -> str:
-            with take:
-                return lines[next(counter)]
-
-        def play(user: User) -> None:
-            for _ in range(args.turns):
-                for instance_id in user.instances:
-                    user.turn(instance_id, next_line())
-
-        recoveries: list[float] = []
-        usable: list[float] = []  # from the kill to sending the probe's turn that was answered
-        refusals: list[str] = []  # the probe's turns refused or failed after a kill, before that one
-        killed: list[int] = []
-        done = threading.Event()
-
-        def kill_and_probe() -> None:
-            """kill -9 one Aegra worker every --kill-interval s; then the probe instance plays until it answers."""
-            supervisor = int((folder / "server" / "server.pid").read_text())
-            chooser = random.Random(args.seed)
-            for _ in range(kills):
-                if done.wait(args.kill_interval):
-                    return
-                workers_now = aegra_workers(supervisor)
-                if not workers_now:
-                    print("  no Aegra worker left to kill", flush=True)
-                    return
-                victim = chooser.choice(workers_now)
-                os.kill(victim, signal.SIGKILL)
-                struck = time.perf_counter()
-                killed.append(victim)
-                refused_before = len(probe.errors)
-                while not done.is_set():
-                    sent = time.perf_counter()
-                    probe.turn(probe.instances[0], next_line())
-                    if probe.ok():
-                        # the instance was usable from when the answered turn was sent: the rest is that turn's own
-                        # time, which under load is the load's, not the kill's
-                        usable.append(sent - struck)
-                        break
-                    time.sleep(0.1)
-                recoveries.append(time.perf_counter() - struck)
-                refusals.extend(probe.errors[refused_before:])
-
-        started = time.perf_counter()
-        killer = threading.Thread(target=kill_and_probe, daemon=True) if kills else None
-        if killer:
-            killer.start()
-        with ThreadPoolExecutor(max_workers=len(users)) as pool:
-            list(pool.map(play, users))
-        wall = time.perf_counter() - started
-        done.set()
-        if killer:
-            killer.join(timeout=300)
-
-        played = {
-            instance_id: sum(outcome == "ok" for outcome in user.sent.get(instance_id, {}).values())
-            for user in users
-            for instance_id in user.instances
-        }
-        lost = sum(
-            max(0, played[instance_id] - user.stored_turns(instance_id))
-            for user in users
-            for instance_id in user.instances
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {"PERSONALAB_DATA_DIR": str(folder / "data")}
+    if tokens:
+        env.update(
+            PERSONALAB_AUTH="tokens",
+            PERSONALAB_AUTH_TOKENS=",".join(f"{token}:{name}" for name, token in tokens.items()),
         )
-        checked = integrity([*users, probe])
-        # the memories too: each played line recorded once, on its own instance (after the outbox caught up)
-        remembered = settled_memory_integrity([*users, probe])
-        # with auth, every user lists exactly their own instances (nothing of another user's)
-        crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
-        loaded = [ms for user in users for ms in user.times_ms]
-        loaded_graph = [ms for user in users for ms in user.graph_ms]
-        loaded_overhead = [ms for user in users for ms in user.overhead_ms]
-        errors = baseline_errors + [error for user in users for error in user.errors] + probe.errors
-        turns = len(users) * args.instances * args.turns
-        ratio = percentile(loaded, 0.5) / percentile(baseline, 0.5) if baseline and loaded else float("nan")
+    if args.postgres_url:
+        env["PERSONALAB_DATABASE_URL"] = stack.enter_context(postgres_schema(args.postgres_url))
+    if args.chroma == "server":
+        (folder / "chroma").mkdir(exist_ok=True)
+        host, port = stack.enter_context(chroma_server(folder / "chroma", folder / "chroma.log"))
+        env.update(PERSONALAB_CHROMA_HOST=host, PERSONALAB_CHROMA_PORT=str(port))
+    database = "PostgreSQL" if args.postgres_url else "SQLite"
+    print(f"\n== {label}: starting ({database}, Chroma {args.chroma})", flush=True)
+    url = stack.enter_context(_served(args, server, workers, folder, env))
+    users = [User(name, url, tokens.get(name)) for name in names]
+    probe = User("probe", url, tokens.get("probe"))
+    progress.users, progress.phase = [*users, probe], "setting up the users"
+    for user in [*users, probe]:
+        stack.callback(user.http.close)
+        user.set_up(1 if user is probe else args.instances)
+        user.create_threads()
+    count = args.turns * args.instances * len(users) + args.turns + 1 + 50 * kills
+    # a number after each line: every line said is unique, so the stored dialogue can be checked line by line
+    lines = [f"{line}（{n}）" for n, line in enumerate(filler_lines(count, seed=args.seed))]
+
+    # baseline: one instance alone, the same number of turns after a warm-up turn (the server's first turn
+    # loads the models; it is left out)
+    alone = users[0]
+    progress.phase = "playing the baseline (one instance alone)"
+    for n in range(args.turns + 1):
+        alone.turn(alone.instances[0], lines[n])
+    baseline, baseline_errors = list(alone.times_ms[1:]), list(alone.errors)
+    baseline_graph, baseline_overhead = list(alone.graph_ms[1:]), list(alone.overhead_ms[1:])
+    for kept in (alone.times_ms, alone.graph_ms, alone.overhead_ms, alone.errors):
+        kept.clear()
+
+    counter = iter(range(args.turns + 1, len(lines)))
+    take = threading.Lock()
+
+    def next_line() -> str:
+        with take:
+            return lines[next(counter)]
+
+    stop = threading.Event()  # the deadline: no client takes another turn
+    # runs before the servers stop (last in, first out): the clients stop, and a turn in flight errs out with them
+    stack.callback(stop.set)
+
+    def play(user: User) -> None:
+        for _ in range(args.turns):
+            for instance_id in user.instances:
+                if stop.is_set():
+                    return
+                user.turn(instance_id, next_line())
+
+    recoveries: list[float] = []
+    usable: list[float] = []  # from the kill to sending the probe's turn that was answered
+    refusals: list[str] = []  # the probe's turns refused or failed after a kill, before that one
+    killed: list[int] = []
+    done = stop
+
+    def kill_and_probe() -> None:
+        """kill -9 one Aegra worker every --kill-interval s; then the probe instance plays until it answers."""
+        supervisor = int((folder / "server" / "server.pid").read_text())
+        chooser = random.Random(args.seed)
+        for _ in range(kills):
+            if done.wait(args.kill_interval):
+                return
+            workers_now = aegra_workers(supervisor)
+            if not workers_now:
+                print("  no Aegra worker left to kill", flush=True)
+                return
+            victim = chooser.choice(workers_now)
+            os.kill(victim, signal.SIGKILL)
+            struck = time.perf_counter()
+            killed.append(victim)
+            refused_before = len(probe.errors)
+            while not done.is_set():
+                sent = time.perf_counter()
+                probe.turn(probe.instances[0], next_line())
+                if probe.ok():
+                    # the instance was usable from when the answered turn was sent: the rest is that turn's own
+                    # time, which under load is the load's, not the kill's
+                    usable.append(sent - struck)
+                    break
+                time.sleep(0.1)
+            recoveries.append(time.perf_counter() - struck)
+            refusals.extend(probe.errors[refused_before:])
+
+    progress.phase = "playing the load"
+    started = time.perf_counter()
+    killer = threading.Thread(target=kill_and_probe, daemon=True) if kills else None
+    if killer:
+        killer.start()
+    # daemon threads, not a pool: at the deadline the main thread leaves them behind (a pool's exit would wait for
+    # a stuck request); the servers' stop ends their requests
+    clients = [threading.Thread(target=play, args=(user,), name=f"load-{user.name}", daemon=True) for user in users]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    wall = time.perf_counter() - started
+    done.set()
+    if killer:
+        killer.join(timeout=300)
+    progress.phase = "checking the stored dialogue and memories"
+
+    played = {
+        instance_id: sum(outcome == "ok" for outcome in user.sent.get(instance_id, {}).values())
+        for user in users
+        for instance_id in user.instances
+    }
+    lost = sum(
+        max(0, played[instance_id] - user.stored_turns(instance_id)) for user in users for instance_id in user.instances
+    )
+    checked = integrity([*users, probe])
+    # the memories too: each played line recorded once, on its own instance (after the outbox caught up)
+    remembered = settled_memory_integrity([*users, probe])
+    # with auth, every user lists exactly their own instances (nothing of another user's)
+    crossed = sum(len(user.listed_instances() ^ set(user.instances)) for user in users) if tokens else 0
+    loaded = [ms for user in users for ms in user.times_ms]
+    loaded_graph = [ms for user in users for ms in user.graph_ms]
+    loaded_overhead = [ms for user in users for ms in user.overhead_ms]
+    errors = baseline_errors + [error for user in users for error in user.errors] + probe.errors
+    turns = len(users) * args.instances * args.turns
+    ratio = percentile(loaded, 0.5) / percentile(baseline, 0.5) if baseline and loaded else float("nan")
+    print(
+        f"\n{label}: {len(users)} users x {args.instances} instances x {args.turns} turns = {turns} turns under load, "
+        f"scripted model, {database}, Chroma {args.chroma}"
+    )
+    print("client time per turn (runs/wait: the server's run queue, the graph, its checkpoint writes):")
+    print(_row("one instance alone", baseline))
+    print(_row("under load (per turn)", loaded))
+    print(f"  p50 under load / alone        {ratio:.2f}x")
+    print("server side, the graph's own time per turn (debug.turn_time: history_fetch to end_turn):")
+    print(_row("one instance alone", baseline_graph))
+    print(_row("under load (per turn)", loaded_graph))
+    print("… without the reply's model call (PersonaLab's per-turn overhead):")
+    print(_row("one instance alone", baseline_overhead))
+    print(_row("under load (per turn)", loaded_overhead))
+    print(f"  throughput                    {len(loaded) / wall:.2f} turns/s over {wall:.1f} s")
+    print(f"  errors                        {len(errors)}")
+    print(f"  turns lost (stored < played)  {lost}")
+    print("  stored dialogue against what was said: " + ", ".join(f"{k} {v}" for k, v in checked.items()))
+    print("  memories checked after the load: " + ", ".join(f"{k} {v}" for k, v in remembered.items()))
+    if tokens:
+        print(f"  instances listed across users {crossed}")
+    if kills:
         print(
-            f"\n{label}: {len(users)} users x {args.instances} instances x {args.turns} turns = {turns} turns under load, "
-            f"scripted model, {database}, Chroma {args.chroma}"
+            f"  kill -9 of one Aegra process  {len(killed)} time(s); probe instance answering again after "
+            f"p50 {percentile(recoveries, 0.5) if recoveries else float('nan'):.1f} s, "
+            f"max {max(recoveries or [float('nan')]):.1f} s; usable again (the answered turn sent) after "
+            f"p50 {percentile(usable, 0.5) if usable else float('nan'):.1f} s, "
+            f"max {max(usable or [float('nan')]):.1f} s; {len(refusals)} probe turn(s) refused or failed before"
         )
-        print("client time per turn (runs/wait: the server's run queue, the graph, its checkpoint writes):")
-        print(_row("one instance alone", baseline))
-        print(_row("under load (per turn)", loaded))
-        print(f"  p50 under load / alone        {ratio:.2f}x")
-        print("server side, the graph's own time per turn (debug.turn_time: history_fetch to end_turn):")
-        print(_row("one instance alone", baseline_graph))
-        print(_row("under load (per turn)", loaded_graph))
-        print("… without the reply's model call (PersonaLab's per-turn overhead):")
-        print(_row("one instance alone", baseline_overhead))
-        print(_row("under load (per turn)", loaded_overhead))
-        print(f"  throughput                    {len(loaded) / wall:.2f} turns/s over {wall:.1f} s")
-        print(f"  errors                        {len(errors)}")
-        print(f"  turns lost (stored < played)  {lost}")
-        print("  stored dialogue against what was said: " + ", ".join(f"{k} {v}" for k, v in checked.items()))
-        print("  memories checked after the load: " + ", ".join(f"{k} {v}" for k, v in remembered.items()))
-        if tokens:
-            print(f"  instances listed across users {crossed}")
-        if kills:
-            print(
-                f"  kill -9 of one Aegra process  {len(killed)} time(s); probe instance answering again after "
-                f"p50 {percentile(recoveries, 0.5) if recoveries else float('nan'):.1f} s, "
-                f"max {max(recoveries or [float('nan')]):.1f} s; usable again (the answered turn sent) after "
-                f"p50 {percentile(usable, 0.5) if usable else float('nan'):.1f} s, "
-                f"max {max(usable or [float('nan')]):.1f} s; {len(refusals)} probe turn(s) refused or failed before"
-            )
-            for refusal in refusals[:10]:
-                print(f"    probe: {refusal}")
-        for error in errors[:10]:
-            print(f"    {error}")
-        return {
-            "server": server,
-            "workers": workers if server == "aegra" else 1,
-            "users": len(users),
-            "instances_per_user": args.instances,
-            "turns_per_instance": args.turns,
-            "database": "postgresql" if args.postgres_url else "sqlite",
-            "chroma": args.chroma,
-            "alone_ms": {"p50": percentile(baseline, 0.5), "p95": percentile(baseline, 0.95)},
-            "load_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "max": max(loaded or [0])},
-            "ratio_p50": ratio,
-            "graph_ms": _figures(baseline_graph, loaded_graph),
-            "overhead_ms": _figures(baseline_overhead, loaded_overhead),
-            "turns_per_s": len(loaded) / wall,
-            "errors": errors,
-            "turns_lost": lost,
-            "integrity": checked,
-            "memory_integrity": remembered,
-            "auth": bool(tokens),
-            "crossed": crossed,
-            "kills": len(killed),
-            "recovery_s": recoveries,
-            "usable_again_s": usable,
-            "probe_refusals": refusals,
-        }
+        for refusal in refusals[:10]:
+            print(f"    probe: {refusal}")
+    for error in errors[:10]:
+        print(f"    {error}")
+    return {
+        "server": server,
+        "workers": workers if server == "aegra" else 1,
+        "users": len(users),
+        "instances_per_user": args.instances,
+        "turns_per_instance": args.turns,
+        "database": "postgresql" if args.postgres_url else "sqlite",
+        "chroma": args.chroma,
+        "alone_ms": {"p50": percentile(baseline, 0.5), "p95": percentile(baseline, 0.95)},
+        "load_ms": {"p50": percentile(loaded, 0.5), "p95": percentile(loaded, 0.95), "max": max(loaded or [0])},
+        "ratio_p50": ratio,
+        "graph_ms": _figures(baseline_graph, loaded_graph),
+        "overhead_ms": _figures(baseline_overhead, loaded_overhead),
+        "turns_per_s": len(loaded) / wall,
+        "errors": errors,
+        "turns_lost": lost,
+        "integrity": checked,
+        "memory_integrity": remembered,
+        "auth": bool(tokens),
+        "crossed": crossed,
+        "kills": len(killed),
+        "recovery_s": recoveries,
+        "usable_again_s": usable,
+        "probe_refusals": refusals,
+    }
 
 
 def _failed(run: dict[str, Any]) -> bool:
@@ -486,11 +588,24 @@ def _failed(run: dict[str, Any]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.deadline is not None and not 0 < args.deadline < math.inf:
+        raise InvalidInput(f"--deadline must be a positive number of seconds, got {args.deadline:g}")
     targets = [(server, n) for server in args.server for n in (args.workers if server == "aegra" else [1])]
+    deadline = Deadline(args.deadline if args.deadline is not None else default_deadline(args, len(targets)))
     runs: list[dict[str, Any]] = []
-    with data_folder(args.data_dir, "personalab-load-") as folder:
-        for server, workers in targets:
-            runs.append(play_once(args, server, workers, folder / f"{server}-{workers}"))
+    progress = Progress()
+    try:
+        with data_folder(args.data_dir, "personalab-load-") as folder:
+            for server, workers in targets:
+                runs.append(play_once(args, server, workers, folder / f"{server}-{workers}", deadline, progress))
+                progress.finished.append(progress.label)
+    except DeadlineReached:
+        cut = progress.summary(deadline)
+        print(f"\n{cut}", flush=True)
+        if args.json:
+            summary = {"cut_at_deadline": cut, "deadline_s": deadline.seconds, "runs": runs}
+            Path(args.json).write_text(json.dumps(summary, ensure_ascii=False, indent=2), encoding="utf-8")
+        return 1
     comparison: dict[str, float] = {}
     dev = next((r for r in runs if r["server"] == "langgraph-dev"), None)
     aegra = sorted((r for r in runs if r["server"] == "aegra"), key=lambda r: r["workers"])
@@ -550,6 +665,14 @@ def register(kinds: argparse._SubParsersAction) -> None:
     load.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="Redis for Aegra's run queue")
     load.add_argument("--kill", type=int, default=0, help="kill -9 one Aegra process this many times during the load")
     load.add_argument("--kill-interval", type=float, default=6.0, help="seconds between two kills (default 6)")
+    load.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the whole command may take; then the clients and servers stop, the schemas are dropped and "
+        "the exit code is 1 (default: per load, --start-timeout + 180 s + 5 s per turn: 8 users x 4 instances x 5 "
+        "turns on one server, 1910 s)",
+    )
     load.add_argument("--repo", default=".", help="the folder with langgraph.json (default: here)")
     load.add_argument("--data-dir", help="keep the server's data and logs here (default: a temporary directory)")
     load.add_argument("--json", help="also write the figures to this file")
