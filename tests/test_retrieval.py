@@ -304,6 +304,10 @@ def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> No
     assert all(i.score == pytest.approx(sum(i.breakdown.weighted.values())) for i in gated)
     # the seed's plain sum (gate off): recency, importance and layer let an unrelated memory come first
     assert _issue_29_pool(0.0)[0].id != 1
+    # a turn's retrieval and `memory search` (the default config) gate, since a fact told 282 turns back lost its
+    # place to recent small talk (docs/benchmarks/2026-11-27-horizon.md); recall keeps the seed's blend
+    assert _issue_29_pool(RetrievalConfig().relevance_gate)[0].id == 1
+    assert RetrievalConfig.for_recall().character_evidence == 1.0
 
 
 def _character_pool(**config: object) -> dict[int, float]:
