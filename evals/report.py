@@ -76,7 +76,13 @@ def _cell(checks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     hits = sum(1 for c in checks if c["ok"])
     window = sum(1 for c in checks if c["ok"] and c.get("where") == "recent_window")
     seen = sum(1 for c in checks if c.get("in_prompt"))
-    return {"hits": hits, "checks": len(checks), "rate": _rate(hits, len(checks)), "in_window": window, "in_prompt": seen}
+    return {
+        "hits": hits,
+        "checks": len(checks),
+        "rate": _rate(hits, len(checks)),
+        "in_window": window,
+        "in_prompt": seen,
+    }
 
 
 def _hits_text(cell: dict[str, Any]) -> str:

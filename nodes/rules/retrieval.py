@@ -652,8 +652,6 @@ def _similarity_matrix(items: Sequence[_Scored]) -> np.ndarray:
     return matrix
 
 
-
-
 def relevance_gate(relevance: Sequence[float], power: float) -> np.ndarray:
     """Issue 29 (a deviation from seed 001 `CalculateMemoryScore`, docs/retrieval.md): how much of its recency,
     importance, diversity and layer weight a candidate keeps — (its relevance / the pool's best relevance) ** power.
