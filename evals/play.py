@@ -206,22 +206,49 @@ def in_character(state: dict[str, Any]) -> dict[str, Any]:
     return {"ok": formatted and not markers, "formatted": formatted, "ooc_markers": markers}
 
 
+def recent_dialogue(prompt: Sequence[dict[str, Any]]) -> str:
+    """The prompt's recent-dialogue window: the user and character messages of its middle region (seed 002 Prompt区域
+    分配: recall memory; the region's system messages are the world setting and the example dialogue), without the
+    turn's own message (the last one)."""
+    return "\n".join(
+        str(m.get("content", ""))
+        for m in prompt[:-1]
+        if m.get("region") == "middle" and m.get("role") in ("user", "assistant")
+    )
+
+
+def found_where(retrieved: str, window: str, phrase: str) -> str | None:
+    """Where a probe's fact reached the model: ``retrieved`` (the retrieved region: long-term memory, the dialogue
+    record, world knowledge), else ``recent_window`` (the exchange is still in the recent dialogue, which the
+    retrieved region does not repeat, issue 26), else None (the model does not see it)."""
+    if _contains(retrieved, phrase):
+        return "retrieved"
+    if _contains(window, phrase):
+        return "recent_window"
+    return None
+
+
 def score_probe(step: Step, state: dict[str, Any], log: InstanceLog) -> list[dict[str, Any]]:
-    """The probe's checks: retrieved (in the prompt's retrieved region), prompt_lacks (nowhere in the prompt),
-    reply (in the reply); each `retrieved` check with its distance to the fact's turn."""
+    """The probe's checks: retrieved (the fact reaches the model: in the prompt's retrieved region, or still in its
+    recent-dialogue window — `where` says which, and the report counts the window's apart), prompt_lacks (nowhere
+    in the prompt), reply (in the reply); each `retrieved` check with its distance to the fact's turn."""
     assert step.expect is not None
     prompt = state.get("prompt") or []
     retrieved = "\n".join(str(m.get("content", "")) for m in prompt if m.get("region") == "retrieved")
+    window = recent_dialogue(prompt)
     whole = "\n".join(str(m.get("content", "")) for m in prompt)
     reply = str(state.get("reply") or "")
     checks: list[dict[str, Any]] = []
     for phrase in step.expect.retrieved:
         source = log.fact_turn(phrase)
+        where = found_where(retrieved, window, phrase)
         checks.append(
             {
                 "kind": "retrieved",
                 "phrase": phrase,
-                "ok": _contains(retrieved, phrase),
+                # the model sees the fact either way; a hit in the window is counted apart (`where`), never silently
+                "ok": where is not None,
+                "where": where,
                 "fact_turn": source,
                 "distance": None if source is None else log.turn - source,
                 "in_prompt": _contains(whole, phrase),

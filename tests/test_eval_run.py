@@ -141,6 +141,9 @@ def test_scenario_runs_end_to_end_with_the_same_scores_twice(
     assert scenario["status"] == "ok" and scenario["turns"] == 2 * 15 + 1  # 15 steps in 2 instances + the secret
     assert scenario["retrieved"]["all"]["checks"] == 2  # one probe phrase in each instance, 13 turns after the fact
     assert scenario["retrieved"]["1-20"]["checks"] == 2
+    # the fact is still in the recent-dialogue window, which the retrieved region does not repeat (issue 26): the
+    # model sees it, so each probe is a hit, counted apart as the window's and named so in the report's goal rows
+    assert scenario["retrieved"]["all"]["hits"] == scenario["retrieved"]["all"]["in_window"] == 2
     assert scenario["secrets"] == {"said": 1, "leaked": 0}
     assert scenario["forged_markers"] == {"sent": 2, "honoured": 0}
     assert reports[0]["overall"]["latency_ms"]["generate"]["runs"] == 31
@@ -625,7 +628,7 @@ def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
     assert report["meta"]["via"] == via and scenario["via"] == via
     assert scenario["status"] == "ok" and scenario["turns"] == 2 * 3 + 1, scenario["error"]
     # each instance's probe: the fact of its own dialogue, in the retrieved region
-    assert scenario["retrieved"]["all"] == {"hits": 2, "checks": 2, "rate": 1.0, "in_prompt": 2}
+    assert scenario["retrieved"]["all"] == {"hits": 2, "checks": 2, "rate": 1.0, "in_window": 0, "in_prompt": 2}
     # instance 1's secret: never in instance 2's prompt (every turn checked); no memory of another instance either
     assert scenario["secrets"] == {"said": 1, "leaked": 0}
     assert scenario["other_instances"]["foreign"] == 0 and scenario["other_instances"]["memories"] > 0
