@@ -9,6 +9,7 @@ The turn ends after this node in the `end_turn` node, not here."""
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
@@ -17,6 +18,7 @@ from personalab.nodes.rules.review.effects import relationship_event
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.relations import apply_relations, host_lines_of_turn, turn_participants
 from personalab.nodes.rules.review.turn import review_outcome
+from personalab.nodes.rules.types import Relation
 from personalab.nodes.state import TurnState, TurnUpdate, stored_turn
 from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.outbox import apply_soon, review_failed, store_turn_review
@@ -63,10 +65,12 @@ def review_turn(state: TurnState, ctx: Context) -> TurnUpdate:
         log.log(level, "review failed on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         return {"debug": {"review": {"error": f"{type(exc).__name__}: {exc}"}}}
     change = relationship_event(turn, output.relationship_delta, state["character"].get("language"))
+    relation_changes: dict[str, Any]
     try:
-        relations, relation_changes = apply_relations(
+        updated, relation_changes = apply_relations(
             state.get("relations"), participants, state["turn"], pipeline.config, output.participant_deltas
         )
+        relations = cast(dict[str, Relation], updated)  # the records `apply_relations` builds are `Relation`s
     except Exception as exc:  # noqa: BLE001 - the turn and its review are stored: the relations stay as they were
         log.error("relations not updated on instance %s turn %s: %s", state.get("instance_id"), turn, exc)
         relations, relation_changes = dict(state.get("relations") or {}), {"error": f"{type(exc).__name__}: {exc}"}
