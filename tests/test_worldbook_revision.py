@@ -107,7 +107,10 @@ def test_a_database_made_before_the_revisions_gets_them_by_migration(db_url: str
     migrate.upgrade(db_url, "0015_closed_memory_index")
     _other_process(
         db_url,
-        ("INSERT INTO role (id, name, description, persona, created_at) VALUES (1, 'r', '', '', CURRENT_TIMESTAMP)", {}),
+        (
+            "INSERT INTO role (id, name, description, persona, created_at) VALUES (1, 'r', '', '', CURRENT_TIMESTAMP)",
+            {},
+        ),
         (
             "INSERT INTO save (id, title, role_id, created_at, updated_at)"
             " VALUES (1, 's', 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
