@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.errors import InstanceNotFound, InvalidInput, NotFound
 from personalab.nodes.rules.knowledge import KnowledgeEntry, library_position, validate_knowledge
 from personalab.nodes.rules.worldbook import (
     PreparedWorldbook,
@@ -26,7 +26,7 @@ from personalab.stores.db import INTEGER_MAX, INTEGER_MIN
 from personalab.stores.lru import LRU
 from personalab.stores.saves import get_save
 from personalab.stores.tables import Role, utcnow
-from personalab.stores.worldbook_revision import revisions, visible_scopes
+from personalab.stores.worldbook_revision import instance_revisions, revisions, visible_scopes
 from personalab.stores.worldbook_tables import KnowledgeEntryRow, WorldbookEntryRow, WorldbookEntrySourceRow
 from sqlalchemy import and_, or_
 from sqlalchemy import select as sa_select
@@ -345,9 +345,11 @@ def _stored_entries(session: Session, save_id: int, role_id: int | None) -> list
 
 
 def _cached_book(session: Session, save_id: int) -> _Cached:
-    role_id = get_save(session, save_id).role_id
+    found = instance_revisions(session, save_id)  # the character and the version in one read (`worldbook_version`)
+    if found is None:  # as every other read of a missing instance (`get_save`)
+        raise InstanceNotFound(f"instance {save_id} does not exist")
+    role_id, version = found
     key = (str(session.get_bind().engine.url), role_id, save_id)
-    version = worldbook_version(session, save_id, role_id)
     with _PREPARED_LOCK:
         cached = _PREPARED.get(key)
         if cached is not None and cached.version == version:

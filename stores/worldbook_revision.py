@@ -158,3 +158,19 @@ def revisions(session: Any, scopes: list[str]) -> tuple[tuple[str, int, int | No
         {"scopes": scopes},
     ).all()
     return tuple(sorted((str(scope), int(revision), token) for scope, revision, token in rows))
+
+
+def instance_revisions(session: Any, save_id: int) -> tuple[int | None, tuple[tuple[str, int, int | None], ...]] | None:
+    """(the instance's character, `revisions` of the scopes it sees) in one query — a turn's whole check of its
+    prepared book; None when the instance does not exist."""
+    rows = session.execute(
+        text(
+            f"SELECT s.role_id, r.scope, r.revision, r.token FROM save AS s LEFT JOIN {TABLE} AS r "
+            f"ON r.scope IN ('{GLOBAL_SCOPE}', 'save:' || s.id, 'role:' || s.role_id) WHERE s.id = :save_id"
+        ),
+        {"save_id": save_id},
+    ).all()
+    if not rows:
+        return None
+    found = sorted((str(scope), int(revision), token) for _role, scope, revision, token in rows if scope is not None)
+    return rows[0][0], tuple(found)
