@@ -282,6 +282,8 @@ def gather(
     history = state.get("history", [])
     query = state.get("query") or state["message"]
     dialogue, own_lines = recent_context(history, character.get("role_id"))
+    # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past
+    past = asks_about_past(query) or asks_about_past(state["message"])
     with session_scope(ctx.database_url) as session:
         loading = time.perf_counter()
         worldbook = book if book is not None else prepared_worldbook_for_instance(session, instance_id)
@@ -291,6 +293,8 @@ def gather(
         # seed 004 MemoryTriggerConfig as the user set it (issue 23): read every turn, so a change is live next turn
         trigger = trigger_config_for_instance(session, instance_id, character.get("role_id"))
         branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
+        # not about the past: the closed dialogue lines are not another entry's context (read with the rest)
+        closed_lines = [] if past else closed_record_lines(session, instance_id)
     worldbook_context = context_from_lines(
         history[:-1],
         user_message=state["message"],
@@ -338,7 +342,6 @@ def gather(
     # again, and a line already presented (by a better memory or the window) is not presented twice
     # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
     # after the current ones and marked as no longer true; otherwise its line is not another entry's context either
-    past = asks_about_past(query) or asks_about_past(state["message"])
     # not about the past: the closed facts are left out first (named as superseded, not as duplicates)
     superseded = [] if past else [item["id"] for item in found["items"] if item.get("valid_to_turn") is not None]
     items, duplicates, in_dialogue = drop_repeated_exchanges(
@@ -346,7 +349,7 @@ def gather(
         turn=turn,
         window_turns=ctx.recall_turns,
         window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
-        closed_lines=[] if past else closed_record_lines(ctx.database_url, instance_id),
+        closed_lines=closed_lines,
     )
     current = [item for item in items if item.get("valid_to_turn") is None]
     closed = [
