@@ -57,7 +57,7 @@ def _token_sql(dialect: str) -> str:
     return "random()" if dialect == "sqlite" else "(random() * 4503599627370496)::bigint"
 
 
-def _bump_sql(dialect: str, source: str) -> str:
+def _bump_sql(source: str) -> str:
     """One upsert adding 1 to the revision of each scope `source` (VALUES or a SELECT) names."""
     return (
         f"INSERT INTO {TABLE} (scope, revision, token) {source} "
@@ -71,17 +71,16 @@ def create_sql(dialect: str) -> list[str]:
     token = _token_sql(dialect)
     # a token per scope, not per entry: the scopes first, then one random number each
     seed = _bump_sql(
-        dialect,
         f"SELECT k.scope, 1, {token} FROM (SELECT DISTINCT {_key_sql('e')} AS scope FROM worldbook_entry AS e) "
         "AS k WHERE true",
     )
     if dialect == "sqlite":
-        entry_new = _bump_sql(dialect, f"VALUES ({_key_sql('NEW')}, 1, {token})")
-        entry_old = _bump_sql(dialect, f"VALUES ({_key_sql('OLD')}, 1, {token})")
+        entry_new = _bump_sql(f"VALUES ({_key_sql('NEW')}, 1, {token})")
+        entry_old = _bump_sql(f"VALUES ({_key_sql('OLD')}, 1, {token})")
 
         def source(row: str) -> str:
             return _bump_sql(
-                dialect, f"SELECT {_key_sql('e')}, 1, {token} FROM worldbook_entry AS e WHERE e.id = {row}.entry_id"
+                f"SELECT {_key_sql('e')}, 1, {token} FROM worldbook_entry AS e WHERE e.id = {row}.entry_id"
             )
 
         statements = [
@@ -100,20 +99,17 @@ def create_sql(dialect: str) -> list[str]:
             f"worldbook_entry_source BEGIN {source('OLD')}; END",
         ]
         return [*statements, seed]
-    entry_row = _bump_sql(dialect, f"VALUES ({_key_sql('r')}, 1, {token})")
-    source_row = _bump_sql(
-        dialect, f"SELECT {_key_sql('e')}, 1, {token} FROM worldbook_entry AS e WHERE e.id = r.entry_id"
-    )
+    entry_row = _bump_sql(f"VALUES ({_key_sql('r')}, 1, {token})")
+    source_row = _bump_sql(f"SELECT {_key_sql('e')}, 1, {token} FROM worldbook_entry AS e WHERE e.id = r.entry_id")
     statements = []
     for table, function in TRIGGERS:
         bump = entry_row if table == "worldbook_entry" else source_row
-        kind = "worldbook_entry" if table == "worldbook_entry" else "worldbook_entry_source"
         # the function resolves the table by the search path it was created under (a test's schema, the
         # deployment's), not by whichever the writing session has
         statements.append(
             f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql "
             "SET search_path FROM CURRENT AS $body$\n"
-            f"DECLARE r {kind};\n"
+            f"DECLARE r {table};\n"  # the row changed, OLD then NEW
             "BEGIN\n"
             "  IF TG_OP <> 'INSERT' THEN r := OLD; " + bump + "; END IF;\n"
             "  IF TG_OP <> 'DELETE' THEN r := NEW; " + bump + "; END IF;\n"
