@@ -159,7 +159,14 @@ class BranchMemories:
     What was skipped is in `off_branch` (ids, first seen first). The rows read to tell the line are kept and
     serve `load`, so the scoring reads no memory twice."""
 
-    def __init__(self, store: MemoryStore, instance_id: int, branch: set[int], witness: str | None = None) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        instance_id: int,
+        branch: set[int],
+        witness: str | None = None,
+        index: KeywordIndex | None = None,
+    ) -> None:
         self.store = store
         self.instance_id = instance_id
         self.branch = branch
@@ -168,6 +175,11 @@ class BranchMemories:
         self.rows: dict[int, MemoryRow] = {}
         self.off_branch: list[int] = []
         self._skipped: set[int] = set()
+        # one keyword index per character for the whole search (issue 28: the index's revision was read again by
+        # each path; one search sees one state of the store); `index`: the one brought up to date before the cap
+        self._indexes: dict[tuple[int, int | None], KeywordIndex] = {}
+        if index is not None:
+            self._indexes[(instance_id, None)] = self._indexes[(instance_id, index.character_id)] = index
 
     def on_branch(self, search: Callable[[int], Hits], n: int) -> list[tuple[int, float]]:
         """The first `n` hits of `search` (a path asked for its best m) on the branch, best first."""
@@ -199,7 +211,11 @@ class BranchMemories:
     # what `rules.retrieval.retrieve` needs of a store (`MemorySource`)
 
     def index(self, instance_id: int, character_id: int | None = None) -> BranchIndex:
-        return BranchIndex(self.store.index(instance_id, character_id), self)
+        kept = self._indexes.get((instance_id, character_id))
+        if kept is None:
+            kept = self._indexes[(instance_id, character_id)] = self.store.index(instance_id, character_id)
+            self._indexes.setdefault((instance_id, kept.character_id), kept)
+        return BranchIndex(kept, self)
 
     def embed_query(self, text: str) -> Any:
         return self.store.embed_query(text)
@@ -256,14 +272,18 @@ def worldbook_path(store: BranchMemories, fired: Sequence[TriggeredEntry]) -> Ca
     return path
 
 
-def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None) -> dict[str, Any]:
+def gather(
+    state: TurnState, ctx: Context, book: PreparedWorldbook | None = None, index: KeywordIndex | None = None
+) -> dict[str, Any]:
     """Everything the retrieved region holds this turn (runs under the time cap); `book`: the instance's world book,
-    prepared before the cap (else read here)."""
+    `index`: its keyword index, both prepared before the cap (else read here)."""
     instance_id, turn = state["instance_id"], state["turn"]
     character = state["character"]
     history = state.get("history", [])
     query = state.get("query") or state["message"]
     dialogue, own_lines = recent_context(history, character.get("role_id"))
+    # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past
+    past = asks_about_past(query) or asks_about_past(state["message"])
     with session_scope(ctx.database_url) as session:
         loading = time.perf_counter()
         worldbook = book if book is not None else prepared_worldbook_for_instance(session, instance_id)
@@ -273,6 +293,8 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         # seed 004 MemoryTriggerConfig as the user set it (issue 23): read every turn, so a change is live next turn
         trigger = trigger_config_for_instance(session, instance_id, character.get("role_id"))
         branch = set(get_path_ids(session, instance_id))  # the lines of the branch this turn continues
+        # not about the past: the closed dialogue lines are not another entry's context (read with the rest)
+        closed_lines = [] if past else closed_record_lines(session, instance_id)
     worldbook_context = context_from_lines(
         history[:-1],
         user_message=state["message"],
@@ -299,6 +321,7 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         instance_id,
         branch,
         witness=character_identity(character.get("role_id")),  # issue 26: what the character witnessed
+        index=index,
     )
     memories = retrieve(
         store,
@@ -319,7 +342,6 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
     # again, and a line already presented (by a better memory or the window) is not presented twice
     # the current truth first (issue 26): a fact a later one replaced is shown only for a question about the past,
     # after the current ones and marked as no longer true; otherwise its line is not another entry's context either
-    past = asks_about_past(query) or asks_about_past(state["message"])
     # not about the past: the closed facts are left out first (named as superseded, not as duplicates)
     superseded = [] if past else [item["id"] for item in found["items"] if item.get("valid_to_turn") is not None]
     items, duplicates, in_dialogue = drop_repeated_exchanges(
@@ -327,7 +349,7 @@ def gather(state: TurnState, ctx: Context, book: PreparedWorldbook | None = None
         turn=turn,
         window_turns=ctx.recall_turns,
         window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
-        closed_lines=[] if past else closed_record_lines(ctx.database_url, instance_id),
+        closed_lines=closed_lines,
     )
     current = [item for item in items if item.get("valid_to_turn") is None]
     closed = [
@@ -449,18 +471,19 @@ def prepare_worldbook(instance_id: int, ctx: Context) -> tuple[PreparedWorldbook
     return book, round((time.perf_counter() - started) * 1000, 2)
 
 
-def prepare_memory_index(instance_id: int, ctx: Context) -> float:
+def prepare_memory_index(instance_id: int, ctx: Context) -> tuple[KeywordIndex | None, float]:
     """The instance's keyword index brought up to date before the cap, and the milliseconds it took: a revision
     read when this process has it, else the read and indexing of every memory of the character (a process's first
     turn: ~10,000 memories took longer than the whole cap on a loaded machine, and the turn lost its retrieval).
     Like the world book's preparation, before the cap, which is for the search; an error is left to the search,
     which meets it again and reports it."""
     started = time.perf_counter()
+    index: KeywordIndex | None
     try:
-        MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()).index(instance_id)
+        index = MemoryStore(db_url=ctx.database_url, chroma_path=chroma_path()).index(instance_id)
     except Exception:  # noqa: BLE001 - the search under the cap tries again and reports the error
-        pass
-    return round((time.perf_counter() - started) * 1000, 2)
+        index = None
+    return index, round((time.perf_counter() - started) * 1000, 2)
 
 
 def recall_witnessed(
@@ -509,10 +532,10 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         found, debug = [], {"status": unavailable, "ms": 0.0}
     else:
         cpu = time.thread_time()
-        index_ms = prepare_memory_index(state["instance_id"], ctx)
+        index, index_ms = prepare_memory_index(state["instance_id"], ctx)
         book, book_ms = prepare_worldbook(state["instance_id"], ctx)
         prepare_cpu_ms = (time.thread_time() - cpu) * 1000
-        found, debug = search_with_cap(lambda: cpu_timed(lambda: gather(state, ctx, book)), ctx.rag_timeout_s)
+        found, debug = search_with_cap(lambda: cpu_timed(lambda: gather(state, ctx, book, index)), ctx.rag_timeout_s)
         if found:
             # the processor time of the book's preparation and the search (issue 28): a figure a loaded machine
             # stretches far less than the wall-clock `ms`

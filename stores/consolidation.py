@@ -234,13 +234,12 @@ def consolidated_line(database_url: str | None, instance_id: int, line_id: int |
         return found is not None
 
 
-def closed_record_lines(database_url: str | None, instance_id: int) -> list[str]:
-    """The instance's dialogue-record lines a later fact closed (issue 26), each ``speaker：text`` as recorded."""
+def closed_record_lines(session: Session, instance_id: int) -> list[str]:
+    """The instance's dialogue-record lines a later fact closed (issue 26), each ``speaker：text`` as recorded; in the
+    caller's session (a turn's other fixed reads share it, issue 28)."""
     from personalab.nodes.rules.curation import record_parts
 
-    with session_scope(database_url) as session:
-        rows = session.exec(closed_records_query(instance_id)).all()
-    return [record_parts(str(content))[1] for content in rows]
+    return [record_parts(str(content))[1] for content in session.exec(closed_records_query(instance_id)).all()]
 
 
 def closed_records_query(instance_id: int) -> Any:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from personalab.stores.tables import utcnow
-from sqlalchemy import JSON, Column, Text
+from sqlalchemy import JSON, BigInteger, Column, Text, event
 from sqlmodel import Field, SQLModel
 
 
@@ -111,6 +111,27 @@ class WorldbookSettingsRow(SQLModel, table=True):
     case_sensitive: bool | None = None
     match_whole_words: bool | None = None
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class WorldbookRevisionRow(SQLModel, table=True):
+    """A world-book scope's revision (issue 28, `stores.worldbook_revision`): `global`, `role:N` or `save:N`, counted
+    up with a new random `token` by the database's triggers at every change to an entry of that scope."""
+
+    __tablename__ = "worldbook_revision"
+
+    scope: str = Field(primary_key=True)
+    revision: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    token: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+@event.listens_for(SQLModel.metadata, "after_create")
+def _revision_triggers(_metadata: Any, connection: Any, tables: Any = (), **_kw: Any) -> None:
+    """The revision table's triggers, made with it by `create_all` (a new database, or an older one that lacks the
+    table); migration 0016 makes them on a database it upgrades."""
+    if any(getattr(table, "name", None) == WorldbookRevisionRow.__tablename__ for table in tables or ()):
+        from personalab.stores.worldbook_revision import install
+
+        install(connection)
 
 
 # the card table is registered with these tables (stores.db imports this module)
