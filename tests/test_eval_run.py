@@ -523,6 +523,9 @@ def test_ctrl_c_keeps_the_finished_scenarios_and_the_printed_resume_plays_the_re
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as from a terminal: a suite started in the background (`cmd &` in a script) ignores SIGINT, and a child
+        # inherits that, so the Ctrl-C below would never land
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 600
