@@ -122,7 +122,11 @@ class ReleaseOnCancel(BaseCallbackHandler):
     running in its thread stores nothing after this: `write_back` checks the lock (TurnLockLost). A cancel that
     comes while `history_fetch` is still taking the lock in its thread finds no lock to free: the run is marked
     abandoned (`stores.turns.release_or_abandon`) and `history_fetch` gives the lock back as soon as it has it (found by
-    tests/test_aegra_outage.py: the client-gone case's next turn was "instance N is busy" until a restart)."""
+    tests/test_aegra_outage.py: the client-gone case's next turn was "instance N is busy" until a restart). A run
+    cancelled while holding its lock is not marked: Aegra cancels a live worker's run whose lease lapsed and queues
+    it again, and that replay, in this process or another, must answer the run's stored user line (it was refused
+    "was cancelled", or "busy" while the first execution still held the lock: `acquire_turn_lock` now waits for
+    it; found by `bench load` with kills, tests/test_replayed_runs.py)."""
 
     def __init__(self) -> None:
         self._runs: dict[Any, tuple[int, str]] = {}
