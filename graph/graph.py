@@ -48,7 +48,7 @@ from personalab.nodes.state import TurnInput, TurnOutput, TurnState
 from personalab.nodes.write_back import abort_turn, write_back
 from personalab.stores.outbox import resume_pending
 from personalab.stores.server_records import claim_server_records
-from personalab.stores.turns import abandon_run, release_held_lock
+from personalab.stores.turns import release_or_abandon
 from personalab.stores.vectors import chroma_path
 from personalab.stores.warmup import warm_up_async
 
@@ -121,8 +121,12 @@ class ReleaseOnCancel(BaseCallbackHandler):
     lived). The in-process runner does the same in `graph.runner.run_turn`. A node of the cancelled run still
     running in its thread stores nothing after this: `write_back` checks the lock (TurnLockLost). A cancel that
     comes while `history_fetch` is still taking the lock in its thread finds no lock to free: the run is marked
-    abandoned (`stores.turns.abandon_run`) and `history_fetch` gives the lock back as soon as it has it (found by
-    tests/test_aegra_outage.py: the client-gone case's next turn was "instance N is busy" until a restart)."""
+    abandoned (`stores.turns.release_or_abandon`) and `history_fetch` gives the lock back as soon as it has it (found by
+    tests/test_aegra_outage.py: the client-gone case's next turn was "instance N is busy" until a restart). A run
+    cancelled while holding its lock is not marked: Aegra cancels a live worker's run whose lease lapsed and queues
+    it again, and that replay, in this process or another, must answer the run's stored user line (it was refused
+    "was cancelled", or "busy" while the first execution still held the lock: `acquire_turn_lock` now waits for
+    it; found by `bench load` with kills, tests/test_replayed_runs.py)."""
 
     def __init__(self) -> None:
         self._runs: dict[Any, tuple[int, str]] = {}
@@ -145,10 +149,10 @@ class ReleaseOnCancel(BaseCallbackHandler):
         if started is None or not isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
             return
         instance_id, key = started
-        # history_fetch may still be taking the lock in its worker thread: it gives it back itself (issue 27)
-        abandon_run(key)
+        # the lock is freed now, or, when history_fetch is still taking it in its worker thread, given back by
+        # history_fetch itself; a replay of the run started after this is not refused (issue 27)
         try:
-            release_held_lock(instance_id, Context().database_url)
+            release_or_abandon(instance_id, key, Context().database_url)
         except Exception as exc:  # noqa: BLE001 - the database is gone: the next turn takes the lock over (stores.turns)
             log.warning("instance %s: the cancelled run's turn lock was not released: %s", instance_id, exc)
 

@@ -262,8 +262,9 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     given_gap = check_gap(state["time_gap"], "time_gap") if state.get("time_gap") is not None else None
     warm_up_async(chroma_path())  # overlaps the loads (models, dictionaries, store) with this node and the rewrite
     run_key = run_key_of()
-    token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url)
-    if run_abandoned(run_key):  # cancelled while this node was taking the lock (graph.graph.ReleaseOnCancel)
+    started = time.monotonic()  # a cancel of the run after this is this execution's, not an earlier one's
+    token = acquire_turn_lock(instance_id, ctx.lock_lease_s, ctx.database_url, run_key=run_key)
+    if run_abandoned(run_key, started):  # cancelled while this node was taking the lock (graph.ReleaseOnCancel)
         release_turn_lock(instance_id, token, ctx.database_url)
         raise TurnLockLost(f"run {run_key} was cancelled: its turn stops, nothing stored")
     try:

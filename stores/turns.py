@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -35,6 +36,21 @@ _beats: dict[str, threading.Event] = {}
 _acquiring: set[str] = set()  # tokens of locks being taken, not yet with their heartbeat
 _beats_lock = threading.Lock()
 log = logging.getLogger(__name__)
+# how long a replayed run waits for its twin's lock: the same run still running elsewhere (issue 27, Aegra: a live
+# worker whose run lease lapsed under load has its run queued again and learns it at its next heartbeat, then
+# cancels it, which frees its turn lock; up to 5 s seen on a loaded 2-core machine)
+TWIN_WAIT_S = 30.0
+TWIN_POLL_S = 0.2
+
+
+def run_mark(run_key: str) -> str:
+    """The part of a lock's token that names the run holding it (a digest: any length of run key fits)."""
+    return hashlib.sha256(run_key.encode()).hexdigest()[:16]
+
+
+def _held_by_twin(lock: TurnLock, run_key: str | None) -> bool:
+    """The lock is held by another execution of the same run (its token ends with the run's mark)."""
+    return run_key is not None and lock.token.endswith(f".{run_mark(run_key)}")
 
 
 def holder_name() -> str:
@@ -57,12 +73,43 @@ def holder_is_gone(holder: str | None) -> bool:
     return False
 
 
-def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None) -> str:
+def acquire_turn_lock(
+    save_id: int,
+    lease_seconds: float,
+    url: str | None = None,
+    run_key: str | None = None,
+    twin_wait_s: float = TWIN_WAIT_S,
+) -> str:
     """Take the instance's turn lock (its own transaction) or raise `InstanceBusy`;
     `InstanceNotFound`, with nothing written, for an unknown instance. The lease is short (PERSONALAB_TURN_LEASE)
     and renewed by a heartbeat thread until the lock is released, so a live turn keeps it however long it runs
-    and a crashed holder's lock lapses within one lease, at once if it was a process of this host (issue 14)."""
-    token = uuid.uuid4().hex
+    and a crashed holder's lock lapses within one lease, at once if it was a process of this host (issue 14).
+    A turn played by the run `run_key` (issue 27) marks the lock with it; when the lock is held by another
+    execution of that same run (the server queued the run again while the first still ran: Aegra's lease loss),
+    this one waits up to `twin_wait_s` for the first to end or be cancelled instead of failing busy: the replay
+    then answers the run's stored user line, or its stored reply, once."""
+    deadline = time.monotonic() + twin_wait_s
+    waited = False
+    while True:
+        try:
+            return _acquire_once(save_id, lease_seconds, url, run_key)
+        except _TwinRunning:
+            if time.monotonic() >= deadline:
+                raise InstanceBusy(
+                    f"instance {save_id} is busy: run {run_key} is still running there (played again by its server)"
+                ) from None
+            if not waited:
+                log.info("instance %s: run %s waits for its earlier execution's turn lock", save_id, run_key)
+                waited = True
+            time.sleep(TWIN_POLL_S)
+
+
+class _TwinRunning(InstanceBusy):
+    """The lock is held by another, live execution of the same run (`acquire_turn_lock` waits for it)."""
+
+
+def _acquire_once(save_id: int, lease_seconds: float, url: str | None, run_key: str | None) -> str:
+    token = uuid.uuid4().hex + (f".{run_mark(run_key)}" if run_key is not None else "")
     now = time.time()
     with _beats_lock:
         _acquiring.add(token)  # live from its commit on, before its heartbeat starts (`_ended_here`)
@@ -80,6 +127,8 @@ def acquire_turn_lock(save_id: int, lease_seconds: float, url: str | None = None
                 session.exec(
                     delete(TurnLock).where(col(TurnLock.save_id) == save_id, col(TurnLock.token) == held.token)
                 )
+            elif held is not None and _held_by_twin(held, run_key):
+                raise _TwinRunning(f"instance {save_id} is busy: run {run_key} is running there")
             elif held is not None:
                 raise InstanceBusy(f"instance {save_id} is busy: another turn is running")
             session.add(
@@ -185,24 +234,36 @@ def release_held_lock(save_id: int, url: str | None = None) -> bool:
     return True
 
 
-def abandon_run(run_key: str) -> None:
-    """The served run `run_key` was cancelled (issue 27, found on Aegra: a client gone right after asking): a turn
-    of it that takes its lock after this, its node still running in a worker thread when the cancel came, gives
-    the lock back at once (`run_abandoned`) instead of holding the instance busy for as long as the process lives.
-    Called before `release_held_lock`, both under `_held_lock`: whichever runs second sees the other's mark."""
+def release_or_abandon(save_id: int, run_key: str, url: str | None = None) -> bool:
+    """The served run `run_key` of instance `save_id` was cancelled (issue 27): release the turn lock this process
+    holds for it (True), or, when it holds none yet, mark the run abandoned (False): a turn of it whose
+    `history_fetch` is still taking the lock in a worker thread (found on Aegra: a client gone right after asking)
+    gives the lock back as soon as it has it (`run_abandoned`) instead of holding the instance busy for as long as
+    the process lives. Only then: a run cancelled while holding its lock is often queued again by its server (Aegra
+    after a lease loss), and that replay, started after the cancel in this same process, must answer the run's
+    stored line, not find the run abandoned. Decided under `_held_lock`, where `acquire_turn_lock` registers a lock:
+    either the lock is seen here, or the mark is seen by the turn that takes it."""
     now = time.monotonic()
     with _held_lock:
         for key in [key for key, when in _abandoned.items() if now - when > ABANDONED_KEEP_S]:
             del _abandoned[key]
-        _abandoned[run_key] = now
+        token = _held.get((url or "", save_id))
+        if token is None:
+            _abandoned[run_key] = now
+    if token is None:
+        return False
+    release_turn_lock(save_id, token, url)
+    return True
 
 
-def run_abandoned(run_key: str | None) -> bool:
-    """True when the run `run_key` was cancelled (`abandon_run`); asked after its turn's lock is held."""
+def run_abandoned(run_key: str | None, since: float) -> bool:
+    """True when the run `run_key` was cancelled (`release_or_abandon`) after `since` (`time.monotonic()` when the
+    asking turn started): an execution of the run that started after the cancel is the server's replay of it."""
     if run_key is None:
         return False
     with _held_lock:
-        return run_key in _abandoned
+        when = _abandoned.get(run_key)
+    return when is not None and when >= since
 
 
 def release_turn_lock(save_id: int, token: str, url: str | None = None) -> None:

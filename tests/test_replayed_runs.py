@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,13 +20,14 @@ from cli_helpers import cli
 from personalab.graph.graph import TURN_GRAPH_NAME, ReleaseOnCancel
 from personalab.graph.runner import create_sample_instance, run_turn, turn_config, turn_graph
 from personalab.nodes import generate as generate_node
+from personalab.nodes import history_fetch as history_fetch_node
 from personalab.nodes import write_back as write_back_node
 from personalab.nodes.context import Context
-from personalab.nodes.rules.errors import RunOvertaken, TurnLockLost
+from personalab.nodes.rules.errors import InstanceBusy, RunOvertaken, TurnLockLost
 from personalab.stores.db import session_scope
 from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnRecord
-from personalab.stores.turns import release_held_lock
+from personalab.stores.turns import acquire_turn_lock, release_held_lock, release_turn_lock
 from sqlmodel import col, select
 
 
@@ -192,17 +195,96 @@ def test_doctor_reports_a_user_line_stored_twice(
     assert code == 1 and f"instance {instance}" in found["message"] and "stored 2 times" in found["message"]
 
 
-def test_a_run_cancelled_while_taking_its_lock_gives_the_lock_back(db_url: str) -> None:
+def cancelled(url: str, instance: int, run_id: str) -> None:
+    """The server cancels the served run `run_id` (Aegra's `runs.cancel`, or its lease loss): what
+    `ReleaseOnCancel` sees of it, in a server whose database is `url`."""
+    cancel, root = ReleaseOnCancel(), uuid.uuid4()
+    cancel.on_chain_start({}, {"instance_id": instance}, run_id=root, name=TURN_GRAPH_NAME, metadata={"run_id": run_id})
+    with pytest.MonkeyPatch.context() as served:
+        served.setenv("PERSONALAB_DATABASE_URL", url)
+        cancel.on_chain_error(asyncio.CancelledError(), run_id=root)
+
+
+def test_a_run_cancelled_while_taking_its_lock_gives_the_lock_back(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A served run cancelled while its `history_fetch` is still taking the instance's lock in a worker thread
     (issue 27, found on Aegra: a client gone right after asking; the cancel's release found no lock yet, and the
     heartbeat then kept the instance busy for as long as the process lived): the turn gives the lock back as soon
     as it has it, plays nothing, and the next run plays."""
     instance = create_sample_instance(db_url)
-    cancel, root = ReleaseOnCancel(), uuid.uuid4()
-    cancel.on_chain_start({}, {"instance_id": instance}, run_id=root, name=TURN_GRAPH_NAME, metadata={"run_id": "r-9"})
-    cancel.on_chain_error(asyncio.CancelledError(), run_id=root)  # no lock held yet: nothing to free
+    taking = history_fetch_node.acquire_turn_lock
+
+    def cancelled_meanwhile(*args: Any, **kwargs: Any) -> str:
+        cancelled(db_url, instance, "r-9")  # no lock held yet: nothing to free
+        return taking(*args, **kwargs)
+
     with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        monkeypatch.setattr(history_fetch_node, "acquire_turn_lock", cancelled_meanwhile)
         with pytest.raises(TurnLockLost, match="r-9 was cancelled"):
-            run_turn(graph, ctx, instance, "走吧。", run_id="r-9")  # its history_fetch, after the cancel
+            run_turn(graph, ctx, instance, "走吧。", run_id="r-9")
+        monkeypatch.undo()
         assert not [line for line in lines_of(db_url, instance) if line.attribute == "assistant"]
         assert run_turn(graph, ctx, instance, "走吧。", run_id="r-10")["turn"] == 1
+
+
+def held_by_a_live_twin(
+    graph: Any, ctx: Context, monkeypatch: pytest.MonkeyPatch, instance: int, message: str, run_id: str
+) -> None:
+    """Run `run_id` stored its user line and is still running, holding the instance's lock (the execution whose
+    Aegra lease lapsed on a loaded machine while its worker lived: Aegra queues the run again, the worker learns it
+    at its next heartbeat and cancels it then)."""
+    killed_before_its_reply(graph, ctx, monkeypatch, instance, message, run_id)
+    acquire_turn_lock(instance, 60, ctx.database_url, run_key=run_id)
+
+
+def test_a_run_replayed_after_its_cancel_answers_its_stored_line(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 (kill -9 load on Aegra, a burst of lease losses): the cancelled execution's lock is freed, and the
+    replay of the same run in the same process (started after the cancel) answers the stored line once; it was
+    refused "was cancelled" and the line stayed unanswered."""
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        held_by_a_live_twin(graph, ctx, monkeypatch, instance, "起风了。", "served-run-lease")
+        cancelled(db_url, instance, "served-run-lease")
+        again = run_turn(graph, ctx, instance, "起风了。", run_id="served-run-lease")
+        assert again["reply"] and again["turn"] == 1
+        assert [line.content for line in lines_of(db_url, instance) if line.attribute == "user"] == ["起风了。"]
+        assert len(answered(db_url, instance)) == 1
+        assert run_turn(graph, ctx, instance, "走吧。")["turn"] == 2
+
+
+def test_a_run_replayed_while_it_still_runs_waits_and_answers_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27: the replay starts while the earlier execution of the same run still holds the lock (in this process
+    or another); it waits for that lock instead of failing "instance is busy" (the earlier execution was cancelled
+    a moment later and nothing answered the line), then answers the stored line once."""
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        held_by_a_live_twin(graph, ctx, monkeypatch, instance, "雨停了。", "served-run-twin")
+        result: dict[str, Any] = {}
+
+        def replay() -> None:
+            try:
+                result["state"] = run_turn(graph, ctx, instance, "雨停了。", run_id="served-run-twin")
+            except Exception as exc:  # noqa: BLE001 - the test reads it
+                result["error"] = exc
+
+        with caplog.at_level(logging.INFO, logger="personalab.stores.turns"):
+            thread = threading.Thread(target=replay)
+            thread.start()
+            for _ in range(200):  # until the replay meets the earlier execution's lock (or fails)
+                if "error" in result or "waits for its earlier execution" in caplog.text:
+                    break
+                thread.join(0.05)
+            cancelled(db_url, instance, "served-run-twin")
+            thread.join(60)
+        assert "error" not in result, result.get("error")
+        assert result["state"]["reply"] and result["state"]["turn"] == 1
+        assert [line.content for line in lines_of(db_url, instance) if line.attribute == "user"] == ["雨停了。"]
+        assert len(answered(db_url, instance)) == 1
+        # another run is still refused at once while a turn holds the instance
+        token = acquire_turn_lock(instance, 60, db_url, run_key="served-run-other-holder")
+        with pytest.raises(InstanceBusy):
+            run_turn(graph, ctx, instance, "走吧。", run_id="served-run-next")
+        release_turn_lock(instance, token, db_url)
