@@ -109,7 +109,7 @@ def run_eval(memories: Sequence[Memory], probes: Sequence[Probe], data: Path) ->
         return [name_of[memory_id] for memory_id, _ in found]
 
     ways: dict[str, Callable[[str], list[str]]] = {
-        "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, character_evidence=1.0, mark_mentioned=False)),
+        "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, mark_mentioned=False)),
         "gated": by_retrieve(
             RetrievalConfig(relevance_gate=GATED_POWER, character_evidence=CHARACTER_EVIDENCE, mark_mentioned=False)
         ),

@@ -48,11 +48,11 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 def fill(mount: Path) -> Path:
     filler = mount / "filler"
-    with filler.open("wb") as out:
+    # unbuffered: a buffered file kept the block that did not fit and failed again when closed (ENOSPC, seen in CI)
+    with filler.open("wb", buffering=0) as out:
         try:
             while True:
                 out.write(b"\0" * 65536)
-                out.flush()
         except OSError:
             pass
     return filler

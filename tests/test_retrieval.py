@@ -289,8 +289,7 @@ def _issue_29_pool(power: float):  # type: ignore[no-untyped-def]
         )
     candidates = [strong, *weak]
     fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 5.0)], "vector": [PathHit(c.id, 1.0) for c in candidates]})}
-    config = RetrievalConfig(character_evidence=1.0)  # the issue's example: the seed's 0.6 / 0.4 blend
-    scored = score_candidates(candidates, fused, MatchText.of("狮子头"), np.array([1.0, 0.0]), 200, config)
+    scored = score_candidates(candidates, fused, MatchText.of("狮子头"), np.array([1.0, 0.0]), 200, RetrievalConfig())
     return select(scored, SCENE_WEIGHTS[Scene.CASUAL], Scene.CASUAL, k=10, gate_power=power)[0]
 
 
@@ -304,10 +303,6 @@ def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> No
     assert all(i.score == pytest.approx(sum(i.breakdown.weighted.values())) for i in gated)
     # the seed's plain sum (gate off): recency, importance and layer let an unrelated memory come first
     assert _issue_29_pool(0.0)[0].id != 1
-    # a turn's retrieval and `memory search` (the default config) gate, since a fact told 282 turns back lost its
-    # place to recent small talk (docs/benchmarks/2026-11-27-horizon.md); recall keeps the seed's blend
-    assert _issue_29_pool(RetrievalConfig().relevance_gate)[0].id == 1
-    assert RetrievalConfig.for_recall().character_evidence == 1.0
 
 
 def _character_pool(**config: object) -> dict[int, float]:
@@ -327,7 +322,7 @@ def _character_pool(**config: object) -> dict[int, float]:
 
 
 def test_single_shared_characters_weigh_less_than_the_cosine_in_a_chinese_question() -> None:
-    seed = _character_pool(character_evidence=1.0)
+    seed = _character_pool()
     issue_29 = _character_pool(character_evidence=CHARACTER_EVIDENCE)
     # the seed's 0.6 / 0.4 blend: the memory sharing the most common characters is the best match
     assert seed[1] == pytest.approx(0.6 * 1.0 + 0.4 * 0.2) and seed[1] > seed[2]
@@ -339,7 +334,7 @@ def test_single_shared_characters_weigh_less_than_the_cosine_in_a_chinese_questi
     # English questions have no characters added to their tokens: unchanged
     english = [Candidate("memory", 1, "the bell tower", embedding=np.array([0.5, math.sqrt(0.75)]))]
     fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 3.0)]})}
-    for config in (RetrievalConfig(character_evidence=1.0), RetrievalConfig(character_evidence=CHARACTER_EVIDENCE)):
+    for config in (RetrievalConfig(), RetrievalConfig(character_evidence=CHARACTER_EVIDENCE)):
         scored = score_candidates(english, fused, MatchText.of("where is the tower?"), np.array([1.0, 0.0]), 0, config)
         assert scored[0].relevance == pytest.approx(0.6 + 0.4 * 0.5)
 

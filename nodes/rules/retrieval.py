@@ -407,8 +407,6 @@ class RetrievedItem:
 # then gives at most .15 of relevance, about what the cosine part differs by between an answer and an unrelated
 # memory (.85 × .05), so the dense encoder decides between memories that share no word with the question.
 CHARACTER_EVIDENCE = 0.25
-GATED_POWER = 2.0
-"""The gate's power (`relevance_gate`): a turn's default since the horizon branch (docs/retrieval.md)."""
 
 
 def character_evidence(query_words: frozenset[str], memory_words: frozenset[str], share: float) -> float:
@@ -445,16 +443,16 @@ class RetrievalConfig:
     time_boost: float = 0.0  # relevance added, for a question asking when, to memories that say when (`says_when`)
     query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
     speaker_boost: float = 0.0  # relevance added to a memory whose speaker the query names (`names_speaker`)
-    # the power of `relevance_gate` (0: the seed's plain sum, issue 29; docs/retrieval.md). On in turns since the
-    # horizon branch (docs/benchmarks/2026-11-27-horizon.md): under the plain sum a fact told 282 turns back scored
-    # below two dozen recent small-talk entries of equal or lower relevance (recency alone is .25 of the casual
-    # scene's weight) and left the prompt. Gated, recency and importance order only comparable candidates
-    relevance_gate: float = GATED_POWER
+    # the power of `relevance_gate` (0: the seed's plain sum, issue 29). Off in turns for now: gated at 2.0, the
+    # dialogue record's entries of the current branch outranked its curated memories in
+    # tests/test_branch_following.py; `eval paraphrase-cn` measures the gated ranking (GATED_POWER) beside it
+    relevance_gate: float = 0.0
     # the share of the keyword weight kept by a memory sharing only single characters with a Chinese query, the rest
-    # going to the cosine (`character_evidence`, issue 29); 1: the seed's blend. Goes with the gate (under the seed's
-    # plain sum the smaller relevance of character-only matches let recency and importance decide: paraphrase
-    # probes, seed sum with it: hit@1 .867 → .733). Off for recall (`for_recall`): memorybank-cn R@5 .930 → .925
-    character_evidence: float = CHARACTER_EVIDENCE
+    # going to the cosine (`character_evidence`, issue 29); 1: the seed's blend. Goes with the gate (CHARACTER_EVIDENCE
+    # beside GATED_POWER in `eval paraphrase-cn`) and is off with it in turns: under the seed's plain sum the smaller
+    # relevance of character-only matches lets recency and importance decide (paraphrase probes, seed sum: hit@1
+    # .867 → .733). Off for recall: memorybank-cn R@5 .930 → .925 (R@10 .965 → .970)
+    character_evidence: float = 1.0
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
@@ -467,8 +465,6 @@ class RetrievalConfig:
                 "expansion_terms": 5,
                 "time_boost": 0.1,
                 "speaker_boost": 0.2,
-                "relevance_gate": 0.0,  # relevance is the only weighted factor: nothing to gate
-                "character_evidence": 1.0,  # the seed's blend: R@5 on memorybank-cn fell with the rule
                 **changes,
             }
         )
@@ -650,6 +646,10 @@ def _similarity_matrix(items: Sequence[_Scored]) -> np.ndarray:
         for j in range(n):
             matrix[i, j] = matrix[j, i] = jaccard(_tokens_of(items[i].candidate), _tokens_of(items[j].candidate))
     return matrix
+
+
+GATED_POWER = 2.0
+"""The gate's power `eval paraphrase-cn` measures (docs/retrieval.md)."""
 
 
 def relevance_gate(relevance: Sequence[float], power: float) -> np.ndarray:
