@@ -309,7 +309,7 @@ _PREPARED_MAX = 8  # books kept per process (a 20,000-entry book is some tens of
 _PREPARED_LOCK = threading.Lock()
 
 
-def _scope_filter(model: Any, save_id: int, role_id: int | None) -> Any:
+def instance_scope_filter(model: Any, save_id: int, role_id: int | None) -> Any:
     """`_visible_filter(..., Scope(save_id=save_id), True)` for an instance whose character (`role_id`) is known:
     no read of the instance again."""
     clauses = [and_(col(model.role_id).is_(None), col(model.save_id).is_(None)), col(model.save_id) == save_id]
@@ -333,7 +333,7 @@ def _stored_entries(session: Session, save_id: int, role_id: int | None) -> list
     (`stored_entry`): a 5,000-entry book loads several times faster."""
     table: Any = WorldbookEntryRow.__table__  # type: ignore[attr-defined]
     sources_table: Any = WorldbookEntrySourceRow.__table__  # type: ignore[attr-defined]
-    where = _scope_filter(WorldbookEntryRow, save_id, role_id)
+    where = instance_scope_filter(WorldbookEntryRow, save_id, role_id)
     rows = session.execute(sa_select(table).where(where).order_by(table.c.id)).mappings().all()
     found: Any = session.execute(
         sa_select(sources_table.c.entry_id, sources_table.c.format, sources_table.c.data)

@@ -11,9 +11,8 @@ from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.worldbook import DEFAULT_SETTINGS, SETTING_FIELDS, WorldbookSettings
 from personalab.stores.saves import get_save
 from personalab.stores.tables import utcnow
-from personalab.stores.worldbook import GLOBAL, Scope, check_scope
+from personalab.stores.worldbook import GLOBAL, Scope, check_scope, instance_scope_filter
 from personalab.stores.worldbook_tables import WorldbookSettingsRow
-from sqlalchemy import and_, or_
 from sqlmodel import Session, col, select
 
 
@@ -62,22 +61,7 @@ def worldbook_settings_for_instance(session: Session, save_id: int) -> Worldbook
     """What a turn of instance `save_id` uses: its own settings over its character's over the global ones (unset
     fields: the defaults). The three scopes' rows in one read (issue 28: a turn's fixed reads)."""
     role_id = get_save(session, save_id).role_id
-    scopes = [(None, save_id), (None, None), *([(role_id, None)] if role_id else [])]
-    stmt = select(WorldbookSettingsRow).where(
-        or_(
-            *(
-                and_(
-                    col(WorldbookSettingsRow.role_id).is_(None)
-                    if role is None
-                    else col(WorldbookSettingsRow.role_id) == role,
-                    col(WorldbookSettingsRow.save_id).is_(None)
-                    if save is None
-                    else col(WorldbookSettingsRow.save_id) == save,
-                )
-                for role, save in scopes
-            )
-        )
-    )
+    stmt = select(WorldbookSettingsRow).where(instance_scope_filter(WorldbookSettingsRow, save_id, role_id))
     first: dict[tuple[int | None, int | None], WorldbookSettingsRow] = {}
     for row in session.exec(stmt.order_by(col(WorldbookSettingsRow.id))).all():
         first.setdefault((row.role_id, row.save_id), row)  # a scope's first row, as `_row` reads it
