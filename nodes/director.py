@@ -23,17 +23,14 @@ def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]
     `stores.consolidation.closed_turns`). The director's layers keep every event found (the search's result, what
     the fallback hands on); `generate.retrieved_blocks` leaves these turns out of the prompt."""
     from personalab.nodes.rules.consolidation import asks_about_past
-    from personalab.nodes.rules.curation import same_words, turn_in_recall_window, turn_memory_lines, window_texts
+    from personalab.nodes.rules.curation import same_words, turn_in_recall_window, turn_memory_lines
     from personalab.stores.consolidation import closed_turns
 
     turn = int(state["turn"])
     turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
     window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=ctx.recall_turns)}
     # an older turn whose line was said again in the recent dialogue (the same words, another turn): told there
-    shown = {
-        same_words(line)
-        for line in window_texts(state.get("history", []), state["character"], state.get("user_name"), ctx.recall_turns)
-    }
+    shown = {same_words(line) for line in state.get("window_lines", [])}
     again = {
         int(e["turn"])
         for e in current

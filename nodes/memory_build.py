@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context
+from personalab.nodes.context import Context, context_of
+from personalab.nodes.rules.curation import window_texts
 from personalab.nodes.rules.memory_builder import build_memory
 from personalab.nodes.state import TurnState, TurnUpdate
 
 
 def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
-    """Graph node: the instance's history → the messages its character sees (recall memory, seed 002)."""
+    """Graph node: the instance's history → the messages its character sees (recall memory, seed 002), and the
+    recall window's lines as the dialogue record writes them (`window_lines`: what retrieval and the director leave
+    out as already shown, issue 26; made once here, read by both)."""
     character = state["character"]
+    history = state.get("history", [])
     return {
         "messages": build_memory(
-            state.get("history", []),
+            history,
             role_id=character.get("role_id"),
             display_name=character["name"],
             language=character.get("language"),  # issue 28: unnamed speakers in the instance's language
-        )
+        ),
+        "window_lines": window_texts(history, character, state.get("user_name"), context_of(runtime).recall_turns),
     }

@@ -32,7 +32,6 @@ from personalab.nodes.rules.curation import (
     is_private,
     npc_identity,
     recollects_memory,
-    window_texts,
     witnessed_by,
 )
 from personalab.nodes.rules.errors import InvalidInput
@@ -348,7 +347,7 @@ def gather(
         [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
         window_turns=ctx.recall_turns,
-        window_lines=window_texts(history, character, state.get("user_name"), ctx.recall_turns),
+        window_lines=state.get("window_lines", []),
         closed_lines=closed_lines,
     )
     current = [item for item in items if item.get("valid_to_turn") is None]

@@ -168,6 +168,9 @@ class TurnState(TurnInput, TurnOutput, total=False):
     every checkpoint of every turn."""
     messages: Annotated[list[dict[str, str]], UntrackedValue(list)]
     """The chat messages the character sees (seed 000 memory builder); rebuilt every turn, never checkpointed."""
+    window_lines: Annotated[list[str], UntrackedValue(list)]
+    """The recall window's lines as the dialogue record writes them (`rules.curation.window_texts`), made by
+    memory_build: a memory or event repeating one of them is not presented again (issue 26); never checkpointed."""
     user_line_id: int | None
     """The id of this turn's user line."""
     query: str

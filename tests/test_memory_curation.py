@@ -308,6 +308,7 @@ def test_the_directors_event_of_a_line_said_again_lately_is_left_out(sqlite_url:
     director's event of the first time is not told again; an event the window shows is named as such, the others stay.
     The one-turn window at turn 4 shows turn 3 (the middle region keeps the last `recall_turns` turns before it)."""
     from personalab.nodes.director import events_left_out
+    from personalab.nodes.rules.curation import window_texts
 
     instance = create_sample_instance(sqlite_url)
     history = [
@@ -323,6 +324,7 @@ def test_the_directors_event_of_a_line_said_again_lately_is_left_out(sqlite_url:
         "character": {"role_id": 1, "name": "雷娜", "language": "zh"},
         "user_name": "莱姆",
     }
+    state["window_lines"] = window_texts(history, state["character"], "莱姆", 1)  # as memory_build makes them
     current = [
         {"turn": 1, "text": "第1轮：莱姆说「我的狗叫豆包。」；雷娜回应「好名字。」"},
         {"turn": 2, "text": "第2轮：莱姆说「今天风很大。」；雷娜回应「嗯。」"},
