@@ -123,6 +123,90 @@ def test_the_entries_a_turn_does_not_match_are_never_scored(monkeypatch: pytest.
     assert sorted(scored) == ["123", "19999"]
 
 
+def test_regex_entries_and_keys_inside_other_words_are_not_scored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big book's regex entries are scored only on a turn holding the literal their pattern needs, and an English
+    key occurring inside a longer word ("kalo" in "Kalomira") does not make its whole-words entry scored; an entry
+    that matches anywhere (its own matchWholeWords false, or the book's setting) still is, and fires."""
+    book = PreparedWorldbook(
+        [
+            *big_book(2_000),
+            *(kw(f"rx{i}", f"sigil {i}", f"/\\bsigil{i}\\w*/i") for i in range(20)),
+            kw("alt", "either", "/(Alice|Bob)/"),
+            kw("kalo", "the kalo", "Kalo"),
+            kw("part", "part of words", "Mira", source={"matchWholeWords": False}, source_format="world info"),
+        ]
+    )
+    scored: list[str] = []
+    real = rules._score_entry
+
+    def counting(entry: WorldbookEntry, *args: Any) -> Any:
+        scored.append(entry.id)
+        return real(entry, *args)
+
+    monkeypatch.setattr(rules, "_score_entry", counting)
+    assert sorted(fired(book, "Kalomira waves at key7x")) == ["7", "part"]
+    assert sorted(scored) == ["7", "part"]
+    scored.clear()
+    assert sorted(fired(book, "the SIGIL7b glows, and Bob nods")) == ["alt", "rx7"]
+    assert sorted(scored) == ["alt", "rx7"]
+    assert sorted(fired(book, "Kalomira waves", config=WorldbookConfig(match_whole_words=False))) == ["kalo", "part"]
+
+
+def test_a_regex_key_is_found_whatever_case_folding_does() -> None:
+    """Under IGNORECASE "i" matches the Turkish dotted and dotless I, whose case-folding is not "i": the regex entry
+    still fires (its literal cannot be looked up in the folded text, so it is scored); so does a key whose whole
+    word stands next to a letter that folds into two ("ß")."""
+    book = PreparedWorldbook([kw("rx", "dik", "/dik\\d/i"), kw("w", "kalo", "Kalo"), *big_book(50)])
+    assert fired(book, "DİK7 stands") == ["rx"]
+    assert fired(book, "groß Kalo") == ["w"]
+    assert fired(book, "großKalo") == ["w"]  # ß is no ASCII word character: a whole word as `_plain_search` says
+
+
+@pytest.mark.parametrize(
+    ("pattern", "flags", "needed"),
+    [
+        (r"\bsigil\d+", 2, {"sigil"}),
+        (r"(Alice|Bob)", 0, {"alice", "bob"}),
+        (r"龙(王|女)", 0, {"龙"}),
+        (r"(?:ab)+c?", 0, {"ab"}),
+        (r"a(bc)d", 0, {"abcd"}),
+        (r"\w+ing\b", 0, {"ing"}),
+        (r"\d{4}", 0, None),
+        (r"x*|y", 0, None),
+        (r"foo|\d", 0, None),
+        (r"dı", 2, None),
+    ],
+)
+def test_the_literals_a_regex_key_needs(pattern: str, flags: int, needed: set[str] | None) -> None:
+    from personalab.nodes.rules.worldbook_keys import required_literals
+
+    found = required_literals(pattern, flags)
+    assert (None if found is None else set(found)) == needed
+
+
+def test_the_index_never_misses_a_regex_match() -> None:
+    """Whatever the pattern and the text, an item whose regex key matches is among the index's candidates (random
+    patterns over a small alphabet, so matches are frequent)."""
+    import re
+
+    from personalab.nodes.rules.worldbook_keys import KeyIndex, key_matches
+
+    rng = random.Random(7)
+    atoms = ["a", "b", "İ", "i", "ß", "龙", "(a|bb)", "[ab]", "\\d", "x?", "(?:ba)+", "\\b", ".", "c*"]
+    for _ in range(300):
+        pattern = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 4)))
+        key = f"/{pattern}/{rng.choice(['', 'i'])}"
+        try:
+            re.compile(pattern)
+        except re.error:
+            continue
+        index = KeyIndex([(key,)])
+        for _ in range(20):
+            text = "".join(rng.choice("abİiıßSS龙 1x") for _ in range(rng.randint(0, 8)))
+            if key_matches(text, key):
+                assert index.candidates(text) == {0}, (key, text)
+
+
 def test_recursion_stays_bounded_on_a_chain_through_a_big_book() -> None:
     chain = [kw(str(i), f"next is link{i + 1}", f"link{i}") for i in range(50)]
     result = explain_worldbook(

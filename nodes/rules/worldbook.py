@@ -369,6 +369,18 @@ def sillytavern_options(entry: WorldbookEntry) -> EntryOptions:
     return options
 
 
+def whole_words_option(entry: WorldbookEntry) -> bool | None:
+    """The entry's own "match whole words" (None: the book's setting), read alone: a book's index needs it for
+    every entry, the other options only for the entries a turn looks at (`sillytavern_options`)."""
+    source = entry.source
+    if not source:
+        return None
+    if entry.source_format == "character book":
+        found = source.get("extensions")
+        return _flag(found.get("match_whole_words")) if isinstance(found, dict) else None
+    return _flag(source.get("matchWholeWords"))
+
+
 def _read_options(entry: WorldbookEntry) -> EntryOptions:
     source = entry.source
     if not source:
@@ -377,7 +389,7 @@ def _read_options(entry: WorldbookEntry) -> EntryOptions:
         found = source.get("extensions")
         ext: dict[str, Any] = found if isinstance(found, dict) else {}
         case = ext.get("case_sensitive", source.get("case_sensitive"))
-        whole, probability, use = ext.get("match_whole_words"), ext.get("probability"), ext.get("useProbability")
+        probability, use = ext.get("probability"), ext.get("useProbability")
         word = source.get("position")
         position = ext.get("position", word if isinstance(word, int) else 1 if word == "after_char" else 0)
         depth, role, scan = ext.get("depth"), ext.get("role"), ext.get("scan_depth")
@@ -385,7 +397,7 @@ def _read_options(entry: WorldbookEntry) -> EntryOptions:
         timers = (ext.get("sticky"), ext.get("cooldown"), ext.get("delay"))
         recursion = (ext.get("exclude_recursion"), ext.get("prevent_recursion"), ext.get("delay_until_recursion"))
     else:
-        case, whole = source.get("caseSensitive"), source.get("matchWholeWords")
+        case = source.get("caseSensitive")
         probability, use = source.get("probability"), source.get("useProbability")
         position, depth, role = source.get("position"), source.get("depth"), source.get("role")
         scan = source.get("scanDepth")
@@ -397,7 +409,7 @@ def _read_options(entry: WorldbookEntry) -> EntryOptions:
         percent = min(100.0, max(0.0, float(probability)))
     return EntryOptions(
         case_sensitive=_flag(case),
-        match_whole_words=_flag(whole),
+        match_whole_words=whole_words_option(entry),
         probability=percent,
         st_position=_whole_number(position) or 0,
         depth=_whole_number(depth),
@@ -987,7 +999,7 @@ class PreparedWorldbook:
                 semantic.append(position)
             if keyed and entry.keywords and not excluded:
                 recursive.append(position)
-        self.keys = KeyIndex(keys)
+        self.keys = KeyIndex(keys, [whole_words_option(entry) for entry in self.entries])
         self.always = tuple(always)
         self.semantic = tuple(semantic)
         self.recursive = frozenset(recursive)
@@ -997,8 +1009,8 @@ class PreparedWorldbook:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def key_hits(self, text: str) -> set[int]:
-        return self.keys.candidates(text)
+    def key_hits(self, text: str, config: WorldbookConfig) -> set[int]:
+        return self.keys.candidates(text, config.match_whole_words)
 
     def open_semantic(self, context: WorldbookContext, config: WorldbookConfig) -> set[int]:
         """The semantic entries the similarity may fire this turn: at or above the threshold, or without a vector
@@ -1047,7 +1059,7 @@ def recursion(
     step = 0
     while buffer:
         scanned = "\n".join(buffer)
-        reach = reach | book.key_hits(scanned)
+        reach = reach | book.key_hits(scanned, config)
         waiting = [
             book.entries[position]
             for position in sorted(reach & book.recursive)
@@ -1094,7 +1106,7 @@ def explain_worldbook(
     fired: list[TriggeredEntry] = []
     skipped: list[SkippedEntry] = []
     roll = context.roll or random.random
-    reach = book.key_hits(_all_text(context)) | book.open_semantic(context, config)
+    reach = book.key_hits(_all_text(context), config) | book.open_semantic(context, config)
     for position in sorted(reach | set(book.always) | book.timed(context)):  # the book's order: same rolls
         entry = book.entries[position]
         if not entry.enabled or not entry.content.strip():
