@@ -108,22 +108,28 @@ def test_a_prepared_book_gives_what_the_entries_give() -> None:
     assert any("recursion step 1" in reason for entry_id, _, reason in first if entry_id == "b")
 
 
-def test_the_entries_a_turn_does_not_match_are_never_scored(monkeypatch: pytest.MonkeyPatch) -> None:
-    book = PreparedWorldbook(big_book(20_000))
-    scored: list[str] = []
+@pytest.fixture
+def scored(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the entries the scan scores (`_score_entry`), in order."""
+    seen: list[str] = []
     real = rules._score_entry
 
     def counting(entry: WorldbookEntry, *args: Any) -> Any:
-        scored.append(entry.id)
+        seen.append(entry.id)
         return real(entry, *args)
 
     monkeypatch.setattr(rules, "_score_entry", counting)
+    return seen
+
+
+def test_the_entries_a_turn_does_not_match_are_never_scored(scored: list[str]) -> None:
+    book = PreparedWorldbook(big_book(20_000))
     result = explain_worldbook(book, WorldbookContext(text="we talk about key123x and key19999x today"))
     assert [item.entry.id for item in result.triggered] == ["123", "19999"]
     assert sorted(scored) == ["123", "19999"]
 
 
-def test_regex_entries_and_keys_inside_other_words_are_not_scored(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_regex_entries_and_keys_inside_other_words_are_not_scored(scored: list[str]) -> None:
     """A big book's regex entries are scored only on a turn holding the literal their pattern needs, and an English
     key occurring inside a longer word ("kalo" in "Kalomira") does not make its whole-words entry scored; an entry
     that matches anywhere (its own matchWholeWords false, or the book's setting) still is, and fires."""
@@ -136,14 +142,6 @@ def test_regex_entries_and_keys_inside_other_words_are_not_scored(monkeypatch: p
             kw("part", "part of words", "Mira", source={"matchWholeWords": False}, source_format="world info"),
         ]
     )
-    scored: list[str] = []
-    real = rules._score_entry
-
-    def counting(entry: WorldbookEntry, *args: Any) -> Any:
-        scored.append(entry.id)
-        return real(entry, *args)
-
-    monkeypatch.setattr(rules, "_score_entry", counting)
     assert sorted(fired(book, "Kalomira waves at key7x")) == ["7", "part"]
     assert sorted(scored) == ["7", "part"]
     scored.clear()
