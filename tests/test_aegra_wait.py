@@ -99,7 +99,7 @@ def test_the_installed_aegra_is_checked_and_a_different_one_is_one_line(python31
     ]
 
 
-def test_the_served_app_is_aegras_with_the_wait_installed(python312: Path) -> None:
+def test_the_served_app_is_aegras_with_the_wait_installed(python312: Path, tmp_path: Path) -> None:
     """What serve-production serves: Aegra's app object, every WorkerExecutor waiting with PersonaLab's wait."""
     script = (
         "import os\n"
@@ -113,7 +113,8 @@ def test_the_served_app_is_aegras_with_the_wait_installed(python312: Path) -> No
         "assert WorkerExecutor.wait_for_completion is aegra_wait.wait_for_completion\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "AEGRA_CONFIG": str(REPO / "langgraph.json")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PERSONALAB_")}
+    env.update(AEGRA_CONFIG=str(REPO / "langgraph.json"), PERSONALAB_DATA_DIR=str(tmp_path))
     done = subprocess.run([str(python312), "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-3000:] + done.stderr[-3000:]
     assert "PersonaLab: run wait on Aegra" in done.stderr

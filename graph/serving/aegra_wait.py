@@ -127,7 +127,7 @@ async def wait_for_completion(self: Any, run_id: str, *, timeout: float = 300.0)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     # subscribed before the first look at the done key: an `end` published after that look is not missed
-    pubsub = await _subscribe(client, f"{prefix}{run_id}", redis_error)
+    pubsub = await _subscribe(client, f"{prefix}{run_id}")
     ticks = 0
     try:
         while loop.time() < deadline:
@@ -145,7 +145,7 @@ async def wait_for_completion(self: Any, run_id: str, *, timeout: float = 300.0)
                 continue
             try:
                 ended = await _end_event(pubsub, within)
-            except redis_error:
+            except Exception:  # the subscription lost (a Redis error, or redis-py's own): never the wait's failure
                 await _close(pubsub)
                 pubsub = None  # the ticks alone from here
                 continue
@@ -158,11 +158,12 @@ async def wait_for_completion(self: Any, run_id: str, *, timeout: float = 300.0)
             await _close(pubsub)
 
 
-async def _subscribe(client: Any, channel: str, redis_error: type[BaseException]) -> Any:
+async def _subscribe(client: Any, channel: str) -> Any:
+    """The run's channel subscribed to, or None when Redis refused (the wait then looks at the key and the row)."""
     pubsub = client.pubsub()
     try:
         await pubsub.subscribe(channel)
-    except redis_error:
+    except Exception:  # a Redis error, or redis-py's own: the looks alone, as Aegra's wait with Redis away
         await _close(pubsub)
         return None
     return pubsub
