@@ -20,6 +20,7 @@ from personalab.evals.served import python312_venv
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("PERSONALAB_TEST_REDIS", "redis://127.0.0.1:6379/0")
+PG_BASE = os.environ.get("PERSONALAB_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 pytestmark = pytest.mark.served
 
@@ -118,3 +119,36 @@ def test_the_served_app_is_aegras_with_the_wait_installed(python312: Path, tmp_p
     done = subprocess.run([str(python312), "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-3000:] + done.stderr[-3000:]
     assert "PersonaLab: run wait on Aegra" in done.stderr
+
+
+def test_serve_production_refuses_another_aegra_in_one_line_before_migrating(python312: Path, tmp_path: Path) -> None:
+    """An Aegra of another series (its version reported as 0.12.0 through a sitecustomize): serve-production stops
+    with one line and exit 2, before PersonaLab's migrations, rather than serving on a wait it does not know."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import importlib.metadata as m\n"
+        "_version = m.version\n"
+        "m.version = lambda name: '0.12.0' if name == 'aegra-api' else _version(name)\n",
+        encoding="utf-8",
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PERSONALAB_")}
+    env.update(
+        PYTHONPATH=str(tmp_path / "site"),
+        PERSONALAB_DATA_DIR=str(tmp_path / "data"),
+        PERSONALAB_DATABASE_URL=PG_BASE,
+        PERSONALAB_REDIS_URL=REDIS_URL,
+    )
+    done = subprocess.run(
+        [str(python312.with_name("personalab")), "serve-production", "--workers", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "personalab: error: Aegra's run wait: aegra-api 0.12.0 is installed; PersonaLab's run wait is written for "
+        "0.11.x: not serving on Aegra's 2 s poll (pin aegra-api to the serve extra's range)"
+    ]
+    assert "PersonaLab database: revision" not in done.stdout

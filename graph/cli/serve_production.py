@@ -163,9 +163,6 @@ def serve_production(args: argparse.Namespace) -> int:
             "Aegra is not installed: pip install -e '.[serve]' on Python 3.12+ (./run serve-production does it)"
         )
 
-    admin = PersonaLab().admin
-    done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
-    echo(f"PersonaLab database: revision {done['after']}")
     env = {
         **lease,
         **os.environ,
@@ -173,16 +170,20 @@ def serve_production(args: argparse.Namespace) -> int:
         "AEGRA_CONFIG": str(config),
         "REDIS_BROKER_ENABLED": "true",
         "REDIS_URL": args.redis_url,
-        # the migrations ran here, once; the workers must not each run them
+        # the migrations run here, once; the workers must not each run them
         "RUN_MIGRATIONS_ON_STARTUP": "false",
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         "ANONYMIZED_TELEMETRY": "False",
     }
+    # before anything is migrated: an Aegra this wait does not know is refused with nothing changed
     check = subprocess.run([sys.executable, "-m", WAIT_CHECK], env=env, capture_output=True, text=True)
     if check.returncode != 0:
         lines = (check.stderr or check.stdout).strip().splitlines() or [f"exit {check.returncode}"]
         raise InvalidInput(f"Aegra's run wait: {lines[-1]}")
     wait_mode = check.stdout.strip()
+    admin = PersonaLab().admin
+    done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
+    echo(f"PersonaLab database: revision {done['after']}")
     aegra = str(Path(sys.executable).with_name("aegra"))
     steps = [
         ([aegra, "db", "upgrade"], "Aegra's migrations"),
