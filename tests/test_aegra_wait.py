@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from personalab.evals.served import python312_venv
+from personalab.evals.served import fresh_postgres_database, python312_venv
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("PERSONALAB_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -121,7 +121,9 @@ def test_the_served_app_is_aegras_with_the_wait_installed(python312: Path, tmp_p
     assert "PersonaLab: run wait on Aegra" in done.stderr
 
 
-def test_serve_production_refuses_another_aegra_in_one_line_before_migrating(python312: Path, tmp_path: Path) -> None:
+def test_serve_production_refuses_another_aegra_in_one_line_before_migrating(
+    python312: Path, tmp_path: Path, postgres_url: str
+) -> None:
     """An Aegra of another series (its version reported as 0.12.0 through a sitecustomize): serve-production stops
     with one line and exit 2, before PersonaLab's migrations, rather than serving on a wait it does not know."""
     (tmp_path / "site").mkdir()
@@ -135,17 +137,20 @@ def test_serve_production_refuses_another_aegra_in_one_line_before_migrating(pyt
     env.update(
         PYTHONPATH=str(tmp_path / "site"),
         PERSONALAB_DATA_DIR=str(tmp_path / "data"),
-        PERSONALAB_DATABASE_URL=PG_BASE,
+        PERSONALAB_DATABASE_URL=postgres_url,
         PERSONALAB_REDIS_URL=REDIS_URL,
     )
-    done = subprocess.run(
-        [str(python312.with_name("personalab")), "serve-production", "--workers", "1"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # a fresh schema, --prepare-only and an engine database dropped after: without the check it would not serve
+    with fresh_postgres_database(PG_BASE, create=False) as engine_url:
+        done = subprocess.run(
+            [str(python312.with_name("personalab")), "serve-production", "--prepare-only"]
+            + ["--workers", "1", "--engine-database-url", engine_url],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().splitlines() == [
         "personalab: error: Aegra's run wait: aegra-api 0.12.0 is installed; PersonaLab's run wait is written for "
