@@ -180,7 +180,8 @@ def serve_production(args: argparse.Namespace) -> int:
     if check.returncode != 0:
         lines = (check.stderr or check.stdout).strip().splitlines() or [f"exit {check.returncode}"]
         raise InvalidInput(f"Aegra's run wait: {lines[-1]}")
-    wait_mode = check.stdout.strip()
+    # the check's last line (Aegra's modules log to stdout as they are imported)
+    wait_mode = ([line for line in check.stdout.splitlines() if line.startswith("run wait:")] or ["run wait: ?"])[-1]
     admin = PersonaLab().admin
     done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
     echo(f"PersonaLab database: revision {done['after']}")
