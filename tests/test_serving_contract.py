@@ -136,7 +136,6 @@ def test_run_wait_then_state_and_history(served: tuple[str, str], world: dict[st
     assert "你好，雷娜。" in str(lines)
 
 
-@pytest.mark.parametrize("mode", ["values", "updates", "messages-tuple"])
 def test_runs_wait_is_answered_on_the_runs_end_not_a_poll(served: tuple[str, str], world: dict[str, Any]) -> None:
     """Issue 27 ("no polling delay"): on Aegra every worker answers `runs/wait` and `join` with PersonaLab's wait
     on the run's `end` event (graph/serving/aegra_wait.py; its behaviour: tests/test_aegra_wait.py), not Aegra's
@@ -156,6 +155,7 @@ def test_runs_wait_is_answered_on_the_runs_end_not_a_poll(served: tuple[str, str
     assert client.runs.get(world["thread"], run["run_id"])["status"] == "success"
 
 
+@pytest.mark.parametrize("mode", ["values", "updates", "messages-tuple"])
 def test_stream_modes_as_the_clients_read_them(served: tuple[str, str], world: dict[str, Any], mode: str) -> None:
     which, url = served
     client = _sdk(url, "alice")
