@@ -37,6 +37,8 @@ KNOWN_DIFFERENCES = {
     # Aegra ends every stream with an explicit `end` event; langgraph dev closes the stream without one
     "end_event": {"langgraph-dev": False, "aegra": True},
 }
+# each server's log, for the cases that read what the server said about itself
+LOGS: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module", params=["langgraph-dev", "aegra"])
@@ -55,6 +57,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         "PERSONALAB_LLM": "scripted",
     }
     log = root / "server" / "server.log"
+    LOGS[which] = log
     started = time.perf_counter()
     try:
         with postgres_test_schema() as database_url:
@@ -131,6 +134,25 @@ def test_run_wait_then_state_and_history(served: tuple[str, str], world: dict[st
     with _http(url, "alice") as alice:
         lines = _ok(alice.get(f"/instances/{world['instance']}/history"))
     assert "你好，雷娜。" in str(lines)
+
+
+def test_runs_wait_is_answered_on_the_runs_end_not_a_poll(served: tuple[str, str], world: dict[str, Any]) -> None:
+    """Issue 27 ("no polling delay"): on Aegra every worker answers `runs/wait` and `join` with PersonaLab's wait
+    on the run's `end` event (graph/serving/aegra_wait.py; its behaviour: tests/test_aegra_wait.py), not Aegra's
+    2 s poll, and says so in the log; `langgraph dev` has its own queue and no such line. Then a wait and a join
+    answer the run's output."""
+    which, url = served
+    said = LOGS[which].read_text(errors="replace")
+    if which == "aegra":
+        assert "run wait: end event (Redis pub/sub)" in said  # serve-production's check, before the workers
+        assert said.count("PersonaLab: run wait on Aegra (pid") >= 2, said[-3000:]  # one line per worker
+    else:
+        assert "PersonaLab: run wait on Aegra" not in said
+    client = _sdk(url, "alice")
+    run = client.runs.create(world["thread"], ASSISTANT, input=_turn(world["instance"], "等一下。"))
+    joined = client.runs.join(world["thread"], run["run_id"])
+    assert joined["reply"]
+    assert client.runs.get(world["thread"], run["run_id"])["status"] == "success"
 
 
 @pytest.mark.parametrize("mode", ["values", "updates", "messages-tuple"])

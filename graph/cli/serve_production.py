@@ -8,8 +8,10 @@ the workers start, this one process does what must happen once: PersonaLab's mig
 schema lock), then, under the same lock again (several hosts may start at once), Aegra's database created if missing
 and its migrations, and Aegra's default assistant registered (several Aegra workers starting on a fresh database race
 to insert it, and the loser stops the whole server). `--prepare-only` stops there. Then uvicorn runs
-`aegra_api.main:app` with `--workers N`, Redis as the runs' queue and stream broker, and a shorter run lease
-(`LEASE_DEFAULTS`: a killed process's runs come back within 12 s, not Aegra's 30-45 s).
+`APP` (Aegra's app with PersonaLab's run wait: `runs/wait` answered on the run's `end` event, not on Aegra's 2 s
+poll; checked against the installed Aegra first, `WAIT_CHECK`) with `--workers N`, Redis as the runs' queue and
+stream broker, and a shorter run lease (`LEASE_DEFAULTS`: a killed process's runs come back within 12 s, not Aegra's
+30-45 s).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ async def main() -> None:
 asyncio.run(main())
 """
 
+
+# what uvicorn serves: Aegra's app, its run wait replaced (graph/serving/aegra_app.py, issue 27 "no polling delay")
+APP = "personalab.graph.serving.aegra_app:app"
+# the installed Aegra checked against the internals that wait relies on, once, before the workers start: a
+# different Aegra is one line and exit 2 here, not N workers' tracebacks, never a silent 2 s poll
+WAIT_CHECK = "personalab.graph.serving.aegra_wait"
 
 # Aegra's lease on a running run (aegra_api/settings.py `WorkerSettings`; its defaults 30 / 10 / 15 s): a worker
 # renews the lease every heartbeat, and the reaper in every process puts a run whose lease expired back in the queue
@@ -155,9 +163,6 @@ def serve_production(args: argparse.Namespace) -> int:
             "Aegra is not installed: pip install -e '.[serve]' on Python 3.12+ (./run serve-production does it)"
         )
 
-    admin = PersonaLab().admin
-    done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
-    echo(f"PersonaLab database: revision {done['after']}")
     env = {
         **lease,
         **os.environ,
@@ -165,11 +170,21 @@ def serve_production(args: argparse.Namespace) -> int:
         "AEGRA_CONFIG": str(config),
         "REDIS_BROKER_ENABLED": "true",
         "REDIS_URL": args.redis_url,
-        # the migrations ran here, once; the workers must not each run them
+        # the migrations run here, once; the workers must not each run them
         "RUN_MIGRATIONS_ON_STARTUP": "false",
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         "ANONYMIZED_TELEMETRY": "False",
     }
+    # before anything is migrated: an Aegra this wait does not know is refused with nothing changed
+    check = subprocess.run([sys.executable, "-m", WAIT_CHECK], env=env, capture_output=True, text=True)
+    if check.returncode != 0:
+        lines = (check.stderr or check.stdout).strip().splitlines() or [f"exit {check.returncode}"]
+        raise InvalidInput(f"Aegra's run wait: {lines[-1]}")
+    # the check's last line (Aegra's modules log to stdout as they are imported)
+    wait_mode = ([line for line in check.stdout.splitlines() if line.startswith("run wait:")] or ["run wait: ?"])[-1]
+    admin = PersonaLab().admin
+    done = admin.upgrade()  # PersonaLab's migrations, once, under the schema lock
+    echo(f"PersonaLab database: revision {done['after']}")
     aegra = str(Path(sys.executable).with_name("aegra"))
     steps = [
         ([aegra, "db", "upgrade"], "Aegra's migrations"),
@@ -192,8 +207,9 @@ def serve_production(args: argparse.Namespace) -> int:
     echo(f"PersonaLab on Aegra, {args.workers} process(es), at http://{shown}:{args.port}/app  (Ctrl-C stops it)")
     shown_lease = {name: env.get(name, "Aegra's default") for name in LEASE_DEFAULTS}
     echo("run lease " + ", ".join(f"{name}={value}" for name, value in shown_lease.items()))
+    echo(wait_mode)
     sys.stdout.flush()
-    uvicorn = [sys.executable, "-m", "uvicorn", "aegra_api.main:app", "--host", args.host, "--port", str(args.port)]
+    uvicorn = [sys.executable, "-m", "uvicorn", APP, "--host", args.host, "--port", str(args.port)]
     os.chdir(config.parent)
     os.execve(sys.executable, [*uvicorn, "--workers", str(args.workers)], env)
     return 0  # not reached: exec replaces this process
