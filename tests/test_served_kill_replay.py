@@ -231,10 +231,10 @@ def test_a_killed_aegra_worker_run_is_replayed_into_its_stored_turn(
     docs/benchmarks, not asserted (CI is loaded). after_reply restarts the whole server, on a short lease. The next
     turn sent before the replay, which takes the lock over and makes the replay fail with `RunOvertaken`:
     tests/test_replayed_runs.py."""
-    from personalab.graph.cli.serve_production import LEASE_DEFAULTS
+    from personalab.graph.cli.serve_production import DURABILITY_DEFAULT, LEASE_DEFAULTS
 
     monkeypatch.setenv("PERSONALAB_DATABASE_URL", postgres_url)
-    for name in LEASE_DEFAULTS:  # serve-production's defaults, whatever this machine's environment says
+    for name in [*LEASE_DEFAULTS, *DURABILITY_DEFAULT]:  # serve-production's defaults, whatever this machine's environment says
         monkeypatch.delenv(name, raising=False)
     instance = create_sample_instance()
     thread_id = thread_id_for(instance)
@@ -270,9 +270,10 @@ def test_a_killed_aegra_worker_run_is_replayed_into_its_stored_turn(
                 _wait_for(lambda: _reply_requests(stub) >= 1, "the reply request")
                 worker = _talking_to(int(stub.base_url.rsplit(":", 1)[1].split("/")[0]), aegra_workers(supervisor))
                 if when == "mid_reply":
-                    # the lease in use is serve-production's, not Aegra's 30 / 10 / 15 s
+                    # the lease in use is serve-production's, not Aegra's 30 / 10 / 15 s, and one checkpoint a turn
                     seen = _environ(worker)
                     assert {name: seen.get(name) for name in LEASE_DEFAULTS} == LEASE_DEFAULTS
+                    assert seen.get("AEGRA_CHECKPOINT_DURABILITY") == DURABILITY_DEFAULT["AEGRA_CHECKPOINT_DURABILITY"]
                     time.sleep(2)  # a few chunks into the reply
                     assert not [line for line in _lines(instance) if line.attribute == "assistant"]
                     os.kill(worker, signal.SIGKILL)

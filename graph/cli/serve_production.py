@@ -64,6 +64,12 @@ WAIT_CHECK = "personalab.graph.serving.aegra_wait"
 # lease > 2 x heartbeat, whole seconds. The three go together: an operator who sets any of them in the environment
 # gets Aegra's own defaults for the others.
 LEASE_DEFAULTS = {"LEASE_DURATION_SECONDS": "10", "HEARTBEAT_INTERVAL_SECONDS": "2", "REAPER_INTERVAL_SECONDS": "2"}
+# One checkpoint per turn, written when the turn ends — what the in-process runner does (`graph.runner`,
+# durability="exit"): a turn that dies midway is played again from the dialogue PersonaLab stored, so the supersteps
+# in between need not be written to Aegra's PostgreSQL one by one (under load: the graph's time per turn 694 against
+# 1,123 ms at p50, 2.32 against 1.56 turns/s; docs/benchmarks/2026-11-28-lead.md). An operator's
+# AEGRA_CHECKPOINT_DURABILITY (sync, async or exit) and a run's own `durability` win.
+DURABILITY_DEFAULT = {"AEGRA_CHECKPOINT_DURABILITY": "exit"}
 AEGRA_LEASE_DEFAULTS = {
     "LEASE_DURATION_SECONDS": "30",
     "HEARTBEAT_INTERVAL_SECONDS": "10",
@@ -165,6 +171,7 @@ def serve_production(args: argparse.Namespace) -> int:
 
     env = {
         **lease,
+        **DURABILITY_DEFAULT,
         **os.environ,
         "DATABASE_URL": engine_url,
         "AEGRA_CONFIG": str(config),
@@ -207,6 +214,7 @@ def serve_production(args: argparse.Namespace) -> int:
     echo(f"PersonaLab on Aegra, {args.workers} process(es), at http://{shown}:{args.port}/app  (Ctrl-C stops it)")
     shown_lease = {name: env.get(name, "Aegra's default") for name in LEASE_DEFAULTS}
     echo("run lease " + ", ".join(f"{name}={value}" for name, value in shown_lease.items()))
+    echo(f"checkpoints: durability {env['AEGRA_CHECKPOINT_DURABILITY']} (AEGRA_CHECKPOINT_DURABILITY)")
     echo(wait_mode)
     sys.stdout.flush()
     uvicorn = [sys.executable, "-m", "uvicorn", APP, "--host", args.host, "--port", str(args.port)]
