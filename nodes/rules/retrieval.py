@@ -40,7 +40,10 @@ Flow of `retrieve` (seed 001 检索流程):
      多样性得分越高) and would reward a near-duplicate; the highest is what MMR uses.
    - layer_priority: active 1.0, situational 0.8, event log 0.6, archive 0.4, anything else 0.5.
    - mention_penalty = max(0.2, 1 − 0.2 · mention_count) (seed `AdjustScoreForMentionedMemory`).
-   Before selection, a candidate that only the vector path found and whose relevance is below
+   Issue 29 (a deviation, docs/retrieval.md): in turns and `memory search` every factor but relevance counts in
+   proportion to `relevance_gate` (how far the candidate's relevance falls short of the pool's best); recall
+   (`RetrievalConfig.for_recall`) weighs relevance alone.
+   Before selection, a candidate that only the vector path found and whose relevance (the seed's blend) is below
    `min_relevance` (0.05) is dropped (seed 注入优化策略: 相关性过滤): without it, every retrieval fills its
    `k` places with unrelated memories that recency, importance and layer alone score at ~0.45.
 6. The selected memories are marked as mentioned (seed `MarkMemoryAsMentioned`): their mention count goes
