@@ -7,10 +7,11 @@ one rare word with it. The probes were written before the ranking was changed an
 The memories go into a real `MemoryStore` (SQLite + Chroma in a temporary folder unless `--data-dir`), one instance,
 as a turn's write-back stores them; each question is asked three ways in the same run:
 
-- `seed sum`: `retrieve` with the scene's weights, relevance one additive factor (`RetrievalConfig(relevance_gate=0)`,
-  what `memory search` and a turn did before issue 29);
-- `gated`: `retrieve` with the scene's weights, every factor but relevance gated by it, and a memory sharing only
-  single characters with the question keeping CHARACTER_EVIDENCE of the keyword weight (the rest to the cosine);
+- `seed sum`: `retrieve` with the scene's weights, relevance one additive factor and the seed's 0.6 / 0.4 blend
+  (`RetrievalConfig(relevance_gate=0, character_evidence=1)`, what `memory search` and a turn did before issue 29);
+- `gated`: `retrieve` as a turn and `memory search` do (`RetrievalConfig()`): the scene's weights, every factor but
+  relevance gated by it (GATED_POWER, with GATE_FLOOR), and a memory sharing only single characters with the
+  question keeping CHARACTER_EVIDENCE of the keyword weight (the rest to the cosine);
 - `dense`: the project's embeddings alone, the memories by cosine to the question (the store's vector path).
 
 Per way: hit@1, hit@3 (the answer is first / among the first three), R@5 and R@10 (the answer among the first 5 / 10;
@@ -30,7 +31,7 @@ from typing import Any
 from personalab.evals.data_dir import data_folder
 from personalab.evals.locomo import percentile
 from personalab.nodes.rules.errors import InvalidInput
-from personalab.nodes.rules.retrieval import CHARACTER_EVIDENCE, GATED_POWER, RetrievalConfig, retrieve
+from personalab.nodes.rules.retrieval import RetrievalConfig, retrieve
 
 FORMAT = "personalab.paraphrase-cn"
 KS = (1, 3, 5, 10)
@@ -109,10 +110,8 @@ def run_eval(memories: Sequence[Memory], probes: Sequence[Probe], data: Path) ->
         return [name_of[memory_id] for memory_id, _ in found]
 
     ways: dict[str, Callable[[str], list[str]]] = {
-        "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, mark_mentioned=False)),
-        "gated": by_retrieve(
-            RetrievalConfig(relevance_gate=GATED_POWER, character_evidence=CHARACTER_EVIDENCE, mark_mentioned=False)
-        ),
+        "seed sum": by_retrieve(RetrievalConfig(relevance_gate=0.0, character_evidence=1.0, mark_mentioned=False)),
+        "gated": by_retrieve(RetrievalConfig(mark_mentioned=False)),  # a turn's and `memory search`'s
         "dense": dense,
     }
     rows: dict[str, list[tuple[float, ...]]] = {way: [] for way in ways}

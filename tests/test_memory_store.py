@@ -339,6 +339,21 @@ def test_the_tag_path_finds_memories_by_tag(store: MemoryStore) -> None:
     assert tagged.id in [item.id for item in explicit.items]
 
 
+def test_memory_search_in_a_two_memory_pool_puts_the_memory_sharing_the_querys_word_first(store: MemoryStore) -> None:
+    """Issue 29's gate in a new instance (CI, 2026-11-27: with the gate on, two-memory pools ranked the unrelated
+    memory first). BM25 gives a word found in one of two memories IDF 0, so the match is by meaning and by the shared
+    word; the older, less important memory that shares 怀表 still comes first, the unrelated one second."""
+    instance = new_instance(store)
+    related = store.add_memory(instance, "莱姆把怀表埋在老橡树下", importance=0.3, turn=0)
+    unrelated = store.add_memory(instance, "车队明天出发", importance=0.8, turn=10)
+    found = retrieve(store, instance, "怀表在哪里", config=NO_MARK)  # `memory search`'s ranking
+    assert [item.id for item in found.items] == [related.id, unrelated.id]
+    assert found.items[0].breakdown.context_relevance > found.items[1].breakdown.context_relevance
+    # the seed's plain sum: recency and importance put the unrelated memory first
+    plain = retrieve(store, instance, "怀表在哪里", config=replace(NO_MARK, relevance_gate=0.0, character_evidence=1.0))
+    assert plain.items[0].id == unrelated.id
+
+
 def test_an_extra_candidate_path_plugs_in(store: MemoryStore) -> None:
     instance = new_instance(store)
     memory = store.add_memory(instance, "龙族的长老曾经救过我")

@@ -9,6 +9,7 @@ import pytest
 from personalab.nodes.rules.keywords import MatchText
 from personalab.nodes.rules.retrieval import (
     CHARACTER_EVIDENCE,
+    GATE_FLOOR,
     GATED_POWER,
     SCENE_WEIGHTS,
     Candidate,
@@ -289,8 +290,9 @@ def _issue_29_pool(power: float):  # type: ignore[no-untyped-def]
         )
     candidates = [strong, *weak]
     fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 5.0)], "vector": [PathHit(c.id, 1.0) for c in candidates]})}
-    scored = score_candidates(candidates, fused, MatchText.of("狮子头"), np.array([1.0, 0.0]), 200, RetrievalConfig())
-    return select(scored, SCENE_WEIGHTS[Scene.CASUAL], Scene.CASUAL, k=10, gate_power=power)[0]
+    config = RetrievalConfig(character_evidence=1.0)  # the issue's example: the seed's 0.6 / 0.4 blend
+    scored = score_candidates(candidates, fused, MatchText.of("狮子头"), np.array([1.0, 0.0]), 200, config)
+    return select(scored, SCENE_WEIGHTS[Scene.CASUAL], Scene.CASUAL, k=10, gate_power=power, gate_floor=GATE_FLOOR)[0]
 
 
 def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> None:
@@ -303,6 +305,9 @@ def test_relevance_gates_the_other_factors_so_a_strong_match_comes_first() -> No
     assert all(i.score == pytest.approx(sum(i.breakdown.weighted.values())) for i in gated)
     # the seed's plain sum (gate off): recency, importance and layer let an unrelated memory come first
     assert _issue_29_pool(0.0)[0].id != 1
+    # a turn's retrieval and `memory search` (the default config) gate; recall keeps relevance alone and the seed's blend
+    assert _issue_29_pool(RetrievalConfig().relevance_gate)[0].id == 1
+    assert RetrievalConfig.for_recall().character_evidence == 1.0 and RetrievalConfig.for_recall().relevance_gate == 0
 
 
 def _character_pool(**config: object) -> dict[int, float]:
@@ -322,7 +327,7 @@ def _character_pool(**config: object) -> dict[int, float]:
 
 
 def test_single_shared_characters_weigh_less_than_the_cosine_in_a_chinese_question() -> None:
-    seed = _character_pool()
+    seed = _character_pool(character_evidence=1.0)
     issue_29 = _character_pool(character_evidence=CHARACTER_EVIDENCE)
     # the seed's 0.6 / 0.4 blend: the memory sharing the most common characters is the best match
     assert seed[1] == pytest.approx(0.6 * 1.0 + 0.4 * 0.2) and seed[1] > seed[2]
@@ -334,7 +339,7 @@ def test_single_shared_characters_weigh_less_than_the_cosine_in_a_chinese_questi
     # English questions have no characters added to their tokens: unchanged
     english = [Candidate("memory", 1, "the bell tower", embedding=np.array([0.5, math.sqrt(0.75)]))]
     fused = {f.key: f for f in fuse({"bm25": [PathHit(1, 3.0)]})}
-    for config in (RetrievalConfig(), RetrievalConfig(character_evidence=CHARACTER_EVIDENCE)):
+    for config in (RetrievalConfig(character_evidence=1.0), RetrievalConfig(character_evidence=CHARACTER_EVIDENCE)):
         scored = score_candidates(english, fused, MatchText.of("where is the tower?"), np.array([1.0, 0.0]), 0, config)
         assert scored[0].relevance == pytest.approx(0.6 + 0.4 * 0.5)
 
@@ -348,3 +353,64 @@ def test_candidates_of_comparable_relevance_are_still_ordered_by_the_scene_weigh
     assert [i.id for i in items] == [2, 1]
     assert list(relevance_gate([0.74, 0.37, 0.0], 2.0)) == pytest.approx([1.0, 0.25, 0.0])
     assert list(relevance_gate([0.0, 0.0], 2.0)) == [1.0, 1.0] and list(relevance_gate([0.5, 0.1], 0.0)) == [1.0, 1.0]
+
+
+def _two_memory_pool(config: RetrievalConfig) -> list[int]:
+    """Issue 29's small pool, as `memory search` meets it in a new instance: two memories, one sharing the query's
+    word 怀表 (older, less important), one unrelated (recent, important, a little less close in meaning). BM25 gives
+    the shared word nothing: in two documents a word found in one has IDF log(1.5 / 1.5) = 0 (rank_bm25's Okapi)."""
+    unit = lambda c: np.array([c, math.sqrt(1 - c**2)])  # noqa: E731 (a cosine to [1, 0])
+    related = Candidate("memory", 1, "莱姆把怀表埋在老橡树下", embedding=unit(0.5), importance=0.3, turn=0)
+    unrelated = Candidate("memory", 2, "车队明天出发", embedding=unit(0.3), importance=0.8, turn=10)
+    paths = {"bm25": [PathHit(1, 0.0)], "vector": [PathHit(1, 0.5), PathHit(2, 0.3)]}
+    fused = {f.key: f for f in fuse(paths)}
+    query = MatchText.of("怀表在哪里？")
+    scored = score_candidates([related, unrelated], fused, query, np.array([1.0, 0.0]), 10, config)
+    items, _ = select(
+        scored,
+        SCENE_WEIGHTS[Scene.CASUAL],
+        Scene.CASUAL,
+        2,
+        gate_power=config.relevance_gate,
+        gate_floor=config.gate_floor,
+    )
+    return [int(item.id) for item in items]
+
+
+def test_in_a_two_memory_pool_the_memory_sharing_the_querys_word_comes_first() -> None:
+    # a turn's and `memory search`'s ranking (the default config)
+    assert _two_memory_pool(RetrievalConfig()) == [1, 2]
+    # the seed's plain sum: recency and importance put the unrelated memory first
+    assert _two_memory_pool(RetrievalConfig(relevance_gate=0.0, character_evidence=1.0)) == [2, 1]
+    # why the gate failed here before (CI, 2026-11-27): the memory sharing no word had its keyword weight moved to its
+    # cosine (.85 × .3 = .255) while the one sharing the word kept the seed's blend with a keyword score of 0
+    # (.4 × .5 = .2), so the unrelated memory was the pool's best match; now sharing a word is never weaker evidence
+    # than sharing characters: .85 × .5 = .425
+    scored = score_candidates(
+        [Candidate("memory", 1, "莱姆把怀表埋在老橡树下", embedding=np.array([0.5, math.sqrt(0.75)]))],
+        {f.key: f for f in fuse({"bm25": [PathHit(1, 0.0)]})},
+        MatchText.of("怀表在哪里？"),
+        np.array([1.0, 0.0]),
+        0,
+        RetrievalConfig(),
+    )
+    assert scored[0].keyword == 0.0 and scored[0].relevance == pytest.approx(0.85 * 0.5)
+
+
+def test_in_a_pool_with_no_strong_match_the_scene_weights_still_order_the_memories() -> None:
+    """The gate's floor: when the best relevance is under GATE_FLOOR nothing in the pool answers the query, and
+    a small difference of cosine between unrelated memories does not silence recency and importance (the seed's
+    order); a strong match still gates them fully."""
+    unit = lambda c: np.array([c, math.sqrt(1 - c**2)])  # noqa: E731
+    older = _candidate(1, list(unit(0.3)), importance=0.3, turn=0)
+    recent = _candidate(2, list(unit(0.2)), importance=0.8, turn=50, content="another")
+    scored = _score([older, recent], [1.0, 0.0], turn=50)  # relevance .12 and .08: noise
+    weights = SCENE_WEIGHTS[Scene.CASUAL]
+    floored, _ = select(scored, weights, Scene.CASUAL, k=2, gate_power=GATED_POWER, gate_floor=GATE_FLOOR)
+    plain, _ = select(scored, weights, Scene.CASUAL, k=2)
+    naive, _ = select(scored, weights, Scene.CASUAL, k=2, gate_power=GATED_POWER)  # relative to the pool's best
+    assert [i.id for i in floored] == [i.id for i in plain] == [2, 1]
+    assert [i.id for i in naive] == [1, 2]
+    # the floor measures the shortfall on the absolute scale below it, and is the relative gate above it
+    assert list(relevance_gate([0.12, 0.08], 2.0, 0.4)) == pytest.approx([1.0, 0.9**2])
+    assert list(relevance_gate([0.74, 0.37, 0.0], 2.0, 0.4)) == pytest.approx([1.0, 0.25, 0.0])

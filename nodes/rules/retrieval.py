@@ -40,7 +40,10 @@ Flow of `retrieve` (seed 001 检索流程):
      多样性得分越高) and would reward a near-duplicate; the highest is what MMR uses.
    - layer_priority: active 1.0, situational 0.8, event log 0.6, archive 0.4, anything else 0.5.
    - mention_penalty = max(0.2, 1 − 0.2 · mention_count) (seed `AdjustScoreForMentionedMemory`).
-   Before selection, a candidate that only the vector path found and whose relevance is below
+   Issue 29 (a deviation, docs/retrieval.md): in turns and `memory search` every factor but relevance counts in
+   proportion to `relevance_gate` (how far the candidate's relevance falls short of the pool's best); recall
+   (`RetrievalConfig.for_recall`) weighs relevance alone.
+   Before selection, a candidate that only the vector path found and whose relevance (the seed's blend) is below
    `min_relevance` (0.05) is dropped (seed 注入优化策略: 相关性过滤): without it, every retrieval fills its
    `k` places with unrelated memories that recency, importance and layer alone score at ~0.45.
 6. The selected memories are marked as mentioned (seed `MarkMemoryAsMentioned`): their mention count goes
@@ -407,6 +410,10 @@ class RetrievedItem:
 # then gives at most .15 of relevance, about what the cosine part differs by between an answer and an unrelated
 # memory (.85 × .05), so the dense encoder decides between memories that share no word with the question.
 CHARACTER_EVIDENCE = 0.25
+GATED_POWER = 2.0
+"""The gate's power (`relevance_gate`), `RetrievalConfig()`'s: a turn's and `memory search`'s (docs/retrieval.md)."""
+GATE_FLOOR = 0.4
+"""The best relevance below which the gate measures on the absolute scale (`relevance_gate`, docs/retrieval.md)."""
 
 
 def character_evidence(query_words: frozenset[str], memory_words: frozenset[str], share: float) -> float:
@@ -443,16 +450,18 @@ class RetrievalConfig:
     time_boost: float = 0.0  # relevance added, for a question asking when, to memories that say when (`says_when`)
     query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
     speaker_boost: float = 0.0  # relevance added to a memory whose speaker the query names (`names_speaker`)
-    # the power of `relevance_gate` (0: the seed's plain sum, issue 29). Off in turns for now: gated at 2.0, the
-    # dialogue record's entries of the current branch outranked its curated memories in
-    # tests/test_branch_following.py; `eval paraphrase-cn` measures the gated ranking (GATED_POWER) beside it
-    relevance_gate: float = 0.0
+    # the power of `relevance_gate` (0: the seed's plain sum; issue 29, docs/retrieval.md): on in turns, an NPC's
+    # witnessed recall and `memory search`. Under the plain sum a fact told 282 turns back scored below two dozen
+    # recent small-talk entries of equal or lower relevance (docs/benchmarks/2026-11-27-horizon.md)
+    relevance_gate: float = GATED_POWER
+    # below this best relevance the gate measures shortfalls on the absolute scale (`relevance_gate`): a pool with no
+    # strong match keeps the scene's weights as what orders it (docs/retrieval.md)
+    gate_floor: float = GATE_FLOOR
     # the share of the keyword weight kept by a memory sharing only single characters with a Chinese query, the rest
-    # going to the cosine (`character_evidence`, issue 29); 1: the seed's blend. Goes with the gate (CHARACTER_EVIDENCE
-    # beside GATED_POWER in `eval paraphrase-cn`) and is off with it in turns: under the seed's plain sum the smaller
-    # relevance of character-only matches lets recency and importance decide (paraphrase probes, seed sum: hit@1
-    # .867 → .733). Off for recall: memorybank-cn R@5 .930 → .925 (R@10 .965 → .970)
-    character_evidence: float = 1.0
+    # going to the cosine (`character_evidence`, issue 29); 1: the seed's blend. Goes with the gate (under the seed's
+    # plain sum the smaller relevance of character-only matches let recency and importance decide: paraphrase
+    # probes, seed sum with it: hit@1 .867 → .733). Off for recall (`for_recall`): memorybank-cn R@5 .930 → .925
+    character_evidence: float = CHARACTER_EVIDENCE
 
     @classmethod
     def for_recall(cls, **changes: Any) -> RetrievalConfig:
@@ -465,6 +474,8 @@ class RetrievalConfig:
                 "expansion_terms": 5,
                 "time_boost": 0.1,
                 "speaker_boost": 0.2,
+                "relevance_gate": 0.0,  # relevance is the only weighted factor: nothing to gate
+                "character_evidence": 1.0,  # the seed's blend: R@5 on memorybank-cn fell with the rule
                 **changes,
             }
         )
@@ -552,6 +563,8 @@ class _Scored:
     layer_priority: float
     penalty: float
     paths: Mapping[str, int]
+    # the seed's 0.6 / 0.4 blend (with the same boosts): what `min_relevance` is measured on, whatever the blend
+    seed_relevance: float = 0.0
 
 
 def score_candidates(
@@ -577,25 +590,34 @@ def score_candidates(
         if config.character_evidence < 1 and has_han(query.lower)
         else frozenset()
     )
+    moved = (  # the blend of a memory sharing only characters: its keyword weight partly moved to the cosine
+        config.keyword_share * config.character_evidence,
+        config.vector_share + config.keyword_share * (1 - config.character_evidence),
+    )
     for position, candidate in enumerate(candidates):
         share = keyword_match_score(candidate.keywords, query) if config.keyword_mode != "bm25" else 0.0
         normalised = bm25[candidate.key] / best_bm25 if best_bm25 > 0 else 0.0
         kept = character_evidence(words, _tokens_of(candidate), config.character_evidence) if words else 1.0
         keyword = {"bm25": normalised, "seed": share, "max": max(share, normalised)}[config.keyword_mode]
         vector = max(0.0, vectors[position]) if vectors is not None else 0.0
+        relevance = seed_relevance = context_relevance(keyword, vector, config.keyword_share, config.vector_share)
+        if words:
+            # sharing a word is never weaker evidence than sharing only characters: a memory that shares one keeps
+            # the better of the two blends (its BM25 can be 0: in a two-memory pool a word in one of the two has
+            # IDF log(1.5 / 1.5) = 0, and with the seed's blend alone the other memory's cosine, weighted .85
+            # against its .4, ranked the unrelated memory first; docs/retrieval.md)
+            blended = context_relevance(keyword, vector, *moved)
+            relevance = blended if kept < 1 else max(relevance, blended)
+        boost = (config.time_boost if time_question and says_when(candidate.content) else 0.0) + (
+            config.speaker_boost if config.speaker_boost and _named(candidate.speaker, query, named) else 0.0
+        )
         scored.append(
             _Scored(
                 candidate=candidate,
                 keyword=keyword,
                 vector=vector,
-                relevance=context_relevance(
-                    keyword,
-                    vector,
-                    config.keyword_share * kept,
-                    config.vector_share + config.keyword_share * (1 - kept),
-                )
-                + (config.time_boost if time_question and says_when(candidate.content) else 0.0)
-                + (config.speaker_boost if config.speaker_boost and _named(candidate.speaker, query, named) else 0.0),
+                relevance=relevance + boost,
+                seed_relevance=seed_relevance + boost,
                 recency=recency_score(turn - candidate.turn, config.recency_rate),
                 layer_priority=layer_priority(candidate.layer),
                 penalty=mention_penalty(candidate.mention_count, config.mention_step, config.mention_floor),
@@ -613,10 +635,14 @@ def _named(speaker: str, query: MatchText, seen: dict[str, bool]) -> bool:
 
 def drop_irrelevant(scored: Sequence[_Scored], min_relevance: float) -> tuple[list[_Scored], list[dict[str, Any]]]:
     """Seed 001 注入优化策略 相关性过滤: a candidate that only the vector path found (no shared word, tag or
-    trigger) and whose context relevance is below `min_relevance` is not related to the context."""
+    trigger) and whose context relevance is below `min_relevance` is not related to the context. Measured on the
+    seed's 0.6 / 0.4 blend (`seed_relevance`), whatever the blend ranks with: with single-character evidence
+    (`character_evidence`) a memory sharing nothing with a Chinese query has .85 of its cosine as relevance, not .4,
+    and an unrelated memory (cosine .09: relevance .037 → .078) passed the filter and outranked, in a two-memory
+    pool, the memory whose tag the query names (issue 29, docs/retrieval.md)."""
     kept, dropped = [], []
     for item in scored:
-        if item.relevance < min_relevance and set(item.paths) <= {"vector"}:
+        if item.seed_relevance < min_relevance and set(item.paths) <= {"vector"}:
             dropped.append(
                 {
                     "kind": item.candidate.kind,
@@ -648,22 +674,22 @@ def _similarity_matrix(items: Sequence[_Scored]) -> np.ndarray:
     return matrix
 
 
-GATED_POWER = 2.0
-"""The gate's power `eval paraphrase-cn` measures (docs/retrieval.md)."""
-
-
-def relevance_gate(relevance: Sequence[float], power: float) -> np.ndarray:
+def relevance_gate(relevance: Sequence[float], power: float, floor: float = 0.0) -> np.ndarray:
     """Issue 29 (a deviation from seed 001 `CalculateMemoryScore`, docs/retrieval.md): how much of its recency,
-    importance, diversity and layer weight a candidate keeps — (its relevance / the pool's best relevance) ** power.
+    importance, diversity and layer weight a candidate keeps — (1 − its shortfall from the pool's best relevance /
+    max(the best, `floor`)) ** power, which is (its relevance / the best) ** power when the best reaches `floor`.
     The seed adds the factors, so with relevance under half the weight a memory unrelated to the query (relevance
     .05–.2) but recent and important tied with, or beat, the one that shares the query's rare word (.74); gated, the
     best match keeps its whole score and candidates of comparable relevance are still ordered by the scene's
-    weights. `power` 0 is the seed's plain sum."""
+    weights. The floor: in a pool with no strong match (every relevance under `floor`, as in a pool of a few
+    memories or a question nothing answers) differences of relevance are measured on the absolute scale, so noise
+    between unrelated memories does not silence the scene's weights. `power` 0 is the seed's plain sum."""
     values = np.asarray(relevance, dtype=np.float64)
     best = float(values.max(initial=0.0))
     if power <= 0 or best <= 0:
         return np.ones(len(values))
-    return np.clip(values / best, 0.0, 1.0) ** power
+    scale = max(best, floor)
+    return np.clip(1.0 - (best - values) / scale, 0.0, 1.0) ** power
 
 
 def select(
@@ -673,16 +699,17 @@ def select(
     k: int,
     dedupe_threshold: float = 0.8,
     gate_power: float = 0.0,
+    gate_floor: float = 0.0,
 ) -> tuple[list[RetrievedItem], list[dict[str, Any]]]:
     """Greedy MMR: repeatedly take the candidate with the best total score given what is already taken
     (diversity changes as items are taken). A candidate whose tokens overlap an already taken one by more
     than `dedupe_threshold` is skipped (seed: seenContent). Every factor but relevance counts in proportion to
-    `relevance_gate(…, gate_power)` (0: the seed's sum). Returns (selected best first, skipped)."""
+    `relevance_gate(…, gate_power, gate_floor)` (power 0: the seed's sum). Returns (selected best first, skipped)."""
     n = len(scored)
     if n == 0 or k <= 0:
         return [], []
     similarity = _similarity_matrix(scored)
-    gate = relevance_gate([s.relevance for s in scored], gate_power)
+    gate = relevance_gate([s.relevance for s in scored], gate_power, gate_floor)
     static = np.array(
         [
             s.relevance * weights.context_relevance
@@ -948,7 +975,9 @@ def retrieve(
     scored, irrelevant = drop_irrelevant(
         score_candidates(kept, by_key, query_match, embedding, now_turn, config), config.min_relevance
     )
-    items, skipped = select(scored, weights, scene.scene, k, config.dedupe_threshold, config.relevance_gate)
+    items, skipped = select(
+        scored, weights, scene.scene, k, config.dedupe_threshold, config.relevance_gate, config.gate_floor
+    )
     lap("score")
 
     if config.mark_mentioned:
