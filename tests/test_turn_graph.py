@@ -533,6 +533,7 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         "deadline_at",
         "gap_seconds",
         "path_lines",
+        "window_lines",
     }
     checkpointed = {name for name, channel in channels.items() if isinstance(channel, LastValue)} | {"debug"}
     assert checkpointed == {
