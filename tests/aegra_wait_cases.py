@@ -51,6 +51,14 @@ async def _subscribers(client: Any, run_id: str) -> int:
     return int(dict(await client.pubsub_numsub(f"{PREFIX}{run_id}")).get(f"{PREFIX}{run_id}", 0))
 
 
+async def _until_listening(client: Any, run_id: str, asleep: list[float] | None = None) -> None:
+    """Until the wait has subscribed to the run's channel (or, given `asleep`, has gone to sleep), at most ~4 s."""
+    for _ in range(200):
+        if await _subscribers(client, run_id) or asleep:
+            return
+        await REAL_SLEEP(0.02)
+
+
 async def end_event_wakes_the_wait(executor: Any, client: Any) -> dict[str, Any]:
     """The run ends after the wait began; no timer of the wait's ever fires (asyncio.sleep never returns): the wait
     must return on the run's own signal. Aegra's poll sleeps 2 s between looks and never looks again here."""
@@ -64,10 +72,7 @@ async def end_event_wakes_the_wait(executor: Any, client: Any) -> dict[str, Any]
     asyncio.sleep = never  # type: ignore[assignment]
     try:
         task = asyncio.create_task(executor.wait_for_completion(run_id, timeout=120.0))
-        for _ in range(200):  # until the wait listens or has gone to sleep
-            if await _subscribers(client, run_id) or sleeps:
-                break
-            await REAL_SLEEP(0.02)
+        await _until_listening(client, run_id, sleeps)
         await _finish(client, run_id)
         try:
             await asyncio.wait_for(task, timeout=20.0)
@@ -102,10 +107,7 @@ async def end_before_row(executor: Any, client: Any) -> dict[str, Any]:
     """An `end` event whose run's row is not terminal yet is not taken for the end: the wait goes on until it is."""
     run_id = str(uuid.uuid4())
     task = asyncio.create_task(executor.wait_for_completion(run_id, timeout=60.0))
-    for _ in range(200):
-        if await _subscribers(client, run_id):
-            break
-        await REAL_SLEEP(0.02)
+    await _until_listening(client, run_id)
     await client.publish(f"{PREFIX}{run_id}", _end())
     await REAL_SLEEP(0.3)
     early = task.done()
@@ -129,10 +131,7 @@ async def cancelled(executor: Any, client: Any) -> dict[str, Any]:
     """The client went away (`heartbeat_wait_body` cancels the wait): CancelledError, the subscription closed."""
     run_id = str(uuid.uuid4())
     task = asyncio.create_task(executor.wait_for_completion(run_id, timeout=60.0))
-    for _ in range(200):
-        if await _subscribers(client, run_id):
-            break
-        await REAL_SLEEP(0.02)
+    await _until_listening(client, run_id)
     task.cancel()
     try:
         await task
