@@ -21,6 +21,7 @@ from personalab.evals import (
     bench_worldbook,
     convert,
     locomo,
+    locomo_qa,
     paraphrase_cn,
     probes_cn,
     runs,
@@ -115,6 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     locomo_eval.add_argument("--verbose", action="store_true", help="a line per conversation as it is ingested")
     locomo_eval.set_defaults(handler=locomo.run)
+    locomo_qa.register(kinds)
     probes = kinds.add_parser(
         "probes-cn",
         help="evidence recall@5/10 of memory retrieval on MemoryBank cn's probing questions (our labels), with BM25",

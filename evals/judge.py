@@ -21,22 +21,7 @@ class Judge:
     PERSONALAB_MODEL), temperature 0."""
 
     def __init__(self, model: Any = None) -> None:
-        if model is None:
-            from langchain_openai import ChatOpenAI
-            from personalab.stores.settings import settings
-
-            current = settings()
-            if current.openai_api_key is None:
-                raise ConfigError("--judge needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
-            model = ChatOpenAI(
-                model=current.model,
-                api_key=current.openai_api_key,
-                base_url=current.openai_base_url,
-                temperature=0,
-                timeout=current.llm_timeout,
-                max_retries=current.llm_max_retries,
-            )
-        self.model = model
+        self.model = model if model is not None else endpoint_model("--judge")
 
     def score(self, scenario: Scenario, step: Step, state: dict[str, Any]) -> dict[str, Any]:
         prompt = state.get("prompt") or []
@@ -48,6 +33,29 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - a judge failure is reported, never a failed scenario
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         return parse_verdict(str(answer.content))
+
+
+def endpoint_model(needed_by: str, max_tokens: int | None = None) -> Any:
+    """`ChatOpenAI` on the run's endpoint (OPENAI_API_KEY, OPENAI_BASE_URL, PERSONALAB_MODEL), temperature 0;
+    `ConfigError` naming `needed_by` when no endpoint is configured. `max_tokens` is also sent under its old name:
+    llama.cpp's server and llama-cpp-python read only that one."""
+    from langchain_openai import ChatOpenAI
+    from personalab.stores.settings import settings
+
+    current = settings()
+    if current.openai_api_key is None:
+        raise ConfigError(f"{needed_by} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
+    extra = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
+    return ChatOpenAI(
+        model=current.model,
+        api_key=current.openai_api_key,
+        base_url=current.openai_base_url,
+        temperature=0,
+        timeout=current.llm_timeout,
+        max_retries=current.llm_max_retries,
+        max_completion_tokens=max_tokens,
+        extra_body=extra,
+    )
 
 
 def parse_verdict(text: str) -> dict[str, Any]:

@@ -66,6 +66,7 @@ class LocomoQuestion:
     question: str
     category: int
     evidence: tuple[str, ...]  # normalised dialog ids that exist in the conversation
+    answer: str = ""  # the file's answer (category 5 has none: its `adversarial_answer` is no answer to find)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ def _parse_conversation(raw: Any, where: str) -> LocomoConversation:
         kept = tuple(e for e in evidence if e in known)
         pieces = [piece for e in raw_evidence for piece in _SEPARATORS.split(str(e)) if piece]
         dropped += sum(1 for piece in pieces if normalise_dia_id(piece) not in known)
-        questions.append(LocomoQuestion(item["question"], category, kept))
+        answer = item.get("answer")
+        questions.append(LocomoQuestion(item["question"], category, kept, "" if answer is None else str(answer)))
     return LocomoConversation(sample_id, speakers, tuple(turns), tuple(questions), dropped)
 
 
@@ -233,7 +235,8 @@ def bm25_ranking(model: Any, conversation: LocomoConversation, question: str, k:
     return [conversation.turns[i].dia_id for i in order]
 
 
-def _instance(url: str, title: str) -> int:
+def create_instance(url: str, title: str) -> int:
+    """A new instance (save) titled `title` in the database at `url`; its id."""
     from personalab.stores.db import session_scope
     from personalab.stores.saves import create_save
 
@@ -267,7 +270,7 @@ def run_eval(
     memories = 0
     for conversation in conversations:
         started = time.perf_counter()
-        instance = _instance(url, conversation.sample_id)
+        instance = create_instance(url, conversation.sample_id)
         items = dialogue_memories(conversation_lines(conversation, dates=dates), context_lines=context_lines)
         entries = store.add_memories(instance, items)
         ingest_s += time.perf_counter() - started

@@ -19,3 +19,20 @@ def judge_request(head: str, recalled: str, question: str, reply: str) -> str:
         f"【用户的提问】\n{question}\n\n"
         f"【角色的回复】\n{reply}"
     )
+
+
+# `eval locomo-qa` (issue 30): a standard benchmark's questions answered by the run's model from what a condition
+# gives it. LoCoMo is English; the answer is scored by token F1 against the file's answer, so it is asked short.
+LOCOMO_QA_SYSTEM = (
+    "You answer a question about a long conversation between {a} and {b}. {notes_intro}"
+    "Answer with the shortest phrase that answers it (a name, a date, a place, a few words), with no explanation. "
+    "For a question about when, give the date."
+)
+LOCOMO_QA_NOTES = "Use these notes from the conversation (each starts with the date it was said):\n{notes}\n\n"
+LOCOMO_QA_NO_NOTES = "You have no notes of it: answer with your best guess.\n\n"
+
+
+def locomo_qa_system(a: str, b: str, notes: list[str] | None) -> str:
+    """The system message of one LoCoMo question: the notes a condition gives (None: no notes at all)."""
+    intro = LOCOMO_QA_NO_NOTES if notes is None else LOCOMO_QA_NOTES.format(notes="\n".join(notes) or "(none)")
+    return LOCOMO_QA_SYSTEM.format(a=a, b=b, notes_intro=intro)
