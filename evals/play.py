@@ -195,15 +195,30 @@ OOC_MARKERS: tuple[str, ...] = (
 _EMOTION_RE = re.compile(r"^\s*【[^】\n]{1,12}】")
 
 
-def in_character(state: dict[str, Any]) -> dict[str, Any]:
-    """Does the reply stay in character (issue 30): the seed's 【emotion】 format and no out-of-character marker."""
+_NOT_A_WORD_RE = re.compile(r"[\W_]+")
+ECHO_MIN_CHARS = 6  # a shorter message ("好的。", "OK") may be repeated by a reply in character
+
+
+def echoes_user(reply: str, message: str) -> bool:
+    """The reply repeats the user's whole message (punctuation, spaces and case aside): the model speaking the
+    user's line instead of the character's, which seed 002's instruction forbids (a small local model's failure,
+    issue 30: "雷娜，据点的守卫换班是什么时候？" answered with the same words)."""
+    asked = _NOT_A_WORD_RE.sub("", message.casefold())
+    said = _NOT_A_WORD_RE.sub("", _EMOTION_RE.sub("", reply).casefold())
+    return len(asked) >= ECHO_MIN_CHARS and asked in said
+
+
+def in_character(state: dict[str, Any], message: str = "") -> dict[str, Any]:
+    """Does the reply stay in character (issue 30): the seed's 【emotion】 format, no out-of-character marker, and
+    not the user's own message repeated (`echoes_user`)."""
     reply = str(state.get("reply") or "")
     raw = str(state.get("reply_raw") or reply)
     formatted = any(segment.get("original_emotion") for segment in state.get("reply_lines") or []) or bool(
         _EMOTION_RE.match(raw)
     )
     markers = [marker for marker in OOC_MARKERS if _contains(raw, marker)]
-    return {"ok": formatted and not markers, "formatted": formatted, "ooc_markers": markers}
+    echo = bool(message) and echoes_user(reply, message)
+    return {"ok": formatted and not markers and not echo, "formatted": formatted, "ooc_markers": markers, "echo": echo}
 
 
 def recent_dialogue(prompt: Sequence[dict[str, Any]]) -> str:
@@ -475,7 +490,7 @@ def _one_turn(
             "probe": step.message,
             "checks": checks,
             "reply": str(state.get("reply") or ""),  # kept to read later (issue 30)
-            "in_character": in_character(state),
+            "in_character": in_character(state, step.message),
         }
         if options.condition == "history":
             # the whole history condition: did every earlier user line fit in the prompt's window?

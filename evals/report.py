@@ -619,7 +619,12 @@ def _probe_outcome(probe: dict[str, Any]) -> dict[str, Any]:
     character = probe.get("in_character") or {}
     failed = [f"{c['kind']}: {c['phrase']}" for c in checks if not c["ok"]]
     if character and not character.get("ok"):
-        why = ", ".join(character.get("ooc_markers") or []) or "no 【emotion】 format"
+        reasons = list(character.get("ooc_markers") or [])
+        if character.get("echo"):
+            reasons.append("repeats the user's message")
+        if not character.get("formatted", True):
+            reasons.append("no 【emotion】 format")
+        why = ", ".join(reasons) or "no 【emotion】 format"
         failed.append(f"out of character: {why}")
     if probe.get("history_fit") is False:
         failed.append(f"history did not fit the window ({probe.get('history_missing')} user line(s) left out)")

@@ -360,12 +360,15 @@ def _run(args: argparse.Namespace) -> int:
     # a bad setting is one line now, not a failure in every scenario's process
     settings()
     get_embeddings()
+    if args.judge and args.no_judge:
+        raise InvalidInput("--judge and --no-judge: give one of them")
     if args.judge or args.model == "openai":
         if settings().openai_api_key is None:
             option = "--judge" if args.judge else "--model openai"
             raise InvalidInput(f"{option} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
-    # conditions side by side with a real model: its judge scores every probe too (issue 30)
-    judge = bool(args.judge or (args.model == "openai" and conditions != ("full",)))
+    # conditions side by side with a real model: its judge scores every probe too (issue 30), unless --no-judge:
+    # on a one-request-at-a-time local server the judge's long request evicts the prompt cache the next turn reuses
+    judge = bool(args.judge or (args.model == "openai" and conditions != ("full",) and not args.no_judge))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InvalidInput(f"--out {out}: not a folder")
@@ -432,6 +435,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--out", default="eval-out", help="folder of the results and the report (default eval-out)")
     run_parser.add_argument("--model", choices=["scripted", "openai"], default="scripted")
     run_parser.add_argument("--judge", action="store_true", help="an LLM judge on the same endpoint scores the probes")
+    run_parser.add_argument(
+        "--no-judge", action="store_true", help="no judge in a conditions run with --model openai (the phrase checks only)"
+    )
     run_parser.add_argument("--resume", action="store_true", help="keep the finished results in --out, play the rest")
     run_parser.add_argument("--data-dir", help="keep the stores here (default: a temporary folder)")
     run_parser.add_argument(

@@ -100,6 +100,22 @@ def test_full_memory_answers_a_fact_40_turns_back_and_the_recent_window_does_not
     assert "fact_40_back: full: memory use 100%" in stdout and "recent: memory use 0%" in stdout
 
 
+def test_no_judge_leaves_the_phrase_checks_and_sends_the_server_no_judge_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a one-request-at-a-time local server keeps one prompt in its cache: a judge's request after a probe would
+    # evict the one the next turn reuses
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "3")
+    [path] = copy(tmp_path, "fact_in_window.yaml")
+    out = tmp_path / "out"
+    code, stdout, err = run_eval(capsys, path, "--out", str(out), "--conditions", "full,recent", "--no-judge")
+    assert code == 1, stdout + err  # its goal (a gain over the window) is missed, as without --no-judge
+    group = conditions(out)["fact_in_window"]
+    assert group["conditions"]["full"]["memory_use"]["percent"] == 100.0
+    assert all("judge" not in c or not c["judge"] for c in group["conditions"].values())
+    assert reader.requests and not any("评审" in str(r["messages"][0]["content"]) for r in reader.requests)
+
+
 def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,6 +194,7 @@ def test_shipped_memory_scenarios_tell_facts_20_to_60_turns_before_their_probes(
     [
         (["--conditions", "full,nothing"], "--conditions: unknown condition 'nothing'; one of full, recent, history"),
         (["--conditions", ","], "--conditions names no condition"),
+        (["--judge", "--no-judge"], "--judge and --no-judge: give one of them"),
     ],
 )
 def test_bad_conditions_are_one_line(
@@ -260,6 +277,37 @@ def test_history_keeps_what_fits_the_window_and_the_report_says_what_did_not(sql
     ]
     text = "\n".join(conditions_markdown([{"scenario": "s", "conditions": {"history": summary}, "goals": []}]))
     assert "| history did not fit | 1 |" in text and "Reply: “【平静】我不记得了。”" in text
+
+
+def test_a_reply_repeating_the_users_message_is_out_of_character() -> None:
+    from personalab.evals.play import echoes_user, in_character
+    from personalab.evals.report import condition_summary
+
+    # a small local model answered the user's question with the question itself (issue 30)
+    state = {
+        "reply": "雷娜，据点的守卫换班是什么时候？",
+        "reply_raw": "【紧张】雷娜，据点的守卫换班是什么时候？(往后退了一步)",
+    }
+    verdict = in_character(state, "据点的守卫换班是什么时候？")
+    assert verdict == {"ok": False, "formatted": True, "ooc_markers": [], "echo": True}
+    assert echoes_user("【担心】Where did I hide the spare fuel can?", "where did I hide the spare FUEL can")
+    assert not echoes_user(
+        "【平静】You hid it under the blue tarp behind the chapel.", "Where did I hide the spare fuel can?"
+    )
+    assert not echoes_user("【平静】好的。", "好的")  # a short message may be said back in character
+    assert in_character(state)["ok"]  # without the message (the turn's state alone) only format and markers count
+    probe = {
+        "instance": 1,
+        "turn": 3,
+        "where": "turns[2]",
+        "probe": "据点的守卫换班是什么时候？",
+        "checks": [],
+        "reply": state["reply"],
+        "in_character": verdict,
+    }
+    summary = condition_summary({"condition": "full", "status": "ok", "probes": [probe]})
+    assert summary["in_character"]["percent"] == 0.0
+    assert summary["failed_probes"][0]["failed"] == ["out of character: repeats the user's message"]
 
 
 def test_memory_mode_is_a_run_knob_of_the_served_context() -> None:
