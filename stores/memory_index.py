@@ -13,14 +13,17 @@ Seed 001 记忆检索和匹配算法 (关键词匹配, 标签过滤检索, 向�
   building an index reads one column instead of running jieba over every memory. A memory's `context` (the
   line it came after) is indexed once and its own words twice: they weigh double in BM25 (see
   `stores.memory` for the LoCoMo figures).
-- Vectors read from Chroma are kept by (Chroma path, collection, memory id) with the text they were stored
-  for (`VectorCache`): a memory whose text changed since is a miss, and this process's writes forget what
-  they replace.
+- Vectors read from Chroma are kept by (Chroma path, collection, memory id) with a digest of the text they were
+  stored for (`VectorCache`): a memory whose text changed since is a miss, and this process's writes forget what
+  they replace. The digest, not the text: the text was about a third of an entry's bytes (issue 26's memory
+  growth, docs/benchmarks/2026-12-05-lead.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import sys
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -509,13 +512,19 @@ def clear_index_cache() -> None:
 # Kept vectors
 
 
-class VectorCache(LRU[tuple[str, str, int], tuple[str, np.ndarray]]):
-    """Memory vectors read from Chroma, by (Chroma path, collection, memory id), each with the text it was
-    stored for: a memory whose text changed since is a miss. Writes of this process forget what they replace."""
+def text_digest(text: str) -> bytes:
+    """16 bytes standing for `text` in the vector cache (BLAKE2b: a changed text never passes for the old one)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+class VectorCache(LRU[tuple[str, str, int], tuple[bytes, np.ndarray]]):
+    """Memory vectors read from Chroma, by (Chroma path, collection, memory id), each with the digest of the text
+    it was stored for: a memory whose text changed since is a miss. Writes of this process forget what they
+    replace."""
 
     def vector(self, key: tuple[str, str, int], text: str) -> np.ndarray | None:
         kept = self.get(key)
-        return kept[1] if kept is not None and kept[0] == text else None
+        return kept[1] if kept is not None and kept[0] == text_digest(text) else None
 
     def split(
         self, place: tuple[str, str], memory_ids: Sequence[int], documents: Mapping[int, str] | None
@@ -535,7 +544,8 @@ class VectorCache(LRU[tuple[str, str, int], tuple[str, np.ndarray]]):
     def keep(self, place: tuple[str, str], memory_id: int, text: str, vector: Any) -> np.ndarray:
         """Keep `vector` as the one of memory `memory_id` with `text`; returns it as float32."""
         array = np.asarray(vector, dtype=np.float32)
-        self.put((*place, memory_id), (text, array))
+        # the place's two strings shared by every entry of it, not a copy per key
+        self.put((sys.intern(place[0]), sys.intern(place[1]), memory_id), (text_digest(text), array))
         return array
 
     def forget(self, path: str, collection: str, memory_ids: Iterable[int] | None = None) -> None:

@@ -151,3 +151,23 @@ def test_a_write_into_a_loaded_index_grows_its_postings_by_an_eighth_not_double(
     grown, built = index.score_array(["水", "新"]), fresh.score_array(["水", "新"])
     pairs = [sorted(zip(ids.tolist(), scores.tolist(), strict=True)) for ids, scores in (grown, built)]
     assert pairs[0] == pairs[1]
+
+
+def test_the_vector_cache_keeps_a_digest_of_the_text_and_a_changed_text_is_a_miss() -> None:
+    """Issue 26's memory growth: the cache keeps 16 bytes for the text, not the text, and still never returns the
+    vector of a memory's old text."""
+    import sys
+
+    import numpy as np
+    from personalab.stores.memory_index import VectorCache
+
+    cache = VectorCache(4)
+    place = ("/data/chroma", "".join(["save_7", "_char_1"]))  # a new string object each time, as the store makes it
+    cache.keep(place, 1, LINES[0], [0.5, 0.25])
+    assert np.array_equal(cache.vector((*place, 1), LINES[0]), np.array([0.5, 0.25], dtype=np.float32))
+    assert cache.vector((*place, 1), LINES[0] + "（改）") is None  # the memory's text changed since
+    [(key, (digest, vector))] = cache.items()
+    assert isinstance(digest, bytes) and len(digest) == 16 and vector.dtype == np.float32
+    assert key[1] is sys.intern("save_7_char_1")  # one string per place, shared by its entries
+    found, missing = cache.split(place, [1, 2], {1: LINES[0], 2: LINES[1]})
+    assert list(found) == [1] and missing == [2]
