@@ -353,6 +353,8 @@ def play_scenario(
         "status": "ok",
         "error": None,
         "probes": [],
+        # issue 30: turns a real model did not answer within the turn's deadline (the product stores no reply)
+        "cut_turns": [],
         "secrets": {"said": len(scenario.secrets), "leaks": []},
         # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
         "other_instances": {"memories": 0, "foreign": []},
@@ -408,6 +410,29 @@ def play_scenario(
     return result
 
 
+def _cut_turn(step: Step, state: dict[str, Any], log: InstanceLog, result: dict[str, Any]) -> None:
+    """A reply cut at the turn's deadline (issue 30: a slow real model): what a user meets, so it is counted and the
+    play goes on, as a user's would — the product keeps the user's line, stores no reply and does not count the turn,
+    so the next message is the next turn. A cut probe was not answered: its reply checks fail."""
+    cut = {"instance": log.number, "turn": log.turn + 1, "where": step.where, "kind": step.kind}
+    result["cut_turns"].append(cut)
+    log.said.append((log.turn, step.message))  # the line is kept: a later probe measures its distance to it
+    if step.kind == "probe":
+        result["probes"].append(
+            {
+                "instance": log.number,
+                "turn": log.turn + 1,
+                "where": step.where,
+                "probe": step.message,
+                "checks": score_probe(step, state, log),
+                "reply": "",
+                "cut": True,
+                # not scored for character: there is no reply
+                "in_character": None,
+            }
+        )
+
+
 def _one_turn(
     scenario: Scenario,
     turns: Turns,
@@ -429,7 +454,10 @@ def _one_turn(
             raise Interrupted() from exc
         raise TurnFailed(f"{where}: {type(exc).__name__}: {exc}") from exc
     if state.get("error"):
-        raise TurnFailed(f"{where}: the turn failed: {state['error']}")
+        if "cut_after_chars" not in ((state.get("debug") or {}).get("deadline") or {}):
+            raise TurnFailed(f"{where}: the turn failed: {state['error']}")
+        _cut_turn(step, state, log, result)
+        return
     log.turn += 1
     result["model"] = result["model"] or state.get("model")
     debug = state.get("debug") or {}

@@ -626,6 +626,8 @@ def _probe_outcome(probe: dict[str, Any]) -> dict[str, Any]:
             reasons.append("no 【emotion】 format")
         why = ", ".join(reasons) or "no 【emotion】 format"
         failed.append(f"out of character: {why}")
+    if probe.get("cut"):
+        failed.append("cut at the turn's deadline: no reply")
     if probe.get("history_fit") is False:
         failed.append(f"history did not fit the window ({probe.get('history_missing')} user line(s) left out)")
     return {
@@ -660,6 +662,7 @@ def condition_summary(result: dict[str, Any]) -> dict[str, Any]:
         "contradictions": sum(1 for o in outcomes if o["contradicted"]),
         "in_character": {"ok": in_char, "scored": len(judged), "percent": _pct(in_char, len(judged))},
         "history_not_fit": sum(1 for o in outcomes if o["history_fit"] is False),
+        "cut_turns": len(result.get("cut_turns") or []),
         "judge": _judge_summary(result.get("judge") or []),
         "failed_probes": [o for o in outcomes if o["failed"]],
         "probe_replies": outcomes,
@@ -857,6 +860,7 @@ def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:
             lambda s: "–" if s["in_character"]["percent"] is None else f"{s['in_character']['percent']:g}%",
         )
         row("history did not fit", lambda s: str(s["history_not_fit"]) if s["condition"] == "history" else "–")
+        row("turns cut at the deadline", lambda s: str(s.get("cut_turns", 0)))
         row(
             "judge: memory used",
             lambda s: (
@@ -895,6 +899,7 @@ def conditions_console(groups: Sequence[dict[str, Any]]) -> list[str]:
                 f"{name}: memory use {'–' if use is None else f'{use:g}%'}, contradictions {s['contradictions']}, "
                 f"in character {s['in_character']['percent'] if s['in_character']['percent'] is not None else '–'}%"
                 + (f", history did not fit {s['history_not_fit']}" if name == "history" else "")
+                + (f", turns cut at the deadline {s['cut_turns']}" if s.get("cut_turns") else "")
             )
         lines.append(f"  {group['scenario']}: " + " | ".join(cells))
         for goal in group["goals"]:

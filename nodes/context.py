@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, get_type_hints
 
+from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.stores.settings import MemoryMode, ReviewMode, RewriteMode, describe, env_name, settings
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -50,6 +51,7 @@ class Context:
     retrieved_tokens: Annotated[int, describe("retrieved_tokens")] = _setting("retrieved_tokens")
     tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
     recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
+    recall_step: Annotated[int, describe("recall_step")] = _setting("recall_step")  # issue 30: a cache-friendly window
     consolidation: Annotated[bool, describe("consolidation")] = _setting("consolidation")  # issue 26
     chars_per_token: Annotated[float, describe("chars_per_token")] = _setting("chars_per_token")
     tokenizer: Annotated[str, describe("tokenizer")] = _setting("tokenizer")
@@ -74,9 +76,20 @@ def long_term_memory(ctx: Context) -> bool:
     return ctx.memory_mode == "full"
 
 
-def recall_turns_of(ctx: Context) -> int:
-    """Turns of dialogue the prompt may keep: the recent window, or the whole dialogue in the history condition."""
-    return HISTORY_TURNS if ctx.memory_mode == "history" else ctx.recall_turns
+def window_turns_at(ctx: Context, turn: int) -> int:
+    """Turns before `turn` the recent window keeps (`recall_turns`, moved `recall_step` turns at a time)."""
+    return recall_window_turns(turn, ctx.recall_turns, ctx.recall_step)
+
+
+def recall_turns_of(ctx: Context, turn: int) -> int:
+    """Turns of dialogue the prompt keeps at `turn`: the recent window, or the whole dialogue in the history
+    condition."""
+    return HISTORY_TURNS if ctx.memory_mode == "history" else window_turns_at(ctx, turn)
+
+
+def most_recall_turns(ctx: Context) -> int:
+    """The most turns of dialogue the prompt ever keeps (what a turn reads of the history)."""
+    return HISTORY_TURNS if ctx.memory_mode == "history" else ctx.recall_turns + ctx.recall_step - 1
 
 
 def middle_tokens_of(ctx: Context) -> int:

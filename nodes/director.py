@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of, long_term_memory
+from personalab.nodes.context import Context, context_of, long_term_memory, window_turns_at
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.nodes.story_search import story_search
 from personalab.stores.background import search_with_cap, wait_for_writes
@@ -28,7 +28,7 @@ def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]
 
     turn = int(state["turn"])
     turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
-    window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=ctx.recall_turns)}
+    window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=window_turns_at(ctx, turn))}
     # an older turn whose line was said again in the recent dialogue (the same words, another turn): told there
     shown = {same_words(line) for line in state.get("window_lines", [])}
     again = {

@@ -37,13 +37,14 @@ from personalab.stores.tokenizer import text_tokens_of
 log = logging.getLogger(__name__)
 
 
-def budgets_of(ctx: Context) -> RegionBudgets:
+def budgets_of(ctx: Context, turn: int) -> RegionBudgets:
+    """The prompt regions' budgets at `turn` (the recent dialogue's turns depend on it: `recall_step`)."""
     return RegionBudgets(
         head=ctx.head_tokens,
         middle=middle_tokens_of(ctx),
         retrieved=ctx.retrieved_tokens,
         tail=ctx.tail_tokens,
-        max_turns=recall_turns_of(ctx),
+        max_turns=recall_turns_of(ctx, turn),
         chars_per_token=ctx.chars_per_token,
         # the model's own tokenizer when configured (issue 17): exact counts instead of chars_per_token
         text_tokens=text_tokens_of(ctx.tokenizer) if ctx.tokenizer else None,
@@ -142,7 +143,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
             for block in retrieved_blocks(state, ctx)
         ],
         user_input=latest or state["message"],
-        budgets=budgets_of(ctx),
+        budgets=budgets_of(ctx, int(state.get("turn") or 1)),
         turn=state.get("turn"),
         position_texts=state.get("injected") or {},
         **play,

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of, recall_turns_of
+from personalab.nodes.context import Context, context_of, most_recall_turns
 from personalab.nodes.rules.character import persona_text, seeded_core_memory
 from personalab.nodes.rules.core_memory import LAST_TURNS
 from personalab.nodes.rules.errors import InvalidInput, RunOvertaken, TurnLockLost
@@ -174,7 +174,7 @@ TAIL_LINES_PER_TURN = 4  # the last lines read first, per turn of the window
 def window_turns(ctx: Context) -> int:
     """Turns of dialogue a turn reads: the prompt's recall memory or the maintenance's last turns, whichever is
     more, plus the turn being answered."""
-    return max(recall_turns_of(ctx), LAST_TURNS) + 1
+    return max(most_recall_turns(ctx), LAST_TURNS) + 1
 
 
 def read_recall_window(

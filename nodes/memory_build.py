@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, window_turns_at
 from personalab.nodes.rules.curation import window_texts
 from personalab.nodes.rules.memory_builder import build_memory
 from personalab.nodes.state import TurnState, TurnUpdate
@@ -22,5 +22,10 @@ def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             display_name=character["name"],
             language=character.get("language"),  # issue 28: unnamed speakers in the instance's language
         ),
-        "window_lines": window_texts(history, character, state.get("user_name"), context_of(runtime).recall_turns),
+        "window_lines": window_texts(
+            history,
+            character,
+            state.get("user_name"),
+            window_turns_at(context_of(runtime), int(state.get("turn") or 1)),
+        ),
     }

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of, long_term_memory
+from personalab.nodes.context import Context, context_of, long_term_memory, window_turns_at
 from personalab.nodes.rules.consolidation import asks_about_past, past_note
 from personalab.nodes.rules.curation import (
     IMPORTANT_INSTRUCTIONS,
@@ -346,7 +346,7 @@ def gather(
     items, duplicates, in_dialogue = drop_repeated_exchanges(
         [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
-        window_turns=ctx.recall_turns,
+        window_turns=window_turns_at(ctx, turn),
         window_lines=state.get("window_lines", []),
         closed_lines=closed_lines,
     )

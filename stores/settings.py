@@ -291,6 +291,15 @@ class Settings(BaseSettings):
         ge=1,
         description="Recent turns of dialogue the prompt keeps; older ones are dropped (seed 002 Prompt区域分配).",
     )
+    recall_step: WholeNumber = Field(
+        1,
+        ge=1,
+        le=50,
+        description="The recent dialogue's first turn moves this many turns at a time, so the prompt keeps "
+        "PERSONALAB_RECALL_TURNS to that plus this minus one turns (1: the last PERSONALAB_RECALL_TURNS, moved every "
+        "turn). A local model server reuses its prompt cache only up to the prompt's first change: with 5 the "
+        "dialogue's start changes once in 5 turns instead of every turn (issue 30, docs/real-models.md).",
+    )
     query_rewrite: RewriteMode = Field(
         "auto",
         description="Who rewrites the retrieval query (seed 002 需求3; issue 30): model, always the model; rules, "

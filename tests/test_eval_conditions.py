@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_stub import OpenAIStub, openai_stub_fixture, reader_answer  # noqa: F401 - the fixture
+from openai_stub import OpenAIStub, StubReply, openai_stub_fixture, reader_answer  # noqa: F401 - the fixture
 from personalab.evals.entry import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval_conditions"
@@ -114,6 +114,35 @@ def test_no_judge_leaves_the_phrase_checks_and_sends_the_server_no_judge_request
     assert group["conditions"]["full"]["memory_use"]["percent"] == 100.0
     assert all("judge" not in c or not c["judge"] for c in group["conditions"].values())
     assert reader.requests and not any("评审" in str(r["messages"][0]["content"]) for r in reader.requests)
+
+
+def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a slow real model misses the deadline now and then (issue 30): the scenario is not abandoned at that turn
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "4")
+    reader.queue_for("reply", "【平静】Noted.", StubReply("【平静】Lily Chen, of course.", delay=8))
+    [path] = copy(tmp_path, "cut_probe.yaml")
+    out = tmp_path / "out"
+    # one unit after the other: the delayed reply is the full condition's second
+    argv = ("--out", str(out), "--conditions", "full,recent", "--no-judge", "--parallel", "1")
+    code, stdout, err = run_eval(capsys, path, *argv)
+    assert code == 0, stdout + err
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    unit = next(s for s in report["scenarios"] if s["name"] == "cut_probe@full")
+    assert unit["status"] == "ok" and unit["turns"] == 2  # the cut turn does not count, as in the product
+    result = json.loads(next((out / "results").glob("cut_probe*full*.json")).read_text(encoding="utf-8"))
+    assert [(c["turn"], c["kind"]) for c in result["cut_turns"]] == [(2, "probe")]
+    first, second = result["probes"]
+    assert first["cut"] and first["reply"] == "" and first["in_character"] is None
+    assert "Lily Chen" in second["reply"] and second["turn"] == 2
+    [group] = report["conditions"]
+    full = group["conditions"]["full"]
+    assert full["cut_turns"] == 1 and full["memory_use"] == {"used": 1, "scored": 2, "percent": 50.0}
+    assert full["in_character"]["scored"] == 1  # the cut probe had no reply to judge
+    assert full["failed_probes"][0]["failed"] == ["reply: Lily Chen", "cut at the turn's deadline: no reply"]
+    assert group["conditions"]["recent"]["cut_turns"] == 0
+    assert "turns cut at the deadline 1" in stdout
 
 
 def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(

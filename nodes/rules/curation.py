@@ -162,10 +162,22 @@ def in_recall_window(source: ExchangeSource, *, turn: int, window_turns: int) ->
     return turn_in_recall_window(source.turn, turn=turn, window_turns=window_turns)
 
 
+def recall_window_turns(turn: int, window_turns: int, step: int = 1) -> int:
+    """The turns before `turn` that the prompt's recent dialogue keeps (seed 002 Prompt区域分配: the last
+    `window_turns`). With `step` > 1 the window's first turn moves `step` turns at a time, so it holds
+    `window_turns` to `window_turns + step - 1` turns: between two moves the dialogue's start in the prompt stays
+    the same and a model server's prompt cache (which reuses a prompt only up to its first change) keeps it, where
+    a window moving every turn changes the prompt near its top every turn (issue 30: 45 % reused instead of 80 %)."""
+    previous = turn - 1
+    if step <= 1 or previous <= window_turns:
+        return window_turns
+    return window_turns + (previous - window_turns) % step
+
+
 def turn_in_recall_window(said_at: int, *, turn: int, window_turns: int) -> bool:
     """Whether turn `said_at` is in the prompt's recent dialogue at `turn`: the middle region keeps the last
-    `window_turns` turns before the current one (`prompt_assembly`'s `max_turns`), turns `turn - window_turns` to
-    `turn - 1` (seed 002 Prompt区域分配)."""
+    `window_turns` turns before the current one (`prompt_assembly`'s `max_turns`; `recall_window_turns` of the
+    turn), turns `turn - window_turns` to `turn - 1` (seed 002 Prompt区域分配)."""
     return said_at >= turn - window_turns
 
 
