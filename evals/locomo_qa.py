@@ -157,11 +157,16 @@ def run_qa(
             for condition in conditions:
                 notes = notes_for(condition, conversation, texts, retrieved, recent_turns)
                 started = time.perf_counter()
-                reply = ask(locomo_qa_system(a, b, notes), question.question).strip()
+                error = None
+                try:
+                    reply = ask(locomo_qa_system(a, b, notes), question.question).strip()
+                except Exception as exc:  # noqa: BLE001 - a model error is this question's result, not the run's end
+                    reply, error = "", f"{type(exc).__name__}: {exc}"
                 row["conditions"][condition] = {
                     "reply": reply,
                     "f1": round(answer_f1(reply, question.answer, question.category), 4),
                     "model_s": round(time.perf_counter() - started, 3),
+                    **({"error": error} if error else {}),
                 }
             rows.append(row)
             if progress is not None:
@@ -188,6 +193,7 @@ def summarise(rows: Sequence[dict[str, Any]], conditions: Sequence[str]) -> dict
             "f1": round(sum(scores) / len(scores), 4) if scores else 0.0,
             "answered": round(sum(1 for s in scores if s >= HIT_F1) / len(scores), 4) if scores else 0.0,
             "by_category": by_category,
+            "model_errors": sum(1 for row in rows if row["conditions"][condition].get("error")),
             "model_p50_s": round(percentile(times, 0.5), 3),
             "model_p95_s": round(percentile(times, 0.95), 3),
         }
@@ -262,11 +268,11 @@ def run(args: argparse.Namespace) -> int:
     report["wall_s"] = round(time.perf_counter() - started, 1)
     summary = report["summary"]
     print()
-    print(f"  {'condition':<10}{'questions':>10}{'F1':>8}{'answered':>10}{'model p50 s':>13}{'p95 s':>8}")
+    print(f"  {'condition':<10}{'questions':>10}{'F1':>8}{'answered':>10}{'errors':>8}{'model p50 s':>13}{'p95 s':>8}")
     for condition in conditions:
         s = summary[condition]
         print(
-            f"  {condition:<10}{s['questions']:>10}{s['f1']:>8.3f}{s['answered']:>10.3f}"
+            f"  {condition:<10}{s['questions']:>10}{s['f1']:>8.3f}{s['answered']:>10.3f}{s['model_errors']:>8}"
             f"{s['model_p50_s']:>13.2f}{s['model_p95_s']:>8.2f}"
         )
     for other in conditions[1:]:

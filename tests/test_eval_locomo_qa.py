@@ -108,3 +108,19 @@ def test_without_an_endpoint_it_says_so_and_exits_2(
     assert main(["eval", "locomo-qa", str(FIXTURE)]) == 2
     err = capsys.readouterr().err.strip()
     assert "eval locomo-qa needs an OpenAI-compatible endpoint" in err and len(err.splitlines()) == 1
+
+
+def test_a_model_error_is_that_questions_result_and_the_run_goes_on(
+    reader: OpenAIStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openai_stub import StubReply
+
+    monkeypatch.setenv("PERSONALAB_LLM_MAX_RETRIES", "0")
+    reader.queue(StubReply(status=500))  # the first question's memory request
+    out = tmp_path / "qa"
+    assert main(["eval", "locomo-qa", str(FIXTURE), "--conversations", "1", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    first = report["rows"][0]["conditions"]["memory"]
+    assert first["reply"] == "" and first["f1"] == 0.0 and "500" in first["error"]
+    assert len(report["rows"]) == 6 and report["summary"]["memory"]["model_errors"] == 1
+    assert report["summary"]["none"]["model_errors"] == 0
