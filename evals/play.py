@@ -102,6 +102,9 @@ def set_up(scenario: Scenario) -> Setup:
         instances = []
         for number in range(1, scenario.instances + 1):
             save = create_save(session, role_id, background_id, title=f"{scenario.name} #{number}")
+            # the prompt's own scaffolding in the scenario's language (issue 28): without it an English scenario
+            # played with the Chinese one, and a real model answered it in Chinese (issue 30's runs)
+            save.language = scenario.language
             assert save.id is not None
             instances.append(save.id)
         for index, entry in enumerate(scenario.worldbook):

@@ -42,6 +42,16 @@ def copy(tmp_path: Path, *names: str) -> list[str]:
     return out
 
 
+def run_fixture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *argv: str
+) -> tuple[int, str, str, Path]:
+    """`eval run` of the fixture scenario `name` (copied into `tmp_path`) with `--out tmp_path/out` and `argv`."""
+    [path] = copy(tmp_path, name)
+    out = tmp_path / "out"
+    code, stdout, err = run_eval(capsys, path, "--out", str(out), *argv)
+    return code, stdout, err, out
+
+
 def conditions(out: Path) -> dict[str, dict[str, Any]]:
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     return {group["scenario"]: group for group in report["conditions"]}
@@ -106,14 +116,17 @@ def test_no_judge_leaves_the_phrase_checks_and_sends_the_server_no_judge_request
     # a one-request-at-a-time local server keeps one prompt in its cache: a judge's request after a probe would
     # evict the one the next turn reuses
     monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "3")
-    [path] = copy(tmp_path, "fact_in_window.yaml")
-    out = tmp_path / "out"
-    code, stdout, err = run_eval(capsys, path, "--out", str(out), "--conditions", "full,recent", "--no-judge")
+    code, stdout, err, out = run_fixture(
+        tmp_path, capsys, "fact_in_window.yaml", "--conditions", "full,recent", "--no-judge"
+    )
     assert code == 1, stdout + err  # its goal (a gain over the window) is missed, as without --no-judge
     group = conditions(out)["fact_in_window"]
     assert group["conditions"]["full"]["memory_use"]["percent"] == 100.0
     assert all("judge" not in c or not c["judge"] for c in group["conditions"].values())
     assert reader.requests and not any("评审" in str(r["messages"][0]["content"]) for r in reader.requests)
+    # the English scenario's prompts are English (the instance has the scenario's language)
+    replies = [r for r in reader.requests if "reply〕" in str(r["messages"][0]["content"])]
+    assert replies and all("〔PersonaLab task: reply〕" in r["messages"][0]["content"] for r in replies)
 
 
 def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
@@ -122,11 +135,9 @@ def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
     # a slow real model misses the deadline now and then (issue 30): the scenario is not abandoned at that turn
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "4")
     reader.queue_for("reply", "【平静】Noted.", StubReply("【平静】Lily Chen, of course.", delay=8))
-    [path] = copy(tmp_path, "cut_probe.yaml")
-    out = tmp_path / "out"
     # one unit after the other: the delayed reply is the full condition's second
-    argv = ("--out", str(out), "--conditions", "full,recent", "--no-judge", "--parallel", "1")
-    code, stdout, err = run_eval(capsys, path, *argv)
+    argv = ("--conditions", "full,recent", "--no-judge", "--parallel", "1")
+    code, stdout, err, out = run_fixture(tmp_path, capsys, "cut_probe.yaml", *argv)
     assert code == 0, stdout + err
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     unit = next(s for s in report["scenarios"] if s["name"] == "cut_probe@full")
@@ -190,9 +201,9 @@ def test_conditions_through_one_shot_cli_turns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "2")
-    [path] = copy(tmp_path, "cli_small.yaml")
-    out = tmp_path / "out"
-    code, stdout, err = run_eval(capsys, path, "--out", str(out), "--conditions", "full,recent", "--via", "cli")
+    code, stdout, err, out = run_fixture(
+        tmp_path, capsys, "cli_small.yaml", "--conditions", "full,recent", "--via", "cli"
+    )
     assert code == 0, stdout + err
     group = conditions(out)["cli_small"]
     assert group["conditions"]["full"]["memory_use"]["percent"] == 100.0
