@@ -101,9 +101,7 @@ def chosen_questions(conversation: LocomoConversation, count: int | None) -> lis
     return [usable[int(i * step)] for i in range(count)]
 
 
-def notes_for(
-    condition: str, conversation: LocomoConversation, lines: Sequence[str], retrieved: Sequence[str], recent_turns: int
-) -> list[str] | None:
+def notes_for(condition: str, lines: Sequence[str], retrieved: Sequence[str], recent_turns: int) -> list[str] | None:
     """The notes a condition gives the model (None: none at all)."""
     if condition == "memory":
         return list(retrieved)
@@ -155,7 +153,7 @@ def run_qa(
                 "conditions": {},
             }
             for condition in conditions:
-                notes = notes_for(condition, conversation, texts, retrieved, recent_turns)
+                notes = notes_for(condition, texts, retrieved, recent_turns)
                 started = time.perf_counter()
                 error = None
                 try:
