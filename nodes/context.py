@@ -7,11 +7,14 @@ context schema (`graph.get_context_jsonschema()`) documents itself."""
 # of each time pydantic or LangGraph resolves the type hints
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
 from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.tokens import TokenCounter
 from personalab.stores.settings import MemoryMode, ReviewMode, RewriteMode, describe, env_name, settings
+from personalab.stores.tokenizer import text_tokens_of
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 
@@ -90,6 +93,13 @@ def recall_turns_of(ctx: Context, turn: int) -> int:
 def most_recall_turns(ctx: Context) -> int:
     """The most turns of dialogue the prompt ever keeps (what a turn reads of the history)."""
     return HISTORY_TURNS if ctx.memory_mode == "history" else ctx.recall_turns + ctx.recall_step - 1
+
+
+def text_counter(ctx: Context) -> TokenCounter:
+    """The prompt's token counter: the model's own tokenizer when configured (issue 17), else the approximate one."""
+    if not ctx.tokenizer:
+        return TokenCounter(ctx.chars_per_token)
+    return TokenCounter(ctx.chars_per_token, text_tokens_of(ctx.tokenizer), Path(ctx.tokenizer).name)
 
 
 def middle_tokens_of(ctx: Context) -> int:

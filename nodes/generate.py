@@ -16,15 +16,32 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of, long_term_memory, middle_tokens_of, recall_turns_of
-from personalab.nodes.llm import MarkerFreeStream, Timing, get_chat_model, model_label, record_speed
+from personalab.nodes.context import (
+    Context,
+    context_of,
+    long_term_memory,
+    middle_tokens_of,
+    recall_turns_of,
+    text_counter,
+)
+from personalab.nodes.llm import (
+    MarkerFreeStream,
+    Timing,
+    busy_seconds,
+    get_chat_model,
+    measured_speed,
+    model_label,
+    prompt_estimate,
+    record_abandoned,
+    record_speed,
+)
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.card_play import DepthPrompt
 from personalab.nodes.rules.character import definition_parts, substitute, user_persona_parts
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.curation import SCENE_LINES
-from personalab.nodes.rules.deadline import reply_deadline
+from personalab.nodes.rules.deadline import FIT_SHARE, prompt_tokens_over, reply_deadline
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
@@ -110,7 +127,7 @@ def recent_scene_relations(state: TurnState) -> dict[str, dict[str, int]]:
     return scene_relations(state.get("relations"), scene, character.get("role_id"), character["name"])
 
 
-def build_prompt(state: TurnState, ctx: Context) -> Any:
+def build_prompt(state: TurnState, ctx: Context, retrieved_cap: int | None = None) -> Any:
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
     play = card_play_args(state)
@@ -125,6 +142,7 @@ def build_prompt(state: TurnState, ctx: Context) -> Any:
     post_history = field("post_history_instructions")
     return assemble_within_window(
         window_of(ctx),
+        retrieved_cap=retrieved_cap,
         system_instruction=catalog.role_play_instruction(name, open_story=play["open_story"]),
         character_parts=definition_parts(
             {key: field(key) for key in ("system_prompt", "persona", "description")}, catalog.labels()
@@ -158,6 +176,44 @@ def prompt_messages(prompt: Any) -> list[PromptMessage]:
     ]
 
 
+def fit_to_speed(
+    state: TurnState, ctx: Context, prompt: Any, model: Any, until: float
+) -> tuple[Any, dict[str, Any] | None, tuple[int, int]]:
+    """Issue 30: the prompt a slow model can answer by `until`. With the reply model's speed measured (nodes/llm.py),
+    the prompt's new tokens (past what the server's prompt cache is expected to hold, and after the prompt a given-up
+    request still has it reading) and a usual reply are timed; when that is over what is left (nodes/rules/deadline.py
+    `prompt_tokens_over`), the retrieved region gives up the difference, lowest-ranked items first — a shorter
+    memory block rather than a turn cut at the deadline. Returns (the prompt, what was done or None, (prompt tokens,
+    of them new) of the prompt returned)."""
+    count = text_counter(ctx).text
+    estimate = prompt_estimate(model, prompt.messages, count)
+    speed = measured_speed(prompts.PURPOSE_REPLY)
+    retrieved = int(prompt.debug["retrieved"]["tokens"])
+    if speed is None or not retrieved:
+        return prompt, None, estimate
+    busy = busy_seconds(model)
+    left = until - time.time() - busy
+    reply_tokens = speed.usual_reply_tokens(ctx.max_reply_tokens)
+    over = prompt_tokens_over(speed, estimate[1], reply_tokens, left)
+    if not over:
+        return prompt, None, estimate
+    shorter = build_prompt(state, ctx, retrieved_cap=max(0, retrieved - over))
+    fitted = {
+        "reason": (
+            f"about {speed.seconds(estimate[1], round(reply_tokens)):.1f} s expected for {estimate[1]} new prompt "
+            f"tokens at {speed.prompt_per_s:.0f}/s and a usual reply of {reply_tokens:.0f} tokens, over "
+            f"{FIT_SHARE:.0%} of the {left:.1f} s left"
+        ),
+        "server_busy_s": round(busy, 3),
+        "retrieved_tokens": {"before": retrieved, "after": int(shorter.debug["retrieved"]["tokens"])},
+        "items_kept": {
+            "before": prompt.debug["retrieved"].get("items_kept", 0),
+            "after": shorter.debug["retrieved"].get("items_kept", 0),
+        },
+    }
+    return shorter, fitted, prompt_estimate(model, shorter.messages, count)
+
+
 def calls_after_reply(state: TurnState, ctx: Context) -> int:
     """Model calls the turn makes once its reply is stored: the core-memory maintenance on its turns, the review
     in llm mode (seed 002 定期维护, seed 003); the deadline holds back a share for each."""
@@ -188,6 +244,9 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # a regenerate's number: the offline model's replies differ per regeneration, reproducibly (issue 28)
     variant = int(((state.get("debug") or {}).get("regenerate") or {}).get("replies_before") or 0)
     model = get_chat_model("reply", until=until, max_tokens=ctx.max_reply_tokens, variant=variant)
+    prompt, fitted, estimate = fit_to_speed(state, ctx, prompt, model, until)
+    if fitted:
+        sent = prompt_messages(prompt)
     label = model_label(model)
     shown = MarkerFreeStream(inner=model)  # what the stream's readers get: the reply without its markers
     parts: list[str] = []
@@ -196,7 +255,8 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
     failpoint("before_model")
     model_started = time.time()
-    timing = Timing(sent=model_started)  # the server's speed and cache reuse (issue 30)
+    # the server's speed and cache reuse (issue 30); the engine's estimate when the server reports no usage
+    timing = Timing(sent=model_started, prompt_tokens=estimate[0], evaluated=estimate[1])
     reader = _StreamReader(shown.stream(prompt.messages))
     try:
         for chunk in reader.chunks(until):
@@ -226,9 +286,16 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         "turn_time": {"reply_model_ms": round((time.time() - model_started) * 1000, 2)},
         "server": timing.debug(),
     }
-    if not late:
-        record_speed(model, timing)  # the next turn's rewrite decides on it (nodes/query_rewrite.py)
+    if fitted:
+        debug["slow_model"] = fitted
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
+    if late:
+        record_abandoned(model, timing, estimate[1])  # a server still reading its prompt makes the next turn wait
+    else:
+        timing.written = text_counter(ctx).text(text)
+        debug["server"] = timing.debug()
+        # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
+        record_speed(model, timing, reply=True)
     if late:
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)

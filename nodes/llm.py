@@ -31,19 +31,20 @@ The scripted model tells requests apart by the purpose marker each system prompt
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langgraph.constants import TAG_NOSTREAM
 from personalab.nodes.rules import core_memory, prompts
-from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, ModelSpeed, call_seconds
+from personalab.nodes.rules.deadline import MIN_CALL_SECONDS, ModelSpeed, call_seconds, next_reply_tokens
 from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.rules.markers import MarkerFilter
 from personalab.nodes.rules.memory_layers import SUMMARY_MAX_CHARS
@@ -112,6 +113,7 @@ def get_chat_model(
         max_completion_tokens=max_tokens,
         extra_body=extra_body,
         tags=tags,
+        callbacks=[SentPrompts()],
     )
 
 
@@ -204,6 +206,15 @@ def model_label(model: BaseChatModel) -> str:
 
 _SPEEDS: dict[tuple[str, str], ModelSpeed] = {}
 _SPEEDS_LOCK = threading.Lock()
+# what each server's prompt cache holds, as the engine can tell: the last prompts it was sent (rendered), and until
+# when it is still evaluating a prompt whose request was given up (llama-cpp-python cannot stop an evaluation
+# midway: the next request waits for it)
+# one slot's cache, llama.cpp's: only the last request's tokens. llama-cpp-python's RAM cache (`--cache true`) also
+# restores older states, so after another purpose's request it may reuse more than estimated: its time then comes
+# out shorter than expected, never longer
+PROMPTS_KEPT = 1
+_SENT: dict[str, list[str]] = {}
+_BUSY_UNTIL: dict[str, float] = {}
 MIN_MEASURED_TOKENS = 32  # fewer evaluated prompt tokens than this: the timing is mostly overhead, not speed
 MIN_WRITTEN_TOKENS = 8  # the same for the written answer (measured from its first chunk to its last)
 
@@ -226,19 +237,94 @@ def measured_speed(purpose: str) -> ModelSpeed | None:
 
 
 def forget_speeds() -> None:
-    """Drop every measurement (a server restarted with another model or thread count)."""
+    """Drop every measurement (a server restarted with another model or thread count) and what its cache held."""
     with _SPEEDS_LOCK:
         _SPEEDS.clear()
+        _SENT.clear()
+        _BUSY_UNTIL.clear()
+
+
+def _server_of(model: BaseChatModel) -> str | None:
+    if getattr(model, "model_name", None) is None or isinstance(model, ScriptedChatModel):
+        return None
+    return str(getattr(model, "openai_api_base", None) or DEFAULT_BASE_URL)
+
+
+def rendered_prompt(messages: Sequence[Any]) -> str:
+    """A prompt as one text, each message's role before its content (what a server's prompt cache compares)."""
+    roles = {"human": "user", "ai": "assistant"}
+    parts = []
+    for message in messages:
+        if isinstance(message, BaseMessage):
+            role, content = roles.get(message.type, message.type), message.content
+        else:
+            role, content = str(message.get("role")), message.get("content")
+        parts.append(f"\x00{role}\x01{content if isinstance(content, str) else content!r}")
+    return "".join(parts)
+
+
+class SentPrompts(BaseCallbackHandler):
+    """Remembers every prompt sent to a server (any purpose: the reply, the rewrite, maintenance, review, a judge),
+    the last `PROMPTS_KEPT` per server, for `cached_chars`."""
+
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        server = str(((kwargs.get("invocation_params") or {}).get("base_url")) or "")
+        server = server or str((serialized.get("kwargs") or {}).get("openai_api_base") or "")
+        if messages:
+            remember_prompt(server or DEFAULT_BASE_URL, rendered_prompt(messages[0]))
+
+
+def remember_prompt(server: str, rendered: str) -> None:
+    with _SPEEDS_LOCK:
+        kept = _SENT.setdefault(server, [])
+        kept.append(rendered)
+        del kept[:-PROMPTS_KEPT]
+
+
+def cached_chars(model: BaseChatModel, rendered: str) -> int:
+    """Characters at the start of `rendered` the model's server is expected to hold in its prompt cache: the longest
+    common start with the prompts sent to it lately (0 when nothing was sent, or for the offline model)."""
+    server = _server_of(model)
+    with _SPEEDS_LOCK:
+        kept = list(_SENT.get(server or "", ()))
+    return max((len(os.path.commonprefix([rendered, old])) for old in kept), default=0)
+
+
+def busy_seconds(model: BaseChatModel) -> float:
+    """Seconds the model's server is expected to go on evaluating the prompt of a request given up before its first
+    chunk (`record_abandoned`), which the next request waits for."""
+    server = _server_of(model)
+    with _SPEEDS_LOCK:
+        until = _BUSY_UNTIL.get(server or "", 0.0)
+    return max(0.0, until - time.time())
+
+
+def record_abandoned(model: BaseChatModel, timing: Timing, evaluated_tokens: int) -> None:
+    """A request given up before its first chunk: its server may go on evaluating its `evaluated_tokens` (llama-cpp-
+    python's does) until about `sent` + their reading time at the measured speed."""
+    server, key = _server_of(model), _speed_key(model)
+    if server is None or key is None or timing.first is not None:
+        return
+    with _SPEEDS_LOCK:
+        speed = _SPEEDS.get(key)
+        if speed is not None:
+            _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), timing.sent + evaluated_tokens / speed.prompt_per_s)
 
 
 @dataclass
 class Timing:
-    """One streamed request's clock: when it was sent, its first and its last chunk, and its usage."""
+    """One streamed request's clock: when it was sent, its first and its last chunk, and its usage. A server that
+    reports no usage in its stream (llama-cpp-python's) is timed with the engine's own counts instead: `prompt_tokens`
+    and `evaluated` (of them, not in the server's cache as `cached_chars` estimates it), set by the caller, and
+    `written` (the answer's tokens)."""
 
     sent: float
     first: float | None = None
     last: float | None = None
     usage: dict[str, Any] | None = None
+    prompt_tokens: int | None = None
+    evaluated: int | None = None
+    written: int | None = None
 
     def see(self, chunk: Any) -> None:
         now = time.time()
@@ -246,48 +332,84 @@ class Timing:
         self.last = now
         self.usage = getattr(chunk, "usage_metadata", None) or self.usage
 
+    def counts(self) -> tuple[int, int, int] | None:
+        """(prompt tokens evaluated, answer tokens written, prompt tokens) as the server reported them, else as the
+        engine counted them; None when neither is known."""
+        usage = self.usage
+        if usage and usage.get("input_tokens"):
+            cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
+            prompt = int(usage.get("input_tokens") or 0)
+            return prompt - cached, int(usage.get("output_tokens") or 0), prompt
+        if self.evaluated is None:
+            return None
+        return self.evaluated, int(self.written or 0), int(self.prompt_tokens or self.evaluated)
+
     def debug(self) -> dict[str, Any]:
-        """What the server reported: prompt tokens, of them reused from its cache, written tokens, seconds."""
+        """What the server reported: prompt tokens, of them reused from its cache, written tokens, seconds (the
+        engine's estimates, marked so, when the server reports no usage)."""
         usage = dict(self.usage or {})
-        cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
-        shown: dict[str, Any] = {"prompt_tokens": usage.get("input_tokens"), "cached_tokens": cached}
-        shown["answer_tokens"] = usage.get("output_tokens")
+        if not usage.get("input_tokens") and self.evaluated is not None:
+            shown: dict[str, Any] = {
+                "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": int(self.prompt_tokens or 0) - self.evaluated,
+                "answer_tokens": self.written,
+                "counted_by": "engine (the server reported no usage)",
+            }
+        else:
+            cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
+            shown = {"prompt_tokens": usage.get("input_tokens"), "cached_tokens": cached}
+            shown["answer_tokens"] = usage.get("output_tokens")
         if self.first is not None:
             shown["first_chunk_s"] = round(self.first - self.sent, 3)
         return shown
 
 
-def record_speed(model: BaseChatModel, timing: Timing) -> ModelSpeed | None:
+def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -> ModelSpeed | None:
     """The speed this request showed (prompt tokens evaluated / seconds to the first chunk; written tokens / seconds
-    of writing), kept for the next turns' decisions; None when it measured nothing usable."""
+    of writing), kept for the next turns' decisions; None when it measured nothing usable. `reply`: the answer was a
+    character's reply, whose tokens go into the usual reply's size (`ModelSpeed.usual_reply_tokens`)."""
     key = _speed_key(model)
-    if key is None or timing.usage is None or timing.first is None or timing.last is None:
+    counts = timing.counts()
+    if key is None or counts is None or timing.first is None or timing.last is None:
         return None
-    usage = timing.usage
-    cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
-    evaluated = int(usage.get("input_tokens") or 0) - cached
-    written = int(usage.get("output_tokens") or 0)
+    evaluated, written, _prompt = counts
     with _SPEEDS_LOCK:
         old = _SPEEDS.get(key)
         prompt_per_s = old.prompt_per_s if old else None
         gen_per_s = old.gen_per_s if old else None
+        reply_tokens = old.reply_tokens if old else None
         if evaluated >= MIN_MEASURED_TOKENS and timing.first > timing.sent:
             prompt_per_s = evaluated / (timing.first - timing.sent)
         if written >= MIN_WRITTEN_TOKENS and timing.last > timing.first:
             gen_per_s = written / (timing.last - timing.first)
+        if reply and written:
+            reply_tokens = next_reply_tokens(reply_tokens, written)
         if prompt_per_s is None:
             return old
-        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=gen_per_s)
+        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=gen_per_s, reply_tokens=reply_tokens)
         return _SPEEDS[key]
 
 
+def prompt_estimate(model: BaseChatModel, messages: Sequence[Any], count: Callable[[str], int]) -> tuple[int, int]:
+    """(prompt tokens, of them the server must evaluate) of `messages` before they are sent: the part past what its
+    prompt cache is expected to hold (`cached_chars`), counted with `count`."""
+    rendered = rendered_prompt(messages)
+    return count(rendered), count(rendered[cached_chars(model, rendered) :])
+
+
 def stream_answer(
-    model: BaseChatModel, messages: Sequence[Any], until: float | None = None
+    model: BaseChatModel,
+    messages: Sequence[Any],
+    until: float | None = None,
+    count: Callable[[str], int] | None = None,
 ) -> tuple[str, Timing]:
     """The model's answer, streamed and closed at `until` (issue 30): a one-request-at-a-time local server
     (llama.cpp) cancels a request whose connection is closed, so a call that gives up leaves nothing running to make
-    the next request (the turn's reply) wait. Raises TimeoutError past `until`, the model's errors as they are."""
+    the next request (the turn's reply) wait. Raises TimeoutError past `until`, the model's errors as they are.
+    `count` (a text's tokens): the request is timed with the engine's counts when its server reports no usage."""
     timing = Timing(sent=time.time())
+    if count is not None:
+        timing.prompt_tokens, timing.evaluated = prompt_estimate(model, messages, count)
     parts: list[str] = []
     stream = model.stream(list(messages))
     try:
@@ -297,10 +419,15 @@ def stream_answer(
             finished = (chunk.response_metadata or {}).get("finish_reason")
             if until is not None and not finished and time.time() > until:
                 raise TimeoutError("the call's share of the turn's deadline passed while the answer streamed")
+    except TimeoutError:
+        record_abandoned(model, timing, timing.evaluated or 0)
+        raise
     finally:
         close = getattr(stream, "close", None)  # a generator: closing it closes the HTTP response
         if close is not None:
             close()
+    if count is not None:
+        timing.written = count("".join(parts))
     record_speed(model, timing)
     return "".join(parts), timing
 
@@ -317,5 +444,9 @@ def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSp
         old = _SPEEDS.get(key)
         bound = prompt_tokens / seconds
         prompt_per_s = min(bound, old.prompt_per_s) if old else bound
-        _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=old.gen_per_s if old else None)
+        _SPEEDS[key] = ModelSpeed(
+            prompt_per_s=prompt_per_s,
+            gen_per_s=old.gen_per_s if old else None,
+            reply_tokens=old.reply_tokens if old else None,
+        )
         return _SPEEDS[key]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of
+from personalab.nodes.context import Context, context_of, text_counter
 from personalab.nodes.llm import get_chat_model, model_label, stream_answer
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import (
@@ -170,7 +170,7 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     model = get_chat_model("core_memory", until=state.get("deadline_at"))  # what is left of the turn's 30 s
     try:
         # streamed and closed at the deadline: a local server cancels it rather than finishing it (issue 30)
-        answer = stream_answer(model, request, state.get("deadline_at"))[0]
+        answer = stream_answer(model, request, state.get("deadline_at"), text_counter(context_of(runtime)).text)[0]
     except Exception as exc:  # noqa: BLE001 - maintenance must never fail a turn that is already stored
         log.error("core-memory maintenance failed on instance %s: %s", state["instance_id"], exc)
         return {"debug": {"maintenance": {"status": "model error, core memory kept", "error": str(exc)}}}

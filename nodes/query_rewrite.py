@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from langgraph.runtime import Runtime
-from personalab.nodes.context import Context, context_of, long_term_memory
+from personalab.nodes.context import Context, context_of, long_term_memory, text_counter
 from personalab.nodes.llm import get_chat_model, load_client, measured_speed, record_too_slow, stream_answer
 from personalab.nodes.rules.deadline import rewrite_seconds
 from personalab.nodes.rules.prompt_assembly import split_latest_user
@@ -76,7 +76,7 @@ def query_rewrite(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     try:
         model = get_chat_model("query_rewrite", until=until, max_tokens=REWRITE_MAX_TOKENS)
         # streamed and closed at its share: a local server cancels it instead of making the reply wait (issue 30)
-        answer, timing = stream_answer(model, request, until)
+        answer, timing = stream_answer(model, request, until, text_counter(ctx).text)
     except Exception as exc:  # noqa: BLE001 - the raw input is a usable query
         logging.getLogger(__name__).warning("query rewrite failed, using the raw input: %s", exc)
         if time.time() - started >= share * TIMED_OUT_SHARE:  # no answer within the share: the model is that slow

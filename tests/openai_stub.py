@@ -25,7 +25,9 @@ connection (while it waits, while its prompt is evaluated, while it writes) is c
 `chars_per_token` characters of the ChatML-rendered prompt (the answer: one character a token, as above). The
 streamed answer's last chunk reports, as llama.cpp's server does, `usage` with `prompt_tokens_details.cached_tokens`
 and `timings` (`prompt_n` evaluated, `cache_n` reused, `prompt_ms`, `predicted_n`, `predicted_ms`); every request
-leaves a `SlowRecord` in `SlowServer.log` (purpose, tokens, reuse, waited, cancelled).
+leaves a `SlowRecord` in `SlowServer.log` (purpose, tokens, reuse, waited, cancelled). As llama-cpp-python's
+server: `reports_usage=False` (no usage, no timings) and `evaluates_abandoned=True` (a prompt whose client has gone
+is evaluated to its end before the next request starts).
 
 Use the `openai_stub` fixture (import `openai_stub_fixture` into the test module): it starts the server on a free port of
 127.0.0.1, points OPENAI_BASE_URL / OPENAI_API_KEY at it, clears the PERSONALAB_* LLM settings, and stops it.
@@ -155,6 +157,11 @@ class SlowServer:
     # (prompt_per_s, gen_per_s) of a request naming this model: one server, several models' speeds
     per_model: dict[str, tuple[float, float]] = field(default_factory=dict)
     cache: str = ""  # the rendered text of the last request's tokens
+    # False: no `usage` nor `timings` in a stream, whatever the request asks (llama-cpp-python's server)
+    reports_usage: bool = True
+    # True: a request given up while its prompt is evaluated is evaluated to the end first, the next request
+    # waiting (llama-cpp-python's server checks its client only between written tokens)
+    evaluates_abandoned: bool = False
     log: list[SlowRecord] = field(default_factory=list)
 
     def reuse(self, from_turn: int = 1, purpose: str = "reply") -> float:
@@ -290,16 +297,23 @@ class OpenAIStub:
                 self, request: dict[str, Any], reply: StubReply, slow: SlowServer, record: SlowRecord, prompt: str
             ) -> None:
                 per_token = stub.chars_per_token
-                prompt_per_s, gen_per_s = slow.per_model.get(request.get("model", ""), (slow.prompt_per_s, slow.gen_per_s))
+                prompt_per_s, gen_per_s = slow.per_model.get(
+                    request.get("model", ""), (slow.prompt_per_s, slow.gen_per_s)
+                )
                 done = 0.0
                 tick = 0.02
+                gone = False
                 while done < record.evaluated:  # prompt evaluation, in batches, watching the client
-                    if _client_gone(self.connection) or stub._stopping.wait(tick):
+                    if stub._stopping.wait(tick) or (not gone and _client_gone(self.connection)):
                         record.cancelled = "prompt"
-                        slow.cache = prompt[: int((record.cached + done) * per_token)]
-                        return
+                        if not slow.evaluates_abandoned or stub._stopping.is_set():
+                            slow.cache = prompt[: int((record.cached + done) * per_token)]
+                            return
+                        gone = True  # llama-cpp-python: the evaluation runs to its end, holding the slot
                     done += prompt_per_s * tick
                 slow.cache = prompt
+                if gone:
+                    return
                 prompt_ms = record.evaluated / prompt_per_s * 1000
                 text, finish = _capped(request, reply.content)
                 usage = {
@@ -343,12 +357,14 @@ class OpenAIStub:
                         if stub._stopping.wait(len(piece) / gen_per_s) or _client_gone(self.connection):
                             record.cancelled = "writing"
                             return
-                        self._event(chunk | {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                        self._event(
+                            chunk | {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                        )
                         record.written += len(piece)
                         slow.cache = prompt + text[: record.written]
                     last = {"index": 0, "delta": {}, "finish_reason": finish}
-                    self._event(chunk | {"choices": [last], "timings": timings})
-                    if (request.get("stream_options") or {}).get("include_usage"):
+                    self._event(chunk | {"choices": [last]} | ({"timings": timings} if slow.reports_usage else {}))
+                    if slow.reports_usage and (request.get("stream_options") or {}).get("include_usage"):
                         self._event(chunk | {"choices": [], "usage": usage, "timings": timings})
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()

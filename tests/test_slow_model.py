@@ -5,10 +5,14 @@ above a real CPU model's: what is checked is what the server had to evaluate and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
+from personalab.stores.memory import MemoryStore
 
 MESSAGES = ["雷娜，我们从哪里开始？", "去据点看看。", "那里安全吗？", "你还记得那次冲突吗？", "继续前进。"]
 
@@ -96,3 +100,92 @@ def test_after_a_rewrite_that_found_no_answer_in_its_share_the_rules_take_over(
     statuses = [s["debug"]["query_rewrite"]["status"] for s in states[1:]]
     assert statuses[0].startswith("model error") and all(s.startswith("rules (the model is slow") for s in statuses[1:])
     assert [r.purpose for r in openai_stub.slow.log].count("query_rewrite") == 1
+
+
+# --- a server that reports no usage, a prompt that would not fit what is left (llama-cpp-python's server) ---------
+
+PLACES = ["北门", "粮仓", "水井", "钟楼", "马厩", "铁匠铺", "酒馆", "河边", "城墙", "地窖", "集市", "神庙"]
+PREY = ["老鼠", "麻雀", "蜥蜴", "鱼", "蝙蝠", "蛇", "青蛙", "蟋蟀", "甲虫", "兔子"]
+WEATHER = ["下雨", "刮风", "下雪", "晴天", "起雾"]
+
+
+def instance_with_cat_memories(url: str, count: int = 30) -> int:
+    """The sample instance with `count` distinct memories a question about the cat retrieves (a long memory block)."""
+    instance = create_sample_instance(url)
+    store = MemoryStore(db_url=url)
+    for n in range(count):
+        fact = f"雷娜的黑猫在{PLACES[n % 12]}抓到过{PREY[n % 10]}，那天{WEATHER[n % 5]}，守卫{n}号看见了"
+        store.add_memory(instance, fact, importance=0.5, turn=0)
+    return instance
+
+
+def test_a_server_that_reports_no_usage_is_timed_with_the_engines_own_counts(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-cpp-python's server streams no usage: the engine counts the prompt, what the server's cache holds of it
+    # (the last prompt sent) and the answer, so the slow model is measured and its rewrite done by rules
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "8")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=50, reports_usage=False)
+    states = play(sqlite_url, create_sample_instance(sqlite_url), MESSAGES[:3])
+    assert [s["error"] for s in states] == [None] * 3
+    assert all(s["debug"]["query_rewrite"]["status"].startswith("rules (the model is slow") for s in states[1:])
+    log = openai_stub.slow.log
+    assert [r.purpose for r in log] == ["reply"] * 3
+    server = states[-1]["debug"]["server"]
+    assert server["counted_by"].startswith("engine")
+    # the engine's estimate of the reuse is the server's, within the counters' difference (markers, rounding)
+    assert abs(server["cached_tokens"] - log[-1].cached) <= 0.1 * log[-1].prompt_tokens
+    assert abs(server["prompt_tokens"] - log[-1].prompt_tokens) <= 0.1 * log[-1].prompt_tokens
+
+
+def test_a_memory_block_too_long_for_what_is_left_gives_way_instead_of_the_turn_being_cut(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = instance_with_cat_memories(sqlite_url)
+    play(sqlite_url, instance, ["雷娜，我们从哪里开始？"])  # 30 s: the first prompt, evaluated whole, is timed
+    # 2.5 s: the ~780 new tokens of a question about the cat (the exchange, 25 memories, the tail) take ~2.6 s at
+    # 300 tokens/s; the memory block gives up its lowest-ranked items so that the rest fits
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "2.5")
+    (state,) = play(sqlite_url, instance, ["你的黑猫最近抓到什么了吗？"])
+    assert state["error"] is None, state["error"]
+    fitted = state["debug"]["slow_model"]
+    assert fitted["reason"].startswith("about ") and "over 85% of the" in fitted["reason"]
+    assert 1 <= fitted["items_kept"]["after"] < fitted["items_kept"]["before"]
+    assert fitted["retrieved_tokens"]["after"] < fitted["retrieved_tokens"]["before"]
+    notes = state["debug"]["prompt"]["window"]["notes"]
+    assert any(note.startswith("retrieved budget") and "slow model" in note for note in notes)
+    sent = openai_stub.slow.log[-1]
+    assert sent.cancelled == "" and sent.written > 0
+
+
+def test_the_turn_after_a_cut_counts_the_prompt_the_server_is_still_reading(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-cpp-python evaluates a given-up prompt to its end before it takes the next request: the next turn's
+    # reply waits for it, and its prompt is fitted to what is left after that wait
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False, evaluates_abandoned=True)
+    instance = instance_with_cat_memories(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        run_turn(graph, ctx, instance, "雷娜，我们从哪里开始？")
+        # a long line: even without memories its prompt takes the server ~1.5 s, past the 0.3 s deadline
+        cut = run_turn(graph, replace(ctx, turn_deadline_s=0.3), instance, "你的黑猫呢？" + "我一直在想这件事，" * 40)
+        assert cut["error"] and "turn deadline" in cut["error"]
+        state = run_turn(graph, replace(ctx, turn_deadline_s=4), instance, "它在粮仓抓到过什么？")
+    assert state["error"] is None, state["error"]
+    assert state["debug"]["slow_model"]["server_busy_s"] > 0
+    abandoned, answered = openai_stub.slow.log[-2:]
+    assert abandoned.cancelled == "prompt" and answered.started >= abandoned.ended, "the reply waited for it"
+
+
+def test_the_new_tokens_over_what_is_left_are_what_the_reply_cannot_read_in_time() -> None:
+    speed = ModelSpeed(prompt_per_s=50, gen_per_s=5, reply_tokens=40)
+    # 30 s left: 85 % is 25.5 s, of which a usual reply's 40 tokens take 8 s; 17.5 s read 875 tokens
+    assert prompt_tokens_over(speed, 800, speed.usual_reply_tokens(256), 30) == 0
+    assert prompt_tokens_over(speed, 1000, speed.usual_reply_tokens(256), 30) == 125
+    assert prompt_tokens_over(speed, 1000, 40, 5) == 1000, "no time to read anything: every new token is over"
+    # until a reply was counted, a quarter of the cap; the running mean moves towards each new reply
+    assert ModelSpeed(prompt_per_s=50).usual_reply_tokens(256) == 64
+    assert next_reply_tokens(None, 30) == 30 and next_reply_tokens(30, 130) == 60

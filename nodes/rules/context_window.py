@@ -18,6 +18,9 @@ The margin (10 % of the window, at least 16 tokens) absorbs the counter's error 
 3. Head and tail are never cut (the outline and the user's words), so when they are over their scaled budgets
    the middle and the retrieved region give up the difference, in their proportions, and the prompt is assembled
    again under those budgets.
+3b. `retrieved_cap` (a slow model's share of the deadline, issue 30; nodes/rules/deadline.py `prompt_tokens_over`):
+   the retrieved region's budget is lowered to it, lowest-ranked items going first, named in `debug.window.notes`;
+   the other regions' budgets stay (the dialogue before it is what the server's prompt cache holds).
 4. When the world setting alone is over what the middle may take, it is cut at the end to fit (named in
    `debug.window.cut`).
 5. When the head and the tail alone do not fit, nothing is sent: `debug.window.fits` is False with a note, and
@@ -91,7 +94,9 @@ def _share(room: int, budgets: RegionBudgets) -> tuple[int, int]:
     return max(1, middle), max(1, retrieved)
 
 
-def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPrompt:
+def assemble_within_window(
+    window: ContextWindow, *, retrieved_cap: int | None = None, **kwargs: Any
+) -> AssembledPrompt:
     """`assemble_prompt(**kwargs)` fitted inside `window` (rules in the module doc)."""
     budgets: RegionBudgets = kwargs.pop("budgets", None) or RegionBudgets()
     fitted = fit_budgets(budgets, window)
@@ -106,7 +111,9 @@ def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPro
         # needs while head and tail stay within half the room; middle and retrieved give up the difference (step 3)
         whole = assemble_prompt(budgets=replace(fitted, head=max(room, 1)), **kwargs).debug["head"]["tokens"]
         if whole + debug["tail"]["tokens"] <= room * KEEP_CHARACTER_SHARE:
-            notes.append(f"head budget {fitted.head}→{whole}: the character's description is kept (the window has room)")
+            notes.append(
+                f"head budget {fitted.head}→{whole}: the character's description is kept (the window has room)"
+            )
             fitted = replace(fitted, head=whole)
             prompt = assemble_prompt(budgets=fitted, **kwargs)
             debug = prompt.debug
@@ -115,6 +122,14 @@ def assemble_within_window(window: ContextWindow, **kwargs: Any) -> AssembledPro
         pinned = debug["head"]["tokens"] + debug["tail"]["tokens"]
         middle, retrieved = _share(room - pinned, fitted)
         fitted = replace(fitted, middle=middle, retrieved=retrieved)
+        prompt = assemble_prompt(budgets=fitted, **kwargs)
+        debug = prompt.debug
+    if retrieved_cap is not None and debug["retrieved"]["tokens"] > retrieved_cap:
+        notes.append(
+            f"retrieved budget {fitted.retrieved}→{retrieved_cap}: the slow model's reply must fit what is left of "
+            "the turn's deadline"
+        )
+        fitted = replace(fitted, retrieved=max(1, retrieved_cap))
         prompt = assemble_prompt(budgets=fitted, **kwargs)
         debug = prompt.debug
     setting = str(kwargs.get("world_setting") or "")

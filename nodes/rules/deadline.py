@@ -9,16 +9,25 @@ memory build before it are local reads of a few milliseconds). Shares of the dea
   stored (the core-memory maintenance on its turns, the review in llm mode); each gets what is left of D;
 - the reply: everything else. It streams until its own end or the reply's deadline; past it, the stream is
   closed and the turn fails as a cut turn (no reply stored, the instance free).
+
+A slow model (issue 30) whose reply would not fit what is left is sent a shorter prompt instead of being cut:
+`prompt_tokens_over` is how many of the prompt's new tokens (those the server's prompt cache does not hold) must go
+for the expected time — new tokens at the measured reading speed, then the usual reply's tokens at the writing
+speed — to fit `FIT_SHARE` of the seconds left; the retrieved region gives them up, lowest-ranked first.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 REWRITE_SHARE = 0.15
 POST_REPLY_SHARE = 0.2
 GEN_SLOWER = 10  # prompt tokens read per answer token written, until the answer speed is measured
 MIN_CALL_SECONDS = 0.05  # less than this left: the call is not made (it could not answer in time)
+FIT_SHARE = 0.85  # of the seconds left: a measured speed varies from turn to turn on a shared CPU
+REPLY_TOKENS_SHARE = 0.25  # a reply's tokens, of PERSONALAB_MAX_REPLY_TOKENS, until replies were counted
+REPLY_TOKENS_WEIGHT = 0.3  # the weight of the newest reply in the running mean of replies' tokens
 
 
 def rewrite_seconds(deadline_s: float) -> float:
@@ -49,9 +58,32 @@ class ModelSpeed:
 
     prompt_per_s: float
     gen_per_s: float | None = None
+    # the running mean of the replies' written tokens (None until a reply was counted)
+    reply_tokens: float | None = None
 
     def seconds(self, prompt_tokens: int, answer_tokens: int) -> float:
         """Expected seconds of a request whose prompt is evaluated whole (nothing reused from the cache)."""
+        return prompt_tokens / self.prompt_per_s + self.writing_seconds(answer_tokens)
+
+    def writing_seconds(self, answer_tokens: float) -> float:
+        """Expected seconds to write `answer_tokens`."""
         # not measured yet: a CPU writes about ten times slower than it reads (the 1.5B model here: 50–66 vs 5–6)
-        writing = answer_tokens / (self.gen_per_s or self.prompt_per_s / GEN_SLOWER)
-        return prompt_tokens / self.prompt_per_s + writing
+        return answer_tokens / (self.gen_per_s or self.prompt_per_s / GEN_SLOWER)
+
+    def usual_reply_tokens(self, max_reply_tokens: int) -> float:
+        """The tokens a reply usually takes: the running mean of the counted replies, at most the cap."""
+        if self.reply_tokens is None:
+            return max_reply_tokens * REPLY_TOKENS_SHARE
+        return min(float(max_reply_tokens), self.reply_tokens)
+
+
+def next_reply_tokens(old: float | None, written: int) -> float:
+    """The running mean of the replies' tokens after one more reply of `written` tokens."""
+    return float(written) if old is None else old + REPLY_TOKENS_WEIGHT * (written - old)
+
+
+def prompt_tokens_over(speed: ModelSpeed, new_tokens: int, reply_tokens: float, seconds_left: float) -> int:
+    """Tokens of the prompt's new part (what the server must evaluate) to leave out so that evaluating the rest and
+    writing a usual reply is expected within `FIT_SHARE` of `seconds_left`; 0 when it fits already."""
+    readable = (seconds_left * FIT_SHARE - speed.writing_seconds(reply_tokens)) * speed.prompt_per_s
+    return max(0, math.ceil(new_tokens - max(readable, 0.0)))

@@ -168,7 +168,5 @@ def output_from_answer(answer: ReviewAnswer, rule: ReviewOutput) -> ReviewOutput
         reasons=reasons,
         source="llm",
         fallback_reason=None,
-        participant_deltas={
-            who: RelationshipDelta(**delta.model_dump()) for who, delta in answer.participants.items()
-        },
+        participant_deltas={who: RelationshipDelta(**delta.model_dump()) for who, delta in answer.participants.items()},
     )
