@@ -172,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"    {name:<40}{med(quick_wall[name]):6.2f} s  {med(quick_cpu[name]):6.2f} s")
     for name, goal in (("personalab --help", GOAL_HELP_S), ("personalab instance list", GOAL_LIST_S)):
         took = med(quick_wall[name])
-        print(f"goal: {name} at most {goal} s on a quiet machine: {took:.2f} s — {'met' if took <= goal else 'NOT met'}")
+        print(
+            f"goal: {name} at most {goal} s on a quiet machine: {took:.2f} s — {'met' if took <= goal else 'NOT met'}"
+        )
     verdict = "met" if ratio <= GOAL_RATIO else "NOT met"
     cpu_ratio = med(cpu["turn"]) / med(cpu["import"])
     print(f"goal: wall at most {GOAL_RATIO}x the import time: {ratio:.2f}x — {verdict} (CPU time: {cpu_ratio:.2f}x)")

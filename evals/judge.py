@@ -37,15 +37,16 @@ class Judge:
 
 def endpoint_model(needed_by: str, max_tokens: int | None = None) -> Any:
     """`ChatOpenAI` on the run's endpoint (OPENAI_API_KEY, OPENAI_BASE_URL, PERSONALAB_MODEL), temperature 0;
-    `ConfigError` naming `needed_by` when no endpoint is configured. `max_tokens` is also sent under its old name:
-    llama.cpp's server and llama-cpp-python read only that one."""
+    `ConfigError` naming `needed_by` when no endpoint is configured. `max_tokens` is also sent under its old name
+    (`token_cap_body`). Its prompts are remembered as the turns' are (`SentPrompts`): a judge's request takes a
+    one-slot server's prompt cache, and the next reply's prompt is fitted knowing it."""
     from langchain_openai import ChatOpenAI
+    from personalab.nodes.llm import SentPrompts, token_cap_body
     from personalab.stores.settings import settings
 
     current = settings()
     if current.openai_api_key is None:
         raise ConfigError(f"{needed_by} needs an OpenAI-compatible endpoint: OPENAI_API_KEY is not set")
-    extra = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
     return ChatOpenAI(
         model=current.model,
         api_key=current.openai_api_key,
@@ -54,7 +55,8 @@ def endpoint_model(needed_by: str, max_tokens: int | None = None) -> Any:
         timeout=current.llm_timeout,
         max_retries=current.llm_max_retries,
         max_completion_tokens=max_tokens,
-        extra_body=extra,
+        extra_body=token_cap_body(current, max_tokens),
+        callbacks=[SentPrompts(current.openai_base_url)],
     )
 
 

@@ -38,6 +38,7 @@ from personalab.evals.locomo import (
     load_locomo,
     percentile,
 )
+from personalab.evals.play import EMOTION_PREFIX_RE
 from personalab.evals.prompts import locomo_qa_system
 from personalab.nodes.rules.dialogue_memory import CONTEXT_LINES, dialogue_memories
 from personalab.nodes.rules.errors import InvalidInput
@@ -49,7 +50,6 @@ ANSWER_TOKENS = 48  # the answer is a short phrase
 DEFAULT_QUESTIONS = 20
 DEFAULT_RECENT_TURNS = 20  # PersonaLab's recent-dialogue window (PERSONALAB_RECALL_TURNS)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
-_EMOTION = re.compile(r"^\s*【[^】]*】")
 _CJK = re.compile(r"([\u3400-\u9fff\uf900-\ufaff])")
 
 Ask = Callable[[str, str], str]  # (system, question) → the model's answer
@@ -62,7 +62,7 @@ Ask = Callable[[str, str], str]  # (system, question) → the model's answer
 def normalise_answer(text: str) -> list[str]:
     """Lower case, punctuation and articles dropped, split on white space (SQuAD's normalisation, as LoCoMo's);
     each CJK character is a token of its own (Chinese QA's character-level F1)."""
-    text = _CJK.sub(r" \1 ", _EMOTION.sub("", text).lower())
+    text = _CJK.sub(r" \1 ", EMOTION_PREFIX_RE.sub("", text).lower())
     text = "".join(" " if ch in string.punctuation or ch in "，。！？；：“”‘’（）" else ch for ch in text)
     return _ARTICLES.sub(" ", text).split()
 

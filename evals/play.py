@@ -195,7 +195,8 @@ OOC_MARKERS: tuple[str, ...] = (
     "{{char}}",
     "{{user}}",
 )
-_EMOTION_RE = re.compile(r"^\s*【[^】\n]{1,12}】")
+# a reply's leading 【emotion】 (seed 002's format), also stripped from LoCoMo answers before scoring
+EMOTION_PREFIX_RE = re.compile(r"^\s*【[^】\n]{1,12}】")
 
 
 _NOT_A_WORD_RE = re.compile(r"[\W_]+")
@@ -207,7 +208,7 @@ def echoes_user(reply: str, message: str) -> bool:
     user's line instead of the character's, which seed 002's instruction forbids (a small local model's failure,
     issue 30: "雷娜，据点的守卫换班是什么时候？" answered with the same words)."""
     asked = _NOT_A_WORD_RE.sub("", message.casefold())
-    said = _NOT_A_WORD_RE.sub("", _EMOTION_RE.sub("", reply).casefold())
+    said = _NOT_A_WORD_RE.sub("", EMOTION_PREFIX_RE.sub("", reply).casefold())
     return len(asked) >= ECHO_MIN_CHARS and asked in said
 
 
@@ -217,7 +218,7 @@ def in_character(state: dict[str, Any], message: str = "") -> dict[str, Any]:
     reply = str(state.get("reply") or "")
     raw = str(state.get("reply_raw") or reply)
     formatted = any(segment.get("original_emotion") for segment in state.get("reply_lines") or []) or bool(
-        _EMOTION_RE.match(raw)
+        EMOTION_PREFIX_RE.match(raw)
     )
     markers = [marker for marker in OOC_MARKERS if _contains(raw, marker)]
     echo = bool(message) and echoes_user(reply, message)

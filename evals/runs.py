@@ -436,7 +436,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
     run_parser.add_argument("--model", choices=["scripted", "openai"], default="scripted")
     run_parser.add_argument("--judge", action="store_true", help="an LLM judge on the same endpoint scores the probes")
     run_parser.add_argument(
-        "--no-judge", action="store_true", help="no judge in a conditions run with --model openai (the phrase checks only)"
+        "--no-judge",
+        action="store_true",
+        help="no judge in a conditions run with --model openai (the phrase checks only)",
     )
     run_parser.add_argument("--resume", action="store_true", help="keep the finished results in --out, play the rest")
     run_parser.add_argument("--data-dir", help="keep the stores here (default: a temporary folder)")

@@ -97,9 +97,7 @@ def get_chat_model(
         return ScriptedChatModel(reason="no OPENAI_API_KEY", max_tokens=max_tokens, tags=tags, variant=variant)
     from langchain_openai import ChatOpenAI  # imported here: the offline path never needs the client
 
-    # ChatOpenAI sends the cap as `max_completion_tokens` (OpenAI's current name); llama.cpp's server,
-    # llama-cpp-python, Ollama and older vLLM read only `max_tokens`, so a compatible endpoint gets both
-    extra_body = {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
+    extra_body = token_cap_body(current, max_tokens)
     return ChatOpenAI(
         model=model_name(current, purpose),
         # a streamed answer's last chunk carries its usage (prompt tokens, cached tokens): the model's measured
@@ -113,8 +111,15 @@ def get_chat_model(
         max_completion_tokens=max_tokens,
         extra_body=extra_body,
         tags=tags,
-        callbacks=[SentPrompts()],
+        callbacks=[SentPrompts(current.openai_base_url)],
     )
+
+
+def token_cap_body(current: Settings, max_tokens: int | None) -> dict[str, int] | None:
+    """The request's extra body for an answer capped at `max_tokens`. ChatOpenAI sends the cap as
+    `max_completion_tokens` (OpenAI's current name); llama.cpp's server, llama-cpp-python, Ollama and older vLLM read
+    only `max_tokens`, so a compatible endpoint (OPENAI_BASE_URL set) gets both."""
+    return {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
 
 
 def load_client() -> None:
@@ -264,14 +269,15 @@ def rendered_prompt(messages: Sequence[Any]) -> str:
 
 
 class SentPrompts(BaseCallbackHandler):
-    """Remembers every prompt sent to a server (any purpose: the reply, the rewrite, maintenance, review, a judge),
-    the last `PROMPTS_KEPT` per server, for `cached_chars`."""
+    """Remembers every prompt sent to `server` (any purpose: the reply, the rewrite, maintenance, review, a judge),
+    the last `PROMPTS_KEPT`, for `cached_chars`."""
+
+    def __init__(self, server: object) -> None:
+        self.server = str(server) if server else DEFAULT_BASE_URL
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any) -> None:
-        server = str(((kwargs.get("invocation_params") or {}).get("base_url")) or "")
-        server = server or str((serialized.get("kwargs") or {}).get("openai_api_base") or "")
         if messages:
-            remember_prompt(server or DEFAULT_BASE_URL, rendered_prompt(messages[0]))
+            remember_prompt(self.server, rendered_prompt(messages[0]))
 
 
 def remember_prompt(server: str, rendered: str) -> None:
