@@ -178,7 +178,7 @@ def prompt_messages(prompt: Any) -> list[PromptMessage]:
 
 def fit_to_speed(
     state: TurnState, ctx: Context, prompt: Any, model: Any, until: float
-) -> tuple[Any, dict[str, Any] | None, tuple[int, int]]:
+) -> tuple[Any, dict[str, Any] | None, tuple[int | None, int | None]]:
     """Issue 30: the prompt a slow model can answer by `until`. With the reply model's speed measured (nodes/llm.py),
     the prompt's new tokens (past what the server's prompt cache is expected to hold, and after the prompt a given-up
     request still has it reading) and a usual reply are timed; when that is over what is left (nodes/rules/deadline.py
@@ -189,7 +189,7 @@ def fit_to_speed(
     estimate = prompt_estimate(model, prompt.messages, count)
     speed = measured_speed(prompts.PURPOSE_REPLY)
     retrieved = int(prompt.debug["retrieved"]["tokens"])
-    if speed is None or not retrieved:
+    if speed is None or not retrieved or estimate[1] is None:
         return prompt, None, estimate
     busy = busy_seconds(model)
     left = until - time.time() - busy
@@ -290,13 +290,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["slow_model"] = fitted
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if late:
-        record_abandoned(model, timing, estimate[1])  # a server still reading its prompt makes the next turn wait
-    else:
-        timing.written = text_counter(ctx).text(text)
-        debug["server"] = timing.debug()
-        # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
-        record_speed(model, timing, reply=True)
-    if late:
+        record_abandoned(model, timing, estimate[1] or 0)  # a server still reading its prompt makes the next turn wait
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)
         return {
@@ -306,6 +300,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "prompt": sent,
             "debug": debug,
         }
+    if estimate[1] is not None:
+        timing.written = text_counter(ctx).text(text)
+        debug["server"] = timing.debug()
+    # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
+    record_speed(model, timing, reply=True)
     if not text.strip():
         return {"error": "model returned an empty reply", "model": label, "prompt": sent, "debug": debug}
     if finish is None:

@@ -396,9 +396,13 @@ def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -
         return _SPEEDS[key]
 
 
-def prompt_estimate(model: BaseChatModel, messages: Sequence[Any], count: Callable[[str], int]) -> tuple[int, int]:
+def prompt_estimate(
+    model: BaseChatModel, messages: Sequence[Any], count: Callable[[str], int]
+) -> tuple[int | None, int | None]:
     """(prompt tokens, of them the server must evaluate) of `messages` before they are sent: the part past what its
-    prompt cache is expected to hold (`cached_chars`), counted with `count`."""
+    prompt cache is expected to hold (`cached_chars`), counted with `count`; (None, None) for the offline model."""
+    if _server_of(model) is None:
+        return None, None
     rendered = rendered_prompt(messages)
     return count(rendered), count(rendered[cached_chars(model, rendered) :])
 
