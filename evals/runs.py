@@ -260,12 +260,18 @@ class Players:
         if result is not None and result.get("status") in ("ok", "failed"):
             return result
         # a terminal's Ctrl-C reaches the whole process group: the scenario's process may die of it before this
-        # process's own KeyboardInterrupt is handled — unfinished, not failed (the resume plays it)
-        if self.interrupted or code in (-signal.SIGINT, 128 + signal.SIGINT):
+        # process's own KeyboardInterrupt is handled — unfinished, not failed (the resume plays it). Python exits
+        # with code 1, not by the signal, when the Ctrl-C lands while it is still starting (an import): its log
+        # then ends with the KeyboardInterrupt
+        tail = _tail(log_path)
+        if (
+            self.interrupted
+            or code in (-signal.SIGINT, 128 + signal.SIGINT)
+            or tail.rstrip().endswith("KeyboardInterrupt")
+        ):
             with self._lock:
                 self.interrupted = True  # and no more scenarios start
             return interrupted
-        tail = _tail(log_path)
         raise RuntimeError(
             f"{scenario.source}: the scenario's process ended (exit code {code}) without a result"
             + (f": {tail}" if tail else "")

@@ -653,3 +653,24 @@ def test_one_shot_cli_turns_and_the_served_graph_keep_the_fact_and_the_secret(
             assert timing["process_over_graph"]["p50"] > 0
         assert report["overall"]["latency_ms"]["process"]["runs"] == 7
         assert "| whole process | 7 |" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_scenario_process_killed_by_ctrl_c_while_it_starts_is_unfinished_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal's Ctrl-C reaches the scenario's process too; one that is still importing exits with code 1 and a
+    KeyboardInterrupt traceback (not by the signal), before `eval run` itself has handled its own Ctrl-C: the
+    scenario is left for the resume, never kept as failed (seen once in CI: the resume then exited 1)."""
+    from personalab.evals import runs
+    from personalab.evals.scenario import load_scenario
+
+    scenario = load_scenario(write_trio(tmp_path / "scenarios", ("own",))[0])
+    dies = "import sys; print('Traceback (most recent call last):\\nKeyboardInterrupt', file=sys.stderr); sys.exit(1)"
+    monkeypatch.setattr(runs, "WORKER", ("-c", dies))
+    players = runs.Players(None, model="scripted", judge=False, rag_timeout_s=10)
+    assert players.play(scenario, tmp_path / "own")["status"] == "interrupted"
+    assert players.interrupted, "and no more scenarios start"
+    # a crash of any other kind is still an error naming the scenario
+    monkeypatch.setattr(runs, "WORKER", ("-c", "raise SystemExit(3)"))
+    with pytest.raises(RuntimeError, match="exit code 3"):
+        runs.Players(None, model="scripted", judge=False, rag_timeout_s=10).play(scenario, tmp_path / "own2")

@@ -163,7 +163,7 @@ def test_a_change_is_archived_once(db_url: str, monkeypatch: pytest.MonkeyPatch)
     assert [item.id for item in _changes(db_url, instance)] == [item.id for item in before]
 
     # the next maintenance's model keeps the persona as it is: an accepted rewrite, no change, nothing archived
-    def same_core(_model: Any, request: list[dict[str, str]], _deadline: Any) -> tuple[str, Any]:
+    def same_core(_model: Any, request: list[dict[str, str]], _deadline: Any, _count: Any = None) -> tuple[str, Any]:
         return "```json\n" + json.dumps(new, ensure_ascii=False) + "\n```", None
 
     monkeypatch.setattr("personalab.nodes.maintenance.stream_answer", same_core)
