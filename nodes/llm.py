@@ -211,14 +211,12 @@ def model_label(model: BaseChatModel) -> str:
 
 _SPEEDS: dict[tuple[str, str], ModelSpeed] = {}
 _SPEEDS_LOCK = threading.Lock()
-# what each server's prompt cache holds, as the engine can tell: the last prompts it was sent (rendered), and until
-# when it is still evaluating a prompt whose request was given up (llama-cpp-python cannot stop an evaluation
-# midway: the next request waits for it)
-# one slot's cache, llama.cpp's: only the last request's tokens. llama-cpp-python's RAM cache (`--cache true`) also
-# restores older states, so after another purpose's request it may reuse more than estimated: its time then comes
-# out shorter than expected, never longer
-PROMPTS_KEPT = 1
-_SENT: dict[str, list[str]] = {}
+# what each server's prompt cache holds, as the engine can tell: the last prompt it was sent (rendered; one slot's
+# cache, llama.cpp's — llama-cpp-python's RAM cache, `--cache true`, also restores older states, so after another
+# purpose's request it may reuse more than estimated: its time then comes out shorter than expected, never longer),
+# and until when it is still evaluating a prompt whose request was given up (llama-cpp-python cannot stop an
+# evaluation midway: the next request waits for it)
+_LAST_SENT: dict[str, str] = {}
 _BUSY_UNTIL: dict[str, float] = {}
 MIN_MEASURED_TOKENS = 32  # fewer evaluated prompt tokens than this: the timing is mostly overhead, not speed
 MIN_WRITTEN_TOKENS = 8  # the same for the written answer (measured from its first chunk to its last)
@@ -245,7 +243,7 @@ def forget_speeds() -> None:
     """Drop every measurement (a server restarted with another model or thread count) and what its cache held."""
     with _SPEEDS_LOCK:
         _SPEEDS.clear()
-        _SENT.clear()
+        _LAST_SENT.clear()
         _BUSY_UNTIL.clear()
 
 
@@ -269,8 +267,8 @@ def rendered_prompt(messages: Sequence[Any]) -> str:
 
 
 class SentPrompts(BaseCallbackHandler):
-    """Remembers every prompt sent to `server` (any purpose: the reply, the rewrite, maintenance, review, a judge),
-    the last `PROMPTS_KEPT`, for `cached_chars`."""
+    """Remembers the last prompt sent to `server` (of any purpose: the reply, the rewrite, maintenance, review, a
+    judge), for `cached_chars`."""
 
     def __init__(self, server: object) -> None:
         self.server = str(server) if server else DEFAULT_BASE_URL
@@ -282,18 +280,16 @@ class SentPrompts(BaseCallbackHandler):
 
 def remember_prompt(server: str, rendered: str) -> None:
     with _SPEEDS_LOCK:
-        kept = _SENT.setdefault(server, [])
-        kept.append(rendered)
-        del kept[:-PROMPTS_KEPT]
+        _LAST_SENT[server] = rendered
 
 
 def cached_chars(model: BaseChatModel, rendered: str) -> int:
-    """Characters at the start of `rendered` the model's server is expected to hold in its prompt cache: the longest
-    common start with the prompts sent to it lately (0 when nothing was sent, or for the offline model)."""
+    """Characters at the start of `rendered` the model's server is expected to hold in its prompt cache: the common
+    start with the last prompt sent to it (0 when nothing was sent, or for the offline model)."""
     server = _server_of(model)
     with _SPEEDS_LOCK:
-        kept = list(_SENT.get(server or "", ()))
-    return max((len(os.path.commonprefix([rendered, old])) for old in kept), default=0)
+        last = _LAST_SENT.get(server or "", "")
+    return len(os.path.commonprefix([rendered, last]))
 
 
 def busy_seconds(model: BaseChatModel) -> float:
@@ -338,17 +334,16 @@ class Timing:
         self.last = now
         self.usage = getattr(chunk, "usage_metadata", None) or self.usage
 
-    def counts(self) -> tuple[int, int, int] | None:
-        """(prompt tokens evaluated, answer tokens written, prompt tokens) as the server reported them, else as the
-        engine counted them; None when neither is known."""
+    def counts(self) -> tuple[int, int] | None:
+        """(prompt tokens evaluated, answer tokens written) as the server reported them, else as the engine counted
+        them; None when neither is known."""
         usage = self.usage
         if usage and usage.get("input_tokens"):
             cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
-            prompt = int(usage.get("input_tokens") or 0)
-            return prompt - cached, int(usage.get("output_tokens") or 0), prompt
+            return int(usage["input_tokens"]) - cached, int(usage.get("output_tokens") or 0)
         if self.evaluated is None:
             return None
-        return self.evaluated, int(self.written or 0), int(self.prompt_tokens or self.evaluated)
+        return self.evaluated, int(self.written or 0)
 
     def debug(self) -> dict[str, Any]:
         """What the server reported: prompt tokens, of them reused from its cache, written tokens, seconds (the
@@ -378,7 +373,7 @@ def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -
     counts = timing.counts()
     if key is None or counts is None or timing.first is None or timing.last is None:
         return None
-    evaluated, written, _prompt = counts
+    evaluated, written = counts
     with _SPEEDS_LOCK:
         old = _SPEEDS.get(key)
         prompt_per_s = old.prompt_per_s if old else None
