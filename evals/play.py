@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -414,11 +414,26 @@ def play_scenario(
     return result
 
 
+def cut_reasons(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cut turn's debug output says about why it was cut (issue 30), kept with the cut in the result: the
+    prompt the server was sent (its tokens, of them new past its cache, seconds to the first chunk), the reply's
+    share of the deadline, the memory block given up to fit the model's speed, and the window's notes."""
+    debug = state.get("debug") or {}
+    prompt = debug.get("prompt") or {}
+    return {
+        "server": debug.get("server"),
+        "deadline": debug.get("deadline"),
+        "slow_model": debug.get("slow_model"),
+        "retrieved_tokens": (prompt.get("retrieved") or {}).get("tokens"),
+        "window_notes": (prompt.get("window") or {}).get("notes") or [],
+    }
+
+
 def _cut_turn(step: Step, state: dict[str, Any], log: InstanceLog, result: dict[str, Any]) -> None:
     """A reply cut at the turn's deadline (issue 30: a slow real model): what a user meets, so it is counted and the
     play goes on, as a user's would — the product keeps the user's line, stores no reply and does not count the turn,
     so the next message is the next turn. A cut probe was not answered: its reply checks fail."""
-    cut = {"instance": log.number, "turn": log.turn + 1, "where": step.where, "kind": step.kind}
+    cut = {"instance": log.number, "turn": log.turn + 1, "where": step.where, "kind": step.kind, **cut_reasons(state)}
     result["cut_turns"].append(cut)
     log.said.append((log.turn, step.message))  # the line is kept: a later probe measures its distance to it
     if step.kind == "probe":

@@ -144,6 +144,9 @@ def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
     assert unit["status"] == "ok" and unit["turns"] == 2  # the cut turn does not count, as in the product
     result = json.loads(next((out / "results").glob("cut_probe*full*.json")).read_text(encoding="utf-8"))
     assert [(c["turn"], c["kind"]) for c in result["cut_turns"]] == [(2, "probe")]
+    [cut] = result["cut_turns"]  # why it was cut, for whoever reads the result later
+    assert cut["deadline"]["cut_after_chars"] == 0 and cut["deadline"]["reply_left_s"] <= 0
+    assert cut["server"]["prompt_tokens"] > 0 and cut["retrieved_tokens"] is not None
     first, second = result["probes"]
     assert first["cut"] and first["reply"] == "" and first["in_character"] is None
     assert "Lily Chen" in second["reply"] and second["turn"] == 2
