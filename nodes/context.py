@@ -79,15 +79,16 @@ def long_term_memory(ctx: Context) -> bool:
     return ctx.memory_mode == "full"
 
 
-def window_turns_at(ctx: Context, turn: int) -> int:
-    """Turns before `turn` the recent window keeps (`recall_turns`, moved `recall_step` turns at a time)."""
-    return recall_window_turns(turn, ctx.recall_turns, ctx.recall_step)
+def window_turns_at(ctx: Context, turn: int, floor: int | None = None) -> int:
+    """Turns before `turn` the recent window keeps (`recall_turns`, moved `recall_step` turns at a time, starting no
+    earlier than `floor`: the state's `recall_floor_turn`)."""
+    return recall_window_turns(turn, ctx.recall_turns, ctx.recall_step, floor)
 
 
-def recall_turns_of(ctx: Context, turn: int) -> int:
+def recall_turns_of(ctx: Context, turn: int, floor: int | None = None) -> int:
     """Turns of dialogue the prompt keeps at `turn`: the recent window, or the whole dialogue in the history
     condition."""
-    return HISTORY_TURNS if ctx.memory_mode == "history" else window_turns_at(ctx, turn)
+    return HISTORY_TURNS if ctx.memory_mode == "history" else window_turns_at(ctx, turn, floor)
 
 
 def most_recall_turns(ctx: Context) -> int:

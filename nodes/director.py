@@ -28,7 +28,8 @@ def events_left_out(state: TurnState, ctx: Context, current: list[dict[str, Any]
 
     turn = int(state["turn"])
     turns = [int(e["turn"]) for e in current if isinstance(e.get("turn"), int)]
-    window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=window_turns_at(ctx, turn))}
+    window_turns = window_turns_at(ctx, turn, state.get("recall_floor_turn"))
+    window = {t for t in turns if turn_in_recall_window(t, turn=turn, window_turns=window_turns)}
     # an older turn whose line was said again in the recent dialogue (the same words, another turn): told there
     shown = {same_words(line) for line in state.get("window_lines", [])}
     again = {

@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,15 @@ from personalab.stores.tokenizer import text_tokens_of
 log = logging.getLogger(__name__)
 
 
-def budgets_of(ctx: Context, turn: int) -> RegionBudgets:
-    """The prompt regions' budgets at `turn` (the recent dialogue's turns depend on it: `recall_step`)."""
+def budgets_of(ctx: Context, turn: int, floor: int | None = None) -> RegionBudgets:
+    """The prompt regions' budgets at `turn` (the recent dialogue's turns depend on it: `recall_step`, and on the
+    state's `recall_floor_turn`)."""
     return RegionBudgets(
         head=ctx.head_tokens,
         middle=middle_tokens_of(ctx),
         retrieved=ctx.retrieved_tokens,
         tail=ctx.tail_tokens,
-        max_turns=recall_turns_of(ctx, turn),
+        max_turns=recall_turns_of(ctx, turn, floor),
         chars_per_token=ctx.chars_per_token,
         # the model's own tokenizer when configured (issue 17): exact counts instead of chars_per_token
         text_tokens=text_tokens_of(ctx.tokenizer) if ctx.tokenizer else None,
@@ -127,7 +129,11 @@ def recent_scene_relations(state: TurnState) -> dict[str, dict[str, int]]:
     return scene_relations(state.get("relations"), scene, character.get("role_id"), character["name"])
 
 
-def build_prompt(state: TurnState, ctx: Context, retrieved_cap: int | None = None) -> Any:
+def build_prompt(
+    state: TurnState, ctx: Context, retrieved_cap: int | None = None, recall_turns: int | None = None
+) -> Any:
+    """The turn's prompt (nodes/rules/prompt_assembly.py) inside the model's window; `retrieved_cap` and
+    `recall_turns` (turns of recent dialogue) shorten it for a slow model (`fit_to_speed`)."""
     character = state["character"]
     recent, latest = split_latest_user(state.get("messages", []))
     play = card_play_args(state)
@@ -140,6 +146,9 @@ def build_prompt(state: TurnState, ctx: Context, retrieved_cap: int | None = Non
 
     examples = field("example_dialogue")
     post_history = field("post_history_instructions")
+    budgets = budgets_of(ctx, int(state.get("turn") or 1), state.get("recall_floor_turn"))
+    if recall_turns is not None:
+        budgets = replace(budgets, max_turns=recall_turns)
     return assemble_within_window(
         window_of(ctx),
         retrieved_cap=retrieved_cap,
@@ -161,7 +170,7 @@ def build_prompt(state: TurnState, ctx: Context, retrieved_cap: int | None = Non
             for block in retrieved_blocks(state, ctx)
         ],
         user_input=latest or state["message"],
-        budgets=budgets_of(ctx, int(state.get("turn") or 1)),
+        budgets=budgets,
         turn=state.get("turn"),
         position_texts=state.get("injected") or {},
         **play,
@@ -176,20 +185,30 @@ def prompt_messages(prompt: Any) -> list[PromptMessage]:
     ]
 
 
+MIN_RECALL_TURNS = 2
+"""The fewest turns of recent dialogue a prompt keeps to fit a slow model: the exchange before the user's line and
+the one before it, so the reply still follows the conversation."""
+
+
 def fit_to_speed(
     state: TurnState, ctx: Context, prompt: Any, model: Any, until: float
 ) -> tuple[Any, dict[str, Any] | None, tuple[int | None, int | None]]:
     """Issue 30: the prompt a slow model can answer by `until`. With the reply model's speed measured (nodes/llm.py),
     the prompt's new tokens (past what the server's prompt cache is expected to hold, and after the prompt a given-up
     request still has it reading) and a usual reply are timed; when that is over what is left (nodes/rules/deadline.py
-    `prompt_tokens_over`), the retrieved region gives up the difference, lowest-ranked items first — a shorter
-    memory block rather than a turn cut at the deadline. Returns (the prompt, what was done or None, (prompt tokens,
-    of them new) of the prompt returned)."""
+    `prompt_tokens_over`), the prompt gives up the difference rather than the turn being cut at the deadline:
+
+    1. older turns of the recent dialogue, when the server must read the dialogue again anyway (a core-memory
+       rewrite above it, or the window's start moved) — most turns kept first, never fewer than `MIN_RECALL_TURNS`;
+       the turns after it start their dialogue at the same turn (`recall_floor_turn`), so their prompts share it;
+    2. then the retrieved region, lowest-ranked items first.
+
+    Returns (the prompt, what was done or None, (prompt tokens, of them new) of the prompt returned). An exchange the
+    turn's retrieval left out as being in the recent dialogue stays out for this turn when its turn is given up."""
     count = text_counter(ctx).text
     estimate = prompt_estimate(model, prompt.messages, count)
     speed = measured_speed(prompts.PURPOSE_REPLY)
-    retrieved = int(prompt.debug["retrieved"]["tokens"])
-    if speed is None or not retrieved or estimate[1] is None:
+    if speed is None or estimate[1] is None:
         return prompt, None, estimate
     busy = busy_seconds(model)
     left = until - time.time() - busy
@@ -197,21 +216,57 @@ def fit_to_speed(
     over = prompt_tokens_over(speed, estimate[1], reply_tokens, left)
     if not over:
         return prompt, None, estimate
-    shorter = build_prompt(state, ctx, retrieved_cap=max(0, retrieved - over))
-    fitted = {
+    fitted: dict[str, Any] = {
         "reason": (
             f"about {speed.seconds(estimate[1], round(reply_tokens)):.1f} s expected for {estimate[1]} new prompt "
             f"tokens at {speed.prompt_per_s:.0f}/s and a usual reply of {reply_tokens:.0f} tokens, over "
             f"{FIT_SHARE:.0%} of the {left:.1f} s left"
         ),
         "server_busy_s": round(busy, 3),
-        "retrieved_tokens": {"before": retrieved, "after": int(shorter.debug["retrieved"]["tokens"])},
-        "items_kept": {
-            "before": prompt.debug["retrieved"].get("items_kept", 0),
-            "after": shorter.debug["retrieved"].get("items_kept", 0),
-        },
     }
-    return shorter, fitted, prompt_estimate(model, shorter.messages, count)
+    fitted_prompt, fitted_estimate, kept = prompt, estimate, None
+
+    def new_tokens_over(candidate: Any) -> tuple[tuple[int | None, int | None], int]:
+        guess = prompt_estimate(model, candidate.messages, count)
+        return guess, prompt_tokens_over(speed, guess[1] or 0, reply_tokens, left)
+
+    turns = budgets_of(ctx, int(state.get("turn") or 1), state.get("recall_floor_turn")).max_turns
+    if ctx.memory_mode != "history" and turns > MIN_RECALL_TURNS:
+        fewest = build_prompt(state, ctx, recall_turns=MIN_RECALL_TURNS)
+        fewest_estimate, fewest_over = new_tokens_over(fewest)
+        if (fewest_estimate[1] or 0) < estimate[1]:  # the dialogue is read again anyway: fewer turns are fewer tokens
+            fitted_prompt, fitted_estimate, kept, over = fewest, fewest_estimate, MIN_RECALL_TURNS, fewest_over
+            low, high = MIN_RECALL_TURNS + 1, turns - 1  # the most turns that fit (tokens grow with the turns)
+            while not over and low <= high:
+                middle = (low + high) // 2
+                candidate = build_prompt(state, ctx, recall_turns=middle)
+                candidate_estimate, candidate_over = new_tokens_over(candidate)
+                if candidate_over:
+                    high = middle - 1
+                else:
+                    fitted_prompt, fitted_estimate, kept = candidate, candidate_estimate, middle
+                    low = middle + 1
+            fitted["recall_turns"] = {"before": turns, "after": kept}
+    retrieved = int(fitted_prompt.debug["retrieved"]["tokens"])
+    if over and retrieved:
+        shorter = build_prompt(state, ctx, retrieved_cap=max(0, retrieved - over), recall_turns=kept)
+        fitted["retrieved_tokens"] = {"before": retrieved, "after": int(shorter.debug["retrieved"]["tokens"])}
+        fitted["items_kept"] = {
+            "before": fitted_prompt.debug["retrieved"].get("items_kept", 0),
+            "after": shorter.debug["retrieved"].get("items_kept", 0),
+        }
+        fitted_prompt, fitted_estimate = shorter, prompt_estimate(model, shorter.messages, count)
+    if fitted_prompt is prompt:
+        return prompt, None, estimate
+    return fitted_prompt, fitted, fitted_estimate
+
+
+def recall_floor_after(state: TurnState, fitted: dict[str, Any] | None) -> int | None:
+    """The `recall_floor_turn` a turn whose prompt kept fewer turns of dialogue leaves for the next turns: the first
+    turn it kept (None when it kept the regular window)."""
+    if not fitted or "recall_turns" not in fitted:
+        return None
+    return int(state.get("turn") or 1) - int(fitted["recall_turns"]["after"])
 
 
 def calls_after_reply(state: TurnState, ctx: Context) -> int:
@@ -321,7 +376,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if len(text) > ctx.max_reply_chars:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
         text = text[: ctx.max_reply_chars]
-    return {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}
+    update: TurnUpdate = {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}
+    floor = recall_floor_after(state, fitted)
+    if floor is not None:
+        update["recall_floor_turn"] = floor
+    return update
 
 
 class _StreamReader:

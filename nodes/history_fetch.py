@@ -372,6 +372,14 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         # seeded from the role's persona fields (seed 002 会话实例: 复制角色定义 → 独立角色状态)
         update["core_memory"] = seeded_core_memory(character["name"], role.model_dump() if role else {})
         update["core_memory_versions"] = []
-    for name_, empty in (("relationship", {}), ("relations", {}), ("worldbook_fired", {}), ("state_events", [])):
+    # every kept field set from the branch's stored state: a value of a later turn left in the checkpoint (after a
+    # rewind) never carries over
+    for name_, empty in (
+        ("relationship", {}),
+        ("relations", {}),
+        ("worldbook_fired", {}),
+        ("state_events", []),
+        ("recall_floor_turn", 0),
+    ):
         update.setdefault(name_, empty)  # type: ignore[misc]
     return update

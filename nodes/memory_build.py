@@ -26,6 +26,6 @@ def memory_build(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             history,
             character,
             state.get("user_name"),
-            window_turns_at(context_of(runtime), int(state.get("turn") or 1)),
+            window_turns_at(context_of(runtime), int(state.get("turn") or 1), state.get("recall_floor_turn")),
         ),
     }

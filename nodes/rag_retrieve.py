@@ -346,7 +346,7 @@ def gather(
     items, duplicates, in_dialogue = drop_repeated_exchanges(
         [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
-        window_turns=window_turns_at(ctx, turn),
+        window_turns=window_turns_at(ctx, turn, state.get("recall_floor_turn")),
         window_lines=state.get("window_lines", []),
         closed_lines=closed_lines,
     )

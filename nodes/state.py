@@ -3,7 +3,7 @@ save id), in one place: what a host sends (`TurnInput`), what it gets back (`Tur
 (`TurnState`) = both + the fields only the nodes use. Each field is declared once.
 
 Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`, `relations`,
-`worldbook_fired`, `state_events` and the last turn's `debug`. Everything else is rebuilt each turn
+`worldbook_fired`, `state_events`, `recall_floor_turn` and the last turn's `debug`. Everything else is rebuilt each turn
 (`history_fetch` resets it) or lives in the database; the dialogue path and the built messages are not
 checkpointed at all.
 
@@ -152,6 +152,10 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """World-book entry id → the turn it last fired (temporal triggers, seed 004)."""
     state_events: list[str]
     """State changes since the last core-memory maintenance (seed 002: 状态变化事件)."""
+    recall_floor_turn: int
+    """The first turn the prompt's recent dialogue may keep (issue 30): set by a turn that kept fewer turns of
+    dialogue so a slow model could answer in time; the next turns start their dialogue there too (the server's
+    prompt cache keeps that start) until the regular window's start passes it. 0: none."""
     lock_token: str | None
     """This turn's hold on the instance's turn lock; None once it is released."""
     run_key: str | None
@@ -202,6 +206,7 @@ STORY_FIELDS = (
     "relations",
     "worldbook_fired",
     "state_events",
+    "recall_floor_turn",
 )
 """The state kept across turns: stored with every reply (`story_state`) and copied in the checkpoint."""
 

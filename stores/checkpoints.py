@@ -123,6 +123,7 @@ KEPT_FIELDS = (
     "relations",
     "worldbook_fired",
     "state_events",
+    "recall_floor_turn",
 )
 """The story fields a stored turn keeps (nodes.state.STORY_FIELDS; stores cannot import the graph's state)."""
 

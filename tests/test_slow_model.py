@@ -11,6 +11,7 @@ import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
 from personalab.stores.memory import MemoryStore
 
@@ -189,3 +190,43 @@ def test_the_new_tokens_over_what_is_left_are_what_the_reply_cannot_read_in_time
     # until a reply was counted, a quarter of the cap; the running mean moves towards each new reply
     assert ModelSpeed(prompt_per_s=50).usual_reply_tokens(256) == 64
     assert next_reply_tokens(None, 30) == 30 and next_reply_tokens(30, 130) == 60
+
+
+LONG_LINES = [f"第{n}件事：我们沿着河岸走到第{n}座桥，桥下的水很急，你还记得那里的石头吗？" for n in range(1, 9)]
+
+
+def test_a_dialogue_read_again_gives_up_older_turns_and_the_next_turns_keep_its_start(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the window's start moves every turn (step 1), so the server reads the whole dialogue again each turn; with
+    # too little time left the prompt keeps fewer, most recent turns instead of the turn being cut, and the turns
+    # after it start their dialogue at the same turn, so the server's cache keeps it
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "6")
+    monkeypatch.setenv("PERSONALAB_RECALL_STEP", "1")
+    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "100")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = create_sample_instance(sqlite_url)
+    played = play(sqlite_url, instance, LONG_LINES)
+    assert [s["error"] for s in played] == [None] * len(LONG_LINES)
+    assert "slow_model" not in played[-1]["debug"], "30 s is enough for the whole window"
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.6")
+    fitted, after = play(sqlite_url, instance, ["那座桥后来怎么样了？", "我们再去一次吧。"])
+    assert fitted["error"] is None, fitted["error"]
+    turns = fitted["debug"]["slow_model"]["recall_turns"]
+    assert turns["before"] == 6 and 2 <= turns["after"] < 6
+    dialogue = [m["content"] for m in fitted["prompt"] if m["region"] == "middle"]
+    assert not any("第3件事" in text for text in dialogue) and any("第8件事" in text for text in dialogue)
+    # the next turn keeps the same first turn of dialogue (one more turn, not the regular window) and is not cut
+    assert after["error"] is None, after["error"]
+    assert "recall_turns" not in after["debug"].get("slow_model", {})
+    second = [r for r in openai_stub.slow.log if r.purpose == "reply"][-1]
+    assert second.cached >= 0.7 * second.prompt_tokens, "the dialogue's start stayed: its prompt mostly reused"
+
+
+def test_a_floor_turn_starts_the_recall_window_until_the_regular_start_passes_it() -> None:
+    # turns 11 to 20 kept (10, step 5); a fitted turn 21 kept 2 (floor 19): the window starts at 19 until turn 31
+    assert recall_window_turns(21, 10, 5) == 10
+    kept = [turn - recall_window_turns(turn, 10, 5, floor=19) for turn in range(21, 33)]
+    assert kept == [19] * 10 + [21, 21]
+    assert recall_window_turns(21, 10, 5, floor=0) == 10 and recall_window_turns(21, 10, 5, floor=25) == 10

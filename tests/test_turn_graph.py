@@ -543,7 +543,8 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         "reply", "reply_lines", "plot_state", "core_memory", "relationship", "relations", "retrieved", "memory_blocks",
         "injected", "director_events", "turn", "model", "error", "gap", "prompt", "review", "debug",
         # the nodes' own
-        "core_memory_versions", "worldbook_fired", "state_events", "lock_token", "run_key", "character", "user_line_id",
+        "core_memory_versions", "worldbook_fired", "state_events", "recall_floor_turn", "lock_token", "run_key",
+        "character", "user_line_id",
         "query", "reply_raw", "story_state_id", "session_id", "session_recap",
     }  # fmt: skip
 

@@ -162,16 +162,24 @@ def in_recall_window(source: ExchangeSource, *, turn: int, window_turns: int) ->
     return turn_in_recall_window(source.turn, turn=turn, window_turns=window_turns)
 
 
-def recall_window_turns(turn: int, window_turns: int, step: int = 1) -> int:
+def recall_window_turns(turn: int, window_turns: int, step: int = 1, floor: int | None = None) -> int:
     """The turns before `turn` that the prompt's recent dialogue keeps (seed 002 Prompt区域分配: the last
     `window_turns`). With `step` > 1 the window's first turn moves `step` turns at a time, so it holds
     `window_turns` to `window_turns + step - 1` turns: between two moves the dialogue's start in the prompt stays
     the same and a model server's prompt cache (which reuses a prompt only up to its first change) keeps it, where
-    a window moving every turn changes the prompt near its top every turn (issue 30: 45 % reused instead of 80 %)."""
+    a window moving every turn changes the prompt near its top every turn (issue 30: 45 % reused instead of 80 %).
+
+    `floor`: the first turn the window may keep (`recall_floor_turn`), set by a turn whose prompt kept fewer turns so
+    that a slow model could answer it in time; the turns after it start their dialogue there too (the same start, so
+    the server's cache keeps it) until the regular window's start passes it."""
     previous = turn - 1
     if step <= 1 or previous <= window_turns:
-        return window_turns
-    return window_turns + (previous - window_turns) % step
+        turns = window_turns
+    else:
+        turns = window_turns + (previous - window_turns) % step
+    if floor is not None and 0 < floor < turn:
+        turns = min(turns, turn - floor)
+    return turns
 
 
 def turn_in_recall_window(said_at: int, *, turn: int, window_turns: int) -> bool:
