@@ -5,13 +5,22 @@ logged; every accepted rewrite is kept as a version so a bad one can be rolled b
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of, text_counter
-from personalab.nodes.llm import get_chat_model, model_label, stream_answer
+from personalab.nodes.llm import (
+    busy_seconds,
+    get_chat_model,
+    measured_speed,
+    model_label,
+    prompt_estimate,
+    stream_answer,
+)
 from personalab.nodes.rules import prompts
 from personalab.nodes.rules.core_memory import (
     CoreMemoryHistory,
@@ -19,6 +28,7 @@ from personalab.nodes.rules.core_memory import (
     last_turn_messages,
     maintenance_messages,
 )
+from personalab.nodes.rules.deadline import FIT_SHARE
 from personalab.nodes.rules.memory_layers import (
     SUMMARY_MAX_CHARS,
     LayerConfig,
@@ -168,6 +178,12 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
     events = state.get("state_events", [])
     request = maintenance_messages(old, last_turn_messages(dialogue), events, turn=turn, language=language)
     model = get_chat_model("core_memory", until=state.get("deadline_at"))  # what is left of the turn's 30 s
+    too_slow = rewrite_too_slow(model, request, old, state.get("deadline_at"), context_of(runtime))
+    if too_slow:
+        # never sent: a local server evaluates a given-up prompt to its end, and the next turn's reply would wait
+        # for it (issue 30); the state events stay for the next maintenance
+        log.warning("core-memory maintenance not asked on instance %s: %s", state["instance_id"], too_slow)
+        return {"debug": {"maintenance": {"status": "not asked, core memory kept", "reason": too_slow}}}
     try:
         # streamed and closed at the deadline: a local server cancels it rather than finishing it (issue 30)
         answer = stream_answer(model, request, state.get("deadline_at"), text_counter(context_of(runtime)).text)[0]
@@ -196,6 +212,33 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
             }
         },
     }
+
+
+def rewrite_too_slow(
+    model: Any, request: list[dict[str, str]], old: dict[str, Any], deadline_at: float | None, ctx: Context
+) -> str:
+    """Why the core-memory rewrite is not asked ("" when it is; issue 30): the model's measured speed (its server's
+    replies) says that reading the request's new tokens (past what its prompt cache holds) and writing a core memory
+    about as long as the old one would not end within `FIT_SHARE` of what the turn has left. A request given up at
+    the deadline is no cheaper: a local server (llama-cpp-python's) evaluates its prompt to the end, and the next
+    turn's reply waits for that."""
+    speed = measured_speed(prompts.PURPOSE_CORE_MEMORY)
+    if speed is None or deadline_at is None:
+        return ""
+    count = text_counter(ctx).text
+    new_tokens = prompt_estimate(model, request, count)[1]
+    if new_tokens is None:
+        return ""
+    answer_tokens = count(json.dumps(old, ensure_ascii=False))
+    left = deadline_at - time.time() - busy_seconds(model)
+    expected = speed.seconds(new_tokens, answer_tokens)
+    if expected <= left * FIT_SHARE:
+        return ""
+    return (
+        f"the model is slow: about {expected:.1f} s for {new_tokens} new prompt tokens at {speed.prompt_per_s:.0f}/s "
+        f"and a core memory of about {answer_tokens} tokens, over {FIT_SHARE:.0%} of the {max(left, 0.0):.1f} s left "
+        "in the turn (PERSONALAB_MODEL_CORE_MEMORY: a faster model for it; or a longer PERSONALAB_TURN_DEADLINE)"
+    )
 
 
 def archive_changes(

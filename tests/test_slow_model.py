@@ -230,3 +230,27 @@ def test_a_floor_turn_starts_the_recall_window_until_the_regular_start_passes_it
     kept = [turn - recall_window_turns(turn, 10, 5, floor=19) for turn in range(21, 33)]
     assert kept == [19] * 10 + [21, 21]
     assert recall_window_turns(21, 10, 5, floor=0) == 10 and recall_window_turns(21, 10, 5, floor=25) == 10
+
+
+def test_a_core_memory_rewrite_that_cannot_end_in_time_is_not_sent_so_the_next_reply_does_not_wait(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-cpp-python evaluates a given-up prompt to its end: a rewrite sent and given up at the deadline would hold
+    # the server's one slot into the next turn. With the speed measured and too little left, it is not sent.
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "3")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False, evaluates_abandoned=True)
+    instance = create_sample_instance(sqlite_url)
+    first, second = play(sqlite_url, instance, MESSAGES[:2])
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "3")
+    third, fourth = play(sqlite_url, instance, MESSAGES[2:4])
+    assert [s["error"] for s in (first, second, third, fourth)] == [None] * 4
+    maintenance = third["debug"]["maintenance"]
+    assert maintenance["status"] == "not asked, core memory kept"
+    assert (
+        maintenance["reason"].startswith("the model is slow: about")
+        and "PERSONALAB_MODEL_CORE_MEMORY" in maintenance["reason"]
+    )
+    assert third["core_memory"] == second["core_memory"]
+    assert "core_memory" not in [r.purpose for r in openai_stub.slow.log], "never sent"
+    assert fourth["debug"].get("slow_model", {}).get("server_busy_s", 0) == 0, "the next reply found the server free"

@@ -60,6 +60,7 @@ def turn_state_for(instance_id: int, message: str, database_url: str | None, ctx
         "gap_seconds": elapsed_seconds(seconds_since(previous), None),
         "path_lines": len(path) + 1,
         "worldbook_fired": dict(kept.get("worldbook_fired") or {}),
+        "recall_floor_turn": int(kept.get("recall_floor_turn") or 0),  # the window the turn's prompt would keep
     }
 
 
