@@ -230,7 +230,7 @@ def fit_to_speed(
         guess = prompt_estimate(model, candidate.messages, count)
         return guess, prompt_tokens_over(speed, guess[1] or 0, reply_tokens, left)
 
-    turns = budgets_of(ctx, int(state.get("turn") or 1), state.get("recall_floor_turn")).max_turns
+    turns = recall_turns_of(ctx, int(state.get("turn") or 1), state.get("recall_floor_turn"))
     if ctx.memory_mode != "history" and turns > MIN_RECALL_TURNS:
         fewest = build_prompt(state, ctx, recall_turns=MIN_RECALL_TURNS)
         fewest_estimate, fewest_over = new_tokens_over(fewest)
