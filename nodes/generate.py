@@ -29,6 +29,7 @@ from personalab.nodes.llm import (
     MarkerFreeStream,
     Timing,
     busy_seconds,
+    gave_up_waiting,
     get_chat_model,
     measured_speed,
     model_label,
@@ -325,6 +326,8 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
                 break
         late = late or reader.late  # or it passed while no chunk came (a long prompt evaluation)
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
+        if gave_up_waiting(exc):  # the client's own timeout: the server may still be reading the prompt
+            record_abandoned(model, timing, estimate[1] or 0)
         log.error("generation failed on instance %s: %s", state["instance_id"], exc)
         return {
             "error": f"model error ({type(exc).__name__}): {exc}",

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+import openai
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -424,8 +426,9 @@ def stream_answer(
             finished = (chunk.response_metadata or {}).get("finish_reason")
             if until is not None and not finished and time.time() > until:
                 raise TimeoutError("the call's share of the turn's deadline passed while the answer streamed")
-    except TimeoutError:
-        record_abandoned(model, timing, timing.evaluated or 0)
+    except Exception as exc:
+        if gave_up_waiting(exc):  # at `until`, or the client's timeout before the first chunk (a long prompt)
+            record_abandoned(model, timing, timing.evaluated or 0)
         raise
     finally:
         close = getattr(stream, "close", None)  # a generator: closing it closes the HTTP response
@@ -435,6 +438,12 @@ def stream_answer(
         timing.written = count("".join(parts))
     record_speed(model, timing)
     return "".join(parts), timing
+
+
+def gave_up_waiting(exc: BaseException) -> bool:
+    """The request was given up for time (its share of the deadline, or the HTTP client's timeout) rather than
+    refused: its server may still be evaluating it."""
+    return isinstance(exc, (TimeoutError, openai.APITimeoutError, httpx.TimeoutException))
 
 
 def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSpeed | None:

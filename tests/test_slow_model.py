@@ -5,12 +5,15 @@ above a real CPU model's: what is checked is what the server had to evaluate and
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
+import openai
 import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
+from personalab.nodes.llm import busy_seconds, get_chat_model, stream_answer
 from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
 from personalab.stores.memory import MemoryStore
@@ -254,3 +257,21 @@ def test_a_core_memory_rewrite_that_cannot_end_in_time_is_not_sent_so_the_next_r
     assert third["core_memory"] == second["core_memory"]
     assert "core_memory" not in [r.purpose for r in openai_stub.slow.log], "never sent"
     assert fourth["debug"].get("slow_model", {}).get("server_busy_s", 0) == 0, "the next reply found the server free"
+
+
+def test_a_request_its_client_gave_up_before_any_chunk_counts_as_still_read_by_the_server(
+    openai_stub: OpenAIStub,
+) -> None:
+    # a core-memory rewrite whose prompt outlasts the client's timeout raises openai's timeout, not the deadline's
+    # TimeoutError; llama-cpp-python reads that prompt to its end all the same, and the next reply waits for it
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False, evaluates_abandoned=True)
+
+    def count(text: str) -> int:
+        return round(len(text) / openai_stub.chars_per_token)
+
+    stream_answer(get_chat_model(), [{"role": "user", "content": "你好，" * 100}], None, count)  # timed: 300/s
+    model = get_chat_model("core_memory", until=time.time() + 0.5)
+    long_prompt = [{"role": "user", "content": "我们从头说起吧，" * 120}]  # ~640 new tokens: ~2 s at 300/s
+    with pytest.raises(openai.APITimeoutError):
+        stream_answer(model, long_prompt, None, count)
+    assert busy_seconds(model) > 0.8, "the server is expected to read the given-up prompt for about 1.5 s more"
