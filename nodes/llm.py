@@ -51,6 +51,7 @@ from personalab.nodes.rules.errors import ConfigError
 from personalab.nodes.rules.markers import MarkerFilter
 from personalab.nodes.rules.memory_layers import SUMMARY_MAX_CHARS
 from personalab.nodes.scripted_llm import ScriptedChatModel
+from personalab.stores.model_servers import KeptServers, KeptSpeed, read_kept_servers, write_kept_servers
 from personalab.stores.settings import Settings, settings
 from pydantic import Field
 
@@ -220,6 +221,10 @@ _SPEEDS_LOCK = threading.Lock()
 # evaluation midway: the next request waits for it)
 _LAST_SENT: dict[str, str] = {}
 _BUSY_UNTIL: dict[str, float] = {}
+# kept between processes (`stores.model_servers`): read once per process, written on each change; the tests of other
+# things turn it off, so that a stub server on a reused port never inherits an earlier run's speed
+KEEP_SERVER_STATE = True
+_kept_loaded = False
 MIN_MEASURED_TOKENS = 32  # fewer evaluated prompt tokens than this: the timing is mostly overhead, not speed
 MIN_WRITTEN_TOKENS = 8  # the same for the written answer (measured from its first chunk to its last)
 
@@ -231,6 +236,46 @@ def _speed_key(model: BaseChatModel) -> tuple[str, str] | None:
     return (str(getattr(model, "openai_api_base", None) or DEFAULT_BASE_URL), str(name))
 
 
+def _load_kept() -> None:
+    """Once per process, under `_SPEEDS_LOCK`: what earlier processes knew, below what this one has measured."""
+    global _kept_loaded
+    if _kept_loaded or not KEEP_SERVER_STATE:
+        return
+    _kept_loaded = True
+    kept = read_kept_servers()
+    for speed in kept.speeds:
+        _SPEEDS.setdefault(
+            (speed.server, speed.model),
+            ModelSpeed(prompt_per_s=speed.prompt_per_s, gen_per_s=speed.gen_per_s, reply_tokens=speed.reply_tokens),
+        )
+    for server, text in kept.last_sent.items():
+        _LAST_SENT.setdefault(server, text)
+    for server, until in kept.busy_until.items():
+        _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), until)
+
+
+def _save_kept() -> None:
+    """Under `_SPEEDS_LOCK`, after a change: this process's knowledge over what the file holds (other processes may
+    have measured other servers meanwhile)."""
+    if not KEEP_SERVER_STATE:
+        return
+    kept = read_kept_servers()
+    speeds = {(k.server, k.model): k for k in kept.speeds}
+    for (server, name), speed in _SPEEDS.items():
+        speeds[(server, name)] = KeptSpeed(
+            server=server,
+            model=name,
+            prompt_per_s=speed.prompt_per_s,
+            gen_per_s=speed.gen_per_s,
+            reply_tokens=speed.reply_tokens,
+        )
+    now = time.time()
+    busy = {server: until for server, until in {**kept.busy_until, **_BUSY_UNTIL}.items() if until > now}
+    write_kept_servers(
+        KeptServers(speeds=list(speeds.values()), last_sent={**kept.last_sent, **_LAST_SENT}, busy_until=busy)
+    )
+
+
 def measured_speed(purpose: str) -> ModelSpeed | None:
     """The last measured speed of the model `purpose` is served by (same server, same model name), if any."""
     current = settings()
@@ -238,15 +283,20 @@ def measured_speed(purpose: str) -> ModelSpeed | None:
         return None
     key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
     with _SPEEDS_LOCK:
+        _load_kept()
         return _SPEEDS.get(key)
 
 
 def forget_speeds() -> None:
     """Drop every measurement (a server restarted with another model or thread count) and what its cache held."""
+    global _kept_loaded
     with _SPEEDS_LOCK:
+        _kept_loaded = True  # nothing of the file comes back
         _SPEEDS.clear()
         _LAST_SENT.clear()
         _BUSY_UNTIL.clear()
+        if KEEP_SERVER_STATE:
+            write_kept_servers(KeptServers())
 
 
 def _server_of(model: BaseChatModel) -> str | None:
@@ -282,7 +332,9 @@ class SentPrompts(BaseCallbackHandler):
 
 def remember_prompt(server: str, rendered: str) -> None:
     with _SPEEDS_LOCK:
+        _load_kept()
         _LAST_SENT[server] = rendered
+        _save_kept()  # the next process's first turn knows what the server's cache holds
 
 
 def cached_chars(model: BaseChatModel, rendered: str) -> int:
@@ -290,6 +342,7 @@ def cached_chars(model: BaseChatModel, rendered: str) -> int:
     start with the last prompt sent to it (0 when nothing was sent, or for the offline model)."""
     server = _server_of(model)
     with _SPEEDS_LOCK:
+        _load_kept()
         last = _LAST_SENT.get(server or "", "")
     return len(os.path.commonprefix([rendered, last]))
 
@@ -299,6 +352,7 @@ def busy_seconds(model: BaseChatModel) -> float:
     chunk (`record_abandoned`), which the next request waits for."""
     server = _server_of(model)
     with _SPEEDS_LOCK:
+        _load_kept()
         until = _BUSY_UNTIL.get(server or "", 0.0)
     return max(0.0, until - time.time())
 
@@ -310,9 +364,11 @@ def record_abandoned(model: BaseChatModel, timing: Timing, evaluated_tokens: int
     if server is None or key is None or timing.first is not None:
         return
     with _SPEEDS_LOCK:
+        _load_kept()
         speed = _SPEEDS.get(key)
         if speed is not None:
             _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), timing.sent + evaluated_tokens / speed.prompt_per_s)
+            _save_kept()
 
 
 @dataclass
@@ -377,6 +433,7 @@ def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -
         return None
     evaluated, written = counts
     with _SPEEDS_LOCK:
+        _load_kept()
         old = _SPEEDS.get(key)
         prompt_per_s = old.prompt_per_s if old else None
         gen_per_s = old.gen_per_s if old else None
@@ -390,6 +447,7 @@ def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -
         if prompt_per_s is None:
             return old
         _SPEEDS[key] = ModelSpeed(prompt_per_s=prompt_per_s, gen_per_s=gen_per_s, reply_tokens=reply_tokens)
+        _save_kept()
         return _SPEEDS[key]
 
 
@@ -455,6 +513,7 @@ def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSp
         return None
     key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
     with _SPEEDS_LOCK:
+        _load_kept()
         old = _SPEEDS.get(key)
         bound = prompt_tokens / seconds
         prompt_per_s = min(bound, old.prompt_per_s) if old else bound
@@ -463,4 +522,5 @@ def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSp
             gen_per_s=old.gen_per_s if old else None,
             reply_tokens=old.reply_tokens if old else None,
         )
+        _save_kept()
         return _SPEEDS[key]

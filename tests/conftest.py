@@ -37,6 +37,9 @@ def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PERSONALAB_LLM", "PERSONALAB_MODEL", "PERSONALAB_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PERSONALAB_RAG_TIMEOUT", "30")
+    # a model server's measured speed is kept in the data dir between processes; in this one process a stub on a
+    # port an earlier run used must not inherit that run's speed (`test_slow_model` turns it on where it is tested)
+    monkeypatch.setattr("personalab.nodes.llm.KEEP_SERVER_STATE", False)
     yield
     from personalab.stores.background import flush_event_writes
 

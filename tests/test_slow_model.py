@@ -5,8 +5,14 @@ above a real CPU model's: what is checked is what the server had to evaluate and
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -17,6 +23,7 @@ from personalab.nodes.llm import busy_seconds, get_chat_model, stream_answer
 from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
 from personalab.stores.memory import MemoryStore
+from personalab.stores.model_servers import KeptServers, read_kept_servers
 
 MESSAGES = ["雷娜，我们从哪里开始？", "去据点看看。", "那里安全吗？", "你还记得那次冲突吗？", "继续前进。"]
 
@@ -275,3 +282,52 @@ def test_a_request_its_client_gave_up_before_any_chunk_counts_as_still_read_by_t
     with pytest.raises(openai.APITimeoutError):
         stream_answer(model, long_prompt, None, count)
     assert busy_seconds(model) > 0.8, "the server is expected to read the given-up prompt for about 1.5 s more"
+
+
+def test_a_one_shot_cli_turn_knows_the_speed_and_the_cache_an_earlier_process_measured(
+    sqlite_url: str, data_dir: Path, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each `personalab turn` is a new process: without what the earlier ones measured (kept in the data dir), its
+    # reply would be sent unfitted, as if the server were fast and its cache empty, and cut at the deadline (and
+    # its query rewrite asked of the slow model)
+    openai_stub.slow = SlowServer(prompt_per_s=150, gen_per_s=100, reports_usage=False)
+    instance = instance_with_cat_memories(sqlite_url)
+    env = {**os.environ, "PERSONALAB_DATABASE_URL": sqlite_url}
+    exe = str(Path(sys.executable).with_name("personalab"))
+
+    def turn(message: str, deadline: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [exe, "turn", "--instance", str(instance), "--json", message],
+            capture_output=True,
+            text=True,
+            env={**env, "PERSONALAB_TURN_DEADLINE": deadline},
+            timeout=120,
+        )
+        return json.loads(done.stdout)
+
+    first = turn("雷娜，我们从哪里开始？", "30")  # its whole prompt evaluated: the speed is measured
+    assert first["error"] is None, first["error"]
+    assert (data_dir / "cache" / "model_servers.json").is_file()
+    # ~780 new tokens about the cat take ~5 s at 150 tokens/s: over the 4 s, so the memory block gives way
+    second = turn("你的黑猫最近抓到什么了吗？", "4")
+    assert second["error"] is None, second["error"]
+    fitted = second["debug"]["slow_model"]
+    assert fitted["retrieved_tokens"]["after"] < fitted["retrieved_tokens"]["before"]
+    assert second["debug"]["query_rewrite"]["status"].startswith("rules (the model is slow")
+    replies = [r for r in openai_stub.slow.log if r.purpose == "reply"]
+    assert len(replies) == 2 and replies[-1].cancelled == "" and replies[-1].cached > 0
+
+
+def test_a_damaged_kept_state_is_read_as_knowing_nothing_and_replaced(
+    data_dir: Path, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = data_dir / "cache" / "model_servers.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text('{"speeds": [{"server": "x", "prompt_per_s": -1}]', encoding="utf-8")  # cut off mid-write
+    assert read_kept_servers(kept) == KeptServers()
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    monkeypatch.setattr("personalab.nodes.llm.KEEP_SERVER_STATE", True)
+    monkeypatch.setattr("personalab.nodes.llm._kept_loaded", False)
+    stream_answer(get_chat_model(), [{"role": "user", "content": "你好，" * 100}], None, lambda text: len(text))
+    (speed,) = [s for s in read_kept_servers(kept).speeds if s.server == openai_stub.base_url]
+    assert speed.prompt_per_s > 0
