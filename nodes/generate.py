@@ -349,6 +349,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if late:
         record_abandoned(model, timing, estimate[1] or 0)  # a server still reading its prompt makes the next turn wait
+        if estimate[1] is not None:
+            timing.written = text_counter(ctx).text(text)
+        # its prompt was read (the first chunk came): the speed it showed is what the next turns must plan with; a
+        # speed measured too fast would otherwise cut every turn after it, none of them measuring again
+        record_speed(model, timing)
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)
         return {

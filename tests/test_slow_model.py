@@ -19,7 +19,7 @@ import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
-from personalab.nodes.llm import busy_seconds, get_chat_model, stream_answer
+from personalab.nodes.llm import busy_seconds, get_chat_model, measured_speed, stream_answer
 from personalab.nodes.rules.curation import recall_window_turns
 from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
 from personalab.stores.memory import MemoryStore
@@ -331,3 +331,20 @@ def test_a_damaged_kept_state_is_read_as_knowing_nothing_and_replaced(
     stream_answer(get_chat_model(), [{"role": "user", "content": "你好，" * 100}], None, lambda text: len(text))
     (speed,) = [s for s in read_kept_servers(kept).speeds if s.server == openai_stub.base_url]
     assert speed.prompt_per_s > 0
+
+
+def test_a_reply_cut_after_its_first_chunk_still_measures_the_speed_the_next_turns_plan_with(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a speed measured too fast (the server slowed down, or it reused more of its cache than the engine knew) made
+    # every later turn plan too much and be cut, and a cut turn measured nothing: the speed was never corrected
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = instance_with_cat_memories(sqlite_url)
+    play(sqlite_url, instance, ["雷娜，我们从哪里开始？"])
+    assert measured_speed("reply").prompt_per_s > 200  # type: ignore[union-attr]
+    openai_stub.slow.prompt_per_s, openai_stub.slow.gen_per_s = 180, 2  # the machine got busy
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "8")
+    (cut,) = play(sqlite_url, instance, ["去据点看看。"])
+    assert cut["error"] and "turn deadline" in cut["error"] and cut["debug"]["deadline"]["cut_after_chars"] > 0
+    assert measured_speed("reply").prompt_per_s < 240  # type: ignore[union-attr]
