@@ -347,10 +347,10 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if fitted:
         debug["slow_model"] = fitted
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
+    if estimate[1] is not None:  # the server reports no usage: the engine counts the answer
+        timing.written = text_counter(ctx).text(text)
     if late:
         record_abandoned(model, timing, estimate[1] or 0)  # a server still reading its prompt makes the next turn wait
-        if estimate[1] is not None:
-            timing.written = text_counter(ctx).text(text)
         # its prompt was read (the first chunk came): the speed it showed is what the next turns must plan with; a
         # speed measured too fast would otherwise cut every turn after it, none of them measuring again
         record_speed(model, timing)
@@ -364,7 +364,6 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "debug": debug,
         }
     if estimate[1] is not None:
-        timing.written = text_counter(ctx).text(text)
         debug["server"] = timing.debug()
     # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
     record_speed(model, timing, reply=True)

@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,7 +238,8 @@ def _speed_key(model: BaseChatModel) -> tuple[str, str] | None:
 
 
 def _load_kept() -> None:
-    """Once per process, under `_SPEEDS_LOCK`: what earlier processes knew, below what this one has measured."""
+    """Once per process, under `_SPEEDS_LOCK` (`_known_servers`): what earlier processes knew, below what this one
+    has measured."""
     global _kept_loaded
     if _kept_loaded or not KEEP_SERVER_STATE:
         return
@@ -252,6 +254,14 @@ def _load_kept() -> None:
         _LAST_SENT.setdefault(server, text)
     for server, until in kept.busy_until.items():
         _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), until)
+
+
+@contextmanager
+def _known_servers() -> Iterator[None]:
+    """What this process knows of its model servers, locked, with what earlier processes kept read in first."""
+    with _SPEEDS_LOCK:
+        _load_kept()
+        yield
 
 
 def _save_kept() -> None:
@@ -282,8 +292,7 @@ def measured_speed(purpose: str) -> ModelSpeed | None:
     if current.llm == "scripted" or current.openai_api_key is None:
         return None
     key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         return _SPEEDS.get(key)
 
 
@@ -331,8 +340,7 @@ class SentPrompts(BaseCallbackHandler):
 
 
 def remember_prompt(server: str, rendered: str) -> None:
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         _LAST_SENT[server] = rendered
         _save_kept()  # the next process's first turn knows what the server's cache holds
 
@@ -341,8 +349,7 @@ def cached_chars(model: BaseChatModel, rendered: str) -> int:
     """Characters at the start of `rendered` the model's server is expected to hold in its prompt cache: the common
     start with the last prompt sent to it (0 when nothing was sent, or for the offline model)."""
     server = _server_of(model)
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         last = _LAST_SENT.get(server or "", "")
     return len(os.path.commonprefix([rendered, last]))
 
@@ -351,8 +358,7 @@ def busy_seconds(model: BaseChatModel) -> float:
     """Seconds the model's server is expected to go on evaluating the prompt of a request given up before its first
     chunk (`record_abandoned`), which the next request waits for."""
     server = _server_of(model)
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         until = _BUSY_UNTIL.get(server or "", 0.0)
     return max(0.0, until - time.time())
 
@@ -363,8 +369,7 @@ def record_abandoned(model: BaseChatModel, timing: Timing, evaluated_tokens: int
     server, key = _server_of(model), _speed_key(model)
     if server is None or key is None or timing.first is not None:
         return
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         speed = _SPEEDS.get(key)
         if speed is not None:
             _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), timing.sent + evaluated_tokens / speed.prompt_per_s)
@@ -432,8 +437,7 @@ def record_speed(model: BaseChatModel, timing: Timing, *, reply: bool = False) -
     if key is None or counts is None or timing.first is None or timing.last is None:
         return None
     evaluated, written = counts
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         old = _SPEEDS.get(key)
         prompt_per_s = old.prompt_per_s if old else None
         gen_per_s = old.gen_per_s if old else None
@@ -512,8 +516,7 @@ def record_too_slow(purpose: str, prompt_tokens: int, seconds: float) -> ModelSp
     if current.llm == "scripted" or current.openai_api_key is None or prompt_tokens <= 0 or seconds <= 0:
         return None
     key = (str(current.openai_base_url or DEFAULT_BASE_URL), model_name(current, purpose))
-    with _SPEEDS_LOCK:
-        _load_kept()
+    with _known_servers():
         old = _SPEEDS.get(key)
         bound = prompt_tokens / seconds
         prompt_per_s = min(bound, old.prompt_per_s) if old else bound

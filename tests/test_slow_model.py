@@ -130,6 +130,16 @@ def instance_with_cat_memories(url: str, count: int = 30) -> int:
     return instance
 
 
+def cat_instance_with_speed_measured(url: str, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`instance_with_cat_memories` played one turn on the stub's slow server (300 / 100 tokens a second, no usage
+    reported) with the rewrite by rules: 30 s for the first prompt, evaluated whole, so the model's speed is timed."""
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = instance_with_cat_memories(url)
+    play(url, instance, ["雷娜，我们从哪里开始？"])
+    return instance
+
+
 def test_a_server_that_reports_no_usage_is_timed_with_the_engines_own_counts(
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,10 +162,7 @@ def test_a_server_that_reports_no_usage_is_timed_with_the_engines_own_counts(
 def test_a_memory_block_too_long_for_what_is_left_gives_way_instead_of_the_turn_being_cut(
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
-    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
-    instance = instance_with_cat_memories(sqlite_url)
-    play(sqlite_url, instance, ["雷娜，我们从哪里开始？"])  # 30 s: the first prompt, evaluated whole, is timed
+    instance = cat_instance_with_speed_measured(sqlite_url, openai_stub, monkeypatch)
     # 2.5 s: the ~780 new tokens of a question about the cat (the exchange, 25 memories, the tail) take ~2.6 s at
     # 300 tokens/s; the memory block gives up its lowest-ranked items so that the rest fits
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "2.5")
@@ -338,10 +345,7 @@ def test_a_reply_cut_after_its_first_chunk_still_measures_the_speed_the_next_tur
 ) -> None:
     # a speed measured too fast (the server slowed down, or it reused more of its cache than the engine knew) made
     # every later turn plan too much and be cut, and a cut turn measured nothing: the speed was never corrected
-    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
-    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
-    instance = instance_with_cat_memories(sqlite_url)
-    play(sqlite_url, instance, ["雷娜，我们从哪里开始？"])
+    instance = cat_instance_with_speed_measured(sqlite_url, openai_stub, monkeypatch)
     assert measured_speed("reply").prompt_per_s > 200  # type: ignore[union-attr]
     openai_stub.slow.prompt_per_s, openai_stub.slow.gen_per_s = 180, 2  # the machine got busy
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "8")
