@@ -31,7 +31,7 @@ from personalab.stores.outbox import apply_pending, pending_summary
 from personalab.stores.outbox_tables import OutboxWrite
 from personalab.stores.tables import Line, Save
 from personalab.stores.turn_tables import TurnLock, TurnRecord
-from personalab.stores.vectors import chroma_client, chroma_path
+from personalab.stores.vectors import COLLECTION_METADATA, chroma_client, chroma_path
 from sqlalchemy import delete, func
 from sqlalchemy import select as sql_select
 from sqlmodel import col, select
@@ -170,7 +170,7 @@ def _repair_vectors(report: Report, url: str | None, path: str) -> None:
             continue
         vectors = get_embeddings().embed_documents([entry.content for entry in entries])
         collection = chroma_client(path).get_or_create_collection(
-            collection_name(instance_id, character_id), metadata={"hnsw:space": "cosine"}
+            collection_name(instance_id, character_id), metadata=COLLECTION_METADATA
         )
         collection.upsert(
             ids=[str(entry.id) for entry in entries],

@@ -8,6 +8,7 @@ explicit embedding function (Chroma's default one downloads a model).
 
 from __future__ import annotations
 
+import logging
 import threading
 from functools import lru_cache
 from typing import Any
@@ -19,6 +20,16 @@ from personalab.nodes.rules.errors import StoreUnavailable
 from personalab.stores.config import data_dir
 from personalab.stores.embeddings import get_embeddings
 from personalab.stores.settings import settings
+
+log = logging.getLogger(__name__)
+
+# Chroma persists a collection's vector index every `sync_threshold` writes (1,000 by default) and until then every
+# write also pays for the writes not yet persisted: an upsert of two memories grew from 52 to 82 ms over a thousand
+# writes, then fell back at the persist; at 100 it stayed at 11-17 ms, 16 ms on 100,000 vectors against 37 ms
+# (issue 29, docs/benchmarks/2026-12-06-session14.md). A turn makes 2-4 such writes, off the reply's path, but the
+# next turn waits for them and they hold the interpreter meanwhile.
+SYNC_THRESHOLD = 100
+COLLECTION_METADATA = {"hnsw:space": "cosine", "hnsw:sync_threshold": SYNC_THRESHOLD}
 
 # lru_cache does not hold other threads back while it makes a missing entry: two threads asking at once would both
 # make a client for one path (Chroma then fails) or both create one collection ("already exists"). One lock per
@@ -136,12 +147,25 @@ def _collection(name: str, path: str | None, host: str | None) -> Chroma:
 
 @lru_cache(maxsize=256)
 def _made_collection(name: str, path: str | None, host: str | None) -> Chroma:
-    return Chroma(
+    store = Chroma(
         collection_name=name,
         embedding_function=get_embeddings(),
         client=chroma_client(path),  # host, when set, is read again by chroma_client
-        collection_metadata={"hnsw:space": "cosine"},
+        collection_metadata=COLLECTION_METADATA,
     )
+    tune_collection(store._collection)
+    return store
+
+
+def tune_collection(collection: Any) -> None:
+    """Give a collection made before SYNC_THRESHOLD (or by another program) the threshold: once per process and
+    collection (the caller caches it). A Chroma that refuses the change keeps its own: only slower writes."""
+    try:
+        hnsw = (collection.configuration_json or {}).get("hnsw") or {}
+        if hnsw and hnsw.get("sync_threshold") != SYNC_THRESHOLD:
+            collection.modify(configuration={"hnsw": {"sync_threshold": SYNC_THRESHOLD}})
+    except Exception as exc:  # noqa: BLE001 - a tuning, never a reason to fail a write or a search
+        log.debug("collection %s keeps its vector-index sync threshold: %s", getattr(collection, "name", "?"), exc)
 
 
 def where(**equals: Any) -> dict[str, Any] | None:
