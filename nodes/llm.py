@@ -365,14 +365,33 @@ def busy_seconds(model: BaseChatModel) -> float:
 
 def record_abandoned(model: BaseChatModel, timing: Timing, evaluated_tokens: int) -> None:
     """A request given up before its first chunk: its server may go on evaluating its `evaluated_tokens` (llama-cpp-
-    python's does) until about `sent` + their reading time at the measured speed."""
+    python's does) until about their reading time at the measured speed after it was sent, or after the given-up
+    prompt it was still reading then (one slot: the request waited for it).
+
+    A request fitted to its deadline (the reply, the core-memory rewrite, the event-log summary) is given up before
+    its first chunk only when the server reads slower than measured (a machine that got busy): by that speed it
+    would be read already, and the next reply would be sent as if the server were free. Its reading is then taken to
+    last as long again as it has lasted, and the speed lowered to match (issue 30: the next fits plan with it; the
+    next answer timed measures it anew)."""
     server, key = _server_of(model), _speed_key(model)
     if server is None or key is None or timing.first is not None:
         return
     with _known_servers():
         speed = _SPEEDS.get(key)
         if speed is not None:
-            _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), timing.sent + evaluated_tokens / speed.prompt_per_s)
+            now = time.time()
+            started = max(timing.sent, _BUSY_UNTIL.get(server, 0.0))
+            until = started + evaluated_tokens / speed.prompt_per_s
+            if until <= now and evaluated_tokens >= MIN_MEASURED_TOKENS:
+                read_for = now - started
+                until = now + read_for
+                # at most half the measured speed: by that speed the prompt was read within `read_for`
+                _SPEEDS[key] = ModelSpeed(
+                    prompt_per_s=evaluated_tokens / (2 * read_for),
+                    gen_per_s=speed.gen_per_s,
+                    reply_tokens=speed.reply_tokens,
+                )
+            _BUSY_UNTIL[server] = max(_BUSY_UNTIL.get(server, 0.0), until)
             _save_kept()
 
 

@@ -1,12 +1,15 @@
 """Periodic maintenance (seed 002 定期维护机制, every N turns): the model merges the old core memory, the last
 10 turns and the state-change events into a new persona JSON. An answer that is not valid JSON, breaks the
 schema or the seed's limits (≤ 3 binary oppositions, ≤ 2 ternary tensions) keeps the old core memory and is
-logged; every accepted rewrite is kept as a version so a bad one can be rolled back."""
+logged; every accepted rewrite is kept as a version so a bad one can be rolled back. The long-term memory's layer
+flow (seed 001) runs on the same turns, its event-log summaries fitted to the turn deadline like the rewrite (issue
+30: a slow local model is not asked what it cannot write in time)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +31,7 @@ from personalab.nodes.rules.core_memory import (
     last_turn_messages,
     maintenance_messages,
 )
-from personalab.nodes.rules.deadline import FIT_SHARE
+from personalab.nodes.rules.deadline import FIT_SHARE, MIN_CALL_SECONDS, POST_REPLY_SHARE
 from personalab.nodes.rules.memory_layers import (
     SUMMARY_MAX_CHARS,
     LayerConfig,
@@ -50,6 +53,19 @@ from personalab.stores.vectors import chroma_path
 log = logging.getLogger(__name__)
 
 Summariser = Callable[[list[str]], str]  # the memories fading out of the event log → their summary
+
+# The event-log summaries' share of the turn deadline (issue 30): what a turn holds back for each model call after its
+# reply. They run between turns on the background writer, but a one-slot local server makes the next turn's reply
+# wait behind them (and its retrieval waits for the instance's writes): one layer maintenance holds it at most this.
+SUMMARY_SHARE = POST_REPLY_SHARE
+
+
+# what a maintenance request too slow for its time needs (issue 30); the event-log summary's model defaults to it too
+SLOW_MODEL_REMEDY = "PERSONALAB_MODEL_CORE_MEMORY: a faster model for it; or a longer PERSONALAB_TURN_DEADLINE"
+
+
+class SummaryNotAsked(Exception):
+    """The event-log summary was not sent to the model (issue 30): it could not end within its share (the reason)."""
 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
@@ -73,31 +89,85 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
         state["instance_id"],
         state["turn"],
         language,
+        ctx=ctx,  # the run's deadline and token counter: the summaries are fitted to them (issue 30)
         after_turn_of=state["instance_id"],
     )
     return {"status": "queued"}
 
 
-def run_layer_maintenance(store: MemoryStore, instance_id: int, turn: int, language: str | None = None) -> None:
+def run_layer_maintenance(
+    store: MemoryStore, instance_id: int, turn: int, language: str | None = None, ctx: Context | None = None
+) -> None:
     """The layer flow (its deletions update the kept keyword index), then the index made current at once:
-    between turns, not on the next reply's path. The summaries are asked for in the instance's `language`."""
-    maintain_layers(store, instance_id, turn, summarise=model_summariser(language), language=language)
+    between turns, not on the next reply's path. The summaries are asked for in the instance's `language`, fitted
+    to `ctx`'s turn deadline (`model_summariser`; without one, the settings')."""
+    maintain_layers(store, instance_id, turn, summarise=model_summariser(language, ctx), language=language)
     store.index(instance_id)
 
 
-def model_summariser(language: str | None = None) -> Summariser:
-    """The event-log summary by the maintenance model (PERSONALAB_MODEL_CORE_MEMORY; the scripted model gives a
-    labelled extractive summary), prompt in `nodes.rules.request_catalog`, in the instance's `language`."""
+def model_summariser(language: str | None = None, ctx: Context | None = None) -> Summariser:
+    """The event-log summary (seed 001 中期记忆 "Event Log Summary") by the maintenance model
+    (PERSONALAB_MODEL_EVENT_SUMMARY, else PERSONALAB_MODEL_CORE_MEMORY; the scripted model gives a labelled extractive
+    summary), prompt in `nodes.rules.request_catalog`, in the instance's `language`.
+
+    Fitted like the core-memory rewrite (issue 30): the summaries of one maintenance get `SUMMARY_SHARE` of the turn
+    deadline (`ctx`'s, else PERSONALAB_TURN_DEADLINE's), counted from the first one. A summary the model's measured
+    speed cannot write within what is left of it is not sent (`SummaryNotAsked`, with `summary_too_slow`'s reason;
+    `maintain_layers` stores the extractive one); one sent is streamed and closed at that end (`stream_answer`), so
+    the server's last prompt, its speed and a given-up prompt it goes on reading are known to the next turn's fit."""
+    context = ctx if ctx is not None else Context()
+    count = text_counter(context).text
+    share = context.turn_deadline_s * SUMMARY_SHARE
+    ends: list[float] = []  # when this maintenance's summaries must have ended, set by the first one
 
     def summarise(memories: list[str]) -> str:
-        model = get_chat_model(prompts.PURPOSE_EVENT_SUMMARY)
+        if not ends:
+            ends.append(time.time() + share)
+        until = ends[0]
+        model = get_chat_model(prompts.PURPOSE_EVENT_SUMMARY, until=until)  # its timeout: what is left of the share
         request = event_summary_messages(memories, SUMMARY_MAX_CHARS, language)
-        answer = str(model.invoke(request).content).strip()
+        too_slow = summary_too_slow(model, request, memories, until, share, count)
+        if too_slow:
+            # never sent: a local server evaluates a given-up prompt to its end, and the next reply waits for it
+            raise SummaryNotAsked(too_slow)
+        # streamed and closed at the share's end: a local server stops writing rather than finishing it
+        answer = stream_answer(model, request, until, count)[0].strip()
         if not answer:
             raise ValueError("the model's summary is empty")
         return answer[: SUMMARY_MAX_CHARS * 2]
 
     return summarise
+
+
+def summary_too_slow(
+    model: Any,
+    request: list[dict[str, str]],
+    memories: list[str],
+    until: float,
+    share: float,
+    count: Callable[[str], int],
+) -> str:
+    """Why the event-log summary is not asked ("" when it is; issue 30, seed 001 中期记忆 "Event Log Summary"):
+    reading its request's new tokens and writing a summary of `SUMMARY_MAX_CHARS` characters would not end by
+    `until` (`request_too_slow`). The summary's tokens: the limit at the memories' own tokens per character, as the
+    summary is written in their language and a tokenizer counts Chinese and English apart. The offline model is
+    always asked (it answers at once)."""
+    if prompt_estimate(model, request, count)[0] is None:
+        return ""
+    if until - time.time() < MIN_CALL_SECONDS:  # the earlier summaries of this maintenance took the whole share
+        return f"the summaries' {share:.1f} s share of PERSONALAB_TURN_DEADLINE is used up ({SLOW_MODEL_REMEDY})"
+    text = "".join("".join(memory.split()) for memory in memories)
+    answer_tokens = math.ceil(count(text) * SUMMARY_MAX_CHARS / len(text)) if text else 0
+    return request_too_slow(
+        model,
+        prompts.PURPOSE_EVENT_SUMMARY,
+        request,
+        until,
+        count,
+        answer=f"a summary of about {answer_tokens} tokens",
+        answer_tokens=answer_tokens,
+        left_of=f"of the summaries' {share:.1f} s share of PERSONALAB_TURN_DEADLINE",
+    )
 
 
 def maintain_layers(
@@ -115,9 +185,10 @@ def maintain_layers(
     With `summarise`, memories about to fade out of the event log are first summarised (seed 001 中期记忆
     "Event Log Summary"): each summary is stored as a new archive memory (`memory_layers.summary_memory`) before
     the step deletes them; no model call is made inside a transaction. A failing summariser is logged and the
-    labelled extractive summary is stored instead. The fading memories are summarised per branch of the
-    dialogue tree (seed 000): `memory_layers.summary_groups` groups them and gives each summary the line it is
-    retrieved under, so what an abandoned branch remembered stays on that branch and comes back with it.
+    labelled extractive summary is stored instead, as it is when the summary is not asked (`SummaryNotAsked`: the
+    model too slow for the summaries' share of the turn deadline, issue 30). The fading memories are summarised per
+    branch of the dialogue tree (seed 000): `memory_layers.summary_groups` groups them and gives each summary the
+    line it is retrieved under, so what an abandoned branch remembered stays on that branch and comes back with it.
 
     Only the current branch's memories (and those without a line) flow (`MemoryStore.maintenance`): a branch the
     user left neither takes room in this branch's layers nor decays meanwhile; its memories are maintained
@@ -152,6 +223,9 @@ def maintain_layers(
             texts = [content for _id, content, _turn in ordered]
             try:
                 summary = summarise(texts)  # type: ignore[misc]  # summaries only when summarise is given
+            except SummaryNotAsked as exc:  # the model too slow for its share (issue 30): the reason says what helps
+                log.warning("event-log summary on instance %s not asked, extractive summary kept: %s", instance_id, exc)
+                summary = extractive_summary(texts, language=language)
             except Exception as exc:  # noqa: BLE001 - a model failure must not stop the layer flow
                 log.warning("event-log summary on instance %s failed, extractive summary kept: %s", instance_id, exc)
                 summary = extractive_summary(texts, language=language)
@@ -217,27 +291,52 @@ def rewrite_core_memory(state: TurnState, runtime: Runtime[Context]) -> TurnUpda
 def rewrite_too_slow(
     model: Any, request: list[dict[str, str]], old: dict[str, Any], deadline_at: float | None, ctx: Context
 ) -> str:
-    """Why the core-memory rewrite is not asked ("" when it is; issue 30): the model's measured speed (its server's
-    replies) says that reading the request's new tokens (past what its prompt cache holds) and writing a core memory
-    about as long as the old one would not end within `FIT_SHARE` of what the turn has left. A request given up at
-    the deadline is no cheaper: a local server (llama-cpp-python's) evaluates its prompt to the end, and the next
-    turn's reply waits for that."""
-    speed = measured_speed(prompts.PURPOSE_CORE_MEMORY)
-    if speed is None or deadline_at is None:
-        return ""
+    """Why the core-memory rewrite is not asked ("" when it is; issue 30): reading the request's new tokens and
+    writing a core memory about as long as the old one would not end by the turn's deadline (`request_too_slow`)."""
     count = text_counter(ctx).text
+    answer_tokens = count(json.dumps(old, ensure_ascii=False))
+    return request_too_slow(
+        model,
+        prompts.PURPOSE_CORE_MEMORY,
+        request,
+        deadline_at,
+        count,
+        answer=f"a core memory of about {answer_tokens} tokens",
+        answer_tokens=answer_tokens,
+        left_of="in the turn",
+    )
+
+
+def request_too_slow(
+    model: Any,
+    purpose: str,
+    request: list[dict[str, str]],
+    until: float | None,
+    count: Callable[[str], int],
+    *,
+    answer: str,
+    answer_tokens: int,
+    left_of: str,
+) -> str:
+    """Why a maintenance request of `purpose` is not sent ("" when it is; issue 30): the model's measured speed (its
+    server's answers) says that reading the request's new tokens (past what its prompt cache holds) and writing
+    `answer_tokens` would not end within `FIT_SHARE` of the seconds left until `until`, after the prompt a given-up
+    request still has its server reading. A request given up at its end is no cheaper: a local server
+    (llama-cpp-python's) evaluates its prompt to the end, and the next turn's reply waits for that. `answer` and
+    `left_of` name the answer and the seconds in the reason. No measured speed, no `until`: sent."""
+    speed = measured_speed(purpose)
+    if speed is None or until is None:
+        return ""
     new_tokens = prompt_estimate(model, request, count)[1]
     if new_tokens is None:
         return ""
-    answer_tokens = count(json.dumps(old, ensure_ascii=False))
-    left = deadline_at - time.time() - busy_seconds(model)
+    left = until - time.time() - busy_seconds(model)
     expected = speed.seconds(new_tokens, answer_tokens)
     if expected <= left * FIT_SHARE:
         return ""
     return (
         f"the model is slow: about {expected:.1f} s for {new_tokens} new prompt tokens at {speed.prompt_per_s:.0f}/s "
-        f"and a core memory of about {answer_tokens} tokens, over {FIT_SHARE:.0%} of the {max(left, 0.0):.1f} s left "
-        "in the turn (PERSONALAB_MODEL_CORE_MEMORY: a faster model for it; or a longer PERSONALAB_TURN_DEADLINE)"
+        f"and {answer}, over {FIT_SHARE:.0%} of the {max(left, 0.0):.1f} s left {left_of} ({SLOW_MODEL_REMEDY})"
     )
 
 

@@ -123,6 +123,7 @@ FAULT_FILES = {"test_bench_faults.py", "test_database_down.py", "test_disk_full.
 SLOW_FILES: set[str] = {
     "test_packaging.py",
     "test_english_card_cli.py",  # a dozen `personalab` processes per database (about 5 min each at load 12)
+    "test_maintenance_summary_slow.py",  # a slow model server's real seconds (9-12 s a test)
 }
 SLOW_TESTS: set[str] = {
     "test_eval_conditions.py::test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting",
