@@ -91,6 +91,7 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
         language,
         ctx=ctx,  # the run's deadline and token counter: the summaries are fitted to them (issue 30)
         after_turn_of=state["instance_id"],
+        unread_by_director=True,  # memories only: the next turn's director reads the story's events
     )
     return {"status": "queued"}
 
@@ -368,5 +369,6 @@ def archive_changes(
         items,
         character.get("role_id"),
         after_turn_of=state["instance_id"],
+        unread_by_director=True,  # memories only: the next turn's director reads the story's events
     )
     return {"status": "queued", "count": len(items)}

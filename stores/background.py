@@ -87,7 +87,7 @@ def _after_turn_of(fn: Any, instance_id: int | None) -> Any:
 # and `_done` those finished, in order: a turn reads its own instance's writes by waiting until `_done` reaches
 # `_queued` as it was when the turn started (`turn_started` keeps it in `_horizon`), not for the writes the turn
 # itself queues meanwhile.
-_Job = tuple[Any, tuple[Any, ...], dict[str, Any], "Future[Any]", list[bool]]
+_Job = tuple[Any, tuple[Any, ...], dict[str, Any], "Future[Any]", list[bool], bool]
 _lanes: dict[int | None, deque[_Job]] = {}
 _queued: dict[int | None, int] = {}
 _done: dict[int | None, int] = {}
@@ -95,7 +95,10 @@ _horizon: dict[int, int] = {}
 # Per job, whether the next memory retrieval can read what it writes (issue 29): a job that makes that visible
 # before its slow part (the outbox's drain: the database rows and keyword index first, the vectors after) says so
 # with `writes_visible`; a job whose writes no retrieval reads (`unread_by_retrieval`: a checkpoint prune, the
-# director's next search) is visible once the jobs before it are; any other job when it ends.
+# director's next search) is visible once the jobs before it are; any other job when it ends. The director reads the
+# story's events, written whole by the drain: it waits for every job to end but those that write no event
+# (`unread_by_director`: the layer maintenance, the persona-change archive, a checkpoint prune), which count once the
+# jobs before them have ended.
 _in_lane = threading.local()
 _lanes_changed = threading.Condition()
 _one_writer = threading.Lock()
@@ -109,7 +112,7 @@ def _drain(key: int | None) -> None:
             if not lane:
                 del _lanes[key]
                 return
-            fn, args, kwargs, future, visible = lane[0]
+            fn, args, kwargs, future, visible, _unread_by_director = lane[0]
         _in_lane.visible = visible
         if future.set_running_or_notify_cancel():
             try:
@@ -134,15 +137,22 @@ def _one_at_a_time(fn: Any) -> Any:
 
 
 def run_in_background(
-    fn: Any, *args: Any, after_turn_of: int | None = None, unread_by_retrieval: bool = False, **kwargs: Any
+    fn: Any,
+    *args: Any,
+    after_turn_of: int | None = None,
+    unread_by_retrieval: bool = False,
+    unread_by_director: bool = False,
+    **kwargs: Any,
 ) -> Future[Any]:
     """Queue a store write on the background writer of instance `after_turn_of` (in order per instance); it
     starts when that instance's running turn ends (at most `MAX_DEFER_S` later), and the instance's next turn
     waits for it (`wait_for_writes`; with `unread_by_retrieval`, its memory retrieval does not: nothing it reads is
-    written). Failures are logged, never raised into the turn."""
+    written; with `unread_by_director`, its director does not: no story event is written). Failures are logged,
+    never raised into the turn."""
     future: Future[Any] = Future()
     future.add_done_callback(_log_failure)
-    job: _Job = (_after_turn_of(_one_at_a_time(fn), after_turn_of), args, kwargs, future, [unread_by_retrieval])
+    wrapped = _after_turn_of(_one_at_a_time(fn), after_turn_of)
+    job: _Job = (wrapped, args, kwargs, future, [unread_by_retrieval], unread_by_director)
     with _lanes_changed:
         _queued[after_turn_of] = _queued.get(after_turn_of, 0) + 1
         lane = _lanes.get(after_turn_of)
@@ -195,16 +205,27 @@ def _visible_count(key: int) -> int:
     return count
 
 
+def _ended_for_director(key: int) -> int:
+    """The instance's jobs, in order, the director need not wait for any more: the done ones and the leading queued
+    ones that write no story event (`unread_by_director`; under `_lanes_changed`)."""
+    count = _done.get(key, 0)
+    for job in _lanes.get(key, ()):
+        if not job[5]:
+            break
+        count += 1
+    return count
+
+
 def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S, *, whole: bool = False) -> float:
     """Read your writes: block until the writes queued for `instance_id` before its running turn started (all
-    of them, outside a turn) are visible to a memory retrieval (`writes_visible`; with `whole`, done: the director
-    reads the events, which come with the slow part); the writes of other instances are not waited for. Returns
-    the milliseconds waited."""
+    of them, outside a turn) are visible to a memory retrieval (`writes_visible`; with `whole`, ended but for those
+    that write no story event: the director reads the events, which come with the slow part); the writes of other
+    instances are not waited for. Returns the milliseconds waited."""
     started = time.perf_counter()
     deadline = time.monotonic() + timeout
     with _lanes_changed:
         target = _horizon.get(instance_id, _queued.get(instance_id, 0))
-        while (_done.get(instance_id, 0) if whole else _visible_count(instance_id)) < target:
+        while (_ended_for_director(instance_id) if whole else _visible_count(instance_id)) < target:
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("instance %s: its earlier writes are still running after %.0f s", instance_id, timeout)

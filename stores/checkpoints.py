@@ -111,6 +111,7 @@ def prune_after_turn(instance_id: int, url: str | None = None) -> None:
         checkpoint_file(),
         after_turn_of=instance_id,
         unread_by_retrieval=True,
+        unread_by_director=True,
     )
 
 

@@ -8,7 +8,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from personalab.nodes.rules.persona_changes import PERSONA_CHANGE_TYPE, archived_key, archived_version
+from personalab.stores.background import writes_visible
 from personalab.stores.db import session_scope
+from personalab.stores.embeddings import embed_stored_texts
 from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.tables import utcnow
@@ -28,7 +30,9 @@ def archive_persona_changes(
 ) -> list[int]:
     """Store the persona-change memories `items` (`nodes.rules.persona_changes.persona_change_memory`) whose key
     the instance has not archived yet, in one transaction; the ids of those stored. Run on the instance's
-    background writer (one at a time per instance), so two maintenances never write the same key."""
+    background writer (one at a time per instance), so two maintenances never write the same key. As the outbox's
+    drain does (issue 29), the rows and their keywords first: the instance's next retrieval reads them at once
+    (`writes_visible`; it scores their vectors itself), then their vectors."""
     with session_scope(store._url()) as session:
         done = archived_keys(session, instance_id)
     fresh: list[Mapping[str, Any]] = []
@@ -39,7 +43,10 @@ def archive_persona_changes(
             fresh.append(item)
     if not fresh:
         return []
-    return [int(entry.id or 0) for entry in store.add_memories(instance_id, fresh, character_id=character_id)]
+    entries = store.add_memories(instance_id, fresh, character_id=character_id, vectors_later=True)
+    writes_visible()
+    store.put_vectors(instance_id, entries, embed_stored_texts([entry.content for entry in entries]))
+    return [int(entry.id or 0) for entry in entries]
 
 
 def apply_rollback(
