@@ -45,7 +45,7 @@ from personalab.nodes.rules.memory_layers import (
 from personalab.nodes.rules.persona_changes import persona_change_memory, persona_changes
 from personalab.nodes.rules.request_catalog import event_summary_messages
 from personalab.nodes.state import TurnState, TurnUpdate
-from personalab.stores.background import run_in_background
+from personalab.stores.background import memories_rewritten, run_in_background
 from personalab.stores.memory import MaintenanceReport, MemoryStore
 from personalab.stores.persona_changes import archive_persona_changes
 from personalab.stores.vectors import chroma_path
@@ -69,9 +69,11 @@ class SummaryNotAsked(Exception):
 
 
 def maintenance(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
-    """Both periodic jobs: the long-term memory's layer flow (seed 001), then the core-memory rewrite."""
-    layers = maintain_memory_layers(state, runtime)
+    """Both periodic jobs: the core-memory rewrite, then the long-term memory's layer flow (seed 001). In this order
+    the rewrite's persona-change archive is queued before the layer flow: the next turn's retrieval reads the archive
+    (it waits for it) and not the layer flow (issue 29), which would otherwise hold the archive back."""
     update = rewrite_core_memory(state, runtime)
+    layers = maintain_memory_layers(state, runtime)
     update.setdefault("debug", {}).setdefault("maintenance", {})["memory_layers"] = layers
     return update
 
@@ -91,7 +93,10 @@ def maintain_memory_layers(state: TurnState, runtime: Runtime[Context]) -> dict[
         language,
         ctx=ctx,  # the run's deadline and token counter: the summaries are fitted to them (issue 30)
         after_turn_of=state["instance_id"],
-        unread_by_director=True,  # memories only: the next turn's director reads the story's events
+        # the next turn reads the memories before it or after it, never between (`maintain_layers`), and does not
+        # wait for it (issue 29); its director reads the story's events, which it does not write
+        unread_by_retrieval=True,
+        unread_by_director=True,
     )
     return {"status": "queued"}
 
@@ -197,7 +202,9 @@ def maintain_layers(
     branches through it keep it. `language`: the instance's (issue 28), for the summary's title and the
     extractive fallback."""
     summaries: dict[int, list[tuple[int | None, list[tuple[int, str, int]]]]] = {}
-    with store.maintenance(instance_id, turn) as batch:
+    # the retrievals read the memories before the step or after it, never between its writes (issue 29: the next
+    # turn does not wait for it); the summaries' model calls are made outside
+    with memories_rewritten(instance_id), store.maintenance(instance_id, turn) as batch:
         plans = {
             character: plan_maintenance(memories, batch.turn, config) for character, memories in batch.memories.items()
         }
@@ -219,6 +226,7 @@ def maintain_layers(
             _apply(batch, plans)
     if not summaries:
         return batch.report()
+    written: list[tuple[int, dict[str, Any]]] = []
     for character, tagged in summaries.items():
         for tag, ordered in tagged:
             texts = [content for _id, content, _turn in ordered]
@@ -234,9 +242,13 @@ def maintain_layers(
             item = summary_memory(summary, turns, [i for i, _c, _t in ordered], config, language)
             if tag is not None:
                 item["line_id"] = tag
+            written.append((character, item))
+    with memories_rewritten(instance_id):  # the summaries and the step that fades what they summarise: one change
+        for character, item in written:
             store.add_memories(instance_id, [item], character_id=character)
-    with store.maintenance(instance_id, turn) as batch:  # the step itself, now that the summaries are stored
-        _apply(batch, {character: plan_maintenance(m, batch.turn, config) for character, m in batch.memories.items()})
+        with store.maintenance(instance_id, turn) as batch:  # the step itself, now that the summaries are stored
+            plans = {character: plan_maintenance(m, batch.turn, config) for character, m in batch.memories.items()}
+            _apply(batch, plans)
     return batch.report()
 
 

@@ -60,7 +60,7 @@ from personalab.nodes.rules.trigger_config import apply_to
 from personalab.nodes.rules.types import MemoryBlock
 from personalab.nodes.rules.worldbook import PreparedWorldbook, TriggeredEntry, context_from_lines, explain_worldbook
 from personalab.nodes.state import TurnState, TurnUpdate
-from personalab.stores.background import search_with_cap, wait_for_writes
+from personalab.stores.background import begin_memory_read, search_with_cap, wait_for_writes
 from personalab.stores.consolidation import closed_record_lines
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
@@ -531,10 +531,24 @@ def rag_retrieve(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         found, debug = [], {"status": unavailable, "ms": 0.0}
     else:
         cpu = time.thread_time()
-        index, index_ms = prepare_memory_index(state["instance_id"], ctx)
-        book, book_ms = prepare_worldbook(state["instance_id"], ctx)
+        # the memories as one state: before the last turn's layer maintenance or after it, never between its writes
+        # (it is not waited for; `stores.background.memories_rewritten`). The capped search ends the read itself.
+        end_read = begin_memory_read(state["instance_id"])
+        try:
+            index, index_ms = prepare_memory_index(state["instance_id"], ctx)
+            book, book_ms = prepare_worldbook(state["instance_id"], ctx)
+        except BaseException:
+            end_read()
+            raise
         prepare_cpu_ms = (time.thread_time() - cpu) * 1000
-        found, debug = search_with_cap(lambda: cpu_timed(lambda: gather(state, ctx, book, index)), ctx.rag_timeout_s)
+
+        def search() -> Any:
+            try:
+                return cpu_timed(lambda: gather(state, ctx, book, index))
+            finally:
+                end_read()
+
+        found, debug = search_with_cap(search, ctx.rag_timeout_s)
         if found:
             # the processor time of the book's preparation and the search (issue 28): a figure a loaded machine
             # stretches far less than the wall-clock `ms`

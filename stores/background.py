@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -232,6 +232,75 @@ def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_
                 break
             _lanes_changed.wait(left)
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+# A memory retrieval and a layer maintenance of one instance (issue 29). The next turn's retrieval does not wait for
+# the last turn's layer maintenance (`unread_by_retrieval`): that step decays, moves, summarises and fades memories
+# the turn's own writes do not need, and the turn reads the memories as they were before it or after it. Never
+# between: the maintenance stores an event-log summary and then deletes what it summarises, so a retrieval between
+# the two would put both into one prompt. The retrieval reads under `memories_read`, the maintenance writes under
+# `memories_rewritten`: a retrieval that comes while the step writes waits for it (tens of milliseconds; its model
+# calls are outside), and the step waits for the retrievals already reading. Per process, as the lanes are.
+_reading: dict[int, int] = {}
+_rewriting: dict[int, int] = {}  # waiting or writing: a retrieval that comes meanwhile waits (no starved step)
+_readers_changed = threading.Condition()
+REWRITE_WAIT_S = 30.0  # a step waits at most this long for the retrievals reading (a search stuck on its store)
+
+
+def begin_memory_read(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S) -> Callable[[], None]:
+    """Start reading the instance's memories (a retrieval); returns the call that ends it (once; from any thread:
+    the capped search ends it in its own). Waits while a layer maintenance writes, at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    with _readers_changed:
+        while _rewriting.get(instance_id) and (left := deadline - time.monotonic()) > 0:
+            _readers_changed.wait(left)
+        _reading[instance_id] = _reading.get(instance_id, 0) + 1
+    ended = threading.Event()
+
+    def end() -> None:
+        if ended.is_set():
+            return
+        ended.set()
+        with _readers_changed:
+            _reading[instance_id] -= 1
+            if not _reading[instance_id]:
+                del _reading[instance_id]
+            _readers_changed.notify_all()
+
+    return end
+
+
+@contextmanager
+def memories_read(instance_id: int) -> Iterator[None]:
+    """Read the instance's memories as one state (`begin_memory_read`)."""
+    end = begin_memory_read(instance_id)
+    try:
+        yield
+    finally:
+        end()
+
+
+@contextmanager
+def memories_rewritten(instance_id: int) -> Iterator[None]:
+    """Write a layer maintenance's changes to the instance's memories as one step for the retrievals: it starts
+    when the retrievals reading have ended (at most `REWRITE_WAIT_S`), and none starts until it ends."""
+    deadline = time.monotonic() + REWRITE_WAIT_S
+    with _readers_changed:
+        _rewriting[instance_id] = _rewriting.get(instance_id, 0) + 1
+        while _reading.get(instance_id) and (left := deadline - time.monotonic()) > 0:
+            _readers_changed.wait(left)
+        if _reading.get(instance_id):
+            log.warning(
+                "instance %s: a retrieval still reads after %.0f s; the maintenance writes", instance_id, REWRITE_WAIT_S
+            )
+    try:
+        yield
+    finally:
+        with _readers_changed:
+            _rewriting[instance_id] -= 1
+            if not _rewriting[instance_id]:
+                del _rewriting[instance_id]
+            _readers_changed.notify_all()
 
 
 def flush_event_writes(timeout: float = 60.0) -> None:

@@ -21,7 +21,7 @@ from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.provenance import reply_provenance
 from personalab.nodes.rules.worldbook import elapsed_seconds
 from personalab.nodes.state import TurnState
-from personalab.stores.background import wait_for_writes
+from personalab.stores.background import memories_read, wait_for_writes
 from personalab.stores.db import session_scope
 from personalab.stores.history import get_path_ids
 from personalab.stores.memory import MemoryStore
@@ -73,8 +73,9 @@ def preview_retrieval(instance_id: int, message: str, database_url: str | None) 
     MemoryStore(db_url=database_url, chroma_path=chroma_path()).embed_pending()  # its vectors too, as the turn
     state = turn_state_for(instance_id, message, database_url, ctx)
     started = time.perf_counter()
-    book, _ms = prepare_worldbook(instance_id, ctx)  # as the turn does: the process's prepared book when current
-    found = gather(cast(TurnState, state), ctx, book)
+    with memories_read(instance_id):  # one state of the memories, as the turn reads them
+        book, _ms = prepare_worldbook(instance_id, ctx)  # as the turn does: the process's prepared book when current
+        found = gather(cast(TurnState, state), ctx, book)
     ms = (time.perf_counter() - started) * 1000
     memories = found["memories"]
     plan = found["injection"].plan
