@@ -297,3 +297,36 @@ def test_random_texts_survive_parse_then_format() -> None:
 def test_the_formats_own_placeholders_never_reach_a_stored_line(reply: str, expected: list[tuple]) -> None:
     segments = parse_reply(reply)
     assert [(s["original_emotion"], s["content"], s["tts_content"], s["action_content"]) for s in segments] == expected
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        # the session-14 replies of the 1.5B model: the memory block's time copied where the format puts the action
+        ("【疑惑】我最害怕的是深水。(57 轮前，18 分钟前)", [("疑惑", "我最害怕的是深水。", None, None)]),
+        ("【平静】好。（停顿）（3 轮前）", [("平静", "好。", None, "停顿")]),  # the real action before it stays
+        ("【calm】Sure. (2 turns ago, 5 minutes ago)", [("calm", "Sure.", None, None)]),
+        ("【平静】好<hǎo>(本轮)【开心】嗯。", [("平静", "好", "hǎo", None), ("开心", "嗯。", None, None)]),
+        ("【平静】(3 轮前)【开心】嗯。", [("开心", "嗯。", None, None)]),  # nothing else: no line
+        ("【开心】三天后见(3 天后)", [("开心", "三天后见", None, "3 天后")]),  # not the block's text: an action
+    ],
+)
+def test_a_memorys_time_copied_from_the_memory_block_never_reaches_a_stored_line(
+    reply: str, expected: list[tuple]
+) -> None:
+    segments = parse_reply(reply)
+    assert [(s["original_emotion"], s["content"], s["tts_content"], s["action_content"]) for s in segments] == expected
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_every_time_the_memory_block_writes_is_recognised(language: str) -> None:
+    """The pattern follows `injection.time_ago`'s texts: every turn count and age it writes is dropped."""
+    from personalab.nodes.rules.injection import time_ago
+
+    for turns in (None, 0, 1, 2, 57, 1200):
+        for seconds in (None, 59, 60, 3600 * 5, 86400 * 3, 86400 * 40, 86400 * 800):
+            ago = time_ago(turns, seconds, language)
+            if not ago:
+                continue
+            segments = parse_reply(f"【平静】好。({ago})")
+            assert [(s["content"], s["action_content"]) for s in segments] == [("好。", None)], ago

@@ -51,8 +51,26 @@ _PLACEHOLDER_GROUP_RE = re.compile(
 )
 
 
+# The time a memory of the prompt's memory block carries (`injection.time_ago`, seed 001 FormatMemoriesForInjection:
+# `- content（3 轮前，2 天前）`): a small model copies it after its own words, where the format puts the action (the
+# 1.5B model, session 14: "【疑惑】我最害怕的是深水。(57 轮前，18 分钟前)"). It is the block's annotation, not an action
+# of the character, and never reaches a stored line (issue 30). Mirrors `time_ago`'s Chinese and English texts.
+_AGO_UNIT_ZH = r"\d+\s*(?:年|个月|天|小时|分钟)前"
+_AGO_UNIT_EN = r"\d+\s+(?:year|month|day|hour|minute)s?\s+ago"
+_TIME_AGO_RE = re.compile(
+    rf"(?:(?:本轮|\d+\s*轮前)(?:\s*[，,]\s*{_AGO_UNIT_ZH})?|{_AGO_UNIT_ZH}"
+    rf"|(?:this turn|\d+\s+turns?\s+ago)(?:\s*,\s*{_AGO_UNIT_EN})?|{_AGO_UNIT_EN})",
+    re.IGNORECASE,
+)
+
+
 def _placeholder(text: str | None) -> bool:
     return text is not None and text.strip().lower() in PLACEHOLDERS
+
+
+def _memory_time(text: str | None) -> bool:
+    """A memory's time as the memory block writes it (`_TIME_AGO_RE`), not an action of the character."""
+    return text is not None and _TIME_AGO_RE.fullmatch(text.strip()) is not None
 
 
 def _segment(emotion: str | None, body: str) -> ReplySegment | None:
@@ -62,6 +80,11 @@ def _segment(emotion: str | None, body: str) -> ReplySegment | None:
     if not body:
         return None
     content, action = _split_tail(_EMPTY_TAIL_RE.sub("", body), ")）", "(（")
+    if _memory_time(action):  # the memory block's time copied after the words: dropped, the action before it read
+        body = _EMPTY_TAIL_RE.sub("", content).strip()
+        if not body:
+            return None
+        content, action = _split_tail(body, ")）", "(（")
     content, tts = _take_tail(content.rstrip(), ">", "<")
     content = content.strip()
     if not content:
