@@ -238,11 +238,13 @@ def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_
 # the last turn's layer maintenance (`unread_by_retrieval`): that step decays, moves, summarises and fades memories
 # the turn's own writes do not need, and the turn reads the memories as they were before it or after it. Never
 # between: the maintenance stores an event-log summary and then deletes what it summarises, so a retrieval between
-# the two would put both into one prompt. The retrieval reads under `memories_read`, the maintenance writes under
-# `memories_rewritten`: a retrieval that comes while the step writes waits for it (tens of milliseconds; its model
-# calls are outside), and the step waits for the retrievals already reading. Per process, as the lanes are.
+# the two would put both into one prompt. The retrieval reads under `begin_memory_read` / `memories_read`, the
+# maintenance writes under `memories_rewritten`: the step starts writing once the retrievals reading have ended, and
+# a retrieval that comes while it writes waits for it (tens of milliseconds; its model calls are outside). A
+# retrieval never waits for a step that is itself waiting (a search left running past its cap holds only the step).
+# Per process, as the lanes are.
 _reading: dict[int, int] = {}
-_rewriting: dict[int, int] = {}  # waiting or writing: a retrieval that comes meanwhile waits (no starved step)
+_writing: set[int] = set()
 _readers_changed = threading.Condition()
 REWRITE_WAIT_S = 30.0  # a step waits at most this long for the retrievals reading (a search stuck on its store)
 
@@ -252,7 +254,7 @@ def begin_memory_read(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOU
     the capped search ends it in its own). Waits while a layer maintenance writes, at most `timeout`."""
     deadline = time.monotonic() + timeout
     with _readers_changed:
-        while _rewriting.get(instance_id) and (left := deadline - time.monotonic()) > 0:
+        while instance_id in _writing and (left := deadline - time.monotonic()) > 0:
             _readers_changed.wait(left)
         _reading[instance_id] = _reading.get(instance_id, 0) + 1
     ended = threading.Event()
@@ -283,23 +285,22 @@ def memories_read(instance_id: int) -> Iterator[None]:
 @contextmanager
 def memories_rewritten(instance_id: int) -> Iterator[None]:
     """Write a layer maintenance's changes to the instance's memories as one step for the retrievals: it starts
-    when the retrievals reading have ended (at most `REWRITE_WAIT_S`), and none starts until it ends."""
+    when the retrievals reading have ended (at most `REWRITE_WAIT_S`, then logged), and none starts until it ends.
+    One step per instance at a time (the instance's lane runs it)."""
     deadline = time.monotonic() + REWRITE_WAIT_S
     with _readers_changed:
-        _rewriting[instance_id] = _rewriting.get(instance_id, 0) + 1
-        while _reading.get(instance_id) and (left := deadline - time.monotonic()) > 0:
+        while (_reading.get(instance_id) or instance_id in _writing) and (left := deadline - time.monotonic()) > 0:
             _readers_changed.wait(left)
         if _reading.get(instance_id):
             log.warning(
                 "instance %s: a retrieval still reads after %.0f s; the maintenance writes", instance_id, REWRITE_WAIT_S
             )
+        _writing.add(instance_id)
     try:
         yield
     finally:
         with _readers_changed:
-            _rewriting[instance_id] -= 1
-            if not _rewriting[instance_id]:
-                del _rewriting[instance_id]
+            _writing.discard(instance_id)
             _readers_changed.notify_all()
 
 

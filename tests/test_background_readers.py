@@ -20,7 +20,15 @@ from personalab.nodes.maintenance import run_layer_maintenance
 from personalab.nodes.rules.memory_layers import SUMMARY_TAG
 from personalab.nodes.rules.persona_changes import PersonaChange, persona_change_memory
 from personalab.stores import persona_changes
-from personalab.stores.background import flush_event_writes, pending_writes, run_in_background, wait_for_writes
+from personalab.stores.background import (
+    begin_memory_read,
+    flush_event_writes,
+    memories_read,
+    memories_rewritten,
+    pending_writes,
+    run_in_background,
+    wait_for_writes,
+)
 from personalab.stores.memory import MemoryStore
 
 FACT = "我妹妹今年十二岁，她叫小雨"
@@ -148,3 +156,36 @@ def test_archived_persona_changes_are_read_before_their_vectors_are_written(
     finally:
         vectors_may_go.set()
     assert len(archived.result(timeout=30)) == 1
+
+
+def test_a_retrieval_waits_for_a_maintenance_step_writing_never_for_one_waiting_on_a_stuck_search() -> None:
+    """A search left running past its cap keeps reading: the step waits for it, the next retrievals do not."""
+    from personalab.stores import background
+
+    stuck = begin_memory_read(INSTANCE)  # a capped search that goes on
+    writing = threading.Event()
+    done = threading.Event()
+
+    def step() -> None:
+        with memories_rewritten(INSTANCE):
+            writing.set()
+            time.sleep(0.5)
+            done.set()  # its last write
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(background, "REWRITE_WAIT_S", 5.0)
+    try:
+        thread = threading.Thread(target=step)
+        thread.start()
+        assert not writing.wait(0.3), "the step waits for the search reading"
+        started = time.monotonic()
+        with memories_read(INSTANCE):  # the next turn's retrieval: not held by the waiting step
+            assert time.monotonic() - started < 0.2
+        stuck()
+        assert writing.wait(5)
+        started = time.monotonic()
+        with memories_read(INSTANCE):  # now the step writes: the retrieval reads after it
+            assert done.is_set() and time.monotonic() - started >= 0.3
+        thread.join(5)
+    finally:
+        monkey.undo()
