@@ -10,7 +10,6 @@ from typing import Any
 from personalab.nodes.rules.persona_changes import PERSONA_CHANGE_TYPE, archived_key, archived_version
 from personalab.stores.background import writes_visible
 from personalab.stores.db import session_scope
-from personalab.stores.embeddings import embed_stored_texts
 from personalab.stores.memory import MemoryStore
 from personalab.stores.memory_tables import MemoryEntry
 from personalab.stores.tables import utcnow
@@ -43,6 +42,9 @@ def archive_persona_changes(
             fresh.append(item)
     if not fresh:
         return []
+    # lazily: showing or rolling back a core memory imports this module and must not load the embeddings (issue 29)
+    from personalab.stores.embeddings import embed_stored_texts
+
     entries = store.add_memories(instance_id, fresh, character_id=character_id, vectors_later=True)
     writes_visible()
     store.put_vectors(instance_id, entries, embed_stored_texts([entry.content for entry in entries]))
