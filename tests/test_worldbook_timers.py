@@ -63,7 +63,8 @@ def test_a_time_window_entry_fires_only_when_the_elapsed_time_is_in_its_window_t
             temporal={"min_gap_seconds": 3_600, "max_gap_seconds": 3 * 86_400},
             scope=Scope(save_id=instance),
         )
-    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+    # the retrieval (which scans the book) gets time on a loaded machine: a cut search would leave the entry out
+    with turn_graph(Context(database_url=sqlite_url, rag_timeout_s=30.0)) as (graph, ctx):
         first = run_turn(graph, ctx, instance, "你好。")
         assert "久别重逢" not in sent(first)  # no previous turn: no elapsed time
         soon = run_turn(graph, ctx, instance, "我回来了。")
@@ -187,7 +188,8 @@ def test_sticky_and_cooldown_through_turns_and_they_follow_the_branch(sqlite_url
                               "cooldown": 1}}}  # fmt: skip
     with session_scope(sqlite_url) as s:
         import_worldbook(s, book, scope=Scope(save_id=instance))
-    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+    # the retrieval (which scans the book) gets time on a loaded machine: a cut search would leave the entry out
+    with turn_graph(Context(database_url=sqlite_url, rag_timeout_s=30.0)) as (graph, ctx):
         first = run_turn(graph, ctx, instance, "你好。")
         assert "三短一长" not in sent(first)
         assert "三短一长" in sent(run_turn(graph, ctx, instance, "说说灯塔。"))  # keyed (turn 2)
