@@ -194,26 +194,25 @@ def writes_visible() -> None:
         _lanes_changed.notify_all()
 
 
-def _visible_count(key: int) -> int:
-    """The instance's jobs, in order, whose writes a retrieval can read: the done ones and the leading queued ones
-    already visible (under `_lanes_changed`)."""
+def _settled_count(key: int, settled: Callable[[_Job], bool]) -> int:
+    """The instance's jobs, in order, a reader need not wait for any more: the done ones and the leading queued ones
+    `settled` says are (under `_lanes_changed`)."""
     count = _done.get(key, 0)
     for job in _lanes.get(key, ()):
-        if not job[4][0]:
+        if not settled(job):
             break
         count += 1
     return count
+
+
+def _visible_count(key: int) -> int:
+    """Jobs whose writes a memory retrieval can read (`writes_visible`, or `unread_by_retrieval`)."""
+    return _settled_count(key, lambda job: job[4][0])
 
 
 def _ended_for_director(key: int) -> int:
-    """The instance's jobs, in order, the director need not wait for any more: the done ones and the leading queued
-    ones that write no story event (`unread_by_director`; under `_lanes_changed`)."""
-    count = _done.get(key, 0)
-    for job in _lanes.get(key, ()):
-        if not job[5]:
-            break
-        count += 1
-    return count
+    """Jobs the director need not wait for: done, or writing no story event (`unread_by_director`)."""
+    return _settled_count(key, lambda job: job[5])
 
 
 def wait_for_writes(instance_id: int, timeout: float = READ_YOUR_WRITES_TIMEOUT_S, *, whole: bool = False) -> float:
