@@ -163,9 +163,11 @@ _stored_lock = threading.Lock()
 _computing = threading.Lock()
 
 
-def embed_stored_texts(texts: list[str]) -> list[list[float]]:
+def embed_stored_texts(texts: list[str]) -> list[np.ndarray]:
     """The configured model's vectors of texts to store (passages, not queries), one per text: a text whose vector
-    this process computed before is not embedded again, and the others (each once) are embedded in one call."""
+    this process computed before is not embedded again, and the others (each once) are embedded in one call. Each
+    is the kept float32 array itself, read-only: the memory-vector cache keeps the same array for the memory
+    (`memory_index.VECTORS`), not a copy (issue 29: a long process's memory held every written vector twice)."""
     embeddings = get_embeddings()
     with _stored_lock:
         if not _stored_model or _stored_model[0] is not embeddings:
@@ -181,8 +183,10 @@ def embed_stored_texts(texts: list[str]) -> list[list[float]]:
             missing = list(dict.fromkeys(text for text in texts if text not in known))
             if missing:
                 for text, computed in zip(missing, embeddings.embed_documents(missing), strict=True):
-                    known[text] = _stored.put(text, np.asarray(computed, dtype=np.float32))
-    return [known[text].tolist() for text in texts]
+                    vector = np.asarray(computed, dtype=np.float32)
+                    vector.flags.writeable = False  # shared by every holder of this text's vector
+                    known[text] = _stored.put(text, vector)
+    return [known[text] for text in texts]
 
 
 _ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stored-vectors")

@@ -572,7 +572,7 @@ class MemoryStore:
         if vectors_later:
             from personalab.stores.embeddings import embed_stored_texts_soon
 
-            vectors: list[list[float]] = []
+            vectors: Sequence[Any] = []
             embed_stored_texts_soon([p["content"] for p in prepared])  # the vectors while the rows are written
         elif embeddings is None:
             from personalab.stores.embeddings import embed_stored_texts
@@ -951,9 +951,11 @@ class MemoryStore:
         from personalab.stores.embeddings import embed_stored_texts
 
         ids = list(pending)
-        matrix = np.asarray(embed_stored_texts([pending[i] for i in ids]), dtype=np.float32)
-        for memory_id, vector in zip(ids, matrix, strict=True):
-            VECTORS.keep(place, memory_id, pending[memory_id], vector)  # the scoring's vectors of these candidates
+        vectors = embed_stored_texts([pending[i] for i in ids])
+        for memory_id, vector in zip(ids, vectors, strict=True):
+            # the scoring's vectors of these candidates: the writer's arrays themselves, not rows of a copy
+            VECTORS.keep(place, memory_id, pending[memory_id], vector)
+        matrix = np.stack(vectors)
         query = np.asarray(embedding, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(query) or 1.0)
         scores = (matrix @ query) / np.where(norms == 0, 1.0, norms)

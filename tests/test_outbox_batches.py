@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from chromadb.api.models.Collection import Collection
 from langchain_core.embeddings import Embeddings
@@ -137,8 +138,34 @@ def test_a_stored_texts_vector_is_computed_once(counting: CountingEmbeddings) ->
     first = embeddings_module.embed_stored_texts(["雷娜把旧地图藏在了铁轨桥下。", "莱姆：我们去黑市。"])
     again = embeddings_module.embed_stored_texts(["莱姆：我们去黑市。", "莱姆：我们去黑市。", "新的一句。"])
     assert counting.calls == [["雷娜把旧地图藏在了铁轨桥下。", "莱姆：我们去黑市。"], ["新的一句。"]]
-    assert again[0] == again[1] == first[1]
-    assert again[2] == counting.model.embed_documents(["新的一句。"])[0]
+    assert again[0] is again[1] is first[1]  # the one kept array, not a copy per caller
+    assert np.allclose(again[2], counting.model.embed_documents(["新的一句。"])[0], atol=1e-6)
+
+
+def test_a_written_memorys_vector_is_kept_once_not_copied_per_cache(db_url: str, data_dir: Path) -> None:
+    """Issue 29 (a long process's memory): the vector a turn's write computed is the one array the memory-vector
+    cache keeps for the new memory, not a second copy of it."""
+    from personalab.stores.memory_index import VECTORS
+
+    instance = create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, context):
+        run_turn(graph, context, instance, FACT, selected_choice={"level": "important"})
+        flush_event_writes()
+        run_turn(graph, context, instance, "那张地图后来怎么样了？")  # its retrieval scores the new memories
+        flush_event_writes()
+    store = MemoryStore(db_url=db_url)
+    memories = {m.id: m for m in store.list_memories(instance, include_record=True)}
+    assert memories
+    shared = 0
+    for key, (_, vector) in VECTORS.items():
+        memory = memories.get(key[2])
+        if key[0] != store._chroma_path() or not key[1].startswith(f"memories_{instance}_") or memory is None:
+            continue
+        written = embeddings_module._stored.get(memory.content)
+        assert written is not None and vector is written, memory.content
+        assert not vector.flags.writeable  # shared: no holder may change it in place
+        shared += 1
+    assert shared >= len(memories) // 2, (shared, len(memories))
 
 
 def test_a_turn_that_tells_a_changed_fact_is_consolidated_within_its_one_embeddings_call(
