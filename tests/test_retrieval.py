@@ -35,6 +35,7 @@ from personalab.nodes.rules.retrieval import (
     score_candidates,
     select,
     similarity_tokens,
+    stored_similarity_tokens,
 )
 
 
@@ -247,6 +248,17 @@ def test_near_duplicate_checks_compare_words_not_the_searched_characters() -> No
     assert similarity_tokens(["据点", "据", "点", "fox", "x"]) == {"据点", "fox", "x"}
     kept, dropped = drop_said_recently([first, second], ["据点的第1条传闻：风沙很大"])
     assert [c.id for c in kept] == [2] and dropped[0]["id"] == 1
+
+
+def test_kept_similarity_tokens_share_one_copy_of_each_word() -> None:
+    """Issue 29 (a long process's memory): the similarity tokens kept per stored text hold one copy of a word that
+    many texts have, not one per text."""
+    # built at run time: equal strings that are not one object, as read from the store
+    first = stored_similarity_tokens(" ".join(["".join(["黑", "市"]), "地图", "第1轮"]))
+    second = stored_similarity_tokens(" ".join(["".join(["黑", "市"]), "水塔", "第2轮"]))
+    (shared,) = first & second
+    assert shared == "黑市"
+    assert next(t for t in first if t == "黑市") is next(t for t in second if t == "黑市")
 
 
 def test_cosines_to_many_vectors_match_one_at_a_time() -> None:
