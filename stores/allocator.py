@@ -7,15 +7,27 @@ thread's peak stayed in the process: over back-to-back turns the arenas' free me
 barely did (docs/benchmarks/2026-11-27-rss.md). Two arenas share the freed memory between the threads. glibc fixes
 its arena limit when the first extra arena is made, so this only takes effect when it runs before the process's
 threads allocate; `MALLOC_ARENA_MAX` in the environment (read by glibc itself at start) wins.
+
+An arena also keeps what was freed in the middle of it: glibc returns to the system only the free memory at the top
+of its heap. After 1,000 back-to-back turns the main heap held ~75 MiB of freed memory
+(docs/benchmarks/2026-12-06-session15.md). `MemoryReleaser` asks glibc to return it (`malloc_trim(0)`) every
+`PERSONALAB_RELEASE_MEMORY_EVERY_S` seconds while the process writes memories, on a thread of its own (the call
+leaves the interpreter lock), off every turn's path.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
+import time
+from typing import Any
 
 ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+
+log = logging.getLogger(__name__)
 
 
 def cap_malloc_arenas(arenas: int = ARENAS) -> bool:
@@ -32,3 +44,71 @@ def cap_malloc_arenas(arenas: int = ARENAS) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
+def _glibc_malloc_trim() -> Any | None:
+    """glibc's `malloc_trim`, or None where there is none (not Linux, musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_freed_memory() -> float | None:
+    """Return the memory the process freed to the system (`malloc_trim(0)`: every arena's free pages, not only its
+    top). Returns the milliseconds it took, None where there is no glibc."""
+    trim = _glibc_malloc_trim()
+    if trim is None:
+        return None
+    started = time.perf_counter()
+    trim(0)  # a ctypes call: the interpreter lock is left while glibc works
+    return (time.perf_counter() - started) * 1000
+
+
+class MemoryReleaser:
+    """Releases the freed memory (`release_freed_memory`) at most every `every_s` seconds, and only after memory
+    writes were noted since the last time (`note_writes`: a process at rest is not woken). The thread starts at
+    the first note and is a daemon: it never holds a process open."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._every_s = 0.0
+        self._thread: threading.Thread | None = None
+        self._dirty = False
+        self.released = 0  # times released
+        self.last_ms: float | None = None
+
+    def note_writes(self, every_s: float) -> None:
+        if every_s <= 0 or _glibc_malloc_trim() is None:
+            return
+        with self._lock:
+            self._dirty = True
+            self._every_s = every_s
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="memory-releaser", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                every_s = self._every_s
+            time.sleep(every_s)
+            with self._lock:
+                dirty, self._dirty = self._dirty, False
+            if not dirty:
+                continue
+            try:
+                self.last_ms = release_freed_memory()
+                self.released += 1
+            except Exception as exc:  # noqa: BLE001 - only the process's size depends on it
+                log.debug("freed memory not released: %s", exc)
+
+
+MEMORY_RELEASER = MemoryReleaser()

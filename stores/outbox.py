@@ -48,6 +48,7 @@ from personalab.nodes.rules.errors import InvalidInput, NotFound
 from personalab.nodes.rules.injection import used_memory_ids
 from personalab.nodes.rules.review.pipeline import EventBus, get_review_pipeline
 from personalab.nodes.rules.review.turn import StoredTurn, review_key, review_outcome
+from personalab.stores.allocator import MEMORY_RELEASER
 from personalab.stores.background import run_in_background, writes_visible
 from personalab.stores.db import session_scope, store_unavailable
 from personalab.stores.embeddings import embed_stored_texts, embed_stored_texts_soon
@@ -56,6 +57,7 @@ from personalab.stores.failpoints import failpoint
 from personalab.stores.memory import MemoryStore, mark_mentioned_in, stored_text
 from personalab.stores.outbox_tables import OutboxWrite
 from personalab.stores.review import save_review_effects
+from personalab.stores.settings import settings
 from personalab.stores.tables import utcnow
 from personalab.stores.turns import holder_is_gone, holder_name
 from personalab.stores.vectors import chroma_path, get_collection
@@ -417,6 +419,8 @@ def drain_instance(
             _retry_at(database_url, chroma, instance_id, time.time() + DATABASE_RETRY_S)
             return {"applied": applied, "failed": failed + 1, "waiting": 1}
         if step is None:
+            if applied:  # a turn's writes freed their temporaries: returned to the system now and then
+                MEMORY_RELEASER.note_writes(settings().release_memory_every_s)
             return {"applied": applied, "failed": failed, "waiting": 0}
         applied += step.applied
         failed += step.set_aside

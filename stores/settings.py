@@ -109,6 +109,12 @@ class Settings(BaseSettings):
         "or fused); OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, when set, win. More than one let a spinning worker delay a "
         "turn's query embedding on a small machine.",
     )
+    release_memory_every_s: Number = Field(
+        30.0,
+        ge=0,
+        description="Seconds between two returns of the memory the process freed to the system (glibc's malloc_trim, "
+        "on Linux), while it writes memories; 0: never (glibc then keeps what was freed inside its heap).",
+    )
 
     # --- the chat model (nodes/llm.py) --------------------------------------------------------------------------
     llm: LlmMode = Field(

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, object] = {
     "PERSONALAB_EMBEDDINGS": "offline",
     "PERSONALAB_EMBEDDING_MODEL": "text-embedding-3-small",
     "PERSONALAB_BLAS_THREADS": 1,
+    "PERSONALAB_RELEASE_MEMORY_EVERY_S": 30.0,
     "PERSONALAB_LLM": "auto",
     "PERSONALAB_MODEL": "gpt-4o-mini",
     "PERSONALAB_MODEL_REPLY": None,
@@ -113,6 +114,7 @@ def test_each_purpose_of_the_model_factory_can_have_its_own_model() -> None:
         ("PERSONALAB_TEMPERATURE", "nan", "a number from 0 to 2"),
         ("PERSONALAB_LLM_TIMEOUT", "0", "a number above 0"),
         ("PERSONALAB_MAINTENANCE_EVERY", "0", "a whole number, at least 1"),
+        ("PERSONALAB_RELEASE_MEMORY_EVERY_S", "-1", "a number, at least 0"),
         ("PERSONALAB_LLM_MAX_RETRIES", "2.0", "a whole number, at least 0"),  # whole numbers are written whole
         ("PERSONALAB_REVIEW_MODE", "sometimes", "'rule' or 'llm'"),  # choice
         ("PERSONALAB_LLM", "magic", "one of 'auto', 'scripted', 'openai'"),
