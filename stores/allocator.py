@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from functools import cache
 from typing import Any
 
 ARENAS = 2
@@ -46,6 +47,7 @@ def cap_malloc_arenas(arenas: int = ARENAS) -> bool:
     return bool(mallopt(_M_ARENA_MAX, arenas))
 
 
+@cache  # looked up once: every drain of a turn's writes asks
 def _glibc_malloc_trim() -> Any | None:
     """glibc's `malloc_trim`, or None where there is none (not Linux, musl)."""
     if not sys.platform.startswith("linux"):
