@@ -162,7 +162,7 @@ def test_a_turns_writes_have_the_freed_memory_released_after_the_period(
     from personalab.stores.background import flush_event_writes
 
     instance = create_sample_instance(db_url)
-    for every_s, expected in (("0", 0), ("0.2", 1)):
+    for every_s, expected in (("0", False), ("0.2", True)):
         releaser = allocator.MemoryReleaser()
         monkeypatch.setattr(outbox, "MEMORY_RELEASER", releaser)
         monkeypatch.setenv("PERSONALAB_RELEASE_MEMORY_EVERY_S", every_s)
@@ -170,8 +170,12 @@ def test_a_turns_writes_have_the_freed_memory_released_after_the_period(
             run_turn(graph, context, instance, "我们去黑市换点水吧。")
             flush_event_writes()
         deadline = time.monotonic() + 10
-        while releaser.released < expected and time.monotonic() < deadline:
+        while expected and not releaser.released and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.5)  # more than the period: an idle process is not released again
-        assert releaser.released == expected, every_s
-        assert (releaser.last_ms is not None) == bool(expected)
+        # a drain per batch of the turn's writes: more than one release when they came more than a period apart
+        assert (releaser.released >= 1) == expected, every_s
+        assert (releaser.last_ms is not None) == expected
+        time.sleep(1.0)  # a release still due for the last drain's writes (noted within the period) is made
+        released = releaser.released
+        time.sleep(0.7)  # over three periods with no writes (all flushed): an idle process is not released again
+        assert releaser.released == released
