@@ -34,39 +34,33 @@ log = logging.getLogger(__name__)
 def cap_malloc_arenas(arenas: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas at `arenas` unless `MALLOC_ARENA_MAX` is set; False where there is no glibc
     (macOS, Windows, musl's stub) or the call was refused."""
-    if not sys.platform.startswith("linux") or os.environ.get("MALLOC_ARENA_MAX"):
+    if os.environ.get("MALLOC_ARENA_MAX"):
         return False
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, arenas))
+    mallopt = _glibc_function("mallopt")
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, arenas))
 
 
-@cache  # looked up once: every drain of a turn's writes asks
-def _glibc_malloc_trim() -> Any | None:
-    """glibc's `malloc_trim`, or None where there is none (not Linux, musl)."""
+@cache  # looked up once: every drain of a turn's writes asks for malloc_trim
+def _glibc_function(name: str) -> Any | None:
+    """glibc's `mallopt(int, int)` or `malloc_trim(size_t)` as a ctypes function returning int, or None where there is
+    none (not Linux; musl has no `malloc_trim`)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        function = ctypes.CDLL(None)[name]
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = {"mallopt": [ctypes.c_int, ctypes.c_int], "malloc_trim": [ctypes.c_size_t]}[name]
+    function.restype = ctypes.c_int
+    return function
 
 
 def release_freed_memory() -> float | None:
     """Return the memory the process freed to the system (`malloc_trim(0)`: every arena's free pages, not only its
     top). Returns the milliseconds it took, None where there is no glibc."""
-    trim = _glibc_malloc_trim()
+    trim = _glibc_function("malloc_trim")
     if trim is None:
         return None
     started = time.perf_counter()
@@ -88,7 +82,7 @@ class MemoryReleaser:
         self.last_ms: float | None = None
 
     def note_writes(self, every_s: float) -> None:
-        if every_s <= 0 or _glibc_malloc_trim() is None:
+        if every_s <= 0 or _glibc_function("malloc_trim") is None:
             return
         with self._lock:
             self._dirty = True
