@@ -52,7 +52,8 @@ def _glibc_function(name: str) -> Any | None:
         function = ctypes.CDLL(None)[name]
     except (OSError, AttributeError):
         return None
-    function.argtypes = {"mallopt": [ctypes.c_int, ctypes.c_int], "malloc_trim": [ctypes.c_size_t]}[name]
+    arguments: dict[str, list[Any]] = {"mallopt": [ctypes.c_int, ctypes.c_int], "malloc_trim": [ctypes.c_size_t]}
+    function.argtypes = arguments[name]
     function.restype = ctypes.c_int
     return function
 
