@@ -193,6 +193,6 @@ def test_keywords_rank_by_jiebas_idf_without_loading_its_tfidf_module() -> None:
     assert all(table.get(word, -1.0) == idf for word, idf in jiebas.idf_freq.items())
     assert table.get("没有这个词的词表", 7.5) == 7.5
     # a word listed twice keeps its last value (jieba's dict), blank lines are skipped, an empty table is empty
-    small = IdfTable("雷娜 1.5\n\n黑市 2.0\n雷娜 3.0\n")
+    small = IdfTable.parse("雷娜 1.5\n\n黑市 2.0\n雷娜 3.0\n")
     assert (small.size, small.get("雷娜", 0.0), small.get("黑市", 0.0), small.median) == (2, 3.0, 2.0, 3.0)
-    assert IdfTable("").size == 0 and IdfTable("").get("雷娜", 1.0) == 1.0
+    assert IdfTable.parse("").size == 0 and IdfTable.parse("").get("雷娜", 1.0) == 1.0

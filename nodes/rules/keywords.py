@@ -18,13 +18,19 @@ matches Chinese keywords as substrings and other keywords as whole (stemmed) wor
 
 from __future__ import annotations
 
+import hashlib
 import pkgutil
 import re
+import struct
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_RUN = re.compile(f"[{_HAN}]+")
@@ -101,6 +107,29 @@ def _latin_words(run: str) -> Iterable[str]:
             yield stem(word)
 
 
+class DictionaryKeeper(Protocol):
+    """Where jieba's dictionaries are kept between processes in a form that loads fast (issue 29: a one-shot turn
+    spent 0.65 s in jieba's `marshal.load` of its 498,113 words and prefixes, and 0.3 s parsing the IDF table).
+    `stores.kept_dictionaries` keeps them in the data directory; without a keeper jieba loads its own."""
+
+    def prefix_dictionary(self, jieba: ModuleType) -> None:
+        """Give `jieba.dt` its prefix dictionary (`FREQ`, `total`, `initialized`) before its first segmentation,
+        or let it load its own (`jieba.dt.initialize()`); called with `jieba.dt.lock` held."""
+
+    def idf_table(self, build: Callable[[], IdfTable]) -> IdfTable:
+        """The IDF table: the kept one, or `build()`'s (and keep it)."""
+
+
+_keeper: DictionaryKeeper | None = None
+
+
+def keep_dictionaries_with(keeper: DictionaryKeeper | None) -> None:
+    """Load jieba's dictionaries through `keeper` from now on (None: jieba's own loading). Takes effect for
+    the first segmentation and the first keyword extraction of the process."""
+    global _keeper
+    _keeper = keeper
+
+
 @lru_cache(maxsize=1)
 def _jieba() -> ModuleType:
     """jieba, imported by the first text with Han characters, not by importing this module: a command that only
@@ -108,7 +137,52 @@ def _jieba() -> ModuleType:
     import jieba
 
     jieba.setLogLevel(60)  # jieba prints its dictionary loading on stderr; the CLI must stay one-line on errors
+    keeper = _keeper
+    if keeper is not None:
+        with jieba.dt.lock:  # jieba's own loading takes this lock: a segmentation elsewhere waits for this one
+            # only jieba's default dictionary, and only before it is loaded (never replace a loaded one)
+            if not jieba.dt.initialized and jieba.dt.dictionary is None:
+                keeper.prefix_dictionary(jieba)
     return jieba
+
+
+def prefix_dictionary_bytes(freq: dict[str, int], total: int) -> bytes:
+    """jieba's prefix dictionary (word or prefix → frequency, 0 for a prefix) and its total as bytes that
+    `prefix_dictionary_from_bytes` reads back: the words joined by newlines (no word holds one: jieba's
+    dictionary is one word per line) and the frequencies as one int64 array, under a header with a checksum."""
+    import array
+    import zlib
+
+    words = "\n".join(freq).encode("utf-8")
+    counts = array.array("q", freq.values()).tobytes()
+    payload = words + counts
+    header = _PREFIX_HEADER.pack(_PREFIX_MAGIC, total, len(freq), len(words), zlib.crc32(payload))
+    return header + payload
+
+
+def prefix_dictionary_from_bytes(data: bytes) -> tuple[dict[str, int], int]:
+    """The prefix dictionary and total that `prefix_dictionary_bytes` wrote; ValueError for anything else."""
+    import array
+    import zlib
+
+    size = _PREFIX_HEADER.size
+    if len(data) < size:
+        raise ValueError("not a kept prefix dictionary (too short)")
+    magic, total, count, words_length, checksum = _PREFIX_HEADER.unpack_from(data)
+    payload = memoryview(data)[size:]
+    if magic != _PREFIX_MAGIC or len(payload) != words_length + 8 * count or zlib.crc32(payload) != checksum:
+        raise ValueError("not a kept prefix dictionary (header, length or checksum)")
+    counts = array.array("q")
+    counts.frombytes(payload[words_length:])
+    words = str(payload[:words_length], "utf-8").split("\n") if count else []
+    freq = dict(zip(words, counts, strict=True))
+    if len(freq) != count:
+        raise ValueError("not a kept prefix dictionary (a word listed twice)")
+    return freq, total
+
+
+_PREFIX_MAGIC = b"PLjieba1"
+_PREFIX_HEADER = struct.Struct("<8sqqqI")
 
 
 def _han_words(run: str, search: bool) -> Iterable[str]:
@@ -208,6 +282,12 @@ def text_similarity(a: str, b: str) -> float:
 _IDF_LINE = re.compile(r"^[ \t]*(\S+) (\S+)[ \t\r]*$", re.MULTILINE)  # jieba's "word idf" lines
 
 
+def word_hash(word: str) -> int:
+    """A 64-bit hash of `word` that is the same in every process (Python's `hash` of a str is salted per
+    process), so that a table of hashes can be kept on disk."""
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
 class IdfTable:
     """jieba's IDF table (`jieba/analyse/idf.txt`, 270,000 words), held compactly: the words' hashes sorted in one
     array and their IDFs in another (4 MiB), looked up by bisection. Importing `jieba.analyse` for it cost a process
@@ -215,14 +295,25 @@ class IdfTable:
     `jieba.posseg`, whose part-of-speech tables (~53 MiB) nothing here uses (issue 26: that load landed in `bench
     retrieval`'s growth on the first insert). Same values as jieba's dict: a word listed twice keeps its last IDF,
     and the median is jieba's (`sorted(values)[n // 2]`). Two words sharing a 64-bit hash (odds ~1e-9 for the table)
-    would share an IDF."""
+    would share an IDF. The hashes are `word_hash`'s, the same in every process: `to_bytes` / `from_bytes` keep the
+    parsed table (parsing the text costs a new process ~0.4 s; reading the bytes back, milliseconds)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, hashes: np.ndarray, values: np.ndarray) -> None:
+        """From sorted unique hashes and their IDFs (`parse` and `from_bytes` make them)."""
         import numpy as np  # here, not at the module's import: listing commands import this module (issue 29)
+
+        self._hashes, self._values = hashes, values
+        self.median = float(np.sort(values)[len(values) // 2]) if len(values) else 0.0
+        self.size = len(hashes)
+
+    @classmethod
+    def parse(cls, text: str) -> IdfTable:
+        """The table of jieba's `word idf` lines."""
+        import numpy as np
 
         # line by line (a regex over the text: no list of 270,000 lines, no copy of the text)
         rows = np.fromiter(
-            ((hash(m[1]), float(m[2])) for m in _IDF_LINE.finditer(text)),
+            ((word_hash(m[1]), float(m[2])) for m in _IDF_LINE.finditer(text)),
             dtype=[("hash", np.int64), ("idf", np.float64)],
         )
         hashes, values = rows["hash"], rows["idf"]
@@ -230,22 +321,56 @@ class IdfTable:
         hashes, values = hashes[order], values[order]
         # keep each word's last IDF, as jieba's dict does
         last = np.append(hashes[1:] != hashes[:-1], True)[: len(hashes)]
-        self._hashes, self._values = hashes[last], values[last]
-        self.median = float(np.sort(self._values)[len(self._values) // 2]) if len(self._values) else 0.0
-        self.size = len(self._hashes)
+        return cls(np.ascontiguousarray(hashes[last]), np.ascontiguousarray(values[last]))
+
+    def to_bytes(self) -> bytes:
+        """The table as bytes for `from_bytes`: a header, the hashes (int64) and the IDFs (float64)."""
+        import zlib
+
+        payload = self._hashes.astype("<i8").tobytes() + self._values.astype("<f8").tobytes()
+        return _IDF_HEADER.pack(_IDF_MAGIC, self.size, zlib.crc32(payload)) + payload
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> IdfTable:
+        """The table `to_bytes` wrote; ValueError for anything else."""
+        import zlib
+
+        import numpy as np
+
+        size = _IDF_HEADER.size
+        if len(data) < size:
+            raise ValueError("not a kept IDF table (too short)")
+        magic, count, checksum = _IDF_HEADER.unpack_from(data)
+        payload = memoryview(data)[size:]
+        if magic != _IDF_MAGIC or len(payload) != 16 * count or zlib.crc32(payload) != checksum:
+            raise ValueError("not a kept IDF table (header, length or checksum)")
+        hashes = np.frombuffer(payload, dtype="<i8", count=count)
+        values = np.frombuffer(payload, dtype="<f8", count=count, offset=8 * count)
+        if count and not bool(np.all(hashes[1:] > hashes[:-1])):
+            raise ValueError("not a kept IDF table (hashes not sorted)")
+        return cls(hashes, values)
 
     def get(self, word: str, default: float) -> float:
         """The IDF of `word`, `default` for a word not in the table."""
-        key = hash(word)
+        key = word_hash(word)
         at = int(self._hashes.searchsorted(key))
         return float(self._values[at]) if at < self.size and self._hashes[at] == key else default
 
 
-@lru_cache(maxsize=1)
-def _idf() -> tuple[IdfTable, float]:
+_IDF_MAGIC = b"PLidf001"
+_IDF_HEADER = struct.Struct("<8sqI")
+
+
+def _parse_jiebas_idf() -> IdfTable:
     # jieba's own data file, read as jieba reads its dictionary (package data); not through `jieba.analyse`
     data = pkgutil.get_data(_jieba().__name__, "analyse/idf.txt")
-    table = IdfTable((data or b"").decode("utf-8"))
+    return IdfTable.parse((data or b"").decode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _idf() -> tuple[IdfTable, float]:
+    keeper = _keeper
+    table = keeper.idf_table(_parse_jiebas_idf) if keeper is not None else _parse_jiebas_idf()
     return table, table.median
 
 
