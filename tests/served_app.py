@@ -38,8 +38,10 @@ def serve_process(root: Path, *options: str, **settings: str) -> Iterator[tuple[
             pytest.fail(f"personalab serve printed no URL: {(root / 'server.log').read_text()}")
         yield first, process.pid
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
         try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+        except ProcessLookupError:  # the test killed it already
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)

@@ -9,10 +9,9 @@ import sys
 from typing import Any
 
 from personalab.graph.api.dialogue import DEFAULT_PAGE, Dialogue
-from personalab.graph.api.support import flush_writes
 from personalab.graph.cli.args import COUNT, ID, INTEGER, lab
 from personalab.graph.cli.output import echo, json_text
-from personalab.graph.cli.turn import play_turn
+from personalab.graph.cli.turn import TurnPlayer, in_process_argument
 from personalab.nodes.rules.errors import InvalidInput, PersonaLabError
 
 
@@ -140,22 +139,14 @@ def _cmd_swipe(args: argparse.Namespace) -> int:
 
 def _cmd_regen(args: argparse.Namespace) -> int:
     target = _dialogue().regenerate_target(args.instance, args.line)
-    from personalab.graph.runner import turn_graph
-
-    with turn_graph() as (graph, ctx):
-        code = play_turn(graph, ctx, args.instance, "", as_json=args.json, reply_to=target)
-    flush_writes()
-    return code
+    with TurnPlayer(in_process=args.in_process) as player:
+        return player.play(args.instance, "", as_json=args.json, reply_to=target)
 
 
 def _cmd_edit(args: argparse.Namespace) -> int:
     parent = _dialogue().edit_target(args.instance, args.line)
-    from personalab.graph.runner import turn_graph
-
-    with turn_graph() as (graph, ctx):
-        code = play_turn(graph, ctx, args.instance, args.text, as_json=args.json, branch_from=parent)
-    flush_writes()
-    return code
+    with TurnPlayer(in_process=args.in_process) as player:
+        return player.play(args.instance, args.text, as_json=args.json, branch_from=parent)
 
 
 # --- chat ----------------------------------------------------------------------------------------------------------
@@ -171,7 +162,7 @@ CHAT_HELP = """commands (anything else is said to the character; start with // t
   /quit              end the chat (an empty line too)"""
 
 
-def _chat_command(graph: Any, ctx: Any, instance_id: int, text: str, user_name: str | None) -> None:
+def _chat_command(player: TurnPlayer, instance_id: int, text: str, user_name: str | None) -> None:
     """Run one chat command (`/…`)."""
     name, _, rest = text.partition(" ")
     rest = rest.strip()
@@ -179,7 +170,7 @@ def _chat_command(graph: Any, ctx: Any, instance_id: int, text: str, user_name: 
         echo(CHAT_HELP)
     elif name == "/regen":
         target = _dialogue().regenerate_target(instance_id)
-        play_turn(graph, ctx, instance_id, "", as_json=False, reply_to=target)
+        player.play(instance_id, "", as_json=False, reply_to=target)
     elif name == "/swipe" and not rest:
         for number, line in enumerate(last_reply_siblings(instance_id)["siblings"], start=1):
             echo(f"{'*' if line['on_branch'] else ' '}{number}. {line_text(line)}")
@@ -191,7 +182,7 @@ def _chat_command(graph: Any, ctx: Any, instance_id: int, text: str, user_name: 
             raise InvalidInput("/edit TEXT: the new text of your last line")
         target = _dialogue().regenerate_target(instance_id)
         parent = _dialogue().edit_target(instance_id, target)
-        play_turn(graph, ctx, instance_id, rest, as_json=False, branch_from=parent, user_name=user_name)
+        player.play(instance_id, rest, as_json=False, branch_from=parent, user_name=user_name)
     elif name == "/rewind":
         branch = _dialogue().rewind(instance_id, _number(rest, "/rewind LINE"))
         _show_branch(branch, "rewound")
@@ -216,9 +207,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         import readline  # noqa: F401 - line editing and history for input() where the platform has it
     except ImportError:  # pragma: no cover - Windows
         pass
-    from personalab.graph.runner import turn_graph
-
-    with turn_graph() as (graph, ctx):
+    with TurnPlayer(in_process=args.in_process) as player:
         _dialogue().history(args.instance, limit=1)  # an unknown instance: exit 2
         # issue 28: the prompt in the instance's language (an older instance, no language: Chinese, as it was)
         prompt = "you> " if lab().instances.get(args.instance).language == "en" else "你> "
@@ -234,18 +223,18 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 break
             try:
                 if text.startswith("/") and not text.startswith("//"):
-                    _chat_command(graph, ctx, args.instance, text, args.user_name)
+                    _chat_command(player, args.instance, text, args.user_name)
                 else:
-                    play_turn(
-                        graph, ctx, args.instance, message.removeprefix("/"), as_json=False, user_name=args.user_name
-                    )
+                    player.play(args.instance, message.removeprefix("/"), as_json=False, user_name=args.user_name)
             except KeyboardInterrupt:
+                if player.handing:  # the server plays the turn to its end (its lock is its own to release)
+                    echo("\n(interrupted: the server still finishes this turn; /history shows it)", file=sys.stderr)
+                    continue
                 # Ctrl-C during a reply: the turn stops, stores no reply, and the instance is free at once
                 _dialogue().release_lock(args.instance)
                 echo("\n(interrupted: no reply stored; your line is kept)", file=sys.stderr)
             except PersonaLabError as exc:
                 echo(f"personalab: error: {exc}", file=sys.stderr)
-    flush_writes()
     return 0
 
 
@@ -268,6 +257,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--instance", type=ID, required=True)
     regen.add_argument("--line", type=ID, help="answer this user line again instead")
     regen.add_argument("--json", action="store_true")
+    in_process_argument(regen)
     regen.set_defaults(handler=_cmd_regen)
 
     swipe = sub.add_parser("swipe", help="make another reply (or edit) current: --index N of the last reply, or --line")
@@ -282,6 +272,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     edit.add_argument("--line", type=ID, required=True)
     edit.add_argument("text")
     edit.add_argument("--json", action="store_true")
+    in_process_argument(edit)
     edit.set_defaults(handler=_cmd_edit)
 
     rewind = sub.add_parser("rewind", help="move the instance back to a line of its current branch")
@@ -293,4 +284,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     chat = sub.add_parser("chat", help="interactive chat with an instance (/help inside lists its commands)")
     chat.add_argument("--instance", type=ID, required=True)
     chat.add_argument("--user-name")
+    in_process_argument(chat)
     chat.set_defaults(handler=_cmd_chat)

@@ -8,8 +8,10 @@ beside it, on the embedded defaults (SQLite in the data folder, the offline scri
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
+from personalab.graph.api import handoff
 from personalab.graph.cli.output import echo
 from personalab.nodes.rules.errors import InvalidInput
 
@@ -43,12 +45,34 @@ def serve(args: argparse.Namespace) -> int:
     sock.listen(2048)  # a browser opened at once waits in the queue instead of being refused
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
+    # `personalab turn` of this data folder hands its turns to this server while it runs (graph/api/handoff.py);
+    # recorded before the URL is printed: whoever waits for that line can hand a turn over at once
+    record = handoff.serving(f"http://{_local_address(args.host)}:{port}", warm=args.workers == 1)
+    # uvicorn shuts down on SIGTERM, then raises the signal again under the handler it found: with Python's
+    # default that ends the process before the `finally` below removes the record; this one ends it through it
+    signal.signal(signal.SIGTERM, _exit_on_terminate)
     echo(f"PersonaLab is at http://{shown}:{port}/app  (Ctrl-C stops it)")
     sys.stdout.flush()
     app = "personalab.graph.http.app:app"
-    if args.workers > 1:
-        sock.close()  # uvicorn's process supervisor binds the port itself for its workers
-        uvicorn.run(app, host=args.host, port=port, workers=args.workers, log_level="warning")
+    try:
+        if args.workers > 1:
+            sock.close()  # uvicorn's process supervisor binds the port itself for its workers
+            uvicorn.run(app, host=args.host, port=port, workers=args.workers, log_level="warning")
+            return 0
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning")).run(sockets=[sock])
         return 0
-    uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning")).run(sockets=[sock])
-    return 0
+    finally:
+        handoff.stopped_serving(record)
+
+
+def _exit_on_terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _local_address(host: str) -> str:
+    """Where a command on this machine reaches a server listening on `host` (any address: the loopback)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

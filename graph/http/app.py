@@ -14,6 +14,7 @@ from personalab.graph.http.admin import router as admin_router
 from personalab.graph.http.broker import BrokerGuard, install_broker_errors
 from personalab.graph.http.errors import install_error_handlers
 from personalab.graph.http.guards import DevRoutesGuard
+from personalab.graph.http.handoff import router as handoff_router
 from personalab.graph.http.library import router as library_router
 from personalab.graph.http.memory import router as memory_router
 from personalab.graph.http.personas import router as personas_router
@@ -48,6 +49,7 @@ app.include_router(story_router)
 app.include_router(memory_router)
 app.include_router(admin_router)
 app.include_router(statistics_router)
+app.include_router(handoff_router)  # `personalab turn` handing its turn to `personalab serve` (issue 29)
 # the web app's pages under /app (graph/web): the app (issue 24), the memory console and its statistics (issue 25);
 # last, the page for any other /app/… path
 app.include_router(web_router)
