@@ -173,18 +173,19 @@ class TurnPlayer:
         graph, ctx = self._engine
         return play_turn(graph, ctx, instance_id, message, as_json=as_json, **extra)
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
         opened = self._engine is not None
         self._stack.close()
         self._engine = None
-        if opened:
+        if opened and flush:
             flush_writes()  # this process's memory writes applied before it exits
 
     def __enter__(self) -> TurnPlayer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        # after an error the command reports that error (as before the player: no flush that could hide it)
+        self.close(flush=kind is None)
 
 
 def _cmd_turn(args: argparse.Namespace) -> int:
