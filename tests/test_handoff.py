@@ -214,3 +214,22 @@ def test_chat_hands_each_line_to_the_server(served: tuple[Path, str, int]) -> No
     assert chat.stdout.count("— scripted (offline, PERSONALAB_LLM=scripted)") == 2
     assert "turn failed" not in chat.stderr
     assert _history_users(root) == ["你好，雷娜"]
+
+
+def test_a_record_whose_server_does_not_answer_leaves_the_turn_to_the_command(tmp_path: Path) -> None:
+    """A record naming a live process (its id reused, or a server still starting) at a port nobody listens on: the
+    turn was never sent, so the command plays it itself, once."""
+    import socket
+
+    (tmp_path / "data").mkdir()
+    assert _command(tmp_path, "instance", "create", "--sample").returncode == 0
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"sqlite:///{(tmp_path / 'data' / 'personalab.db').resolve()}"
+    record = {"url": f"http://127.0.0.1:{port}", "pid": os.getpid(), "token": "0" * 64}
+    record["database"] = local_server.database_key(url)
+    (tmp_path / "data" / local_server.RECORD).write_text(json.dumps(record))
+    turn = _turn_json(tmp_path, "--instance", "1", "你好")
+    assert (turn["ran_in"], turn["turn"]) == ("process", 1)
+    assert _history_users(tmp_path) == ["你好"]
