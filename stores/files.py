@@ -95,14 +95,19 @@ def _umask() -> int:
 
 
 def write_file(
-    path: str | os.PathLike[str], data: bytes, *, overwrite: bool = False, follow_symlinks: bool = False
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    overwrite: bool = False,
+    follow_symlinks: bool = False,
+    mode: int | None = None,
 ) -> Path:
     """Write `data` as the regular file `path` in one step (see the module doc) and return the path written.
 
     `InvalidInput` naming the path when it is a device, a directory, a FIFO, a socket, a symlink (unless
     `follow_symlinks`: then its target, which must be a regular file or missing), an existing file without
     `overwrite`, or when the folder cannot be written. A replaced file keeps its permissions; a new one gets
-    the umask's, as `open` would give it."""
+    the umask's, as `open` would give it; `mode` sets them instead (0o600: a file only its user may read)."""
     name = os.fspath(path)
     target = Path(name)
     try:
@@ -126,7 +131,8 @@ def write_file(
             raise InvalidInput(f"cannot write {name}: it is {_kind(info.st_mode)}, not a regular file")
         if not overwrite:
             raise InvalidInput(f"cannot write {name}: it exists (not replaced without overwrite)")
-    mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
+    if mode is None:
+        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
     folder = target.parent
     try:
         fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)

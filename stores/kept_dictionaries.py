@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import (
     IdfTable,
     keep_dictionaries_with,
@@ -53,17 +54,16 @@ def _read(path: Path | None) -> bytes | None:
 
 
 def _keep(path: Path | None, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all (a temporary file renamed: processes may race to write it)."""
+    """Write `data` to `path` whole or not at all (`stores.files.write_file`: processes may race to write it)."""
     if path is None:
         return
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    from personalab.stores.files import write_file  # here: its checks import pydantic, every stores import this module
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as exc:
+        write_file(path, data, overwrite=True)
+    except (OSError, InvalidInput) as exc:
         log.warning("kept dictionary %s not written: %s", path, exc)
-        temporary.unlink(missing_ok=True)
 
 
 class DataDirectoryKeeper:

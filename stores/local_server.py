@@ -83,14 +83,10 @@ def running_server() -> LocalServer | None:
 def keep_record(url: str) -> LocalServer:
     """Write this server's record (a new token each start), readable by this user only; returns it."""
     from personalab.stores.config import data_dir, database_url
+    from personalab.stores.files import write_file
 
     record = LocalServer(url=url, pid=os.getpid(), token=secrets.token_hex(32), database=database_key(database_url()))
-    path = data_dir() / RECORD
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump(asdict(record), file)
-    os.replace(temporary, path)
+    write_file(data_dir() / RECORD, json.dumps(asdict(record)).encode("utf-8"), overwrite=True, mode=0o600)
     return record
 
 

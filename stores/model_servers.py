@@ -10,11 +10,11 @@ missing, unreadable or foreign file is read as knowing nothing, since it only ev
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from personalab.nodes.rules.errors import StoreUnavailable
 from personalab.stores.config import data_dir
+from personalab.stores.files import write_file
 from pydantic import BaseModel, Field, ValidationError
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,6 @@ def write_kept_servers(state: KeptServers, path: Path | None = None) -> None:
     try:
         path = path or kept_servers_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(state.model_dump_json(), encoding="utf-8")
-        partial.replace(path)
+        write_file(path, state.model_dump_json().encode("utf-8"), overwrite=True)
     except Exception as exc:  # noqa: BLE001 - a read-only data dir must not fail a turn
         log.warning("the model-server state could not be kept: %s", exc)

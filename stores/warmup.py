@@ -79,13 +79,14 @@ def _use_tokenizer(model: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - a bad cache is parsed again
         log.warning("model tokenizer cache %s not used: %s", path, exc)
     tokenizer = model._tokenizer  # parses the model
+    from personalab.nodes.rules.errors import InvalidInput
+    from personalab.stores.files import write_file
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_bytes(pickle.dumps(tokenizer, protocol=pickle.HIGHEST_PROTOCOL))
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except OSError as exc:
+        data = pickle.dumps(tokenizer, protocol=pickle.HIGHEST_PROTOCOL)
+        write_file(path, data, overwrite=True, mode=0o600)  # whole or not at all, this user's only
+    except (OSError, InvalidInput) as exc:
         log.warning("model tokenizer cache %s not written: %s", path, exc)
 
 

@@ -118,6 +118,16 @@ def test_write_file_refuses_what_it_is_not_asked_to_replace(tmp_path: Path) -> N
     assert new.read_bytes() == b"{}" and stat.S_ISREG(new.stat().st_mode)
 
 
+def test_a_private_file_is_written_for_its_user_only_new_or_replacing(tmp_path: Path) -> None:
+    """`mode` (a server's local token, a pickle the process will load) wins over the umask and the old file's mode."""
+    new = write_file(tmp_path / "token.json", b"{}", mode=0o600)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o600
+    shared = tmp_path / "shared.json"
+    shared.write_text("old", encoding="utf-8")
+    shared.chmod(0o644)
+    assert stat.S_IMODE(write_file(shared, b"{}", overwrite=True, mode=0o600).stat().st_mode) == 0o600
+
+
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
