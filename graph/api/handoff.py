@@ -98,9 +98,9 @@ def turn_on_server(server: LocalServer, instance_id: int, message: str, **extra:
 
 def raise_handed_error(error: dict[str, Any]) -> None:
     """Raise the error the server's turn raised: the same PersonaLab error class and message."""
-    kind = getattr(errors, str(error.get("kind")), None)
+    kind = errors.error_class(error.get("kind"))
     message = str(error.get("message", ""))
-    if isinstance(kind, type) and issubclass(kind, PersonaLabError):
+    if kind is not None:
         raise kind(message)
     raise ServerStopped(f"the server's turn failed: {message}")
 

@@ -84,8 +84,7 @@ async def _run_on_thread(instance_id: int, run_input: dict[str, Any], owner: str
     result = await client.runs.wait(thread_id, "personalab", input={"instance_id": instance_id, **run_input})
     if isinstance(result, dict) and "__error__" in result:
         error = result["__error__"] or {}
-        kind = getattr(errors, str(error.get("error")), None)  # the run's error, by its class name
-        kind = kind if isinstance(kind, type) and issubclass(kind, PersonaLabError) else PersonaLabError
+        kind = errors.error_class(error.get("error")) or PersonaLabError  # the run's error, by its class name
         raise kind(str(error.get("message") or error.get("error") or "the run failed"))
     if not isinstance(result, dict):
         raise PersonaLabError(f"the run on instance {instance_id} returned no state")

@@ -49,3 +49,10 @@ class NotAllowed(PersonaLabError, PermissionError):
 class StoreUnavailable(PersonaLabError):
     """The database cannot be opened or written (a read-only file or folder, an unreachable server): not the
     input's fault, but not a bug either; the message names the database and what the system said."""
+
+
+def error_class(name: object) -> type[PersonaLabError] | None:
+    """The PersonaLab error class called `name` (an error that crossed a process by its class name: a served run's,
+    a turn handed to the server), None for any other name."""
+    kind = globals().get(str(name))
+    return kind if isinstance(kind, type) and issubclass(kind, PersonaLabError) else None
