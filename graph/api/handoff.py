@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -121,14 +120,11 @@ def handed_turn_events(body: Any) -> Iterator[dict[str, Any]]:
 
 
 def _played(turn: Any) -> Iterator[dict[str, Any]]:
-    import queue
-
     from personalab.graph.api.support import store_unavailable
+    from personalab.graph.api.worker_events import WorkerEvents
     from personalab.graph.runner import run_turn, turn_graph
 
-    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-
-    def play() -> None:
+    def play(put: Callable[[dict[str, Any]], None]) -> None:
         extra = turn.model_dump(exclude={"instance_id", "message", "run_id"})
         try:
             with turn_graph() as (graph, ctx):
@@ -137,23 +133,19 @@ def _played(turn: Any) -> Iterator[dict[str, Any]]:
                     ctx,
                     turn.instance_id,
                     turn.message,
-                    on_token=lambda text: events.put({"token": text}),
+                    on_token=lambda text: put({"token": text}),
                     run_id=turn.run_id,
                     **extra,
                 )
-            events.put({"state": json.loads(json.dumps(state, default=str))})
+            put({"state": json.loads(json.dumps(state, default=str))})
         except PersonaLabError as exc:
-            events.put({"error": {"kind": type(exc).__name__, "message": str(exc)}})
+            put({"error": {"kind": type(exc).__name__, "message": str(exc)}})
         except Exception as exc:  # noqa: BLE001 - the command says what failed; the server's log has the rest
             unavailable = store_unavailable(exc)
             if unavailable is not None:
-                events.put({"error": {"kind": type(unavailable).__name__, "message": str(unavailable)}})
+                put({"error": {"kind": type(unavailable).__name__, "message": str(unavailable)}})
             else:
                 log.exception("handed turn failed")
-                events.put({"error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}})
-        finally:
-            events.put(None)
+                put({"error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}})
 
-    threading.Thread(target=play, name="personalab-handed-turn", daemon=True).start()
-    while (event := events.get()) is not None:
-        yield event
+    yield from WorkerEvents(play, "personalab-handed-turn")

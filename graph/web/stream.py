@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from personalab.graph.api.worker_events import END, WorkerEvents
 from personalab.nodes.rules.errors import PersonaLabError
 from starlette.concurrency import run_in_threadpool
 
@@ -74,44 +73,35 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-_END = object()
-
-
 async def stream_turn(
     work: Callable[[Callable[[str], None]], dict[str, Any]], describe_error: Callable[[BaseException], str]
 ) -> AsyncIterator[str]:
     """Run `work(on_token)` in a thread and yield its events; `describe_error` turns an exception into the one
     message the page shows."""
-    events: queue.Queue[Any] = queue.Queue()
     splitter = EmotionSplitter()
 
-    def on_token(text: str) -> None:
-        for kind, value in splitter.feed(text):
-            events.put((kind, value))
+    def run(put: Callable[[tuple[str, Any]], None]) -> None:
+        def on_token(text: str) -> None:
+            for kind, value in splitter.feed(text):
+                put((kind, value))
 
-    def run() -> None:
         try:
             state = work(on_token)
             for kind, value in splitter.flush():
-                events.put((kind, value))
+                put((kind, value))
             if state.get("error"):
-                events.put(("error", {"message": str(state["error"]), "stored": True}))
+                put(("error", {"message": str(state["error"]), "stored": True}))
             else:
                 recap = [str(line) for line in state.get("session_recap") or []]
-                events.put(("done", {"turn": state.get("turn"), "model": state.get("model"), "recap": recap}))
+                put(("done", {"turn": state.get("turn"), "model": state.get("model"), "recap": recap}))
         except BaseException as exc:  # noqa: BLE001 - every failure becomes the page's one message
             if not _expected(exc):
                 log.exception("web turn failed")
-            events.put(("error", {"message": describe_error(exc), "kind": type(exc).__name__}))
-        finally:
-            events.put(_END)
+            put(("error", {"message": describe_error(exc), "kind": type(exc).__name__}))
 
-    threading.Thread(target=run, name="personalab-web-turn", daemon=True).start()
+    events = WorkerEvents(run, "personalab-web-turn")
     yield ": turn started\n\n"  # the response starts at once: the page knows the turn is under way
-    while True:
-        item = await run_in_threadpool(events.get)
-        if item is _END:
-            return
+    while (item := await run_in_threadpool(events.next)) is not END:
         kind, value = item
         yield sse(kind, value if isinstance(value, dict) else {"text": value})
 
