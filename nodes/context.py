@@ -67,6 +67,8 @@ class Context:
     review_mode: Annotated[ReviewMode, describe("review_mode")] = _setting("review_mode")
     # issue 30: a slow local model's rewrite is done by rules when it cannot fit its share of the deadline
     query_rewrite: Annotated[RewriteMode, describe("query_rewrite")] = _setting("query_rewrite")
+    # issue 30: a reply that only repeats the input is asked once more (nodes/rules/echo.py)
+    echo_retry: Annotated[bool, describe("echo_retry")] = _setting("echo_retry")
     # issue 30: the evaluation's conditions (full memory / recent window only / whole history), one run at a time
     memory_mode: Annotated[MemoryMode, describe("memory_mode")] = _setting("memory_mode")
 

@@ -45,10 +45,12 @@ from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.curation import SCENE_LINES
 from personalab.nodes.rules.deadline import FIT_SHARE, prompt_tokens_over, reply_deadline
 from personalab.nodes.rules.director import director_blocks
+from personalab.nodes.rules.echo import EchoGuard
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.review.relations import scene_relations
 from personalab.nodes.rules.types import PromptMessage
+from personalab.nodes.scripted_llm import ScriptedChatModel
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.failpoints import failpoint
 from personalab.stores.tokenizer import text_tokens_of
@@ -304,27 +306,33 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if fitted:
         sent = prompt_messages(prompt)
     label = model_label(model)
-    shown = MarkerFreeStream(inner=model)  # what the stream's readers get: the reply without its markers
-    parts: list[str] = []
-    finish: str | None = None
-    late = False
+    # issue 30: a reply that only repeats the input is held back and asked once more (nodes/rules/echo.py)
+    guard = echo_guard(state, ctx, model, until)
+    shown = MarkerFreeStream(inner=model, echo=guard)  # what the stream's readers get: the reply without its markers
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
     failpoint("before_model")
     model_started = time.time()
     # the server's speed and cache reuse (issue 30); the engine's estimate when the server reports no usage
     timing = Timing(sent=model_started, prompt_tokens=estimate[0], evaluated=estimate[1])
-    reader = _StreamReader(shown.stream(prompt.messages))
+    echo_debug: dict[str, Any] | None = None
     try:
-        for chunk in reader.chunks(until):
-            timing.see(chunk)
-            parts.append(chunk.content if isinstance(chunk.content, str) else str(chunk.content))
-            if len(parts) == 1:
-                failpoint("mid_stream")
-            finish = chunk.response_metadata.get("finish_reason") or finish
-            if finish is None and time.time() > until:
-                late = True  # the deadline passed mid-reply: stop reading, the stream is closed below
-                break
-        late = late or reader.late  # or it passed while no chunk came (a long prompt evaluation)
+        finish, late = _stream_reply(shown, prompt.messages, until, timing)
+        if guard is not None and guard.echoed:
+            echo_debug = {
+                "first_reply": "".join(shown.raw)[:200],
+                "status": "kept: the time left could not hold a second reply",
+            }
+        if guard is not None and guard.echoed and not guard.kept and not late:
+            # the first answer is dropped unseen; the note follows the input, so the server's cache holds the rest
+            note = catalog_for(state["character"].get("language")).echo_note
+            asked = [*prompt.messages, {"role": "system", "content": note.format(role_name=state["character"]["name"])}]
+            sent = [*sent, {"role": "system", "region": "tail", "content": asked[-1]["content"]}]
+            shown = MarkerFreeStream(inner=model)
+            echo_debug = {**(echo_debug or {}), "status": "asked once more with the note after the input"}
+            again = prompt_estimate(model, asked, text_counter(ctx).text)
+            timing = Timing(sent=time.time(), prompt_tokens=again[0], evaluated=again[1])
+            estimate = again
+            finish, late = _stream_reply(shown, asked, until, timing)
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
         if gave_up_waiting(exc):  # the client's own timeout: the server may still be reading the prompt
             record_abandoned(model, timing, estimate[1] or 0)
@@ -335,8 +343,6 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "prompt": sent,
             "debug": {"prompt": prompt.debug, "deadline": _deadline_debug(deadline_at, until)},
         }
-    finally:
-        reader.stop()
     debug: dict[str, Any] = {
         "prompt": prompt.debug,
         "finish_reason": finish,
@@ -346,6 +352,8 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     }
     if fitted:
         debug["slow_model"] = fitted
+    if echo_debug is not None:
+        debug["echo"] = echo_debug
     text = "".join(shown.raw)  # the model's own text, markers included, for the progress parser
     if estimate[1] is not None:  # the server reports no usage: the engine counts the answer
         timing.written = text_counter(ctx).text(text)
@@ -388,6 +396,52 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if floor is not None:
         update["recall_floor_turn"] = floor
     return update
+
+
+def echo_guard(state: TurnState, ctx: Context, model: Any, until: float) -> EchoGuard | None:
+    """The reply's `EchoGuard` (issue 30), or None: off by setting (`PERSONALAB_ECHO_RETRY`) and for the offline
+    scripted model, whose canned replies quote the input on purpose. A second reply is afforded while the time left
+    holds a usual reply at the measured writing speed plus the note's reading (always, with no speed measured)."""
+    if not ctx.echo_retry or isinstance(model, ScriptedChatModel):
+        return None
+
+    def afford_retry() -> bool:
+        speed = measured_speed(prompts.PURPOSE_REPLY)
+        if speed is None:
+            return True
+        needed = speed.seconds(ECHO_NOTE_TOKENS, round(speed.usual_reply_tokens(ctx.max_reply_tokens)))
+        return needed <= until - time.time()
+
+    return EchoGuard(str(state["message"]), afford_retry)
+
+
+ECHO_NOTE_TOKENS = 40
+"""The note a second reply reads past the first one's prompt (the server's cache holds that prompt)."""
+
+
+def _stream_reply(
+    shown: MarkerFreeStream, messages: list[Any], until: float, timing: Timing
+) -> tuple[str | None, bool]:
+    """The reply streamed through `shown` until it ends or `until` passes: (finish_reason, late). The model's text is
+    in `shown.raw`; a model failure is raised."""
+    chunks = 0
+    finish: str | None = None
+    late = False
+    reader = _StreamReader(shown.stream(messages))
+    try:
+        for chunk in reader.chunks(until):
+            timing.see(chunk)
+            chunks += 1
+            if chunks == 1:
+                failpoint("mid_stream")
+            finish = chunk.response_metadata.get("finish_reason") or finish
+            if finish is None and time.time() > until:
+                late = True  # the deadline passed mid-reply: stop reading, the stream is closed below
+                break
+        late = late or reader.late  # or it passed while no chunk came (a long prompt evaluation)
+    finally:
+        reader.stop()
+    return finish, late
 
 
 class _StreamReader:

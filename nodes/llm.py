@@ -152,6 +152,9 @@ class MarkerFreeStream(BaseChatModel):
 
     inner: BaseChatModel
     raw: list[str] = Field(default_factory=list)
+    # an `EchoGuard` (nodes/rules/echo.py) of the user's input, or None: what may be the start of a reply that only
+    # repeats the input is held back, and never shown when it is one (`echo.echoed`)
+    echo: Any = None
 
     @property
     def _llm_type(self) -> str:
@@ -187,12 +190,16 @@ class MarkerFreeStream(BaseChatModel):
                 self.raw.append(text)
                 metadata = dict(chunk.response_metadata or {})
                 shown = markers.feed(text) + (markers.flush() if metadata.get("finish_reason") else "")
+                if self.echo is not None:
+                    shown = self.echo.feed(shown) + (self.echo.finish() if metadata.get("finish_reason") else "")
                 yield ChatGenerationChunk(
                     message=AIMessageChunk(
                         content=shown, response_metadata=metadata, usage_metadata=chunk.usage_metadata
                     )
                 )
             rest = markers.flush()
+            if self.echo is not None:
+                rest = self.echo.feed(rest) + self.echo.finish()
             if rest:
                 yield ChatGenerationChunk(message=AIMessageChunk(content=rest))
         finally:

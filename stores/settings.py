@@ -313,6 +313,12 @@ class Settings(BaseSettings):
         "(prompt and answer tokens a second of the previous requests) cannot answer within the rewrite's share "
         "of PERSONALAB_TURN_DEADLINE, then the rules (a slow local model).",
     )
+    echo_retry: bool = Field(
+        True,
+        description="A reply that only repeats the user's input (a small local model's habit; issue 30) is held "
+        "back while it streams and asked once more, with a note after the input not to repeat it; when the time "
+        "left cannot hold a second reply, the first is kept. The offline scripted model is never asked again.",
+    )
     memory_mode: MemoryMode = Field(
         "full",
         description="What the prompt remembers (issue 30, for measuring what memory changes): full, PersonaLab's "

@@ -93,6 +93,7 @@ class Catalog:
     items: Mapping[str, str] = field(default_factory=dict)
     # one archived persona change (seed 002 历史人格变化事件): its line and the phrases of a structural change
     persona_change: Mapping[str, str] = field(default_factory=lambda: dict(zh.PERSONA_CHANGE))
+    echo_note: str = zh.ECHO_NOTE  # after the input, when the reply only repeated it (issue 30)
 
     def role_play_instruction(self, role_name: str, *, open_story: bool = False) -> str:
         """The head's system instruction for `role_name`; an open story's asks for no progress markers."""
@@ -207,6 +208,7 @@ EN = Catalog(
     titles=en.TITLES,
     items=en.ITEMS,
     persona_change=en.PERSONA_CHANGE,
+    echo_note=en.ECHO_NOTE,
 )
 
 CATALOGS: Mapping[str, Catalog] = {"zh": ZH, "en": EN}

@@ -67,6 +67,8 @@ HEAD_RELATIONSHIP = "【关系状态】（角色与用户当前的关系）"
 HEAD_RELATIONS = "【与场景中其他人的关系】（角色对最近在场的其他角色和NPC当前的关系）"
 WORLD_SETTING = "【世界设定】"
 RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
+# asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
+ECHO_NOTE = "（提示：不要复述用户刚说的话。请以「{role_name}」的身份，用自己的话回应。）"
 
 # seed 002 需求1 兜底机制: the two labelled layers of the director's pull-back retrieval
 DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"

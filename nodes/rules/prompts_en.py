@@ -55,6 +55,8 @@ HEAD_RELATIONSHIP = "[Relationship] (the character and the user, as they stand)"
 HEAD_RELATIONS = "[Relations in the scene] (the character and the other characters and NPCs present lately)"
 WORLD_SETTING = "[World setting]"
 RETRIEVED_REGION = "Material retrieved from memory, most relevant first, for reference while replying."
+# asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
+ECHO_NOTE = "(Note: do not repeat what the user just said. Answer as {role_name}, in your own words.)"
 
 DIRECTOR_CURRENT_TITLE = "[Current story events] (events that really happened in this story)"
 DIRECTOR_REFERENCE_TITLE = (

@@ -1,0 +1,135 @@
+"""A reply that only repeats the user's words (issue 30): held back while it streams, asked once more with a note after
+the input, never shown nor stored (nodes/rules/echo.py, nodes/generate.py). With the real ChatOpenAI client against
+the stub server (tests/openai_stub.py)."""
+
+from __future__ import annotations
+
+import pytest
+from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
+from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.nodes.context import Context
+from personalab.nodes.rules.echo import EchoGuard, compared_text
+from personalab.nodes.rules.prompt_catalog import catalog_for
+
+
+def shown_by(guard: EchoGuard, chunks: list[str]) -> str:
+    return "".join(guard.feed(chunk) for chunk in chunks) + guard.finish()
+
+
+@pytest.mark.parametrize(
+    ("said", "chunks"),
+    [
+        ("唉，风停了，安静得有点吓人。", ["【平", "静】唉，风停", "了，安静得有点吓人。"]),
+        ("唉，风停了，安静得有点吓人。", ["【平静】唉，风停了，", "安静得有点吓人！(看向远方)<唉>"]),
+        ("Where did I hide the spare fuel can?", ["【calm】Where did I", " hide the spare", " fuel can?"]),
+        ("我妹妹叫什么名字？", ["【平静】我妹妹叫什么名字"]),  # most of it said back, nothing of its own
+    ],
+)
+def test_a_reply_that_only_says_the_input_back_is_an_echo_and_never_shown(said: str, chunks: list[str]) -> None:
+    guard = EchoGuard(said)
+    assert shown_by(guard, chunks) == ""
+    assert guard.echoed and not guard.kept
+
+
+@pytest.mark.parametrize(
+    ("said", "chunks"),
+    [
+        # the question quoted, then answered
+        ("我妹妹叫什么名字？", ["【平静】我妹妹叫什么名字？", "你妹妹叫林小满，今年十二岁，最爱吃糖葫芦。"]),
+        ("我妹妹叫什么名字？", ["【平静】她叫林小满。"]),
+        ("Where did I hide the spare fuel can?", ["【calm】Where did you hide it? Under the blue tarp."]),
+        ("好的", ["【平静】好的"]),  # too short to tell: many good replies say it back
+    ],
+)
+def test_a_reply_of_its_own_is_shown_whole(said: str, chunks: list[str]) -> None:
+    guard = EchoGuard(said)
+    assert shown_by(guard, chunks) == "".join(chunks)
+    assert not guard.echoed
+
+
+def test_a_reply_that_leaves_the_input_is_let_through_at_once_not_at_its_end() -> None:
+    guard = EchoGuard("唉，风停了，安静得有点吓人。")
+    assert guard.feed("【平静】唉，") == ""  # could still be an echo
+    assert guard.feed("是啊，太安静了") == "【平静】唉，是啊，太安静了"
+    assert guard.feed("。") == "。"
+
+
+def test_with_no_time_for_a_second_reply_the_echo_is_kept_and_shown() -> None:
+    guard = EchoGuard("唉，风停了，安静得有点吓人。", afford_retry=lambda: False)
+    assert shown_by(guard, ["【平静】唉，风停了，安静得有点吓人。"]) == "【平静】唉，风停了，安静得有点吓人。"
+    assert guard.echoed and guard.kept
+
+
+def test_compared_text_is_the_line_without_its_groups_punctuation_or_case() -> None:
+    assert compared_text("【平静】Hi, Lin!<hi>(waves)（笑）‹x› 好。") == "hilin好"
+    assert compared_text("【平静】走吧(回头") == "走吧"  # an open group may still close
+
+
+def test_the_note_is_in_the_instances_language() -> None:
+    assert "不要复述" in catalog_for("zh").echo_note.format(role_name="雷娜")
+    assert "do not repeat" in catalog_for("en").echo_note.format(role_name="Mara")
+
+
+ECHOED = "唉，风停了，安静得有点吓人。"
+ANSWER = "【担心】别怕，我在这儿。据点就在前面了。"
+
+
+def test_an_echoed_reply_is_asked_again_and_only_the_second_is_shown_and_stored(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    openai_stub.queue_for("reply", StubReply("【平静】" + ECHOED, chunk=2), StubReply(ANSWER, chunk=2))
+    instance = create_sample_instance(sqlite_url)
+    tokens: list[str] = []
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, ECHOED, on_token=tokens.append)
+        assert state["error"] is None
+        assert state["reply"] == ANSWER
+        assert "".join(tokens) == ANSWER, "the echo never reached the reader"
+        echo = state["debug"]["echo"]
+        assert echo["status"] == "asked once more with the note after the input"
+        assert echo["first_reply"] == "【平静】" + ECHOED
+        replies = [r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]]
+        assert len(replies) == 2
+        first, second = replies
+        # the same prompt, then the note after the input: the server's prompt cache holds all but the note
+        assert second["messages"][:-1] == first["messages"]
+        assert second["messages"][-1]["role"] == "system" and "不要复述" in second["messages"][-1]["content"]
+        assert state["prompt"][-1]["content"] == second["messages"][-1]["content"]
+        # the next turn's dialogue has the second reply, not the echo
+        openai_stub.queue_for("reply", StubReply("【平静】走吧。", chunk=2))
+        later = run_turn(graph, ctx, instance, "那我们出发吧，趁天还没黑。")
+        dialogue = "\n".join(str(m["content"]) for m in openai_stub.requests[-1]["messages"])
+        assert later["error"] is None and ANSWER.removeprefix("【担心】")[:6] in dialogue
+        assert "【平静】" + ECHOED not in dialogue
+
+
+def test_with_the_setting_off_the_echo_is_the_reply(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERSONALAB_ECHO_RETRY", "false")
+    openai_stub.queue_for("reply", StubReply("【平静】" + ECHOED, chunk=2), StubReply(ANSWER, chunk=2))
+    instance = create_sample_instance(sqlite_url)
+    tokens: list[str] = []
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, ECHOED, on_token=tokens.append)
+    assert state["reply"] == "【平静】" + ECHOED and "".join(tokens) == state["reply"]
+    assert "echo" not in state["debug"]
+    assert len([r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]]) == 1
+
+
+def test_a_second_echo_is_kept_rather_than_asking_for_ever(sqlite_url: str, openai_stub: OpenAIStub) -> None:
+    openai_stub.queue_for("reply", StubReply("【平静】" + ECHOED, chunk=2), StubReply("【平静】" + ECHOED, chunk=3))
+    instance = create_sample_instance(sqlite_url)
+    tokens: list[str] = []
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, ECHOED, on_token=tokens.append)
+    assert state["error"] is None and state["reply"] == "【平静】" + ECHOED and "".join(tokens) == state["reply"]
+    assert len([r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]]) == 2
+
+
+def test_the_offline_scripted_model_is_never_asked_again(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERSONALAB_LLM", "scripted")
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, ECHOED)
+    assert state["error"] is None and "echo" not in state["debug"]
