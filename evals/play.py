@@ -359,6 +359,8 @@ def play_scenario(
         "probes": [],
         # issue 30: turns a real model did not answer within the turn's deadline (the product stores no reply)
         "cut_turns": [],
+        # issue 30: replies that only repeated the user's input (nodes/rules/echo.py): asked once more, or kept
+        "echoes": [],
         "secrets": {"said": len(scenario.secrets), "leaks": []},
         # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
         "other_instances": {"memories": 0, "foreign": []},
@@ -507,6 +509,9 @@ def _one_turn(
         result["maintenance"]["rejected"] += 1
     elif maintenance.startswith("model error"):
         result["maintenance"]["errors"] += 1
+    echo = debug.get("echo")
+    if echo:
+        result["echoes"].append({"instance": log.number, "turn": log.turn, "where": step.where, **echo})
     for node, ms in timings.items():
         result["timings_ms"].setdefault(node, []).append(ms)
     result["timings_ms"].setdefault("total", []).append(debug.get("total_ms", 0.0))

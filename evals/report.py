@@ -15,7 +15,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -663,10 +663,17 @@ def condition_summary(result: dict[str, Any]) -> dict[str, Any]:
         "in_character": {"ok": in_char, "scored": len(judged), "percent": _pct(in_char, len(judged))},
         "history_not_fit": sum(1 for o in outcomes if o["history_fit"] is False),
         "cut_turns": len(result.get("cut_turns") or []),
+        "echoes": _echo_summary(result.get("echoes") or []),
         "judge": _judge_summary(result.get("judge") or []),
         "failed_probes": [o for o in outcomes if o["failed"]],
         "probe_replies": outcomes,
     }
+
+
+def _echo_summary(echoes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Replies that only repeated the user's input (issue 30): asked once more, and kept (no time for a second)."""
+    asked = sum(1 for echo in echoes if str(echo.get("status", "")).startswith("asked"))
+    return {"asked_again": asked, "kept": len(echoes) - asked}
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -861,6 +868,10 @@ def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:
         )
         row("history did not fit", lambda s: str(s["history_not_fit"]) if s["condition"] == "history" else "–")
         row("turns cut at the deadline", lambda s: str(s.get("cut_turns", 0)))
+        row(
+            "replies repeating the input: asked again / kept",
+            lambda s: "{asked_again} / {kept}".format(**(s.get("echoes") or {"asked_again": 0, "kept": 0})),
+        )
         row(
             "judge: memory used",
             lambda s: (

@@ -159,6 +159,25 @@ def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
     assert "turns cut at the deadline 1" in stdout
 
 
+def test_a_probe_answered_by_repeating_it_is_asked_again_and_the_report_counts_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub
+) -> None:
+    # a small local model says the question back (issue 30): the turn asks once more, the report says how often
+    reader.queue_for("reply", "【平静】Noted.", "【平静】What is my sister's name?", "【平静】Lily Chen, of course.")
+    argv = ("--conditions", "full,recent", "--no-judge", "--parallel", "1")  # full first: the queued replies are its
+    code, stdout, err, out = run_fixture(tmp_path, capsys, "cut_probe.yaml", *argv)
+    assert code == 0, stdout + err
+    result = json.loads(next((out / "results").glob("cut_probe*full*.json")).read_text(encoding="utf-8"))
+    [echo] = result["echoes"]
+    assert (echo["turn"], echo["status"]) == (2, "asked once more with the note after the input")
+    assert echo["first_reply"] == "【平静】What is my sister's name?"
+    first, second = result["probes"]
+    assert "Lily Chen" in first["reply"] and "Lily Chen" in second["reply"]
+    [group] = conditions(out).values()
+    assert group["conditions"]["full"]["echoes"] == {"asked_again": 1, "kept": 0}
+    assert "| replies repeating the input: asked again / kept | 1 / 0 |" in (out / "report.md").read_text("utf-8")
+
+
 def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
