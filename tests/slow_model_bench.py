@@ -5,7 +5,12 @@ turns within the deadline, the prompt cache's reuse from the second turn on, wha
 
 `--scale k` divides the deadline and multiplies both speeds by k (the same turn, k times faster; the engine's own
 milliseconds then weigh k times more). `--rewrite` sets PERSONALAB_QUERY_REWRITE. One JSON line of figures, and
-one line per turn before it."""
+one line per turn before it.
+
+`--scenario PATH --condition full|recent|history` plays a batch-evaluation scenario instead (`personalab eval run
+--model openai` against the stub's extractive reader on a fast slow-server: its prompt cache, not its time, is what
+counts) with the 1.5B model's settings of docs/real-models.md, and prints the reply prompts' cache reuse from the
+second turn on: the same figure the model server's log gives, without the model."""
 
 from __future__ import annotations
 
@@ -48,7 +53,12 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rewrite", choices=("auto", "model", "rules"), default="auto")
     parser.add_argument("--context-tokens", type=int, default=8192)
+    parser.add_argument("--scenario", help="a batch-evaluation scenario to play instead of the sample's turns")
+    parser.add_argument("--condition", default="full", help="with --scenario: full, recent or history")
     args = parser.parse_args()
+    if args.scenario:
+        scenario_reuse(args.scenario, args.condition, args.context_tokens)
+        return
     data = tempfile.mkdtemp(prefix="slowbench-")
     stub = OpenAIStub().start()
     prompt_per_s = random.Random(1).uniform(*args.prompt_per_s)  # one speed for the run, within the range
@@ -105,6 +115,46 @@ def main() -> None:
         "requests": [r.purpose for r in stub.slow.log].count("query_rewrite") + len(replies) + 1,
         "rewrite_requests": [r.purpose for r in stub.slow.log].count("query_rewrite"),
         "cancelled": sum(1 for r in stub.slow.log if r.cancelled),
+        "reply_cache_reuse_from_turn_2": round(sum(r.cached for r in replies) / total, 3) if total else None,
+        "mean_reply_prompt_tokens": round(total / len(replies)) if replies else None,
+    }
+    print(json.dumps(figures, ensure_ascii=False))
+
+
+def scenario_reuse(scenario: str, condition: str, context_tokens: int) -> None:
+    """`--scenario`: the scenario's reply prompts' cache reuse (module doc)."""
+    import subprocess
+
+    stub = OpenAIStub().start()
+    stub.reader = True
+    stub.slow = SlowServer(prompt_per_s=5000, gen_per_s=2000)
+    env = dict(
+        os.environ,
+        OPENAI_API_KEY="local",
+        OPENAI_BASE_URL=stub.base_url,
+        PERSONALAB_LLM="openai",
+        PERSONALAB_TURN_DEADLINE="30",
+        PERSONALAB_QUERY_REWRITE="rules",
+        PERSONALAB_CONTEXT_TOKENS=str(context_tokens),
+        PERSONALAB_MAX_REPLY_TOKENS="256",
+        PERSONALAB_RECALL_TURNS="10",
+        PERSONALAB_RECALL_STEP="5",
+        PERSONALAB_MAINTENANCE_EVERY="10",
+    )
+    with tempfile.TemporaryDirectory(prefix="slowbench-scenario-") as data:
+        command = [sys.executable, "-m", "personalab.evals", "eval", "run", scenario, "--conditions", condition]
+        command += ["--model", "openai", "--no-judge", "--parallel", "1", "--no-progress"]
+        command += ["--out", str(Path(data) / "out"), "--data-dir", str(Path(data) / "stores")]
+        played = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    stub.stop()
+    replies = [r for r in stub.slow.log if r.purpose == "reply"][1:]
+    total = sum(r.prompt_tokens for r in replies)
+    figures = {
+        "scenario": scenario,
+        "condition": condition,
+        "eval_exit_code": played.returncode,
+        "reply_requests": len(replies) + 1,
+        "other_requests": sum(1 for r in stub.slow.log if r.purpose != "reply"),
         "reply_cache_reuse_from_turn_2": round(sum(r.cached for r in replies) / total, 3) if total else None,
         "mean_reply_prompt_tokens": round(total / len(replies)) if replies else None,
     }
