@@ -22,7 +22,13 @@ def shown_by(guard: EchoGuard, chunks: list[str]) -> str:
         ("唉，风停了，安静得有点吓人。", ["【平", "静】唉，风停", "了，安静得有点吓人。"]),
         ("唉，风停了，安静得有点吓人。", ["【平静】唉，风停了，", "安静得有点吓人！(看向远方)<唉>"]),
         ("Where did I hide the spare fuel can?", ["【calm】Where did I", " hide the spare", " fuel can?"]),
-        ("我妹妹叫什么名字？", ["【平静】我妹妹叫什么名字"]),  # most of it said back, nothing of its own
+        ("我妹妹叫什么名字？", ["【困惑】我妹妹叫什么名字？", "(停顿)"]),
+        # the 1.5B model's habit: the input's opening filler dropped, its tail changed
+        (
+            "对了，天色暗下来了，我们歇一会儿吧。没什么别的意思。",
+            ["【安心】天色暗下来了，", "我们歇一会儿吧。你呢？(低语)"],
+        ),
+        ("话说，我数了数，一共三十二级。我随口说说。", ["【紧张】我数了数，一共三十二级。你呢？(低语)"]),
     ],
 )
 def test_a_reply_that_only_says_the_input_back_is_an_echo_and_never_shown(said: str, chunks: list[str]) -> None:
@@ -39,6 +45,9 @@ def test_a_reply_that_only_says_the_input_back_is_an_echo_and_never_shown(said: 
         ("我妹妹叫什么名字？", ["【平静】她叫林小满。"]),
         ("Where did I hide the spare fuel can?", ["【calm】Where did you hide it? Under the blue tarp."]),
         ("好的", ["【平静】好的"]),  # too short to tell: many good replies say it back
+        ("I love you", ["【happy】I love you too"]),  # most of the input, but a reply of its own
+        ("跟你说件事，我妹妹叫林小满，今年十二岁。", ["【紧张】林小满？（停顿）你妹妹叫林小满，今年十二岁。"]),
+        ("话说，要不要先把东西放下？", ["【担心】你小心点，把东西放下吧。"]),
     ],
 )
 def test_a_reply_of_its_own_is_shown_whole(said: str, chunks: list[str]) -> None:
@@ -52,6 +61,20 @@ def test_a_reply_that_leaves_the_input_is_let_through_at_once_not_at_its_end() -
     assert guard.feed("【平静】唉，") == ""  # could still be an echo
     assert guard.feed("是啊，太安静了") == "【平静】唉，是啊，太安静了"
     assert guard.feed("。") == "。"
+
+
+def test_a_long_input_is_not_watched_and_streams_at_once() -> None:
+    guard = EchoGuard("这是一段很长的背景设定。" * 30)
+    assert guard.feed("【平静】这是一段") == "【平静】这是一段"
+    assert not guard.watching
+
+
+def test_a_reply_is_held_only_until_it_has_a_third_of_the_inputs_length_of_its_own() -> None:
+    guard = EchoGuard("我妹妹叫什么名字？")  # 8 compared characters: released past 2.67 of its own
+    assert guard.feed("【平静】我妹妹叫什么名字？") == ""
+    assert guard.feed("你妹") == ""
+    assert guard.feed("妹叫林小满。") == "【平静】我妹妹叫什么名字？你妹妹叫林小满。"
+    assert guard.finish() == "" and not guard.echoed
 
 
 def test_with_no_time_for_a_second_reply_the_echo_is_kept_and_shown() -> None:

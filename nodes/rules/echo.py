@@ -1,31 +1,37 @@
 """A reply that only repeats the user's words (issue 30: a small local model answered each line with the line itself).
 
 Seed 000's reply is the character's own line (台词); a parrot of the user's input is no reply, and once stored it
-teaches the next prompts to parrot too. `EchoGuard` watches the reply as it streams and holds back what could be the
-start of an echo, so a reader never sees it:
+teaches the next prompts to parrot too. `EchoGuard` watches the reply as it streams and holds back what could still
+become an echo, so a reader never sees one:
 
 - Compared is the line's text only: the reply without its `【emotion】` tags, `(action)` and `<speech text>` groups,
-  whitespace and punctuation, lower case — against the user's input treated the same way.
-- Only an input of at least `MIN_ECHO_CHARS` compared characters is guarded (a "好的" or "ok" is said back by
-  many a good reply).
-- The reply is held while its compared text is a prefix of the input's. Once it covers at least `ECHO_SHARE` of the
-  input it is an echo unless it goes on with at least `OWN_CHARS` compared characters of its own: then it was a quote
-  of the question before an answer, and all of it is let through. A reply that leaves the input's text earlier is
-  let through at once.
-- An echo is decided when the stream ends (or `finish()` is called): `echoed` is then True and nothing held was
-  shown, and the reply node asks once more (nodes/generate.py) with the catalog's `echo_note` after the input —
-  unless `afford_retry()` says the time left cannot hold a second reply: then the echo is let through after all
-  (`kept`), as the reply.
+  whitespace and punctuation, lower case — against the user's input treated the same way. An input of fewer than
+  `MIN_ECHO_CHARS` or more than `MAX_WATCHED_CHARS` compared characters is not watched (a "好的" is said back by many a
+  good reply; a long paste is not what a model parrots, and holding its length back would stall the stream).
+- The copy is the longest run of the input's characters the reply repeats (the model seen here dropped the input's
+  opening filler, "对了，", and changed its tail: "天色暗下来了，我们歇一会儿吧。你呢？" for "对了，天色暗下来了，我们
+  歇一会儿吧。没什么别的意思。").
+- A reply is an echo when its copy is at least `MIN_ECHO_CHARS` characters, at least `ECHO_SHARE_OF_INPUT` of the
+  input and at least `ECHO_SHARE_OF_REPLY` of the reply: most of the input, and little of its own. "I love you too"
+  for "I love you" is a reply; "我妹妹叫什么名字？你妹妹叫林小满。" (the question quoted, then answered) is one.
+- While streaming, the reply is held until its characters outside the copy pass a third of the input's length: from
+  there it can no longer be an echo (those characters never decrease, and an echo has at most a third of its copy
+  outside it), and all of it is let through.
+- An echo is decided when the stream ends (`finish()`): `echoed` is then True and nothing held was shown, and the
+  reply node asks once more (nodes/generate.py) with the catalog's `echo_note` after the input — unless
+  `afford_retry()` says the time left cannot hold a second reply: then the echo is let through after all (`kept`).
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
+from difflib import SequenceMatcher
 
 MIN_ECHO_CHARS = 6
-ECHO_SHARE = 0.8
-OWN_CHARS = 12
+MAX_WATCHED_CHARS = 200
+ECHO_SHARE_OF_INPUT = 0.5
+ECHO_SHARE_OF_REPLY = 0.75
 
 # groups that are not the line itself: 【emotion】, (action), （action）, <speech text>, ‹speech text›
 _GROUPS = (("【", "】"), ("(", ")"), ("（", "）"), ("<", ">"), ("‹", "›"))
@@ -45,8 +51,7 @@ def compared_text(text: str) -> str:
         if char in _OPENERS:
             closer = _OPENERS[char]
             continue
-        category = unicodedata.category(char)
-        if category[0] in "PZSC":  # punctuation, separators (spaces), symbols, control characters
+        if unicodedata.category(char)[0] in "PZSC":  # punctuation, separators (spaces), symbols, control characters
             continue
         out.append(char.lower())
     return "".join(out)
@@ -64,6 +69,27 @@ def _unclosed(text: str) -> bool:
     return closer is not None
 
 
+def copied_chars(reply: str, said: str) -> int:
+    """The longest run of characters `reply` repeats from `said` (both compared texts)."""
+    if not reply or not said:
+        return 0
+    return SequenceMatcher(None, reply, said, autojunk=False).find_longest_match(0, len(reply), 0, len(said)).size
+
+
+def is_echo(reply: str, said: str) -> bool:
+    """Whether the reply's line only repeats the input (the rules in the module doc), on the raw texts."""
+    reply_text, said_text = compared_text(reply), compared_text(said)
+    return _echo(reply_text, said_text, copied_chars(reply_text, said_text))
+
+
+def _echo(reply: str, said: str, copied: int) -> bool:
+    return (
+        copied >= MIN_ECHO_CHARS
+        and copied >= ECHO_SHARE_OF_INPUT * len(said)
+        and copied >= ECHO_SHARE_OF_REPLY * len(reply)
+    )
+
+
 class EchoGuard:
     """Feed the reply's text as it streams (`feed` returns what may be shown now); `finish()` at the end returns
     the rest to show, or "" with `echoed` True when the reply only repeated `user_input`."""
@@ -71,7 +97,7 @@ class EchoGuard:
     def __init__(self, user_input: str, afford_retry: Callable[[], bool] | None = None) -> None:
         self._input = compared_text(user_input)
         self._held = ""
-        self.watching = len(self._input) >= MIN_ECHO_CHARS
+        self.watching = MIN_ECHO_CHARS <= len(self._input) <= MAX_WATCHED_CHARS
         self.afford_retry = afford_retry
         self.echoed = False
         self.kept = False  # an echo let through after all: no time to ask again
@@ -83,20 +109,16 @@ class EchoGuard:
         if _unclosed(self._held):
             return ""
         reply = compared_text(self._held)
-        if self._input.startswith(reply):
-            return ""  # all of it so far is the input's own start
-        echoed = self._covered(reply)
-        if echoed and len(reply) - echoed < OWN_CHARS:
-            return ""  # the input said back, and a little more: still may be an echo
-        return self._release()
+        if len(reply) - copied_chars(reply, self._input) > len(self._input) / 3:
+            return self._release()  # too much of its own to be an echo any more
+        return ""
 
     def finish(self) -> str:
         """The end of the reply: what is still held, unless it only repeated the input (then `echoed`)."""
         if not self.watching:
             return ""
         reply = compared_text(self._held)
-        covered = self._covered(reply) if not self._input.startswith(reply) else len(reply)
-        if reply and covered >= ECHO_SHARE * len(self._input) and len(reply) - covered < OWN_CHARS:
+        if _echo(reply, self._input, copied_chars(reply, self._input)):
             self.echoed = True
             if self.afford_retry is not None and not self.afford_retry():
                 self.kept = True
@@ -104,16 +126,6 @@ class EchoGuard:
             self.watching = False
             return ""
         return self._release()
-
-    def _covered(self, reply: str) -> int:
-        """How many of the reply's first characters repeat the input's, when they are at least `ECHO_SHARE` of it
-        (else 0)."""
-        size = 0
-        for a, b in zip(reply, self._input, strict=False):
-            if a != b:
-                break
-            size += 1
-        return size if size >= ECHO_SHARE * len(self._input) else 0
 
     def _release(self) -> str:
         held, self._held = self._held, ""
