@@ -314,6 +314,9 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     model_started = time.time()
     # the server's speed and cache reuse (issue 30); the engine's estimate when the server reports no usage
     timing = Timing(sent=model_started, prompt_tokens=estimate[0], evaluated=estimate[1])
+    # the speed the next turns plan with is the first request's: a second one (an echo asked again) reads only the
+    # note, and its few tokens time mostly the server's overhead (restoring its cache), not its reading
+    speed_timing = timing
     echo_debug: dict[str, Any] | None = None
     try:
         finish, late = _stream_reply(shown, prompt.messages, until, timing)
@@ -327,8 +330,10 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             note = catalog_for(state["character"].get("language")).echo_note
             asked = [*prompt.messages, {"role": "system", "content": note.format(role_name=state["character"]["name"])}]
             sent = [*sent, {"role": "system", "region": "tail", "content": asked[-1]["content"]}]
-            shown = MarkerFreeStream(inner=model)
+            echoed, shown = shown, MarkerFreeStream(inner=model)
             echo_debug = {**(echo_debug or {}), "status": "asked once more with the note after the input"}
+            if estimate[1] is not None:  # the server reports no usage: the engine counts the first answer
+                timing.written = text_counter(ctx).text("".join(echoed.raw))
             again = prompt_estimate(model, asked, text_counter(ctx).text)
             timing = Timing(sent=time.time(), prompt_tokens=again[0], evaluated=again[1])
             estimate = again
@@ -361,7 +366,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         record_abandoned(model, timing, estimate[1] or 0)  # a server still reading its prompt makes the next turn wait
         # its prompt was read (the first chunk came): the speed it showed is what the next turns must plan with; a
         # speed measured too fast would otherwise cut every turn after it, none of them measuring again
-        record_speed(model, timing)
+        record_speed(model, speed_timing)
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)
         return {
@@ -374,7 +379,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if estimate[1] is not None:
         debug["server"] = timing.debug()
     # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
-    record_speed(model, timing, reply=True)
+    record_speed(model, speed_timing, reply=True)
     if not text.strip():
         return {"error": "model returned an empty reply", "model": label, "prompt": sent, "debug": debug}
     if finish is None:

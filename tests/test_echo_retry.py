@@ -5,7 +5,7 @@ the stub server (tests/openai_stub.py)."""
 from __future__ import annotations
 
 import pytest
-from openai_stub import OpenAIStub, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
+from openai_stub import OpenAIStub, SlowServer, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.rules.echo import EchoGuard, compared_text
@@ -156,3 +156,32 @@ def test_the_offline_scripted_model_is_never_asked_again(sqlite_url: str, monkey
     with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
         state = run_turn(graph, ctx, instance, ECHOED)
     assert state["error"] is None and "echo" not in state["debug"]
+
+
+def test_the_speed_the_next_turns_plan_with_is_the_first_requests_not_the_notes(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the second request reads only the note: its few tokens time the server's overhead, not its reading speed, and
+    # a speed measured on them made the next turns give up their dialogue for nothing (seen with the 1.5B model)
+    from personalab.nodes import generate
+
+    recorded: list[tuple[int | None, int | None]] = []
+    record = generate.record_speed
+
+    def spy(model, timing, **kwargs):  # type: ignore[no-untyped-def]
+        recorded.append((timing.evaluated, timing.written))
+        return record(model, timing, **kwargs)
+
+    monkeypatch.setattr(generate, "record_speed", spy)
+    openai_stub.slow = SlowServer(prompt_per_s=3000, gen_per_s=500)
+    openai_stub.slow.reports_usage = False  # llama-cpp-python's server: the engine counts the tokens
+    openai_stub.queue_for("reply", StubReply("【平静】" + ECHOED, chunk=2), StubReply(ANSWER, chunk=2))
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, ECHOED)
+    assert state["debug"]["echo"]["status"].startswith("asked once more")
+    first, second = [r for r in openai_stub.slow.log if r.purpose == "reply"]
+    assert second.evaluated < 60 < first.evaluated  # the note alone, then the whole prompt
+    [(evaluated, written)] = recorded
+    assert evaluated is not None and evaluated > 200, "the speed was measured on the note's request"
+    assert written is not None and written > 0  # the first answer's tokens, counted by the engine
