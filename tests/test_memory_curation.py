@@ -344,3 +344,29 @@ def test_a_reply_reciting_a_turns_memory_is_not_listed_as_already_said() -> None
     assert recollects_memory("【认真】我想起来了——第2轮：莱姆说「我最爱吃红烧肉。」；雷娜回应「")
     assert recollects_memory('I remember: Turn 3: Ash said "my dog is Bean"; Mira answered "…"')
     assert not recollects_memory("【平静】你说「今天风很大」……让我想一想。")
+
+
+def test_the_recall_windows_lines_count_a_cut_turns_line_with_the_turn_it_joins() -> None:
+    """Issue 30: user lines in a row are one turn, as the prompt counts them (a turn cut at the deadline keeps its line
+    without a reply), so the window's lines — what no memory presents again — are the prompt's dialogue."""
+    from personalab.nodes.rules.curation import window_texts
+
+    history = [
+        {"attribute": "user", "content": "第一轮的话。"},
+        {"attribute": "assistant", "content": "【平静】第一轮的回答。", "role_id": 1},
+        {"attribute": "user", "content": "第二轮的话。"},
+        {"attribute": "assistant", "content": "【平静】第二轮的回答。", "role_id": 1},
+        {"attribute": "user", "content": "被截断的一句。"},
+        {"attribute": "user", "content": "又被截断的一句。"},
+        {"attribute": "user", "content": "现在的话。"},
+    ]
+    lines = window_texts(history, {"role_id": 1, "name": "雷娜", "language": "zh"}, "莱姆", 1)
+    # the one-turn window is the second turn, then the current one with the cut lines before it
+    assert lines[:5] == [
+        "莱姆：现在的话。",
+        "莱姆：又被截断的一句。",
+        "莱姆：被截断的一句。",
+        "雷娜：【平静】第二轮的回答。",
+        "莱姆：第二轮的话。",
+    ]
+    assert "莱姆：第一轮的话。" not in lines

@@ -86,7 +86,9 @@ def test_what_changes_every_turn_opens_the_tail_not_the_head() -> None:
     [head] = region(prompt, "head")
     assert "【当前轮次】" not in head["content"] and prompts.HEAD_RELATIONSHIP not in head["content"]
     state, user = region(prompt, "tail")
-    assert state["role"] == "system" and state["content"].startswith("【当前轮次】第3轮\n\n" + prompts.HEAD_RELATIONSHIP)
+    assert state["role"] == "system" and state["content"].startswith(
+        "【当前轮次】第3轮\n\n" + prompts.HEAD_RELATIONSHIP
+    )
     assert json.loads(state["content"].split(prompts.HEAD_RELATIONSHIP, 1)[1])["trust"] == 0.4
     assert user["role"] == "user"
 
@@ -135,6 +137,28 @@ def test_only_the_last_20_turns_are_kept() -> None:
     assert len(dropped) == 1 and dropped[0]["count"] == 5 and "last 20 turns" in dropped[0]["reason"]
     assert dropped[0]["item"] == "5 turn(s) (recent_messages[1:11])"
     assert (prompt.debug["middle"]["turns_kept"], prompt.debug["middle"]["turns_total"]) == (20, 25)
+
+
+def test_lines_of_cut_turns_never_move_the_dialogues_start() -> None:
+    # issue 30: a turn cut at the deadline keeps its user line without a reply, and the story's turn number does not
+    # advance; counted as turns, each such line moved the window's first turn, so the next prompt changed near its
+    # top, a slow model's server read it all again and cut that turn too (every turn after the first cut, seen with
+    # the 1.5B model)
+    budgets = RegionBudgets(max_turns=10)
+    answered = turns(12)
+    before = region(assemble(recent_messages=answered, budgets=budgets), "middle")
+    cut = [{"role": "user", "content": f"被截断的第{n}句"} for n in range(1, 4)]
+    for count in range(1, 4):
+        prompt = assemble(recent_messages=answered + cut[:count], budgets=budgets)
+        middle = region(prompt, "middle")
+        assert middle[: len(before)] == before, "the dialogue's start moved"
+        assert [m["content"] for m in middle[len(before) :]] == [m["content"] for m in cut[:count]]
+        assert (prompt.debug["middle"]["turns_kept"], prompt.debug["middle"]["turns_total"]) == (10, 12)
+    # answered at last, the cut lines are one turn with the reply: the window moves by one turn, not by four
+    later = answered + cut + [{"role": "assistant", "content": "【平静】终于回答了"}]
+    middle = region(assemble(recent_messages=later, budgets=budgets), "middle")
+    assert middle[1]["content"].startswith("用户第4轮")
+    assert middle[-4:] == [*cut, {"role": "assistant", "content": "【平静】终于回答了"}]
 
 
 def test_every_budget_holds_with_large_inputs() -> None:

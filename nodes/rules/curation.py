@@ -198,11 +198,16 @@ def window_texts(
     language = character.get("language")
     window: list[Mapping[str, Any]] = []
     users = 0
+    replied = True  # going back: a reply seen since the last turn's start
     for line in reversed(history):
         if line.get("attribute") == "user":
-            users += 1
+            # user lines in a row are one turn, as the prompt counts them (a cut turn's line has no reply)
+            users += 1 if replied else 0
+            replied = False
             if users > turns + 1:  # the middle region's `turns` turns, then the current one (`turn_in_recall_window`)
                 break
+        elif line.get("attribute") != "system":
+            replied = True
         window.append(line)
     return [
         record_text(

@@ -19,8 +19,10 @@ end — and what changes every turn comes after it: the retrieved region, then t
 (which the seed does not place in the head: they opened the tail's state) and the input.
 
 A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话) starts at a `user` message and runs up to
-the next one: the character's reply and any system line in between belong to it. Messages before the first
-user message (the instance's opening system lines, a greeting) are the preamble, not a turn.
+the next one after a reply: the character's reply and any system line in between belong to it, and user lines in
+a row (a turn cut at the deadline keeps its line without a reply) are one turn; trailing user lines no reply answered
+are kept and not counted. Messages before the first user message (the instance's opening system lines, a greeting)
+are the preamble, not a turn.
 
 Budgets (`RegionBudgets`) are counted with the model's tokenizer when one is configured (`text_tokens`, issue 17),
 else with langchain-core's `count_tokens_approximately` (nodes/rules/tokens.py). Its default of 4
@@ -175,15 +177,27 @@ def _retrieved_text(blocks: list[tuple[str, list[str]]], keep: list[int], catalo
 
 
 def _units(recent: list[dict[str, str]]) -> list[tuple[str, int, int]]:
-    """(kind, start, end) slices: an optional preamble, then one per turn."""
-    starts = [i for i, m in enumerate(recent) if m.get("role") == "user"]
+    """(kind, start, end) slices: an optional preamble, then one per turn, then the user lines no reply answered yet
+    (`pending`: lines of turns cut at the deadline, which the product keeps without a reply). A user message starts
+    a turn only after a reply: user lines in a row are one turn (a cut turn's line joins the next), so the window's
+    count of turns follows the story's turn numbers, which a cut does not advance (issue 30: counted per user line,
+    each cut moved the window's start, the next prompt was read again from the dialogue's top and was cut too)."""
+    starts: list[int] = []
+    replied = True
+    for index, message in enumerate(recent):
+        if message.get("role") == "user" and replied:
+            starts.append(index)
+            replied = False
+        elif message.get("role") == "assistant":
+            replied = True
     units: list[tuple[str, int, int]] = []
     first = starts[0] if starts else len(recent)
     if first:
         units.append(("preamble", 0, first))
     for number, start in enumerate(starts):
         end = starts[number + 1] if number + 1 < len(starts) else len(recent)
-        units.append(("turn", start, end))
+        last = number + 1 == len(starts)
+        units.append(("pending" if last and not replied else "turn", start, end))
     return units
 
 
