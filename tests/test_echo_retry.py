@@ -29,6 +29,7 @@ def shown_by(guard: EchoGuard, chunks: list[str]) -> str:
             ["【安心】天色暗下来了，", "我们歇一会儿吧。你呢？(低语)"],
         ),
         ("话说，我数了数，一共三十二级。我随口说说。", ["【紧张】我数了数，一共三十二级。你呢？(低语)"]),
+        ("我以前在帮派里的代号是什么？", ["【疑惑】你以前在帮派里的代号是什么？"]),  # its question words kept
     ],
 )
 def test_a_reply_that_only_says_the_input_back_is_an_echo_and_never_shown(said: str, chunks: list[str]) -> None:
@@ -48,6 +49,9 @@ def test_a_reply_that_only_says_the_input_back_is_an_echo_and_never_shown(said: 
         ("I love you", ["【happy】I love you too"]),  # most of the input, but a reply of its own
         ("跟你说件事，我妹妹叫林小满，今年十二岁。", ["【紧张】林小满？（停顿）你妹妹叫林小满，今年十二岁。"]),
         ("话说，要不要先把东西放下？", ["【担心】你小心点，把东西放下吧。"]),
+        # the question's frame, its question word replaced by the answer (the 1.5B model's answer to a probe)
+        ("我最害怕的是什么？", ["【紧张】我最害怕的是深水。"]),
+        ("Who is my sister?", ["【calm】Your sister is Lily."]),
     ],
 )
 def test_a_reply_of_its_own_is_shown_whole(said: str, chunks: list[str]) -> None:

@@ -13,7 +13,9 @@ become an echo, so a reader never sees one:
   歇一会儿吧。没什么别的意思。").
 - A reply is an echo when its copy is at least `MIN_ECHO_CHARS` characters, at least `ECHO_SHARE_OF_INPUT` of the
   input and at least `ECHO_SHARE_OF_REPLY` of the reply: most of the input, and little of its own. "I love you too"
-  for "I love you" is a reply; "我妹妹叫什么名字？你妹妹叫林小满。" (the question quoted, then answered) is one.
+  for "I love you" is a reply; "我妹妹叫什么名字？你妹妹叫林小满。" (the question quoted, then answered) is one, and
+  so is a question's frame with its question words (`QUESTION_WORDS`, of an input ending with a question mark)
+  replaced: "我最害怕的是深水。" for "我最害怕的是什么？".
 - While streaming, the reply is held until its characters outside the copy pass a third of the input's length: from
   there it can no longer be an echo (those characters never decrease, and an echo has at most a third of its copy
   outside it), and all of it is let through.
@@ -28,6 +30,26 @@ import unicodedata
 from collections.abc import Callable
 from difflib import SequenceMatcher
 
+# a question's own words: a reply that repeats a question's frame without them answered it ("我最害怕的是什么？" →
+# "我最害怕的是深水。"), where an echo keeps them
+QUESTION_WORDS = (
+    "什么",
+    "哪",
+    "谁",
+    "几",
+    "多少",
+    "怎么",
+    "为什么",
+    "为何",
+    "吗",
+    "what",
+    "where",
+    "who",
+    "when",
+    "which",
+    "how",
+    "why",
+)
 MIN_ECHO_CHARS = 6
 MAX_WATCHED_CHARS = 200
 ECHO_SHARE_OF_INPUT = 0.5
@@ -76,13 +98,23 @@ def copied_chars(reply: str, said: str) -> int:
     return SequenceMatcher(None, reply, said, autojunk=False).find_longest_match(0, len(reply), 0, len(said)).size
 
 
+def question_words(said: str) -> list[str]:
+    """The question words of an input that asks (ends with a question mark), compared as `compared_text` is."""
+    if not said.rstrip().endswith(("?", "？")):
+        return []  # "没什么别的意思。" holds 什么 and asks nothing
+    text = compared_text(said)
+    return [word for word in QUESTION_WORDS if word in text]
+
+
 def is_echo(reply: str, said: str) -> bool:
     """Whether the reply's line only repeats the input (the rules in the module doc), on the raw texts."""
     reply_text, said_text = compared_text(reply), compared_text(said)
-    return _echo(reply_text, said_text, copied_chars(reply_text, said_text))
+    return _echo(reply_text, said_text, copied_chars(reply_text, said_text), question_words(said))
 
 
-def _echo(reply: str, said: str, copied: int) -> bool:
+def _echo(reply: str, said: str, copied: int, asked: list[str]) -> bool:
+    if asked and not any(word in reply for word in asked):
+        return False  # the question's frame with its question words replaced: an answer
     return (
         copied >= MIN_ECHO_CHARS
         and copied >= ECHO_SHARE_OF_INPUT * len(said)
@@ -96,6 +128,7 @@ class EchoGuard:
 
     def __init__(self, user_input: str, afford_retry: Callable[[], bool] | None = None) -> None:
         self._input = compared_text(user_input)
+        self._asked = question_words(user_input)
         self._held = ""
         self.watching = MIN_ECHO_CHARS <= len(self._input) <= MAX_WATCHED_CHARS
         self.afford_retry = afford_retry
@@ -118,7 +151,7 @@ class EchoGuard:
         if not self.watching:
             return ""
         reply = compared_text(self._held)
-        if _echo(reply, self._input, copied_chars(reply, self._input)):
+        if _echo(reply, self._input, copied_chars(reply, self._input), self._asked):
             self.echoed = True
             if self.afford_retry is not None and not self.afford_retry():
                 self.kept = True
