@@ -69,6 +69,7 @@ DEFAULTS: dict[str, object] = {
     "PERSONALAB_RECALL_STEP": 1,
     "PERSONALAB_CONSOLIDATION": True,
     "PERSONALAB_QUERY_REWRITE": "auto",
+    "PERSONALAB_ECHO_RETRY": True,
     "PERSONALAB_MEMORY_MODE": "full",
     "PERSONALAB_REVIEW_MODE": "rule",
     "PERSONALAB_AUTH": "none",
