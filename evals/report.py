@@ -671,9 +671,11 @@ def condition_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _echo_summary(echoes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Replies that only repeated the user's input (issue 30): asked once more, and kept (no time for a second)."""
+    """Replies that only repeated the user's input or the character's own last line (issue 30): asked once more,
+    kept (no time for a second), and how many of them repeated an own line."""
     asked = sum(1 for echo in echoes if str(echo.get("status", "")).startswith("asked"))
-    return {"asked_again": asked, "kept": len(echoes) - asked}
+    own = sum(1 for echo in echoes if echo.get("of") == "own line")
+    return {"asked_again": asked, "kept": len(echoes) - asked, "own_line": own}
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -869,8 +871,10 @@ def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:
         row("history did not fit", lambda s: str(s["history_not_fit"]) if s["condition"] == "history" else "–")
         row("turns cut at the deadline", lambda s: str(s.get("cut_turns", 0)))
         row(
-            "replies repeating the input: asked again / kept",
-            lambda s: "{asked_again} / {kept}".format(**(s.get("echoes") or {"asked_again": 0, "kept": 0})),
+            "replies repeating the input or an own line: asked again / kept (of them own lines)",
+            lambda s: "{asked_again} / {kept} ({own_line})".format(
+                **{"asked_again": 0, "kept": 0, "own_line": 0, **(s.get("echoes") or {})}
+            ),
         )
         row(
             "judge: memory used",

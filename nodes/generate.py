@@ -45,7 +45,7 @@ from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.curation import SCENE_LINES
 from personalab.nodes.rules.deadline import FIT_SHARE, prompt_tokens_over, reply_deadline
 from personalab.nodes.rules.director import director_blocks
-from personalab.nodes.rules.echo import EchoGuard
+from personalab.nodes.rules.echo import REASON_INPUT, REPEAT_LINES, EchoGuard
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.review.relations import scene_relations
@@ -306,7 +306,8 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     if fitted:
         sent = prompt_messages(prompt)
     label = model_label(model)
-    # issue 30: a reply that only repeats the input is held back and asked once more (nodes/rules/echo.py)
+    # issue 30: a reply that only repeats the input or the character's own last lines is held back and asked once
+    # more (nodes/rules/echo.py)
     guard = echo_guard(state, ctx, model, until)
     shown = MarkerFreeStream(inner=model, echo=guard)  # what the stream's readers get: the reply without its markers
     # stream() lets LangGraph's "messages" stream mode pass tokens on to the caller as they arrive
@@ -323,11 +324,13 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         if guard is not None and guard.echoed:
             echo_debug = {
                 "first_reply": "".join(shown.raw)[:200],
+                "of": guard.reason,
                 "status": "kept: the time left could not hold a second reply",
             }
         if guard is not None and guard.echoed and not guard.kept and not late:
             # the first answer is dropped unseen; the note follows the input, so the server's cache holds the rest
-            note = catalog_for(state["character"].get("language")).echo_note
+            catalog = catalog_for(state["character"].get("language"))
+            note = catalog.echo_note if guard.reason == REASON_INPUT else catalog.repeat_note
             asked = [*prompt.messages, {"role": "system", "content": note.format(role_name=state["character"]["name"])}]
             sent = [*sent, {"role": "system", "region": "tail", "content": asked[-1]["content"]}]
             echoed, shown = shown, MarkerFreeStream(inner=model)
@@ -417,7 +420,13 @@ def echo_guard(state: TurnState, ctx: Context, model: Any, until: float) -> Echo
         needed = speed.seconds(ECHO_NOTE_TOKENS, round(speed.usual_reply_tokens(ctx.max_reply_tokens)))
         return needed <= until - time.time()
 
-    return EchoGuard(str(state["message"]), afford_retry)
+    return EchoGuard(str(state["message"]), afford_retry, own_lines=own_last_lines(state))
+
+
+def own_last_lines(state: TurnState) -> list[str]:
+    """The character's last `REPEAT_LINES` replies in the dialogue it sees (seed 000's message list), latest last."""
+    replies = [m.get("content") or "" for m in state.get("messages", []) if m.get("role") == "assistant"]
+    return [str(reply) for reply in replies[-REPEAT_LINES:]]
 
 
 ECHO_NOTE_TOKENS = 40

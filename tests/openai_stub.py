@@ -50,7 +50,7 @@ from typing import Any
 
 import pytest
 
-DEFAULT_REPLY = "【平静】这是测试服务器的默认回复。"
+DEFAULT_REPLY = "【平静】测试服务器的回复。"  # under MIN_REPEAT_CHARS: said every turn, it is no repeat to ask again
 READER_MIN_OVERLAP = 2
 READER_UNKNOWN = "【平静】我不记得了。"
 _PURPOSE_RE = re.compile(r"〔PersonaLab(?:任务：| task: )([a-z_]+)〕")  # the Chinese or the English marker

@@ -8,7 +8,7 @@ import pytest
 from openai_stub import OpenAIStub, SlowServer, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
-from personalab.nodes.rules.echo import EchoGuard, compared_text
+from personalab.nodes.rules.echo import REASON_OWN_LINE, EchoGuard, compared_text
 from personalab.nodes.rules.prompt_catalog import catalog_for
 
 
@@ -189,3 +189,78 @@ def test_the_speed_the_next_turns_plan_with_is_the_first_requests_not_the_notes(
     [(evaluated, written)] = recorded
     assert evaluated is not None and evaluated > 200, "the speed was measured on the note's request"
     assert written is not None and written > 0  # the first answer's tokens, counted by the engine
+
+
+# the 1.5B model's loop in the English memory scenario (session 17): one line of its own, again and again
+LOOP = "【calm】I see you're looking for a place to rest. Did Theo find anything interesting there? Just saying."
+
+
+@pytest.mark.parametrize(
+    ("earlier", "chunks"),
+    [
+        (
+            [LOOP],
+            ["【calm】I see you're looking", " for a place to rest. Did Theo find anything", " interesting there?"],
+        ),
+        (
+            ["【calm】Hello.", LOOP, "【happy】Sure!"],
+            ["【curious】Did Theo find anything ", "interesting there? Just saying."],
+        ),
+        (["【平静】据点就在河对岸，天黑前我们能赶到。"], ["【平静】据点就在河对岸，", "天黑前我们能赶到！(点头)"]),
+    ],
+)
+def test_a_reply_that_says_one_of_the_characters_last_lines_again_is_never_shown(
+    earlier: list[str], chunks: list[str]
+) -> None:
+    guard = EchoGuard("What should we do about the storm tonight?", own_lines=earlier)
+    assert shown_by(guard, chunks) == ""
+    assert guard.echoed and guard.reason == REASON_OWN_LINE and not guard.kept
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        # a phrase of the earlier line inside a reply of its own
+        ["【calm】Theo? He found a rusted key by the well, and he thinks it opens the old chapel door."],
+        ["【calm】Just saying, ", "the storm will hit before midnight, so we bar the windows now."],
+        ["【calm】Rest."],  # too short to tell
+    ],
+)
+def test_a_reply_of_its_own_beside_the_characters_last_lines_is_shown_whole(chunks: list[str]) -> None:
+    guard = EchoGuard("What should we do about the storm tonight?", own_lines=[LOOP])
+    assert shown_by(guard, chunks) == "".join(chunks)
+    assert not guard.echoed
+
+
+def test_beside_long_last_lines_a_new_reply_streams_after_a_few_characters_of_its_own() -> None:
+    # a third of a 300-character line would hold every reply's first hundred characters back
+    guard = EchoGuard("好", own_lines=["【平静】" + "我们沿着河岸一直走，直到看见那座旧灯塔为止。" * 14])
+    assert guard.feed("【担心】风") == ""
+    assert guard.feed("越来越大了，你先进屋") == ""  # 10 of its own: could still turn into the line
+    assert guard.feed("，我去把马牵回来，再关好门。") == "【担心】风越来越大了，你先进屋，我去把马牵回来，再关好门。"
+    assert guard.finish() == "" and not guard.echoed
+
+
+def test_the_repeat_note_is_in_the_instances_language() -> None:
+    assert "不要重复你之前说过的话" in catalog_for("zh").repeat_note.format(role_name="雷娜")
+    assert "do not repeat what you said before" in catalog_for("en").repeat_note.format(role_name="Mara")
+
+
+def test_a_reply_that_repeats_the_characters_last_line_is_asked_again_with_the_repeat_note(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    said_before = "【平静】据点就在河对岸，天黑前我们能赶到。"
+    openai_stub.queue_for("reply", StubReply(said_before, chunk=2))
+    openai_stub.queue_for("reply", StubReply(said_before + "(点头)", chunk=3), StubReply(ANSWER, chunk=2))
+    instance = create_sample_instance(sqlite_url)
+    tokens: list[str] = []
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        assert run_turn(graph, ctx, instance, "我们还要走多久？")["reply"] == said_before
+        state = run_turn(graph, ctx, instance, "桥断了，我们得换条路。", on_token=tokens.append)
+    assert state["error"] is None and state["reply"] == ANSWER
+    assert "".join(tokens) == ANSWER, "the repeat never reached the reader"
+    echo = state["debug"]["echo"]
+    assert echo["of"] == REASON_OWN_LINE and echo["status"].startswith("asked once more")
+    second = [r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]][-1]
+    assert second["messages"][-1]["role"] == "system"
+    assert "不要重复你之前说过的话" in second["messages"][-1]["content"]

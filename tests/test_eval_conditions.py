@@ -174,8 +174,10 @@ def test_a_probe_answered_by_repeating_it_is_asked_again_and_the_report_counts_i
     first, second = result["probes"]
     assert "Lily Chen" in first["reply"] and "Lily Chen" in second["reply"]
     [group] = conditions(out).values()
-    assert group["conditions"]["full"]["echoes"] == {"asked_again": 1, "kept": 0}
-    assert "| replies repeating the input: asked again / kept | 1 / 0 |" in (out / "report.md").read_text("utf-8")
+    assert group["conditions"]["full"]["echoes"] == {"asked_again": 1, "kept": 0, "own_line": 0}
+    assert "| replies repeating the input or an own line: asked again / kept (of them own lines) | 1 / 0 (0) |" in (
+        out / "report.md"
+    ).read_text("utf-8")
 
 
 def test_a_missed_goal_exits_1_and_probes_name_their_instance_and_sitting(

@@ -94,6 +94,7 @@ class Catalog:
     # one archived persona change (seed 002 历史人格变化事件): its line and the phrases of a structural change
     persona_change: Mapping[str, str] = field(default_factory=lambda: dict(zh.PERSONA_CHANGE))
     echo_note: str = zh.ECHO_NOTE  # after the input, when the reply only repeated it (issue 30)
+    repeat_note: str = zh.REPEAT_NOTE  # after the input, when the reply repeated the character's own line
 
     def role_play_instruction(self, role_name: str, *, open_story: bool = False) -> str:
         """The head's system instruction for `role_name`; an open story's asks for no progress markers."""
@@ -209,6 +210,7 @@ EN = Catalog(
     items=en.ITEMS,
     persona_change=en.PERSONA_CHANGE,
     echo_note=en.ECHO_NOTE,
+    repeat_note=en.REPEAT_NOTE,
 )
 
 CATALOGS: Mapping[str, Catalog] = {"zh": ZH, "en": EN}

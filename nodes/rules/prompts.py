@@ -69,6 +69,7 @@ WORLD_SETTING = "【世界设定】"
 RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
 # asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
 ECHO_NOTE = "（提示：不要复述用户刚说的话。请以「{role_name}」的身份，用自己的话回应。）"
+REPEAT_NOTE = "（提示：不要重复你之前说过的话。请以「{role_name}」的身份，针对用户刚说的话，用新的话回应。）"
 
 # seed 002 需求1 兜底机制: the two labelled layers of the director's pull-back retrieval
 DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"
