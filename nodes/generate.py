@@ -239,16 +239,26 @@ def fit_to_speed(
         fewest_estimate, fewest_over = new_tokens_over(fewest)
         if (fewest_estimate[1] or 0) < estimate[1]:  # the dialogue is read again anyway: fewer turns are fewer tokens
             fitted_prompt, fitted_estimate, kept, over = fewest, fewest_estimate, MIN_RECALL_TURNS, fewest_over
-            low, high = MIN_RECALL_TURNS + 1, turns - 1  # the most turns that fit (tokens grow with the turns)
-            while not over and low <= high:
-                middle = (low + high) // 2
-                candidate = build_prompt(state, ctx, recall_turns=middle)
-                candidate_estimate, candidate_over = new_tokens_over(candidate)
-                if candidate_over:
-                    high = middle - 1
+            # the most turns that fit, or the most whose prompt reuses the server's cache past the turn's own prompt:
+            # the new tokens do not always grow with the turns — a retry of a turn cut at the deadline finds the cut
+            # prompt's dialogue in the cache, and only that many turns reuse it (each new fit read the dialogue again,
+            # on a speed each cut had lowered, and was cut again: five tries of one turn with the 1.5B model)
+            reused = (estimate[0] or 0) - estimate[1]  # the cache's share of the turn's own prompt: its head
+            most: tuple[Any, tuple[int | None, int | None], int] | None = None
+            for middle in range(turns - 1, MIN_RECALL_TURNS - 1, -1) if not over else ():
+                if middle == MIN_RECALL_TURNS:
+                    candidate, candidate_estimate, candidate_over = fewest, fewest_estimate, fewest_over
                 else:
-                    fitted_prompt, fitted_estimate, kept = candidate, candidate_estimate, middle
-                    low = middle + 1
+                    candidate = build_prompt(state, ctx, recall_turns=middle)
+                    candidate_estimate, candidate_over = new_tokens_over(candidate)
+                if candidate_over:
+                    continue
+                if reuses_more(candidate_estimate, reused):
+                    most = (candidate, candidate_estimate, middle)
+                    break
+                most = most or (candidate, candidate_estimate, middle)
+            if most is not None:
+                fitted_prompt, fitted_estimate, kept = most
             fitted["recall_turns"] = {"before": turns, "after": kept}
     retrieved = int(fitted_prompt.debug["retrieved"]["tokens"])
     if over and retrieved:
@@ -262,6 +272,18 @@ def fit_to_speed(
     if fitted_prompt is prompt:
         return prompt, None, estimate
     return fitted_prompt, fitted, fitted_estimate
+
+
+REUSE_MARGIN_TOKENS = 16
+"""More tokens than this past what the turn's own prompt reuses: a candidate starts its dialogue where the prompt in
+the server's cache does (`reuses_more`); fewer may be a token counted either side of the shared prefix's end."""
+
+
+def reuses_more(estimate: tuple[int | None, int | None], reused: int) -> bool:
+    """Whether a candidate prompt (its estimate: prompt tokens, of them new) is expected to reuse more of the server's
+    prompt cache than `reused` tokens, by more than `REUSE_MARGIN_TOKENS`."""
+    total, new = estimate
+    return total is not None and new is not None and total - new > reused + REUSE_MARGIN_TOKENS
 
 
 def recall_floor_after(state: TurnState, fitted: dict[str, Any] | None) -> int | None:

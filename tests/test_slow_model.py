@@ -352,3 +352,30 @@ def test_a_reply_cut_after_its_first_chunk_still_measures_the_speed_the_next_tur
     (cut,) = play(sqlite_url, instance, ["去据点看看。"])
     assert cut["error"] and "turn deadline" in cut["error"] and cut["debug"]["deadline"]["cut_after_chars"] > 0
     assert measured_speed("reply").prompt_per_s < 240  # type: ignore[union-attr]
+
+
+def test_a_fitted_turn_cut_at_the_deadline_is_tried_again_on_the_prompt_the_server_read(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a cut keeps the user's line and not the turn: the next line is the same turn, fitted again on a speed the cut
+    # lowered. Fitted anew, its dialogue started elsewhere, the server read it all again and it was cut again (five
+    # tries of one turn with the 1.5B model); the cut prompt's start is in the server's cache, and the retry keeps it
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "6")
+    monkeypatch.setenv("PERSONALAB_RECALL_STEP", "1")
+    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "100")
+    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = create_sample_instance(sqlite_url)
+    assert all(s["error"] is None for s in play(sqlite_url, instance, LONG_LINES))
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.6")
+    openai_stub.slow.gen_per_s = 8  # the reply streams too slowly to end in time
+    (cut,) = play(sqlite_url, instance, ["那座桥后来怎么样了？"])
+    assert cut["error"] and "turn deadline" in cut["error"]
+    cut_turns = cut["debug"]["slow_model"]["recall_turns"]
+    openai_stub.slow.gen_per_s = 100
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "3")  # the cut's slower speed: the retry must be fitted too
+    (retry,) = play(sqlite_url, instance, ["你怎么不说话了？"])
+    assert retry["error"] is None, retry["error"]
+    assert retry["debug"]["slow_model"]["recall_turns"]["after"] == cut_turns["after"]
+    retried = [r for r in openai_stub.slow.log if r.purpose == "reply"][-1]
+    assert retried.cached >= 0.8 * retried.prompt_tokens, "the retry read its dialogue again"
