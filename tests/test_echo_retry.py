@@ -4,6 +4,12 @@ the stub server (tests/openai_stub.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from openai_stub import OpenAIStub, SlowServer, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
@@ -264,3 +270,25 @@ def test_a_reply_that_repeats_the_characters_last_line_is_asked_again_with_the_r
     second = [r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]][-1]
     assert second["messages"][-1]["role"] == "system"
     assert "不要重复你之前说过的话" in second["messages"][-1]["content"]
+
+
+def test_a_one_shot_cli_turn_in_a_new_process_streams_and_stores_only_the_second_reply(
+    sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    # `personalab turn` as a user runs it: a new process, nothing measured yet, the reply streamed to the terminal
+    openai_stub.queue_for("reply", StubReply("【平静】" + ECHOED, chunk=2), StubReply(ANSWER, chunk=2))
+    instance = create_sample_instance(sqlite_url)
+    exe = str(Path(sys.executable).with_name("personalab"))
+    env = {**os.environ, "PERSONALAB_DATABASE_URL": sqlite_url}
+    done = subprocess.run(
+        [exe, "turn", "--instance", str(instance), ECHOED], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "别怕，我在这儿" in done.stdout and "安静得有点吓人" not in done.stdout, done.stdout
+    history = subprocess.run(
+        [exe, "history", "--instance", str(instance), "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert history.returncode == 0, history.stderr
+    said = json.dumps(json.loads(history.stdout), ensure_ascii=False)
+    assert "别怕，我在这儿" in said
+    assert said.count("安静得有点吓人") == 1, "only the user's line holds it: the echo was never stored"

@@ -121,12 +121,8 @@ def is_echo(reply: str, said: str) -> bool:
     return _echo(reply_text, said_text, copied_chars(reply_text, said_text), question_words(said))
 
 
-def is_repeat(reply: str, earlier: str) -> bool:
-    """Whether the reply's line mostly repeats the character's `earlier` line (the rules in the module doc)."""
-    return _repeat(compared_text(reply), compared_text(earlier))
-
-
 def _repeat(reply: str, earlier: str) -> bool:
+    """Whether the reply's line mostly repeats the character's `earlier` line (both compared texts; the module doc)."""
     copied = copied_chars(reply, earlier)
     return copied >= MIN_REPEAT_CHARS and copied >= ECHO_SHARE_OF_REPLY * len(reply)
 
