@@ -391,7 +391,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         record_abandoned(model, timing, estimate[1] or 0)  # a server still reading its prompt makes the next turn wait
         # its prompt was read (the first chunk came): the speed it showed is what the next turns must plan with; a
         # speed measured too fast would otherwise cut every turn after it, none of them measuring again
-        record_speed(model, speed_timing)
+        record_speed(model, speed_timing, cut_reply=True)
         log.error("instance %s: turn deadline reached while the reply streamed", state["instance_id"])
         debug["deadline"]["cut_after_chars"] = len(text)
         return {

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 import pytest
-from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
+from openai_stub import OpenAIStub, SlowServer, StubReply, openai_stub_fixture  # noqa: F401 - the fixture
 from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.llm import busy_seconds, get_chat_model, measured_speed, stream_answer
@@ -379,3 +379,22 @@ def test_a_fitted_turn_cut_at_the_deadline_is_tried_again_on_the_prompt_the_serv
     assert retry["debug"]["slow_model"]["recall_turns"]["after"] == cut_turns["after"]
     retried = [r for r in openai_stub.slow.log if r.purpose == "reply"][-1]
     assert retried.cached >= 0.8 * retried.prompt_tokens, "the retry read its dialogue again"
+
+
+def test_a_reply_cut_at_the_deadline_raises_the_usual_reply_size_the_next_turns_plan_with(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the usual reply size was the mean of the stored replies only: a long reply cut at the deadline left it short,
+    # and the same turn tried again planned for a short reply and was cut again (three times, the 1.5B model)
+    instance = cat_instance_with_speed_measured(sqlite_url, openai_stub, monkeypatch)
+    before = measured_speed("reply").reply_tokens  # type: ignore[union-attr]
+    assert before is not None
+    openai_stub.slow.gen_per_s = 20
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "6")
+    openai_stub.queue_for("reply", StubReply("【平静】" + "我们沿着河岸一直走，直到看见那座旧灯塔。" * 8, chunk=4))
+    (cut,) = play(sqlite_url, instance, ["去据点看看。"])
+    assert cut["error"] and "turn deadline" in cut["error"]
+    written = cut["debug"]["deadline"]["cut_after_chars"]
+    assert written > 2 * before
+    raised = measured_speed("reply").reply_tokens  # type: ignore[union-attr]
+    assert raised is not None and raised > before
