@@ -88,7 +88,7 @@ def test_a_reply_is_held_only_until_it_has_a_third_of_the_inputs_length_of_its_o
 
 
 def test_with_no_time_for_a_second_reply_the_echo_is_kept_and_shown() -> None:
-    guard = EchoGuard("唉，风停了，安静得有点吓人。", afford_retry=lambda: False)
+    guard = EchoGuard("唉，风停了，安静得有点吓人。", afford_retry=lambda _first: False)
     assert shown_by(guard, ["【平静】唉，风停了，安静得有点吓人。"]) == "【平静】唉，风停了，安静得有点吓人。"
     assert guard.echoed and guard.kept
 
@@ -292,3 +292,24 @@ def test_a_one_shot_cli_turn_in_a_new_process_streams_and_stores_only_the_second
     said = json.dumps(json.loads(history.stdout), ensure_ascii=False)
     assert "别怕，我在这儿" in said
     assert said.count("安静得有点吓人") == 1, "only the user's line holds it: the echo was never stored"
+
+
+def test_a_second_reply_is_afforded_for_a_reply_as_long_as_the_first_not_a_usual_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # session 18's Chinese run: repeats twice a usual reply's length were asked again on time for a usual reply, and
+    # 12 of its 15 cut turns were those second replies cut at the deadline — where the first had been a whole reply
+    import time
+
+    from personalab.nodes import generate
+    from personalab.nodes.rules.deadline import ModelSpeed
+
+    speed = ModelSpeed(prompt_per_s=50, gen_per_s=5, reply_tokens=20)  # a usual reply: 4 s of writing
+    monkeypatch.setattr(generate, "measured_speed", lambda _purpose: speed)
+    ctx = Context()
+    state = {"message": "唉，风停了，安静得有点吓人。", "messages": []}
+    guard = generate.echo_guard(state, ctx, object(), until=time.time() + 8)  # type: ignore[arg-type]
+    assert guard is not None and guard.afford_retry is not None
+    assert guard.afford_retry("【平静】唉，风停了。")  # short: 4.8 s of 6.8
+    long_first = "【平静】" + "风停了，安静得有点吓人，我们歇一会儿吧。" * 4  # ~60 tokens: 12 s
+    assert not guard.afford_retry(long_first)

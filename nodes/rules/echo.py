@@ -22,7 +22,8 @@ become an echo, so a reader never sees one:
   outside it), and all of it is let through.
 - An echo is decided when the stream ends (`finish()`): `echoed` is then True and nothing held was shown, and the
   reply node asks once more (nodes/generate.py) with the catalog's `echo_note` after the input — unless
-  `afford_retry()` says the time left cannot hold a second reply: then the echo is let through after all (`kept`).
+  `afford_retry(first reply)` says the time left cannot hold a second reply: then the echo is let through after all
+  (`kept`).
 
 The character's own last lines (`own_lines`, its last `REPEAT_LINES` replies; seed 001 避免重复对话的机制: 历史消息重复)
 are watched the same way: a reply is a repeat when its longest run copied from one of them is at least
@@ -143,7 +144,7 @@ class EchoGuard:
     the character's `own_lines` (`reason` "own line")."""
 
     def __init__(
-        self, user_input: str, afford_retry: Callable[[], bool] | None = None, own_lines: Sequence[str] = ()
+        self, user_input: str, afford_retry: Callable[[str], bool] | None = None, own_lines: Sequence[str] = ()
     ) -> None:
         self._input = compared_text(user_input)
         self._asked = question_words(user_input)
@@ -188,7 +189,7 @@ class EchoGuard:
             self.reason = REASON_OWN_LINE
         if self.reason is not None:
             self.echoed = True
-            if self.afford_retry is not None and not self.afford_retry():
+            if self.afford_retry is not None and not self.afford_retry(self._held):
                 self.kept = True
                 return self._release()
             self.watching = False
