@@ -55,6 +55,8 @@ class Context:
     tail_tokens: Annotated[int, describe("tail_tokens")] = _setting("tail_tokens")
     recall_turns: Annotated[int, describe("recall_turns")] = _setting("recall_turns")
     recall_step: Annotated[int, describe("recall_step")] = _setting("recall_step")  # issue 30: a cache-friendly window
+    # issue 30: a turn's retrieved region stays in the next prompts (nodes/rules/shown_memory.py)
+    memory_stays: Annotated[int, describe("memory_stays")] = _setting("memory_stays")
     consolidation: Annotated[bool, describe("consolidation")] = _setting("consolidation")  # issue 26
     chars_per_token: Annotated[float, describe("chars_per_token")] = _setting("chars_per_token")
     tokenizer: Annotated[str, describe("tokenizer")] = _setting("tokenizer")

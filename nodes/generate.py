@@ -49,7 +49,9 @@ from personalab.nodes.rules.echo import REASON_INPUT, REPEAT_LINES, EchoGuard
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
 from personalab.nodes.rules.review.relations import scene_relations
-from personalab.nodes.rules.types import PromptMessage
+from personalab.nodes.rules.shown_memory import describe as describe_staying
+from personalab.nodes.rules.shown_memory import not_shown, same_dialogue_start, staying_memory, stretch_after
+from personalab.nodes.rules.types import PromptMessage, ShownMemory
 from personalab.nodes.scripted_llm import ScriptedChatModel
 from personalab.nodes.state import TurnState, TurnUpdate
 from personalab.stores.failpoints import failpoint
@@ -149,12 +151,28 @@ def build_prompt(
 
     examples = field("example_dialogue")
     post_history = field("post_history_instructions")
-    budgets = budgets_of(ctx, int(state.get("turn") or 1), state.get("recall_floor_turn"))
+    turn = int(state.get("turn") or 1)
+    budgets = budgets_of(ctx, turn, state.get("recall_floor_turn"))
     if recall_turns is not None:
         budgets = replace(budgets, max_turns=recall_turns)
-    return assemble_within_window(
-        window_of(ctx),
-        retrieved_cap=retrieved_cap,
+    blocks = [
+        RetrievedBlock(title=catalog.title(block.title), items=[catalog.item(item) for item in block.items])
+        for block in retrieved_blocks(state, ctx)
+    ]
+    stays = ctx.memory_stays >= 2 and long_term_memory(ctx)
+    shown = state.get("shown_memory") or []
+    staying = staying_memory(shown, turn=turn, stays=ctx.memory_stays) if stays else []
+
+    def assemble(staying: list[ShownMemory]) -> Any:
+        return assemble_within_window(
+            window_of(ctx),
+            retrieved_cap=retrieved_cap,
+            retrieved_blocks=not_shown(blocks, staying),
+            staying_memory={turn - int(region["turn"]): region["text"] for region in staying},
+            **parts,
+        )
+
+    parts: dict[str, Any] = dict(
         system_instruction=catalog.role_play_instruction(name, open_story=play["open_story"]),
         character_parts=definition_parts(
             {key: field(key) for key in ("system_prompt", "persona", "description")}, catalog.labels()
@@ -168,15 +186,45 @@ def build_prompt(
         relations=recent_scene_relations(state),
         world_setting=field("world_setting"),
         recent_messages=recent,
-        retrieved_blocks=[
-            RetrievedBlock(title=catalog.title(block.title), items=[catalog.item(item) for item in block.items])
-            for block in retrieved_blocks(state, ctx)
-        ],
         user_input=latest or state["message"],
         budgets=budgets,
         turn=state.get("turn"),
         position_texts=state.get("injected") or {},
         **play,
+    )
+    prompt = assemble(staying)
+    if not stays:
+        return prompt
+    first_turn = turn - int(prompt.debug["middle"]["turns_kept"])
+    dropped = None
+    if staying and not same_dialogue_start(staying, first_turn):
+        # the server reads the dialogue again from its new start anyway: a fresh region costs nothing more there
+        dropped = "the recent dialogue's first turn moved: a fresh region"
+        staying = []
+        prompt = assemble(staying)
+        first_turn = turn - int(prompt.debug["middle"]["turns_kept"])
+    elif shown and not staying:
+        dropped = f"the stretch held {ctx.memory_stays} turns: a fresh region"
+    prompt.debug["retrieved"]["staying"] = describe_staying(staying, first_turn, dropped)
+    return prompt
+
+
+def shown_after(state: TurnState, prompt: Any) -> list[ShownMemory]:
+    """The stretch a turn leaves (`shown_memory`, nodes/rules/shown_memory.py): the regions that stayed in its
+    prompt and the region it showed; empty when memory does not stay."""
+    info = prompt.debug.get("retrieved", {}).get("staying")
+    if info is None:
+        return []
+    staying = [region for region in state.get("shown_memory") or [] if int(region["turn"]) in info["turns"]]
+    texts = {region["text"] for region in staying}
+    sent = zip(reversed(prompt.messages), reversed(prompt.regions), strict=True)
+    region = next((m["content"] for m, where in sent if where == "retrieved" and m["content"] not in texts), None)
+    return stretch_after(
+        staying,
+        turn=int(state.get("turn") or 1),
+        first_turn=int(info["first_turn"]),
+        region=region,
+        items=prompt.retrieved_items,
     )
 
 
@@ -422,6 +470,7 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
         text = text[: ctx.max_reply_chars]
     update: TurnUpdate = {"reply_raw": text, "model": label, "prompt": sent, "debug": debug}
+    update["shown_memory"] = shown_after(state, prompt)
     floor = recall_floor_after(state, fitted)
     if floor is not None:
         update["recall_floor_turn"] = floor

@@ -380,6 +380,7 @@ def history_fetch(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         ("worldbook_fired", {}),
         ("state_events", []),
         ("recall_floor_turn", 0),
+        ("shown_memory", []),
     ):
         update.setdefault(name_, empty)  # type: ignore[misc]
     return update

@@ -3,7 +3,7 @@ save id), in one place: what a host sends (`TurnInput`), what it gets back (`Tur
 (`TurnState`) = both + the fields only the nodes use. Each field is declared once.
 
 Kept across turns: `turn`, `plot_state`, `core_memory` (+ `core_memory_versions`), `relationship`, `relations`,
-`worldbook_fired`, `state_events`, `recall_floor_turn` and the last turn's `debug`. Everything else is rebuilt each turn
+`worldbook_fired`, `state_events`, `recall_floor_turn`, `shown_memory` and the last turn's `debug`. Everything else is rebuilt each turn
 (`history_fetch` resets it) or lives in the database; the dialogue path and the built messages are not
 checkpointed at all.
 
@@ -32,6 +32,7 @@ from personalab.nodes.rules.types import (
     Relation,
     Relationship,
     ReplySegment,
+    ShownMemory,
 )
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
@@ -156,6 +157,9 @@ class TurnState(TurnInput, TurnOutput, total=False):
     """The first turn the prompt's recent dialogue may keep (issue 30): set by a turn that kept fewer turns of
     dialogue so a slow model could answer in time; the next turns start their dialogue there too (the server's
     prompt cache keeps that start) until the regular window's start passes it. 0: none."""
+    shown_memory: list[ShownMemory]
+    """The retrieved regions of this stretch's earlier turns that stay in the prompt (issue 30,
+    `PERSONALAB_MEMORY_STAYS`, nodes/rules/shown_memory.py); empty when off."""
     lock_token: str | None
     """This turn's hold on the instance's turn lock; None once it is released."""
     run_key: str | None
@@ -207,6 +211,7 @@ STORY_FIELDS = (
     "worldbook_fired",
     "state_events",
     "recall_floor_turn",
+    "shown_memory",
 )
 """The state kept across turns: stored with every reply (`story_state`) and copied in the checkpoint."""
 

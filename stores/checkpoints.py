@@ -125,6 +125,7 @@ KEPT_FIELDS = (
     "worldbook_fired",
     "state_events",
     "recall_floor_turn",
+    "shown_memory",
 )
 """The story fields a stored turn keeps (nodes.state.STORY_FIELDS; stores cannot import the graph's state)."""
 

@@ -306,6 +306,16 @@ class Settings(BaseSettings):
         "turn). A local model server reuses its prompt cache only up to the prompt's first change: with 5 the "
         "dialogue's start changes once in 5 turns instead of every turn (issue 30, docs/real-models.md).",
     )
+    memory_stays: WholeNumber = Field(
+        0,
+        ge=0,
+        le=50,
+        description="A turn's retrieved memory region stays in the next turns' prompts, right before that turn's "
+        "line, for up to this many turns while the recent dialogue's first turn stays; a later turn shows only "
+        "memories no staying region shows (0 or 1: every turn shows its own region after the dialogue, seed 002). "
+        "A local model server reuses its prompt cache only up to the prompt's first change: with 5 it reads the "
+        "new exchange and the new memories, not the whole region again (issue 30, docs/real-models.md).",
+    )
     query_rewrite: RewriteMode = Field(
         "auto",
         description="Who rewrites the retrieval query (seed 002 需求3; issue 30): model, always the model; rules, "

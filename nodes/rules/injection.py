@@ -24,6 +24,7 @@ Decided here:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -486,6 +487,21 @@ def _time_ago_en(turns: int | None, seconds: float | None) -> str:
                 parts.append(f"{count} {unit}{'s' if count != 1 else ''} ago")
                 break
     return ", ".join(parts)
+
+
+_ZH_UNITS = "年|个月|天|小时|分钟"
+_EN_UNITS = "year|month|day|hour|minute"
+TIME_AGO_RE = re.compile(
+    rf"(?:本轮|\d+ 轮前|\d+ (?:{_ZH_UNITS})前)(?:，\d+ (?:{_ZH_UNITS})前)?"
+    rf"|(?:this turn|\d+ turns? ago|\d+ (?:{_EN_UNITS})s? ago)(?:, \d+ (?:{_EN_UNITS})s? ago)?"
+)
+"""What `time_ago` writes, in either language: a memory line read without it is the same memory on every turn."""
+
+
+def without_time(item: str) -> str:
+    """A retrieved item without its how-long-ago part (`time_ago`, in `memory_line` or `time_prefixed`), spaces
+    tidied: the same memory shown on two turns ("3 轮前" then "4 轮前") reads the same."""
+    return " ".join(TIME_AGO_RE.sub("", item).split())
 
 
 def memory_line(content: str, ago: str = "", language: str | None = None) -> str:

@@ -104,6 +104,8 @@ class AssembledPrompt:
     messages: list[dict[str, str]]
     regions: list[str]
     debug: dict[str, Any]
+    # the retrieved region's items as sent, after its budget (a staying region's keys, nodes/rules/shown_memory.py)
+    retrieved_items: list[str] = field(default_factory=list)
 
 
 def split_latest_user(messages: Sequence[Mapping[str, str]]) -> tuple[list[dict[str, str]], str | None]:
@@ -222,6 +224,7 @@ def assemble_prompt(
     scenario: str = "",
     depth_prompt: DepthPrompt | None = None,
     relations: Mapping[str, Mapping[str, Any]] | None = None,
+    staying_memory: Mapping[int, str] | None = None,
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
@@ -239,6 +242,9 @@ def assemble_prompt(
     cut named in the debug); `depth_prompt` stands `depth` messages from the end of the dialogue.
     `relations` (issue 26): the character's relations with the recent scene's other participants, label → the three
     values (`rules.review.relations.scene_relations`, already cut to its few), shown after the user's relationship.
+    `staying_memory` (issue 30, nodes/rules/shown_memory.py): turns back (1: the last answered turn) → the retrieved
+    region that turn showed, put right before that turn's user line as a `retrieved` system message, counted in the
+    middle's budget with its turn (dropped with it).
     """
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
@@ -333,7 +339,16 @@ def assemble_prompt(
                 "count": len(too_old),
             }
         )
-    unit_tokens = [count(recent[start:end]) for _, start, end in kept]
+    # a staying region stands before its turn's first message (turns back: 1 for the last answered turn)
+    staying = dict(staying_memory or {})
+    turn_units = [unit for unit in units if unit[0] == "turn"]
+    back = {unit: len(turn_units) - number for number, unit in enumerate(turn_units)}
+    stays = {unit: [{"role": "system", "content": staying[back[unit]]}] for unit in kept if back.get(unit) in staying}
+
+    def unit_messages(unit: tuple[str, int, int]) -> list[dict[str, str]]:
+        return stays.get(unit, []) + recent[unit[1] : unit[2]]
+
+    unit_tokens = [count(unit_messages(unit)) for unit in kept]
     setting_tokens = count(setting)
     total = setting_tokens + count(examples) + sum(unit_tokens)
     if examples and total > budgets.middle:
@@ -352,7 +367,8 @@ def assemble_prompt(
         middle_debug["dropped"].append(
             describe(*unit, f"middle region over its budget of {budgets.middle} tokens: oldest dialogue goes first")
         )
-    middle = setting + examples + [m for _, start, end in kept for m in recent[start:end]]
+    middle = setting + examples + [m for unit in kept for m in unit_messages(unit)]
+    staying_ids = {id(m) for unit in kept for m in stays.get(unit, [])}
     middle_debug.update(tokens=count(middle), turns_total=turns_total)
     middle_debug["turns_kept"] = sum(1 for kind, _, _ in kept if kind == "turn")
     middle_debug["over_budget"] = middle_debug["tokens"] > budgets.middle
@@ -391,6 +407,8 @@ def assemble_prompt(
     retrieved_debug.update(
         tokens=count(retrieved), items_total=sum(len(items) for _, items in blocks), items_kept=sum(keep)
     )
+    if staying:
+        retrieved_debug["staying_tokens"] = count([m for m in middle if id(m) in staying_ids])
     retrieved_debug["over_budget"] = retrieved_debug["tokens"] > budgets.retrieved
 
     # tail — pinned; world-book entries that asked for the user / assistant position (seed 004 injectPosition)
@@ -427,6 +445,10 @@ def assemble_prompt(
         debug["depth_prompt"] = where
     return AssembledPrompt(
         messages=[m for name in REGIONS for m in parts[name]],
-        regions=[name for name in REGIONS for _ in parts[name]],
+        # a staying region is retrieved memory, where it stood when it was retrieved
+        regions=["retrieved" if id(m) in staying_ids else name for name in REGIONS for m in parts[name]],
         debug=debug,
+        retrieved_items=[
+            item for (_, items), count_kept in zip(blocks, keep, strict=True) for item in items[:count_kept]
+        ],
     )

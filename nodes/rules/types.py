@@ -207,6 +207,19 @@ class MemoryBlock(TypedDict):
     """Its lines, in order."""
 
 
+class ShownMemory(TypedDict):
+    """A turn's retrieved region that stays in the next turns' prompts (issue 30, nodes/rules/shown_memory.py)."""
+
+    turn: int
+    """The turn that showed it."""
+    first_turn: int
+    """The recent dialogue's first turn in that turn's prompt."""
+    text: str
+    """The region as sent."""
+    keys: list[str]
+    """Its items, each without its how-long-ago part: a later turn does not show them again."""
+
+
 @with_config(DESCRIBED)
 class PromptMessage(TypedDict):
     """One message of the prompt sent to the model, with the seed 002 region it belongs to."""
