@@ -545,7 +545,7 @@ def test_the_state_is_its_input_and_output_plus_the_nodes_own_fields_on_todays_c
         # the nodes' own
         "core_memory_versions", "worldbook_fired", "state_events", "recall_floor_turn", "lock_token", "run_key",
         "character", "user_line_id",
-        "query", "reply_raw", "story_state_id", "session_id", "session_recap",
+        "query", "reply_raw", "story_state_id", "session_id", "session_recap", "shown_memory",
     }  # fmt: skip
 
 
