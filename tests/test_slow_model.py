@@ -212,20 +212,29 @@ def test_the_new_tokens_over_what_is_left_are_what_the_reply_cannot_read_in_time
 LONG_LINES = [f"第{n}件事：我们沿着河岸走到第{n}座桥，桥下的水很急，你还记得那里的石头吗？" for n in range(1, 9)]
 
 
+def long_dialogue_on_slow_server(
+    url: str, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, list[dict[str, Any]]]:
+    """An instance that played `LONG_LINES` on a slow server reporting no usage (llama-cpp-python's), the window's
+    start moving every turn (6 turns, step 1), the rewrite by rules and no maintenance: (instance, its states)."""
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "6")
+    monkeypatch.setenv("PERSONALAB_RECALL_STEP", "1")
+    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "100")
+    stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
+    instance = create_sample_instance(url)
+    played = play(url, instance, LONG_LINES)
+    assert [s["error"] for s in played] == [None] * len(LONG_LINES)
+    return instance, played
+
+
 def test_a_dialogue_read_again_gives_up_older_turns_and_the_next_turns_keep_its_start(
     sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the window's start moves every turn (step 1), so the server reads the whole dialogue again each turn; with
     # too little time left the prompt keeps fewer, most recent turns instead of the turn being cut, and the turns
     # after it start their dialogue at the same turn, so the server's cache keeps it
-    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
-    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "6")
-    monkeypatch.setenv("PERSONALAB_RECALL_STEP", "1")
-    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "100")
-    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
-    instance = create_sample_instance(sqlite_url)
-    played = play(sqlite_url, instance, LONG_LINES)
-    assert [s["error"] for s in played] == [None] * len(LONG_LINES)
+    instance, played = long_dialogue_on_slow_server(sqlite_url, openai_stub, monkeypatch)
     assert "slow_model" not in played[-1]["debug"], "30 s is enough for the whole window"
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.6")
     fitted, after = play(sqlite_url, instance, ["那座桥后来怎么样了？", "我们再去一次吧。"])
@@ -360,13 +369,7 @@ def test_a_fitted_turn_cut_at_the_deadline_is_tried_again_on_the_prompt_the_serv
     # a cut keeps the user's line and not the turn: the next line is the same turn, fitted again on a speed the cut
     # lowered. Fitted anew, its dialogue started elsewhere, the server read it all again and it was cut again (five
     # tries of one turn with the 1.5B model); the cut prompt's start is in the server's cache, and the retry keeps it
-    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
-    monkeypatch.setenv("PERSONALAB_RECALL_TURNS", "6")
-    monkeypatch.setenv("PERSONALAB_RECALL_STEP", "1")
-    monkeypatch.setenv("PERSONALAB_MAINTENANCE_EVERY", "100")
-    openai_stub.slow = SlowServer(prompt_per_s=300, gen_per_s=100, reports_usage=False)
-    instance = create_sample_instance(sqlite_url)
-    assert all(s["error"] is None for s in play(sqlite_url, instance, LONG_LINES))
+    instance, _ = long_dialogue_on_slow_server(sqlite_url, openai_stub, monkeypatch)
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "1.6")
     openai_stub.slow.gen_per_s = 8  # the reply streams too slowly to end in time
     (cut,) = play(sqlite_url, instance, ["那座桥后来怎么样了？"])
