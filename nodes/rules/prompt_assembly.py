@@ -18,6 +18,11 @@ maintenance and plot turns only), world setting, example dialogue, then the dial
 end — and what changes every turn comes after it: the retrieved region, then the turn number and relationship
 (which the seed does not place in the head: they opened the tail's state) and the input.
 
+With `staying_memory` (issue 30, `PERSONALAB_MEMORY_STAYS`, nodes/rules/shown_memory.py) the retrieved regions of the
+last turns stand in the middle, each right before its turn's user line where the server's cache read it, labelled
+`retrieved`; the turn's own region after the dialogue then holds only what they do not (off by default: the seed's
+order above).
+
 A turn (for "the last 20 turns", seed 002 定期维护: 保留最近20轮对话) starts at a `user` message and runs up to
 the next one after a reply: the character's reply and any system line in between belong to it, and user lines in
 a row (a turn cut at the deadline keeps its line without a reply) are one turn; trailing user lines no reply answered
