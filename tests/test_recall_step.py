@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, openai_stub_fixture  # noqa: F401 - the fixture
-from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.graph.runner import create_sample_instance
 from personalab.nodes.context import Context, most_recall_turns
 from personalab.nodes.rules.curation import recall_window_turns
-from personalab.stores.background import flush_event_writes
-
-REPLY_MARKER = "〔PersonaLab任务：reply〕"
+from turn_helpers import play_turns, reply_requests
 
 
 def test_the_window_start_moves_step_turns_at_a_time() -> None:
@@ -30,22 +28,13 @@ def test_the_window_start_moves_step_turns_at_a_time() -> None:
 
 def play(url: str, instance: int, messages: list[str], step: int) -> list[dict[str, Any]]:
     ctx = Context(database_url=url, recall_turns=3, recall_step=step, rag_timeout_s=30.0)
-    states = []
-    with turn_graph(ctx) as (graph, context):
-        for message in messages:
-            states.append(run_turn(graph, context, instance, message, user_name="莱姆"))
-            flush_event_writes()
-    return states
+    return play_turns(ctx, instance, messages, user_name="莱姆")
 
 
 def first_dialogue_line(request: dict[str, Any]) -> str:
     """The first user message of the prompt's recent dialogue (the middle region; the last message is the input)."""
     users = [m["content"] for m in request["messages"][:-1] if m["role"] == "user"]
     return users[0] if users else ""
-
-
-def reply_requests(stub: OpenAIStub) -> list[dict[str, Any]]:
-    return [r for r in stub.requests if REPLY_MARKER in r["messages"][0]["content"]]
 
 
 @pytest.mark.parametrize(("step", "starts"), [(1, [1, 1, 1, 2, 3, 4, 5, 6]), (3, [1, 1, 1, 1, 1, 4, 4, 4])])

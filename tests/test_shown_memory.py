@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
-from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+from personalab.graph.runner import create_sample_instance
 from personalab.nodes.context import Context
 from personalab.nodes.rules.injection import memory_line, time_ago
 from personalab.nodes.rules.plot import new_plot_state
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, assemble_prompt
 from personalab.nodes.rules.shown_memory import not_shown, staying_memory, stretch_after
 from personalab.nodes.rules.types import ShownMemory
-from personalab.stores.background import flush_event_writes
+from turn_helpers import play_turns, reply_requests
 
-REPLY_MARKER = "〔PersonaLab任务：reply〕"
 FACT = "记住，我的暗号是青鸟落在第七根旗杆上。"
 MESSAGES = [
     FACT,
@@ -105,16 +104,11 @@ def play(url: str, instance: int, messages: list[str], stays: int) -> list[dict[
     ctx = Context(
         database_url=url, recall_turns=2, recall_step=3, memory_stays=stays, query_rewrite="rules", rag_timeout_s=30.0
     )
-    states = []
-    with turn_graph(ctx) as (graph, context):
-        for message in messages:
-            states.append(run_turn(graph, context, instance, message, user_name="莱姆"))
-            flush_event_writes()
-    return states
+    return play_turns(ctx, instance, messages, user_name="莱姆")
 
 
-def reply_requests(stub: OpenAIStub) -> list[list[dict[str, str]]]:
-    return [r["messages"] for r in stub.requests if REPLY_MARKER in r["messages"][0]["content"]]
+def reply_prompts(stub: OpenAIStub) -> list[list[dict[str, str]]]:
+    return [r["messages"] for r in reply_requests(stub)]
 
 
 def retrieved_texts(state: dict[str, Any]) -> list[str]:
@@ -127,7 +121,7 @@ def test_the_next_prompt_begins_with_the_last_one_up_to_its_memory_region(
     instance = create_sample_instance(sqlite_url)
     states = play(sqlite_url, instance, MESSAGES, stays=3)
     assert [s["error"] for s in states] == [None] * len(MESSAGES)
-    requests = reply_requests(openai_stub)
+    requests = reply_prompts(openai_stub)
     continued = 0
     for number in range(1, len(states)):
         staying = states[number]["debug"]["prompt"]["retrieved"]["staying"]
@@ -157,7 +151,7 @@ def test_the_stretch_is_kept_with_the_story_for_the_next_process(sqlite_url: str
     assert [r["turn"] for r in second["shown_memory"]] == [2]
     third = play(sqlite_url, instance, MESSAGES[2:3], stays=3)[0]  # a new graph: the stored story, no process cache
     assert third["debug"]["prompt"]["retrieved"]["staying"]["turns"] == [2]
-    before, after = reply_requests(openai_stub)[1:3]
+    before, after = reply_prompts(openai_stub)[1:3]
     own = max(i for i, m in enumerate(before) if m["role"] == "system" and m["content"].startswith("以下是"))
     assert after[: own + 1] == before[: own + 1]
 
