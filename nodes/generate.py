@@ -28,6 +28,7 @@ from personalab.nodes.context import (
 from personalab.nodes.llm import (
     MarkerFreeStream,
     Timing,
+    answer_cap,
     busy_seconds,
     gave_up_waiting,
     get_chat_model,
@@ -43,7 +44,13 @@ from personalab.nodes.rules.character import definition_parts, substitute, user_
 from personalab.nodes.rules.context_window import ContextWindow, assemble_within_window
 from personalab.nodes.rules.core_memory import should_maintain
 from personalab.nodes.rules.curation import SCENE_LINES
-from personalab.nodes.rules.deadline import FIT_SHARE, prompt_tokens_over, reply_deadline
+from personalab.nodes.rules.deadline import (
+    FIT_SHARE,
+    prompt_tokens_over,
+    reply_deadline,
+    reply_tokens_within,
+    whole_sentences,
+)
 from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.echo import REASON_INPUT, REPEAT_LINES, EchoGuard
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
@@ -322,6 +329,16 @@ def fit_to_speed(
     return fitted_prompt, fitted, fitted_estimate
 
 
+def reply_cap(ctx: Context, model: Any, new_tokens: int | None, until: float) -> int | None:
+    """Issue 30: the reply tokens a request may ask for so that a slow model ends by itself before `until`
+    (nodes/rules/deadline.py `reply_tokens_within`, from the reply model's measured speed and the prompt's new
+    tokens); None without a measured speed, for the offline model, or when PERSONALAB_MAX_REPLY_TOKENS fits."""
+    speed = measured_speed(prompts.PURPOSE_REPLY)
+    if speed is None or new_tokens is None:
+        return None
+    return reply_tokens_within(speed, new_tokens, until - time.time() - busy_seconds(model), ctx.max_reply_tokens)
+
+
 REUSE_MARGIN_TOKENS = 16
 """More tokens than this past what the turn's own prompt reuses: a candidate starts its dialogue where the prompt in
 the server's cache does (`reuses_more`); fewer may be a token counted either side of the shared prefix's end."""
@@ -389,8 +406,10 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
     # note, and its few tokens time mostly the server's overhead (restoring its cache), not its reading
     speed_timing = timing
     echo_debug: dict[str, Any] | None = None
+    # a reply longer than the time left holds ends at its cap instead of being cut at the deadline (nothing stored)
+    cap = reply_cap(ctx, model, estimate[1], until)
     try:
-        finish, late = _stream_reply(shown, prompt.messages, until, timing)
+        finish, late = _stream_reply(shown, prompt.messages, until, timing, answer_cap(model, cap))
         if guard is not None and guard.echoed:
             echo_debug = {
                 "first_reply": "".join(shown.raw)[:200],
@@ -410,7 +429,8 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             again = prompt_estimate(model, asked, text_counter(ctx).text)
             timing = Timing(sent=time.time(), prompt_tokens=again[0], evaluated=again[1])
             estimate = again
-            finish, late = _stream_reply(shown, asked, until, timing)
+            cap = reply_cap(ctx, model, again[1], until)
+            finish, late = _stream_reply(shown, asked, until, timing, answer_cap(model, cap))
     except Exception as exc:  # noqa: BLE001 - any model failure ends the turn cleanly, never half-stored
         if gave_up_waiting(exc):  # the client's own timeout: the server may still be reading the prompt
             record_abandoned(model, timing, estimate[1] or 0)
@@ -464,7 +484,16 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "prompt": sent,
             "debug": debug,
         }
-    if finish == "length":
+    if finish == "length" and cap is not None:
+        # the time cap, not the model, ended it: the reply keeps its whole sentences
+        kept = whole_sentences(text)
+        debug["reply_cut"] = {
+            "reason": f"the time left held about {cap} reply tokens (of max_tokens {ctx.max_reply_tokens})",
+            "chars": len(text),
+            "kept": len(kept),
+        }
+        text = kept
+    elif finish == "length":
         debug["reply_cut"] = {"reason": f"the model reached max_tokens ({ctx.max_reply_tokens})", "chars": len(text)}
     if len(text) > ctx.max_reply_chars:
         debug["reply_cut"] = {"chars": len(text), "kept": ctx.max_reply_chars}
@@ -509,14 +538,14 @@ ECHO_NOTE_TOKENS = 40
 
 
 def _stream_reply(
-    shown: MarkerFreeStream, messages: list[Any], until: float, timing: Timing
+    shown: MarkerFreeStream, messages: list[Any], until: float, timing: Timing, request: dict[str, Any]
 ) -> tuple[str | None, bool]:
     """The reply streamed through `shown` until it ends or `until` passes: (finish_reason, late). The model's text is
-    in `shown.raw`; a model failure is raised."""
+    in `shown.raw`; a model failure is raised. `request`: the request's own options (its answer cap)."""
     chunks = 0
     finish: str | None = None
     late = False
-    reader = _StreamReader(shown.stream(messages))
+    reader = _StreamReader(shown.stream(messages, **request))
     try:
         for chunk in reader.chunks(until):
             timing.see(chunk)

@@ -126,6 +126,16 @@ def token_cap_body(current: Settings, max_tokens: int | None) -> dict[str, int] 
     return {"max_tokens": max_tokens} if max_tokens is not None and current.openai_base_url else None
 
 
+def answer_cap(model: BaseChatModel, max_tokens: int | None) -> dict[str, Any]:
+    """A request's own answer cap, lower than the model's (the reply's time cap, nodes/rules/deadline.py), as the
+    keyword arguments of `model.stream`: both names for a compatible endpoint (`token_cap_body`); nothing for the
+    offline model (it has no server to time) or without a cap."""
+    if max_tokens is None or _server_of(model) is None:
+        return {}
+    body = token_cap_body(settings(), max_tokens)
+    return {"max_completion_tokens": max_tokens, **({"extra_body": body} if body else {})}
+
+
 def load_client() -> None:
     """Import the OpenAI client when it will answer: seconds in a new process, which are start-up, not the time a
     turn's deadline gives its model calls (a one-shot CLI turn's rewrite would otherwise time out before its request)."""

@@ -21,7 +21,13 @@ from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
 from personalab.nodes.context import Context
 from personalab.nodes.llm import busy_seconds, get_chat_model, measured_speed, stream_answer
 from personalab.nodes.rules.curation import recall_window_turns
-from personalab.nodes.rules.deadline import ModelSpeed, next_reply_tokens, prompt_tokens_over
+from personalab.nodes.rules.deadline import (
+    ModelSpeed,
+    next_reply_tokens,
+    prompt_tokens_over,
+    reply_tokens_within,
+    whole_sentences,
+)
 from personalab.stores.memory import MemoryStore
 from personalab.stores.model_servers import KeptServers, read_kept_servers
 
@@ -401,3 +407,40 @@ def test_a_reply_cut_at_the_deadline_raises_the_usual_reply_size_the_next_turns_
     assert written > 2 * before
     raised = measured_speed("reply").reply_tokens  # type: ignore[union-attr]
     assert raised is not None and raised > before
+
+
+def test_a_reply_longer_than_the_time_left_ends_at_a_cap_and_is_kept_in_whole_sentences(
+    sqlite_url: str, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the 1.5B model: a prompt fitted to the deadline, then a reply twice the usual length, cut at the deadline with
+    # ~100 characters streamed — and a cut turn stores nothing, so the user's line stood unanswered (18 of 61 turns)
+    instance = cat_instance_with_speed_measured(sqlite_url, openai_stub, monkeypatch)
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "6")
+    long_reply = "【平静】" + "我们沿着河岸一直走，直到看见那座旧灯塔。" * 30
+    openai_stub.queue_for("reply", StubReply(long_reply, chunk=4))
+    (kept,) = play(sqlite_url, instance, ["去据点看看。"])
+    assert kept["error"] is None, kept["error"]
+    sent = [r for r in openai_stub.requests if "〔PersonaLab任务：reply〕" in r["messages"][0]["content"]][-1]
+    cap = sent["max_tokens"]
+    assert sent["max_completion_tokens"] == cap and 16 <= cap < 256  # both names, under PERSONALAB_MAX_REPLY_TOKENS
+    assert (
+        kept["debug"]["finish_reason"] == "length"
+        and f"about {cap} reply tokens" in kept["debug"]["reply_cut"]["reason"]
+    )
+    reply = kept["reply"]
+    assert reply.endswith("灯塔。") and len(reply) <= cap  # its whole sentences, none cut in the middle
+    # the next turn's dialogue shows what was stored
+    (after,) = play(sqlite_url, instance, ["然后呢？"])
+    assert after["error"] is None and any(reply[-8:] in m["content"] for m in after["prompt"])
+
+
+def test_a_reply_the_time_left_holds_keeps_the_configured_cap() -> None:
+    fast = ModelSpeed(prompt_per_s=4500, gen_per_s=500)
+    assert reply_tokens_within(fast, 800, 29.9, 256) is None  # nothing changes on a fast server
+    slow = ModelSpeed(prompt_per_s=45, gen_per_s=5.2)
+    assert reply_tokens_within(slow, 807, 29.9, 256) == 38  # (29.9 × .85 − 807 / 45) s × 5.2 tokens/s
+    assert reply_tokens_within(slow, 1500, 29.9, 256) == 16  # never fewer than the floor
+    assert whole_sentences("【担心】手有点冻僵了。我随口") == "【担心】手有点冻僵了。"
+    assert whole_sentences("【担心】没事吧") == "【担心】没事吧"  # no sentence end: kept as it is
+    assert whole_sentences("【平静】“快走！”她说着转") == "【平静】“快走！”"
+    assert whole_sentences("I see. The road is long and") == "I see. The road is long and"  # the end too early

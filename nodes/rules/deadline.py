@@ -14,11 +14,17 @@ A slow model (issue 30) whose reply would not fit what is left is sent a shorter
 `prompt_tokens_over` is how many of the prompt's new tokens (those the server's prompt cache does not hold) must go
 for the expected time — new tokens at the measured reading speed, then the usual reply's tokens at the writing
 speed — to fit `FIT_SHARE` of the seconds left; the retrieved region gives them up, lowest-ranked first.
+
+A reply longer than usual would still be cut at the deadline, and a cut turn stores nothing. So the reply's request
+asks for at most the tokens the measured writing speed can write in `FIT_SHARE` of what is left once the prompt's
+new tokens are read (`reply_tokens_within`, never fewer than `REPLY_CAP_FLOOR`): the model then ends by itself
+(finish_reason `length`) before the deadline, and the reply is kept up to its last whole sentence (`whole_sentences`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 REWRITE_SHARE = 0.15
@@ -28,6 +34,8 @@ MIN_CALL_SECONDS = 0.05  # less than this left: the call is not made (it could n
 FIT_SHARE = 0.85  # of the seconds left: a measured speed varies from turn to turn on a shared CPU
 REPLY_TOKENS_SHARE = 0.25  # a reply's tokens, of PERSONALAB_MAX_REPLY_TOKENS, until replies were counted
 REPLY_TOKENS_WEIGHT = 0.3  # the weight of the newest reply in the running mean of replies' tokens
+REPLY_CAP_FLOOR = 16  # the fewest reply tokens a time-capped request asks for: fewer say nothing in character
+SENTENCE_END = re.compile(r"[。！？!?…~～」』”]+|\.(?=\s|$)")
 
 
 def rewrite_seconds(deadline_s: float) -> float:
@@ -87,3 +95,21 @@ def prompt_tokens_over(speed: ModelSpeed, new_tokens: int, reply_tokens: float, 
     writing a usual reply is expected within `FIT_SHARE` of `seconds_left`; 0 when it fits already."""
     readable = (seconds_left * FIT_SHARE - speed.writing_seconds(reply_tokens)) * speed.prompt_per_s
     return max(0, math.ceil(new_tokens - max(readable, 0.0)))
+
+
+def reply_tokens_within(speed: ModelSpeed, new_tokens: int, seconds_left: float, max_reply_tokens: int) -> int | None:
+    """The most reply tokens expected to be written within `FIT_SHARE` of `seconds_left` once the prompt's
+    `new_tokens` are read, at least `REPLY_CAP_FLOOR`; None when `max_reply_tokens` fits (the cap stays)."""
+    writing = seconds_left * FIT_SHARE - new_tokens / speed.prompt_per_s
+    tokens = math.floor(writing * (speed.gen_per_s or speed.prompt_per_s / GEN_SLOWER))
+    if tokens >= max_reply_tokens:
+        return None
+    return min(max_reply_tokens, max(REPLY_CAP_FLOOR, tokens))
+
+
+def whole_sentences(text: str) -> str:
+    """A reply the time cap ended mid-sentence, up to its last sentence end (。！？…, a closing bracket or quote, an
+    English full stop); the text as it is when it has none past its first third."""
+    ends = [match.end() for match in SENTENCE_END.finditer(text)]
+    last = ends[-1] if ends else 0
+    return text[:last].rstrip() if last > len(text) // 3 else text
