@@ -361,6 +361,8 @@ def play_scenario(
         "cut_turns": [],
         # issue 30: replies that only repeated the user's input (nodes/rules/echo.py): asked once more, or kept
         "echoes": [],
+        # issue 30: replies a slow model ended at the time cap (nodes/rules/deadline.py), kept in whole sentences
+        "capped_replies": [],
         "secrets": {"said": len(scenario.secrets), "leaks": []},
         # memories of the long-term memory in the prompt, and those whose instance is not the turn's (goal 0)
         "other_instances": {"memories": 0, "foreign": []},
@@ -509,6 +511,9 @@ def _one_turn(
         result["maintenance"]["rejected"] += 1
     elif maintenance.startswith("model error"):
         result["maintenance"]["errors"] += 1
+    reply_cut = debug.get("reply_cut") or {}
+    if str(reply_cut.get("reason", "")).startswith("the time left"):
+        result["capped_replies"].append({"instance": log.number, "turn": log.turn, "where": step.where, **reply_cut})
     echo = debug.get("echo")
     if echo:
         result["echoes"].append({"instance": log.number, "turn": log.turn, "where": step.where, **echo})

@@ -663,6 +663,7 @@ def condition_summary(result: dict[str, Any]) -> dict[str, Any]:
         "in_character": {"ok": in_char, "scored": len(judged), "percent": _pct(in_char, len(judged))},
         "history_not_fit": sum(1 for o in outcomes if o["history_fit"] is False),
         "cut_turns": len(result.get("cut_turns") or []),
+        "capped_replies": len(result.get("capped_replies") or []),
         "echoes": _echo_summary(result.get("echoes") or []),
         "judge": _judge_summary(result.get("judge") or []),
         "failed_probes": [o for o in outcomes if o["failed"]],
@@ -870,6 +871,7 @@ def conditions_markdown(groups: Sequence[dict[str, Any]]) -> list[str]:
         )
         row("history did not fit", lambda s: str(s["history_not_fit"]) if s["condition"] == "history" else "–")
         row("turns cut at the deadline", lambda s: str(s.get("cut_turns", 0)))
+        row("replies ended at the time cap (whole sentences kept)", lambda s: str(s.get("capped_replies", 0)))
         row(
             "replies repeating the input or an own line: asked again / kept (of them own lines)",
             lambda s: "{asked_again} / {kept} ({own_line})".format(

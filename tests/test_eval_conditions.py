@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_stub import OpenAIStub, StubReply, openai_stub_fixture, reader_answer  # noqa: F401 - the fixture
+from openai_stub import OpenAIStub, SlowServer, StubReply, openai_stub_fixture, reader_answer  # noqa: F401 - the fixture
 from personalab.evals.entry import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval_conditions"
@@ -157,6 +157,29 @@ def test_a_turn_cut_at_the_deadline_is_counted_and_the_play_goes_on(
     assert full["failed_probes"][0]["failed"] == ["reply: Lily Chen", "cut at the turn's deadline: no reply"]
     assert group["conditions"]["recent"]["cut_turns"] == 0
     assert "turns cut at the deadline 1" in stdout
+
+
+def test_a_reply_longer_than_the_time_left_is_ended_at_the_cap_and_the_report_counts_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reader: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a slow model's long answer: without the cap it streamed past the deadline and the probe had no reply
+    monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "8")
+    monkeypatch.setenv("PERSONALAB_QUERY_REWRITE", "rules")
+    reader.slow = SlowServer(prompt_per_s=3000, gen_per_s=30, reports_usage=False)
+    long_answer = "【平静】Lily Chen, of course. " + "She works nights at the hospital by the harbour. " * 12
+    reader.queue_for("reply", "【平静】Noted, I will remember your sister's name.", long_answer, "【平静】Lily Chen.")
+    argv = ("--conditions", "full,recent", "--no-judge", "--parallel", "1")  # full first: the queued replies are its
+    code, stdout, err, out = run_fixture(tmp_path, capsys, "cut_probe.yaml", *argv)
+    result = json.loads(next((out / "results").glob("cut_probe*full*.json")).read_text(encoding="utf-8"))
+    assert result["cut_turns"] == []
+    [capped] = result["capped_replies"]
+    assert capped["turn"] == 2 and capped["reason"].startswith("the time left held about")
+    assert capped["kept"] < capped["chars"] < len(long_answer)
+    first = result["probes"][0]
+    assert "Lily Chen" in first["reply"] and first["reply"].endswith("harbour.")
+    [group] = conditions(out).values()
+    assert group["conditions"]["full"]["capped_replies"] == 1
+    assert "| replies ended at the time cap (whole sentences kept) | 1 |" in (out / "report.md").read_text("utf-8")
 
 
 def test_a_probe_answered_by_repeating_it_is_asked_again_and_the_report_counts_it(
