@@ -471,8 +471,11 @@ def generate(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         }
     if estimate[1] is not None:
         debug["server"] = timing.debug()
-    # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed)
-    record_speed(model, speed_timing, reply=True)
+    # the next turns decide on it: the rewrite (nodes/query_rewrite.py), the reply's prompt (fit_to_speed); a reply
+    # the time cap ended was at least that long, like a cut one: it raises the usual size, never lowers it (the fit
+    # would otherwise plan ever shorter replies, and cap ever more of them)
+    capped = finish == "length" and cap is not None
+    record_speed(model, speed_timing, reply=not capped, cut_reply=capped)
     if not text.strip():
         return {"error": "model returned an empty reply", "model": label, "prompt": sent, "debug": debug}
     if finish is None:

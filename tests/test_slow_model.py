@@ -415,6 +415,7 @@ def test_a_reply_longer_than_the_time_left_ends_at_a_cap_and_is_kept_in_whole_se
     # the 1.5B model: a prompt fitted to the deadline, then a reply twice the usual length, cut at the deadline with
     # ~100 characters streamed — and a cut turn stores nothing, so the user's line stood unanswered (18 of 61 turns)
     instance = cat_instance_with_speed_measured(sqlite_url, openai_stub, monkeypatch)
+    usual = measured_speed("reply").reply_tokens  # type: ignore[union-attr]
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "6")
     long_reply = "【平静】" + "我们沿着河岸一直走，直到看见那座旧灯塔。" * 30
     openai_stub.queue_for("reply", StubReply(long_reply, chunk=4))
@@ -429,6 +430,8 @@ def test_a_reply_longer_than_the_time_left_ends_at_a_cap_and_is_kept_in_whole_se
     )
     reply = kept["reply"]
     assert reply.endswith("灯塔。") and len(reply) <= cap  # its whole sentences, none cut in the middle
+    # the capped reply was at least that long: the usual size the next fits plan with rises (never falls)
+    assert usual is not None and measured_speed("reply").reply_tokens > usual  # type: ignore[union-attr]
     # the next turn's dialogue shows what was stored
     (after,) = play(sqlite_url, instance, ["然后呢？"])
     assert after["error"] is None and any(reply[-8:] in m["content"] for m in after["prompt"])
