@@ -314,8 +314,8 @@ class Settings(BaseSettings):
         "line, for up to this many turns while the recent dialogue's first turn stays; a later turn shows only "
         "memories no staying region shows (0 or 1: every turn shows its own region after the dialogue, seed 002). "
         "A local model server reuses its prompt cache only up to the prompt's first change: with 5 it reads the "
-        "new exchange and the new memories, not the whole region again — but measured with a 1.5B model the "
-        "longer prompt cost more than the 8 % fewer tokens read saved (issue 30, docs/real-models.md).",
+        "new exchange and the new memories, not the whole region again; measured with a 1.5B model, the share "
+        "reused rose more than the tokens read fell (issue 30, docs/real-models.md).",
     )
     query_rewrite: RewriteMode = Field(
         "auto",
