@@ -35,6 +35,7 @@ from personalab.nodes.rules.retrieval import (
     score_candidates,
     select,
     similarity_tokens,
+    stands_out,
     stored_similarity_tokens,
 )
 
@@ -210,6 +211,18 @@ def test_expansion_takes_the_best_matchs_telling_words_the_query_lacks() -> None
     assert expansion_terms(document, ["jon"], weight, 0) == [] and expansion_terms([], ["jon"], weight, 5) == []
     assert "the" not in expansion_terms(document, [], weight, 20)
     assert RetrievalConfig().expansion_terms == 0 and RetrievalConfig.for_recall().expansion_terms == 5
+
+
+def test_the_best_vector_hit_stands_out_by_its_spread_not_by_an_encoders_scale() -> None:
+    """Issue 26's feedback test: one encoder's cosines spread over .1–.6, another's over .84–.89; the best hit
+    stands out when it is 3 standard deviations above the hits' mean, on either scale."""
+    use_like = [0.62, 0.21, 0.2, 0.19, 0.18, 0.18, 0.17, 0.16, 0.15, 0.15, 0.14, 0.14]
+    assert stands_out(use_like, 3.0)
+    assert stands_out([0.84 + 0.1 * (c - 0.15) for c in use_like], 3.0)  # the same spread on e5's scale
+    assert not stands_out([0.31, 0.3, 0.29, 0.29, 0.28, 0.28, 0.27, 0.26], 3.0)  # a best hit like the rest
+    assert not stands_out([0.9, 0.1, 0.1, 0.1], 3.0)  # too few hits to tell a spread
+    assert not stands_out([0.5] * 10, 3.0) and not stands_out(use_like, 0.0)  # no spread; the feedback off
+    assert RetrievalConfig().feedback_terms > 0 and RetrievalConfig.for_recall().feedback_terms == 0
 
 
 def test_a_question_asking_when_is_told_from_other_questions() -> None:

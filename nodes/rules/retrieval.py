@@ -11,7 +11,8 @@ Flow of `retrieve` (seed 001 检索流程):
 2. Candidate paths, all at once (seed 多路检索): ``bm25`` (rank_bm25 over CJK-safe tokens: the query's words
    and the characters of its Chinese words, without question words, `keywords.query_tokens`; plus the user's own
    words when the query is a rewrite of them; for recall, plus the best match's most telling words,
-   `expansion_terms`), ``vector``
+   `expansion_terms`; in turns and `memory search`, plus those of the best vector match of the user's own words
+   when it stands out of the vector path's hits, `stands_out`, issue 26), ``vector``
    (Chroma, cosine), ``tags`` (memories with a tag occurring in the context), plus any extra path passed in
    `extra_paths` (the hook for world-book triggers: a callable `PathQuery -> [PathHit]`; a hit names a memory
    id, or carries a ready `Candidate` of its own kind, e.g. a world-book entry).
@@ -418,6 +419,28 @@ GATE_FLOOR = 0.4
 """The best relevance below which the gate measures on the absolute scale (`relevance_gate`, docs/retrieval.md)."""
 
 
+# Issue 26: a question asked in other words than the fact it asks about (万一我们失散了，你会去哪儿等我？ against
+# 我们约好了，要是走散了，就在旧水塔下面碰头。) shares no telling word with it, and the default encoder ranks the fact
+# far down (74th of 281). What often bridges the two in a long dialogue is a memory between them: the same question
+# asked before in the fact's words (要是我们走散了，约好在哪里碰头？), which the encoder does find, far above every other
+# hit. Its most telling words, added to the keyword query, find the fact (pseudo-relevance feedback from the dense
+# path). Only when the best vector hit stands out of the path's hits (its cosine `FEEDBACK_OUTLIER` standard
+# deviations above their mean; a scale-free test, since one encoder's cosines spread over .1–.6 and another's over
+# .84–.89): a best hit like the rest says nothing the query does not.
+FEEDBACK_TERMS = 5
+FEEDBACK_OUTLIER = 3.0
+
+
+def stands_out(cosines: Sequence[float], outlier: float) -> bool:
+    """Whether the first (best) of a path's hit scores is `outlier` standard deviations above the mean of them all
+    (at least 5 hits: fewer say nothing of a spread)."""
+    if outlier <= 0 or len(cosines) < 5:
+        return False
+    values = np.asarray(cosines, dtype=np.float64)
+    spread = float(values.std())
+    return spread > 0 and (float(values[0]) - float(values.mean())) / spread >= outlier
+
+
 def character_evidence(query_words: frozenset[str], memory_words: frozenset[str], share: float) -> float:
     """What part of its keyword score a memory keeps (issue 29, a deviation from seed 001
     `CalculateContextRelevance`, docs/retrieval.md): 1 when it shares a word with the query (`similarity_tokens`:
@@ -452,6 +475,15 @@ class RetrievalConfig:
     time_boost: float = 0.0  # relevance added, for a question asking when, to memories that say when (`says_when`)
     query_repeat: int = 3  # with expansion: the query's own words count this many times each, an added word once
     speaker_boost: float = 0.0  # relevance added to a memory whose speaker the query names (`names_speaker`)
+    # words of the best vector match added to the keyword query when that match stands out of the vector path's hits
+    # (`feedback_terms`, `stands_out`; issue 26): on in turns and `memory search`, off for recall (LoCoMo's figures
+    # were tuned with the keyword match's expansion, `expansion_terms`)
+    feedback_terms: int = FEEDBACK_TERMS
+    feedback_outlier: float = FEEDBACK_OUTLIER  # how far above the hits' mean, in standard deviations
+    # the query's own words count this many times each beside the feedback's: once, as much as the match's words (a
+    # paraphrase shares no telling word with its fact; at 3, as for the keyword match's expansion, the match itself,
+    # sharing the query's common words too, kept the fact's keyword part at a quarter of its own)
+    feedback_repeat: int = 1
     # the power of `relevance_gate` (0: the seed's plain sum; issue 29, docs/retrieval.md): on in turns, an NPC's
     # witnessed recall and `memory search`. Under the plain sum a fact told 282 turns back scored below two dozen
     # recent small-talk entries of equal or lower relevance (docs/benchmarks/2026-11-27-horizon.md)
@@ -478,6 +510,7 @@ class RetrievalConfig:
                 "speaker_boost": 0.2,
                 "relevance_gate": 0.0,  # relevance is the only weighted factor: nothing to gate
                 "character_evidence": 1.0,  # the seed's blend: R@5 on memorybank-cn fell with the rule
+                "feedback_terms": 0,  # the keyword match's expansion instead (measured on LoCoMo)
                 **changes,
             }
         )
@@ -576,8 +609,10 @@ def score_candidates(
     query_embedding: np.ndarray | None,
     turn: int,
     config: RetrievalConfig,
+    added_words: Sequence[str] = (),
 ) -> list[_Scored]:
-    """The factors that do not depend on what is already selected (everything but diversity)."""
+    """The factors that do not depend on what is already selected (everything but diversity). `added_words`: the
+    words the keyword query was given (`expansion_terms`, the feedback), which a memory can share like the query's."""
     bm25 = {c.key: fused[c.key].scores.get("bm25", 0.0) if c.key in fused else 0.0 for c in candidates}
     best_bm25 = max(bm25.values(), default=0.0)
     scored = []
@@ -588,7 +623,7 @@ def score_candidates(
     named: dict[str, bool] = {}  # speaker → named by the query (a retrieval scores ~100 lines of a few speakers)
     # Chinese queries only: an English word is a word already (no characters are added to its tokens)
     words = (
-        similarity_tokens(query_tokens(query.lower))
+        similarity_tokens([*query_tokens(query.lower), *added_words])
         if config.character_evidence < 1 and has_han(query.lower)
         else frozenset()
     )
@@ -936,20 +971,35 @@ def retrieve(
 
     limit = config.path_limit
     paths: dict[str, Sequence[PathHit]] = {}
-    keyword_hits = index.bm25_search(tokens, limit)
-    if config.expansion_terms and keyword_hits:
-        best = store.load(instance_id, [keyword_hits[0][0]]).get(keyword_hits[0][0])
-        if best is not None and best.search_text:
-            document = best.search_text.split()
-            weight = {word: next(iter(index.bm25_search([word], 1)), (0, 0.0))[1] for word in set(document)}
-            added = expansion_terms(document, tokens, weight, config.expansion_terms)
-            if added:
-                keyword_hits = index.bm25_search([*tokens * config.query_repeat, *added], limit)
-    paths["bm25"] = [PathHit(i, s) for i, s in keyword_hits]
-    lap("bm25")
     vector_hits = store.vector_search(instance_id, character, embedding, limit)
-    paths["vector"] = [PathHit(i, s) for i, s in vector_hits]
     lap("vector")
+
+    def expansion(best_id: int, n: int) -> list[str]:
+        best = store.load(instance_id, [best_id]).get(best_id)
+        if best is None or not best.search_text:
+            return []
+        document = best.search_text.split()
+        weight = {word: next(iter(index.bm25_search([word], 1)), (0, 0.0))[1] for word in set(document)}
+        return expansion_terms(document, tokens, weight, n)
+
+    keyword_hits = index.bm25_search(tokens, limit)
+    added: list[str] = []
+    repeat = config.query_repeat
+    if config.expansion_terms and keyword_hits:
+        added = expansion(keyword_hits[0][0], config.expansion_terms)
+    elif config.feedback_terms:
+        # the user's own words by meaning when the query is a rewrite of them: a rewrite that adds the dialogue's
+        # context is nearest to the last turns, which the prompt's recent dialogue already holds (the offline
+        # model's 万一我们失散了（上下文：小时候被什么动物伤过） found the turn before it, .62 against .21)
+        own = message.strip() if message.strip() and message.strip() != query.strip() else ""
+        asked = store.vector_search(instance_id, character, store.embed_query(own), limit) if own else vector_hits
+        if asked and stands_out([s for _, s in asked], config.feedback_outlier):
+            added, repeat = expansion(asked[0][0], config.feedback_terms), config.feedback_repeat
+    if added:
+        keyword_hits = index.bm25_search([*tokens * repeat, *added], limit)
+    paths["bm25"] = [PathHit(i, s) for i, s in keyword_hits]
+    paths["vector"] = [PathHit(i, s) for i, s in vector_hits]
+    lap("bm25")
     paths["tags"] = [PathHit(i, s) for i, s in index.tag_search(scene_match, tags, limit)]
     if extra_paths:
         request = PathQuery(instance_id, character, query, tokens, embedding, scene_match, now_turn, limit)
@@ -975,7 +1025,7 @@ def retrieve(
     weights = config.weights or scene.weights
     by_key = {f.key: f for f in fused}
     scored, irrelevant = drop_irrelevant(
-        score_candidates(kept, by_key, query_match, embedding, now_turn, config), config.min_relevance
+        score_candidates(kept, by_key, query_match, embedding, now_turn, config, added), config.min_relevance
     )
     items, skipped = select(
         scored, weights, scene.scene, k, config.dedupe_threshold, config.relevance_gate, config.gate_floor
