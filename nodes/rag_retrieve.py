@@ -15,7 +15,7 @@ without it and the debug output says why.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -219,6 +219,9 @@ class BranchMemories:
     def embed_query(self, text: str) -> Any:
         return self.store.embed_query(text)
 
+    def embed_queries(self, texts: Sequence[str]) -> Any:
+        return self.store.embed_queries(texts)
+
     def vector_search(self, instance_id: int, character_id: int, embedding: Any, n: int) -> list[tuple[int, float]]:
         return self.on_branch(lambda m: self.store.vector_search(instance_id, character_id, embedding, m), n)
 
@@ -252,6 +255,9 @@ class BranchIndex:
 
     def bm25_search(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
         return self.memories.on_branch(lambda m: self.index.bm25_search(tokens, m), n)
+
+    def idf(self, tokens: Iterable[str]) -> Mapping[str, float]:
+        return self.index.idf(tokens)  # the whole index's: how telling a word is does not depend on the branch
 
     def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> list[tuple[int, float]]:
         return self.memories.on_branch(lambda m: self.index.tag_search(context, tags, m), n)

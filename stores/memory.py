@@ -910,6 +910,11 @@ class MemoryStore:
 
         return embed_query_once(text)  # the knowledge and world-book searches of the turn reuse it
 
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        from personalab.stores.embeddings import embed_queries_once
+
+        return embed_queries_once(texts)  # one batch of the model for the texts not kept
+
     def vector_search(
         self, instance_id: int, character_id: int, embedding: np.ndarray, n: int
     ) -> list[tuple[int, float]]:

@@ -379,6 +379,11 @@ class MemoryIndex:
         with self.lock:
             return self.bm25.top(tokens, n)
 
+    def idf(self, tokens: Iterable[str]) -> dict[str, float]:
+        """Each token's BM25 IDF over the memories indexed now (0 for a token none has): how telling it is here."""
+        with self.lock:
+            return {token: self.bm25.idf(token) for token in set(tokens)}
+
     def tag_search(self, context: MatchText, tags: Sequence[str], n: int) -> list[tuple[int, float]]:
         """Tag path (seed 001 标签过滤检索): memories with a tag that occurs in the context or is one of
         `tags`, (id, number of matched tags) most matched first, then newest."""

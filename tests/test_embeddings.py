@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from personalab.nodes.rules.errors import ConfigError
-from personalab.stores.embeddings import OfflineUSEEmbeddings, get_embeddings
+from personalab.stores.embeddings import (
+    OfflineUSEEmbeddings,
+    embed_queries_once,
+    embed_query_once,
+    get_embeddings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # threads of a fresh process after a matrix product big enough for OpenBLAS to use its worker threads
@@ -92,3 +97,23 @@ def test_a_turns_stored_texts_are_embedded_while_its_rows_are_written() -> None:
     # and they are the vectors a caller gets: the model's, not computed again
     assert all(a is b for a, b in zip(kept, embeddings.embed_stored_texts(texts), strict=True))
     assert np.allclose(kept, get_embeddings().embed_documents(texts), atol=1e-4)
+
+
+def test_a_turns_two_queries_are_embedded_in_one_batch_and_kept_like_one() -> None:
+    """Issue 26: a retrieval whose query is a rewrite embeds the user's own words too; both in one call of the model,
+    the same vectors as one at a time, kept for the turn's later searches."""
+    model = OfflineUSEEmbeddings()
+    calls: list[list[str]] = []
+    batch = model.embed_documents
+
+    def counted(texts: list[str]) -> list[list[float]]:
+        calls.append(list(texts))
+        return batch(texts)
+
+    model.embed_documents = counted  # type: ignore[method-assign]
+    texts = ["万一我们失散了（上下文：天色暗下来了）", "万一我们失散了，你会去哪儿等我？"]
+    together = embed_queries_once(texts, model)
+    assert calls == [texts]
+    assert [embed_query_once(text, model) for text in texts][0] is together[0] and calls == [texts]  # kept
+    alone = OfflineUSEEmbeddings().embed_query(texts[1])
+    assert np.allclose(together[1], alone, atol=1e-5)

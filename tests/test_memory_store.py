@@ -355,13 +355,31 @@ def test_memory_search_in_a_two_memory_pool_puts_the_memory_sharing_the_querys_w
 
 
 SMALL_TALK = [
-    "今天的风有点大，我们找个地方避一避吧。", "背包越来越沉了，等会儿歇一会儿。", "你看那边的云，像不像一只狗？",
-    "这里的地图好像不太准，我们换条路走怎么样？", "天色暗下来了，我们得赶紧找个过夜的地方。", "罐头还剩三个，省着点吃。",
-    "前面那片废墟里好像有人影。", "我的靴子又磨破了一个洞。", "收音机里只有沙沙的杂音。", "昨晚的篝火差点被雨浇灭。",
-    "那只野狗一直跟着我们。", "水壶里的水只够两天了。", "远处的工厂烟囱还在冒烟，奇怪。", "你擦枪的样子很专注。",
-    "这条公路以前一定很热闹。", "我梦见了下雪的城市。", "把地图收好，别被风吹走了。", "前面的桥看起来不太结实。",
-    "我们走了多久了？", "你听，好像有车的声音。", "这罐豆子已经过期了，还能吃吗？", "今晚轮到我守夜。",
-    "那个商人开价太高了。", "找到一本被烧了一半的书。", "电池快没电了，手电筒省着用。",
+    "今天的风有点大，我们找个地方避一避吧。",
+    "背包越来越沉了，等会儿歇一会儿。",
+    "你看那边的云，像不像一只狗？",
+    "这里的地图好像不太准，我们换条路走怎么样？",
+    "天色暗下来了，我们得赶紧找个过夜的地方。",
+    "罐头还剩三个，省着点吃。",
+    "前面那片废墟里好像有人影。",
+    "我的靴子又磨破了一个洞。",
+    "收音机里只有沙沙的杂音。",
+    "昨晚的篝火差点被雨浇灭。",
+    "那只野狗一直跟着我们。",
+    "水壶里的水只够两天了。",
+    "远处的工厂烟囱还在冒烟，奇怪。",
+    "你擦枪的样子很专注。",
+    "这条公路以前一定很热闹。",
+    "我梦见了下雪的城市。",
+    "把地图收好，别被风吹走了。",
+    "前面的桥看起来不太结实。",
+    "我们走了多久了？",
+    "你听，好像有车的声音。",
+    "这罐豆子已经过期了，还能吃吗？",
+    "今晚轮到我守夜。",
+    "那个商人开价太高了。",
+    "找到一本被烧了一半的书。",
+    "电池快没电了，手电筒省着用。",
 ]
 
 
@@ -381,7 +399,9 @@ def test_a_question_in_other_words_finds_its_fact_through_the_same_question_aske
     off = replace(five, feedback_terms=0)
 
     def found(query: str, config: RetrievalConfig, message: str = "") -> bool:
-        return fact.id in [item.id for item in retrieve(store, instance, query, message=message, turn=80, config=config).items]
+        return fact.id in [
+            item.id for item in retrieve(store, instance, query, message=message, turn=80, config=config).items
+        ]
 
     assert found(asked, five) and not found(asked, off)
     assert found(rewrite, five, message=asked) and not found(rewrite, off, message=asked)
