@@ -228,28 +228,28 @@ _queries: LRU[tuple[int, str], tuple[Embeddings, np.ndarray]] = LRU(QUERIES_KEPT
 def embed_queries_once(texts: Sequence[str], embeddings: Embeddings | None = None) -> list[np.ndarray]:
     """`embed_query_once` of each text, the ones not kept embedded together (`LocalEmbeddings.embed_queries`)."""
     model = embeddings if embeddings is not None else get_embeddings()
-    missing = []
-    for text in dict.fromkeys(texts):
-        kept = _queries.get((id(model), text))
-        if kept is None or kept[0] is not model:
-            missing.append(text)
+    missing = [text for text in dict.fromkeys(texts) if _kept_query(model, text) is None]
     if len(missing) > 1 and isinstance(model, LocalEmbeddings):
         for text, values in zip(missing, model.embed_queries(missing), strict=True):
-            vector = np.asarray(values, dtype=np.float32)
-            vector.flags.writeable = False
-            _queries.put((id(model), text), (model, vector))
+            _keep_query(model, text, values)
     return [embed_query_once(text, model) for text in texts]
+
+
+def _kept_query(model: Embeddings, text: str) -> np.ndarray | None:
+    kept = _queries.get((id(model), text))
+    return kept[1] if kept is not None and kept[0] is model else None  # an id reused by another model is not a hit
+
+
+def _keep_query(model: Embeddings, text: str, values: Sequence[float]) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    vector.flags.writeable = False  # shared by every caller that asks for the text
+    _queries.put((id(model), text), (model, vector))
+    return vector
 
 
 def embed_query_once(text: str, embeddings: Embeddings | None = None) -> np.ndarray:
     """`embeddings`' (default: the configured model's) float32 query vector of `text`; a text this process asked
     for lately with the same model is not embedded again (the vectors are the model's, so a kept one is exact)."""
     model = embeddings if embeddings is not None else get_embeddings()
-    key = (id(model), text)
-    kept = _queries.get(key)
-    if kept is not None and kept[0] is model:  # the model itself kept: an id reused by another is not a hit
-        return kept[1]
-    vector = np.asarray(model.embed_query(text), dtype=np.float32)
-    vector.flags.writeable = False  # shared by every caller that asks for the text
-    _queries.put(key, (model, vector))
-    return vector
+    kept = _kept_query(model, text)
+    return kept if kept is not None else _keep_query(model, text, model.embed_query(text))
