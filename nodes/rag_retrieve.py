@@ -328,6 +328,7 @@ def gather(
         witness=character_identity(character.get("role_id")),  # issue 26: what the character witnessed
         index=index,
     )
+    window_turns = window_turns_at(ctx, turn, state.get("recall_floor_turn"))  # the prompt's recent dialogue
     memories = retrieve(
         store,
         instance_id,
@@ -336,6 +337,7 @@ def gather(
         context=dialogue,
         recent_own_lines=own_lines,
         turn=turn,
+        recent_from_turn=turn - window_turns,  # the feedback reads no memory the recent dialogue shows (issue 26)
         # twice the results: the turns still in the recent dialogue are left out below, the rest fill the slots
         k=2 * ctx.rag_results,
         extra_paths={"worldbook": worldbook_path(store, fired.triggered)},
@@ -352,7 +354,7 @@ def gather(
     items, duplicates, in_dialogue = drop_repeated_exchanges(
         [item for item in found["items"] if past or item.get("valid_to_turn") is None],
         turn=turn,
-        window_turns=window_turns_at(ctx, turn, state.get("recall_floor_turn")),
+        window_turns=window_turns,
         window_lines=state.get("window_lines", []),
         closed_lines=closed_lines,
     )

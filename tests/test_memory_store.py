@@ -408,6 +408,31 @@ def test_a_question_in_other_words_finds_its_fact_through_the_same_question_aske
     assert not found(rewrite, five)  # the rewrite's own nearest hit is the context's line: nothing to learn from it
 
 
+def test_the_feedback_reads_past_the_same_question_the_recent_dialogue_holds(store: MemoryStore) -> None:
+    """Issue 26 (the played store's turn 309, one-shot CLI): the user asks again what they asked two turns ago; the
+    nearest memory is that turn's, whose words are the question's own, not the fact's. The feedback reads the best
+    match older than the prompt's recent dialogue (`recent_from_turn`), the question asked in the fact's words."""
+    instance = new_instance(store)
+    fact = store.add_memory(instance, "老周的口琴我一直替他收在铁皮盒里。", importance=0.8, turn=2)
+    for position, line in enumerate(SMALL_TALK):
+        store.add_memory(instance, line, importance=0.3, turn=5 + 2 * position)
+    store.add_memory(instance, "老周那把口琴你收在哪儿了？", importance=0.5, turn=60)
+    asked = "那个吹曲子的小玩意儿你放哪了？"
+    again = store.add_memory(instance, asked, importance=0.5, turn=78)  # two turns ago: in the recent dialogue
+    # the turn asks for twice its slots (the memories its recent dialogue shows are left out after): all of them here
+    every = replace(NO_MARK, k=40)
+
+    def keyword_rank(recent_from_turn: int | None) -> int | None:
+        result = retrieve(store, instance, asked, turn=80, recent_from_turn=recent_from_turn, config=every)
+        ranks = {item.id: item.breakdown.paths.get("bm25") for item in result.items}
+        assert again.id in ranks  # still a candidate: the turn leaves out what its recent dialogue shows itself
+        return ranks[fact.id]
+
+    found = keyword_rank(70)
+    assert found is not None and found <= 3  # the fact's words came from turn 60's question
+    assert keyword_rank(None) is None  # the nearest is turn 78's question: its words add nothing
+
+
 def test_an_extra_candidate_path_plugs_in(store: MemoryStore) -> None:
     instance = new_instance(store)
     memory = store.add_memory(instance, "龙族的长老曾经救过我")

@@ -920,6 +920,7 @@ def retrieve(
     context: str = "",
     recent_own_lines: Sequence[str] = (),
     turn: int | None = None,
+    recent_from_turn: int | None = None,
     character_id: int | None = None,
     tags: Sequence[str] = (),
     k: int | None = None,
@@ -934,6 +935,8 @@ def retrieve(
     `context`: recent dialogue text, used with the query for scene analysis and tag matching.
     `recent_own_lines`: what the character said recently (candidates repeating it are dropped).
     `turn`: now, in turns (default: the latest memory's turn). `tags`: tags that select memories directly.
+    `recent_from_turn`: the first turn the prompt's recent dialogue shows; the feedback (`stands_out`) reads the
+    best vector match written before it (a memory of those turns repeats what the model reads there anyway).
     `extra_paths`: more candidate paths by name (world-book triggers). Returns the ranked items, each with
     its score breakdown; the selected memories are marked as mentioned unless `config.mark_mentioned` is off.
     """
@@ -1001,6 +1004,12 @@ def retrieve(
         asked = (
             vector_hits if own_embedding is None else store.vector_search(instance_id, character, own_embedding, limit)
         )
+        if recent_from_turn is not None and asked:
+            # the same question asked a few turns ago is the nearest match, and its words are the dialogue's: the
+            # feedback reads the memories older than the recent dialogue (the played store's turn 309 found turn
+            # 307's question, not turn 53's fact; the vector path's rows are read already)
+            rows = store.load(instance_id, [memory_id for memory_id, _ in asked])
+            asked = [hit for hit in asked if hit[0] in rows and rows[hit[0]].turn < recent_from_turn]
         if asked and stands_out([s for _, s in asked], config.feedback_outlier):
             added, repeat = expansion(asked[0][0], config.feedback_terms, by_idf=True), config.feedback_repeat
     if added:
