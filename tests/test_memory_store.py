@@ -433,6 +433,24 @@ def test_the_feedback_reads_past_the_same_question_the_recent_dialogue_holds(sto
     assert keyword_rank(None) is None  # the nearest is turn 78's question: its words add nothing
 
 
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"query": " "}, "query is empty"),
+        ({"k": 0}, "k 0"),
+        ({"turn": -1}, "turn -1"),
+        ({"recent_from_turn": "70"}, "recent_from_turn '70'"),
+    ],
+)
+def test_a_retrieval_with_a_bad_argument_names_it(store: MemoryStore, arguments: dict[str, Any], named: str) -> None:
+    instance = new_instance(store)
+    memory = store.add_memory(instance, "莱姆把怀表埋在老橡树下", turn=1)
+    call: dict[str, Any] = {"query": "怀表", **arguments}
+    with pytest.raises(InvalidInput, match=named):
+        retrieve(store, instance, call.pop("query"), **call)
+    assert store.get_memory(instance, memory.id).mention_count == 0  # nothing marked
+
+
 def test_an_extra_candidate_path_plugs_in(store: MemoryStore) -> None:
     instance = new_instance(store)
     memory = store.add_memory(instance, "龙族的长老曾经救过我")

@@ -948,6 +948,8 @@ def retrieve(
         raise InvalidInput(f"k {k!r} is not a whole number ≥ 1")
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
         raise InvalidInput(f"turn {turn!r} is not a whole number ≥ 0")
+    if recent_from_turn is not None and (isinstance(recent_from_turn, bool) or not isinstance(recent_from_turn, int)):
+        raise InvalidInput(f"recent_from_turn {recent_from_turn!r} is not a whole number")
     for name in extra_paths or {}:
         if name in BUILTIN_PATHS:
             raise InvalidInput(f"extra path {name!r} has the name of a built-in path")
@@ -1007,7 +1009,7 @@ def retrieve(
         if recent_from_turn is not None and asked:
             # the same question asked a few turns ago is the nearest match, and its words are the dialogue's: the
             # feedback reads the memories older than the recent dialogue (the played store's turn 309 found turn
-            # 307's question, not turn 53's fact; the vector path's rows are read already)
+            # 307's question, not turn 53's asked in the fact's words; the vector path has read these rows already)
             rows = store.load(instance_id, [memory_id for memory_id, _ in asked])
             asked = [hit for hit in asked if hit[0] in rows and rows[hit[0]].turn < recent_from_turn]
         if asked and stands_out([s for _, s in asked], config.feedback_outlier):
