@@ -383,17 +383,27 @@ SMALL_TALK = [
 ]
 
 
-def test_a_question_in_other_words_finds_its_fact_through_the_same_question_asked_before(store: MemoryStore) -> None:
-    """Issue 26 (`long_horizon_facts` turn 307): a question sharing no telling word with its fact is found through
-    the memory of the same question asked before in the fact's words, which the encoder does find far above the rest
-    (pseudo-relevance feedback from the dense path); also when the query is a rewrite that adds the dialogue's
-    context: the feedback reads the user's own words. Without it the fact is not among the five."""
+ASKED_IN_OTHER_WORDS = "那个吹曲子的小玩意儿你放哪了？"
+
+
+def harmonica_fact(store: MemoryStore) -> tuple[int, Any]:
+    """An instance with a fact (turn 2), small talk, and the fact asked after in its own words (turn 60): (instance,
+    the fact)."""
     instance = new_instance(store)
     fact = store.add_memory(instance, "老周的口琴我一直替他收在铁皮盒里。", importance=0.8, turn=2)
     for position, line in enumerate(SMALL_TALK):
         store.add_memory(instance, line, importance=0.3, turn=5 + 2 * position)
     store.add_memory(instance, "老周那把口琴你收在哪儿了？", importance=0.5, turn=60)
-    asked = "那个吹曲子的小玩意儿你放哪了？"
+    return instance, fact
+
+
+def test_a_question_in_other_words_finds_its_fact_through_the_same_question_asked_before(store: MemoryStore) -> None:
+    """Issue 26 (`long_horizon_facts` turn 307): a question sharing no telling word with its fact is found through
+    the memory of the same question asked before in the fact's words, which the encoder does find far above the rest
+    (pseudo-relevance feedback from the dense path); also when the query is a rewrite that adds the dialogue's
+    context: the feedback reads the user's own words. Without it the fact is not among the five."""
+    instance, fact = harmonica_fact(store)
+    asked = ASKED_IN_OTHER_WORDS
     rewrite = "那个吹曲子的小玩意儿你放哪了（上下文：电池快没电了）"
     five = replace(NO_MARK, k=5)
     off = replace(five, feedback_terms=0)
@@ -412,12 +422,8 @@ def test_the_feedback_reads_past_the_same_question_the_recent_dialogue_holds(sto
     """Issue 26 (the played store's turn 309, one-shot CLI): the user asks again what they asked two turns ago; the
     nearest memory is that turn's, whose words are the question's own, not the fact's. The feedback reads the best
     match older than the prompt's recent dialogue (`recent_from_turn`), the question asked in the fact's words."""
-    instance = new_instance(store)
-    fact = store.add_memory(instance, "老周的口琴我一直替他收在铁皮盒里。", importance=0.8, turn=2)
-    for position, line in enumerate(SMALL_TALK):
-        store.add_memory(instance, line, importance=0.3, turn=5 + 2 * position)
-    store.add_memory(instance, "老周那把口琴你收在哪儿了？", importance=0.5, turn=60)
-    asked = "那个吹曲子的小玩意儿你放哪了？"
+    instance, fact = harmonica_fact(store)
+    asked = ASKED_IN_OTHER_WORDS
     again = store.add_memory(instance, asked, importance=0.5, turn=78)  # two turns ago: in the recent dialogue
     # the turn asks for twice its slots (the memories its recent dialogue shows are left out after): all of them here
     every = replace(NO_MARK, k=40)
