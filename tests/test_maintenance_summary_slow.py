@@ -102,7 +102,9 @@ def test_a_summary_cut_at_its_share_keeps_the_server_busy_for_the_next_reply_and
     openai_stub.slow = slow
     instance = instance_with_cat_memories(sqlite_url)
     play(sqlite_url, instance, ["雷娜，我们从哪里开始？"])
-    assert measured_speed("event_summary").prompt_per_s > 500  # type: ignore[union-attr]
+    # measured fast against the busy server's 30/s below (a loaded CI run measured 303/s with the stub at 1,000: the
+    # client's own time counts in the measurement)
+    assert measured_speed("event_summary").prompt_per_s > 100  # type: ignore[union-attr]
     fading_event_log(sqlite_url, instance)
     monkeypatch.setenv("PERSONALAB_TURN_DEADLINE", "20")
     slow.prompt_per_s = 30
