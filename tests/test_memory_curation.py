@@ -20,6 +20,7 @@ from personalab.nodes.rules.curation import (
     drop_repeated_exchanges,
 )
 from personalab.nodes.rules.errors import InvalidInput, NotFound
+from personalab.nodes.rules.injection import dialogue_lines, once_per_line
 from personalab.nodes.rules.prompts import KNOWN_INFO_HEADER
 from personalab.stores.background import flush_event_writes
 from personalab.stores.consolidation import (
@@ -86,6 +87,30 @@ def test_a_memory_repeating_a_line_of_the_recall_window_is_dropped() -> None:
     items = [item(1, 3, "雷娜：记住了", type="record", line_id=11)]
     kept, duplicates, _ = drop_repeated_exchanges(items, turn=10, window_turns=2, window_lines=["雷娜：记住了"])
     assert kept == [] and duplicates[0]["of"] == "recall_window"
+
+
+@pytest.mark.parametrize(
+    ("window", "event", "other"),
+    [
+        (
+            "- 雷娜：记住了。\n莱姆：我把备用油桶藏在教堂后面的蓝布下面。（4 轮前）",
+            "第2轮：莱姆说「我把备用油桶藏在教堂后面的蓝布下面。」；雷娜回应「好的。」",
+            "- 莱姆：今天风好大，我们去看看水井。（3 轮前）",
+        ),
+        (
+            "- Mara: Noted.\nLin: I hid the spare fuel can under the blue tarp. (4 turns ago)",
+            'Turn 2: Lin said "I hid the spare fuel can under the blue tarp."; Mara answered "Good."',
+            "- Lin: Well, this place must have been busy once. (3 turns ago)",
+        ),
+    ],
+)
+def test_a_line_one_memory_holds_is_not_told_again_by_another(window: str, event: str, other: str) -> None:
+    # a record entry's window holds the line; the director's event of its turn comes after it: left out
+    blocks = once_per_line([("memories", [window, other]), ("events", [event])])
+    assert blocks == [("memories", [window, other]), ("events", [])]
+    # a region staying from an earlier turn (as sent: numbered) holds the window: neither is told again here
+    staying = "=== 相关记忆 ===\n1. " + window.replace("4 轮前", "3 轮前").replace("4 turns", "3 turns")
+    assert once_per_line([("memories", [window, other, event])], dialogue_lines(staying)) == [("memories", [other])]
 
 
 # --- the turn memory only when the review says so -------------------------------------------------------------

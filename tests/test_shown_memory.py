@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from openai_stub import OpenAIStub, SlowServer, openai_stub_fixture  # noqa: F401 - the fixture
+from personalab.evals.play import repeated_lines
 from personalab.graph.runner import create_sample_instance
 from personalab.nodes.context import Context
 from personalab.nodes.rules.injection import memory_line, time_ago
@@ -139,6 +140,8 @@ def test_the_next_prompt_begins_with_the_last_one_up_to_its_memory_region(
         # each memory once in a stretch: the turn's own region shows nothing a staying region shows
         keys = [key for region in state["shown_memory"] for key in region["keys"]]
         assert len(keys) == len(set(keys)), state["turn"]
+        # nor a line of the dialogue a staying region's memory holds (the same exchange in another memory's window)
+        assert repeated_lines(state["prompt"], MESSAGES) == [], state["turn"]
         assert len(state["shown_memory"]) <= 3
     dropped = [s["debug"]["prompt"]["retrieved"]["staying"].get("dropped") for s in states]
     assert any(reason and "held 3 turns" in reason for reason in dropped), dropped

@@ -32,7 +32,7 @@ from typing import Any
 
 from langchain_core.messages.utils import count_tokens_approximately
 from personalab.nodes.rules.character import substitute
-from personalab.nodes.rules.curation import IMPORTANT_HEADER, PRIVATE_HEADER
+from personalab.nodes.rules.curation import IMPORTANT_HEADER, PRIVATE_HEADER, turn_memory_lines
 from personalab.nodes.rules.errors import InvalidInput
 from personalab.nodes.rules.keywords import extract_keywords
 from personalab.nodes.rules.knowledge import ScoredKnowledge, format_knowledge_line
@@ -502,6 +502,43 @@ def without_time(item: str) -> str:
     """A retrieved item without its how-long-ago part (`time_ago`, in `memory_line` or `time_prefixed`), spaces
     tidied: the same memory shown on two turns ("3 轮前" then "4 轮前") reads the same."""
     return " ".join(TIME_AGO_RE.sub("", item).split())
+
+
+# Each line of the dialogue once (issue 26) across the retrieved region's blocks and the regions that stay from
+# earlier turns (issue 30): a record entry carries two lines of context, so a line can reach the region in another
+# entry's window, in the turn's memory (``第N轮：A说「…」``) or in a director's event after the entry about it.
+_ITEM_MARK = re.compile(r"^\s*(?:\d+\.\s*)?(?:-\s*)?")  # a rendered region's ``1. - `` before an item
+_EMPTY_BRACKETS = re.compile(r"\s*(?:（\s*）|\(\s*\))\s*$")  # what `without_time` leaves of ``（3 轮前）``
+MIN_LINE_CHARS = 8  # shorter lines ("莱姆：嗯。", "Lin: Yes.") recur in unrelated exchanges: not taken as the same
+
+
+def dialogue_lines(text: str) -> set[str]:
+    """The lines `text` (a retrieved item, or a region as sent) holds, each as the record writes it (``莱姆：…``,
+    ``Lin: …``) without its how-long-ago part; a turn's memory (``第N轮：A说「…」；B回应「…」``) as its two lines."""
+    lines: set[str] = set()
+    for raw in text.splitlines():
+        line = _EMPTY_BRACKETS.sub("", without_time(_ITEM_MARK.sub("", raw, count=1)))
+        for part in turn_memory_lines(line) or [line]:
+            if len(part) >= MIN_LINE_CHARS:
+                lines.add(part)
+    return lines
+
+
+def once_per_line(blocks: Sequence[tuple[str, list[str]]], shown: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
+    """The retrieved region's blocks (title, items) with each line once: an item holding a line that an earlier item,
+    or a region staying from an earlier turn (`shown`, `dialogue_lines` of its text), holds is left out."""
+    seen = set(shown)
+    out: list[tuple[str, list[str]]] = []
+    for title, items in blocks:
+        kept = []
+        for item in items:
+            lines = dialogue_lines(item)
+            if lines & seen:
+                continue
+            seen |= lines
+            kept.append(item)
+        out.append((title, kept))
+    return out
 
 
 def memory_line(content: str, ago: str = "", language: str | None = None) -> str:

@@ -57,6 +57,7 @@ from typing import Any
 from personalab.nodes.rules.card_play import DepthPrompt, fit_scenario, insert_depth_prompt
 from personalab.nodes.rules.curation import once_per_turn
 from personalab.nodes.rules.errors import InvalidInput
+from personalab.nodes.rules.injection import dialogue_lines, once_per_line
 from personalab.nodes.rules.plot import check_plot_state
 from personalab.nodes.rules.prompt_catalog import ZH, Catalog
 from personalab.nodes.rules.tokens import TextTokens, TokenCounter
@@ -384,7 +385,10 @@ def assemble_prompt(
         )
 
     # retrieved — single items, lowest-ranked first
-    blocks = once_per_turn(_blocks(retrieved_blocks))  # issue 26: each exchange once across the blocks
+    # issue 26: each exchange once across the blocks, and each line of the dialogue once across them and the regions
+    # that stay from earlier turns (those the middle's budget kept)
+    staying_lines = {line for unit in kept for m in stays.get(unit, []) for line in dialogue_lines(m["content"])}
+    blocks = once_per_line(once_per_turn(_blocks(retrieved_blocks)), staying_lines)
     keep = [len(items) for _, items in blocks]
     retrieved_debug = _region(0, budgets.retrieved)
     for (title, _items), count_kept in zip(blocks, keep, strict=True):
