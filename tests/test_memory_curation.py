@@ -111,6 +111,10 @@ def test_a_line_one_memory_holds_is_not_told_again_by_another(window: str, event
     # a region staying from an earlier turn (as sent: numbered) holds the window: neither is told again here
     staying = "=== 相关记忆 ===\n1. " + window.replace("4 轮前", "3 轮前").replace("4 turns", "3 turns")
     assert once_per_line([("memories", [window, other, event])], dialogue_lines(staying)) == [("memories", [other])]
+    # another entry's window sharing one line with it keeps its other line, its list mark and how long ago
+    said = window.splitlines()[1]
+    neighbour = f"{said.split('（')[0].split(' (')[0]}\n{other[2:]}"
+    assert once_per_line([("memories", [window, "- " + neighbour])]) == [("memories", [window, other])]
 
 
 # --- the turn memory only when the review says so -------------------------------------------------------------

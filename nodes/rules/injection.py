@@ -512,31 +512,58 @@ _EMPTY_BRACKETS = re.compile(r"\s*(?:（\s*）|\(\s*\))\s*$")  # what `without_t
 MIN_LINE_CHARS = 8  # shorter lines ("莱姆：嗯。", "Lin: Yes.") recur in unrelated exchanges: not taken as the same
 
 
+def _lines_of(raw: str) -> set[str]:
+    """The dialogue lines one line of text holds (`dialogue_lines`)."""
+    line = _EMPTY_BRACKETS.sub("", without_time(_ITEM_MARK.sub("", raw, count=1)))
+    return {part for part in turn_memory_lines(line) or [line] if len(part) >= MIN_LINE_CHARS}
+
+
 def dialogue_lines(text: str) -> set[str]:
     """The lines `text` (a retrieved item, or a region as sent) holds, each as the record writes it (``莱姆：…``,
     ``Lin: …``) without its how-long-ago part; a turn's memory (``第N轮：A说「…」；B回应「…」``) as its two lines."""
-    lines: set[str] = set()
-    for raw in text.splitlines():
-        line = _EMPTY_BRACKETS.sub("", without_time(_ITEM_MARK.sub("", raw, count=1)))
-        for part in turn_memory_lines(line) or [line]:
-            if len(part) >= MIN_LINE_CHARS:
-                lines.add(part)
-    return lines
+    return {line for raw in text.splitlines() for line in _lines_of(raw)}
+
+
+def _time_suffix(raw: str) -> str:
+    """The how-long-ago part an item's last line ends with (``（3 轮前）``, `` (3 turns ago)``), or ""."""
+    match = re.search(r"\s*[（(][^（）()]*[）)]\s*$", raw)
+    return match.group() if match and TIME_AGO_RE.search(match.group()) else ""
+
+
+def without_shown_lines(item: str, seen: set[str]) -> str:
+    """`item` without the lines `seen` holds: "" when it tells nothing else (a one-line item — a turn's memory, a
+    director's event — holding any of them is the same exchange); a record entry's window keeps its other lines, its
+    list mark and how long ago (as `drop_repeated_exchanges` trims a context line the region shows)."""
+    raws = item.splitlines()
+    if len(raws) <= 1:
+        return "" if _lines_of(item) & seen else item
+    kept = [raw for raw in raws if not _lines_of(raw) & seen]
+    if len(kept) == len(raws):
+        return item
+    if not any(_lines_of(raw) for raw in kept):
+        return ""
+    mark = raws[0][: len(raws[0]) - len(_ITEM_MARK.sub("", raws[0], count=1))]
+    if kept[0] is not raws[0]:
+        kept[0] = mark + kept[0]
+    suffix = _time_suffix(raws[-1])
+    if suffix and not _time_suffix(kept[-1]):
+        kept[-1] += suffix
+    return "\n".join(kept)
 
 
 def once_per_line(blocks: Sequence[tuple[str, list[str]]], shown: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
-    """The retrieved region's blocks (title, items) with each line once: an item holding a line that an earlier item,
-    or a region staying from an earlier turn (`shown`, `dialogue_lines` of its text), holds is left out."""
+    """The retrieved region's blocks (title, items) with each line once: a line that an earlier item, or a region
+    staying from an earlier turn (`shown`, `dialogue_lines` of its text), holds is left out of a later item
+    (`without_shown_lines`), and an item left with nothing else goes."""
     seen = set(shown)
     out: list[tuple[str, list[str]]] = []
     for title, items in blocks:
         kept = []
         for item in items:
-            lines = dialogue_lines(item)
-            if lines & seen:
-                continue
-            seen |= lines
-            kept.append(item)
+            rest = without_shown_lines(item, seen)
+            if rest:
+                seen |= dialogue_lines(rest)
+                kept.append(rest)
         out.append((title, kept))
     return out
 
