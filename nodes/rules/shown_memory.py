@@ -8,7 +8,8 @@ before it — is read again whole every turn: with the 1.5B model on 2 cores ~90
 With `PERSONALAB_MEMORY_STAYS` = N (≥ 2), the region a turn showed stays in the next turns' prompts, right before
 that turn's user line — where it stood when the server read it — and a later turn's own region shows only what no
 staying region shows (each memory once, issue 26: the same memory by `item_key`, and the prompt's assembly leaves out
-any item holding a line of the dialogue a staying region holds, `injection.once_per_line`), so the server reads the new exchange and the few new memories.
+a line of the dialogue a staying region holds, `injection.once_per_line`), so the server reads the new exchange and
+the few new memories.
 The region keeps the words it was shown with (a memory's "3 轮前" is not renumbered: it is at most N − 1 turns
 stale). What stays is dropped together (the prompt shows a fresh region again) when:
 - the stretch holds N turns: the turn N after its first starts a new one (the prompt does not grow without end);
