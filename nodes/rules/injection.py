@@ -530,25 +530,29 @@ def _time_suffix(raw: str) -> str:
     return match.group() if match and TIME_AGO_RE.search(match.group()) else ""
 
 
-def without_shown_lines(item: str, seen: set[str]) -> str:
-    """`item` without the lines `seen` holds: "" when it tells nothing else (a one-line item — a turn's memory, a
-    director's event — holding any of them is the same exchange); a record entry's window keeps its other lines, its
-    list mark and how long ago (as `drop_repeated_exchanges` trims a context line the region shows)."""
-    raws = item.splitlines()
+def without_shown_lines(item: str, seen: set[str]) -> tuple[str, set[str]]:
+    """`item` without the lines `seen` holds, and the dialogue lines of what is left: ("", ∅) when it tells nothing
+    else (a one-line item — a turn's memory, a director's event — holding any of them is the same exchange); a record
+    entry's window keeps its other lines, its list mark and how long ago (as `drop_repeated_exchanges` trims a context
+    line the region shows)."""
+    raws = [(raw, _lines_of(raw)) for raw in item.splitlines()]
     if len(raws) <= 1:
-        return "" if _lines_of(item) & seen else item
-    kept = [raw for raw in raws if not _lines_of(raw) & seen]
+        lines = raws[0][1] if raws else set()
+        return ("", set()) if lines & seen else (item, lines)
+    kept = [(raw, lines) for raw, lines in raws if not lines & seen]
+    left = set().union(*(lines for _, lines in kept))
     if len(kept) == len(raws):
-        return item
-    if not any(_lines_of(raw) for raw in kept):
-        return ""
-    mark = raws[0][: len(raws[0]) - len(_ITEM_MARK.sub("", raws[0], count=1))]
-    if kept[0] is not raws[0]:
-        kept[0] = mark + kept[0]
-    suffix = _time_suffix(raws[-1])
-    if suffix and not _time_suffix(kept[-1]):
-        kept[-1] += suffix
-    return "\n".join(kept)
+        return item, left
+    if not left:
+        return "", set()
+    texts = [raw for raw, _ in kept]
+    first = raws[0][0]
+    if texts[0] is not first:
+        texts[0] = first[: len(first) - len(_ITEM_MARK.sub("", first, count=1))] + texts[0]
+    suffix = _time_suffix(raws[-1][0])
+    if suffix and not _time_suffix(texts[-1]):
+        texts[-1] += suffix
+    return "\n".join(texts), left
 
 
 def once_per_line(blocks: Sequence[tuple[str, list[str]]], shown: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
@@ -560,9 +564,9 @@ def once_per_line(blocks: Sequence[tuple[str, list[str]]], shown: Iterable[str] 
     for title, items in blocks:
         kept = []
         for item in items:
-            rest = without_shown_lines(item, seen)
+            rest, lines = without_shown_lines(item, seen)
             if rest:
-                seen |= dialogue_lines(rest)
+                seen |= lines
                 kept.append(rest)
         out.append((title, kept))
     return out
