@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from personalab.stores.config import data_dir, database_url
@@ -109,6 +112,7 @@ def prune_after_turn(instance_id: int, url: str | None = None) -> None:
         thread_id_for(instance_id),
         url,
         checkpoint_file(),
+        instance_id=instance_id,
         after_turn_of=instance_id,
         unread_by_retrieval=True,
         unread_by_director=True,
@@ -183,20 +187,85 @@ def served_checkpoints_url() -> str | None:
     return f"postgresql://{rest}" if "+" in scheme else engine  # Aegra's own driver (asyncpg) is not ours
 
 
-def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | None = None) -> int:
+def turns_without_story_state(instance_id: int, url: str | None) -> bool:
+    """Whether a stored turn of the instance has no story state of its own (a turn played by a version that kept
+    it only in checkpoints): only then can a checkpoint be the only record of a turn's state. One query, where
+    reading every checkpoint of the thread (`keep_story_states`) cost more than the rest of a prune."""
+    from personalab.stores.db import session_scope
+    from personalab.stores.turn_tables import StoryState, TurnRecord
+    from sqlmodel import col, select
+
+    with session_scope(url) as session:
+        kept = select(StoryState.reply_line_id).where(
+            col(StoryState.save_id) == instance_id, col(StoryState.reply_line_id).is_not(None)
+        )
+        missing = session.exec(
+            select(TurnRecord.id)
+            .where(
+                col(TurnRecord.save_id) == instance_id,
+                col(TurnRecord.status) == "ok",
+                col(TurnRecord.reply_line_id).is_not(None),
+                col(TurnRecord.reply_line_id).not_in(kept),
+            )
+            .limit(1)
+        ).first()
+    return missing is not None
+
+
+_prune_savers: OrderedDict[str, Any] = OrderedDict()
+_prune_savers_lock = threading.Lock()
+PRUNE_CONNECTIONS = 4
+"""Databases a process keeps a pruning connection to (a server has one; the tests' many schemas would each keep one)."""
+
+
+def _prune_saver(conninfo: str) -> Any:
+    """The process's PostgreSQL saver for pruning on `conninfo`: one connection kept (and made again when the server
+    ended it), not a new one after every turn (issue 27: connecting was most of a served worker's prune). Its lock
+    serialises the prunes of the process's instances on that connection. The least recently used of more than
+    `PRUNE_CONNECTIONS` is closed."""
+    from personalab.stores.pg_checkpoints import ReconnectingPostgresSaver
+
+    with _prune_savers_lock:
+        saver = _prune_savers.get(conninfo)
+        if saver is not None:
+            _prune_savers.move_to_end(conninfo)
+            return saver
+        saver = _prune_savers[conninfo] = ReconnectingPostgresSaver(conninfo)
+        evicted = [_prune_savers.popitem(last=False)[1] for _ in range(len(_prune_savers) - PRUNE_CONNECTIONS)]
+    _close(evicted)
+    return saver
+
+
+def close_prune_savers() -> None:
+    """Close the pruning connections (`stores.db.dispose_engines`: tests, and before a process forks)."""
+    with _prune_savers_lock:
+        savers = list(_prune_savers.values())
+        _prune_savers.clear()
+    _close(savers)
+
+
+def _close(savers: list[Any]) -> None:
+    for saver in savers:
+        with saver.lock:  # after a prune still running on it
+            saver.conn.close()
+
+
+def prune_thread(
+    thread_id: str, url: str | None = None, sqlite_file: Path | None = None, instance_id: int | None = None
+) -> int:
     """Delete every checkpoint of `thread_id` but the latest of each namespace, with their pending writes (and,
     on PostgreSQL, the blobs only they referenced). Returns how many checkpoints were deleted (-1: unknown, on
     PostgreSQL). Safe while a run appends to the thread: the kept checkpoint is a whole state. A checkpoint that
-    is the only record of a turn's story state is stored as that turn's state first (`keep_story_states`).
-    Served by Aegra, the checkpoints are in Aegra's database (`served_checkpoints_url`); the story states still
-    go to PersonaLab's (`url`)."""
+    is the only record of a turn's story state is stored as that turn's state first (`keep_story_states`; given
+    the thread's `instance_id`, only when one of its turns has no story state). Served by Aegra, the checkpoints
+    are in Aegra's database (`served_checkpoints_url`); the story states still go to PersonaLab's (`url`)."""
+    must_keep = instance_id is None or turns_without_story_state(instance_id, url)
     conninfo = _postgres_conninfo(served_checkpoints_url() or url or database_url())
     if conninfo:
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with PostgresSaver.from_conn_string(conninfo) as saver:
+        saver = _prune_saver(conninfo)
+        if must_keep:
             keep_story_states(saver, thread_id, url)
-            saver.prune([thread_id], strategy="keep_latest")
+        saver.prune([thread_id], strategy="keep_latest")
         return -1
     sqlite_file = sqlite_file or checkpoint_file()
     if not sqlite_file.exists():
@@ -205,7 +274,10 @@ def prune_thread(thread_id: str, url: str | None = None, sqlite_file: Path | Non
     try:
         if not _sqlite_has_checkpoints(conn):
             return 0
-        if conn.execute("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)).fetchone()[0] > 1:
+        if (
+            must_keep
+            and conn.execute("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)).fetchone()[0] > 1
+        ):
             from langgraph.checkpoint.sqlite import SqliteSaver
 
             keep_story_states(SqliteSaver(conn), thread_id, url)

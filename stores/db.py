@@ -315,8 +315,10 @@ def _first_line(exc: BaseException) -> str:
 
 def dispose_engines() -> None:
     """Close every pooled connection and forget the engines (tests, and before a process forks)."""
+    from personalab.stores.checkpoints import close_prune_savers
     from personalab.stores.history import forget_paths
 
+    close_prune_savers()
     for engine in _opened:
         engine.dispose()
     _opened.clear()

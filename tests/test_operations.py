@@ -102,6 +102,30 @@ def test_a_rewind_into_turns_from_before_story_states_finds_their_state(
         assert run_turn(graph, ctx, instance, "换条路吧。")["turn"] == 2
 
 
+def test_a_prune_reads_the_checkpoints_only_while_a_turn_has_no_story_state_of_its_own(db_url: str) -> None:
+    """The check that spares each turn's prune reading every checkpoint of its thread (issue 27): false while every
+    stored turn has its story state, true once one has none (a turn of a version that kept it only in checkpoints),
+    for that instance only."""
+    from personalab.graph.runner import create_sample_instance, run_turn, turn_graph
+    from personalab.nodes.context import Context
+    from personalab.stores.checkpoints import turns_without_story_state
+    from personalab.stores.db import session_scope
+    from personalab.stores.turn_tables import StoryState
+    from sqlalchemy import delete
+    from sqlmodel import col
+
+    old, other = create_sample_instance(db_url), create_sample_instance(db_url)
+    with turn_graph(Context(database_url=db_url)) as (graph, ctx):
+        for instance in (old, other):
+            run_turn(graph, ctx, instance, "你好，雷娜。")
+            run_turn(graph, ctx, instance, "我们去北边的废墟。")
+    flush_event_writes()
+    assert not turns_without_story_state(old, db_url) and not turns_without_story_state(other, db_url)
+    with session_scope(db_url) as session:
+        session.exec(delete(StoryState).where(col(StoryState.save_id) == old, col(StoryState.turn) == 1))
+    assert turns_without_story_state(old, db_url) and not turns_without_story_state(other, db_url)
+
+
 def test_after_an_upgrade_the_instance_list_shows_turns_kept_only_in_checkpoints(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -241,6 +241,46 @@ def test_checkpoints_keep_only_the_latest_and_rewind_and_swipe_still_work(db_url
     assert checkpoint_sizes(db_url)[thread_id_for(instance)]["checkpoints"] == 1
 
 
+def test_pruning_on_postgresql_keeps_one_connection_and_makes_it_again_when_it_ended(
+    postgres_url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: a process prunes its threads' checkpoints after each turn on one PostgreSQL connection, not a new one
+    per turn (connecting was most of a served worker's prune); when the server ends that connection, the next turn's
+    prune makes it again and prunes as before."""
+    import psycopg
+    from psycopg import Connection
+
+    made: list[tuple[str, Connection[Any]]] = []
+    connect = Connection.connect
+
+    def counted(*args: Any, **kwargs: Any) -> Connection[Any]:
+        conn = connect(*args, **kwargs)
+        made.append((threading.current_thread().name, conn))
+        return conn
+
+    monkeypatch.setattr(Connection, "connect", counted)
+    instance = create_sample_instance(postgres_url)
+    thread = thread_id_for(instance)
+    with turn_graph(Context(database_url=postgres_url)) as (graph, context):
+        run_turn(graph, context, instance, "你好")
+        flush_event_writes()
+        pruning = [conn for name, conn in made if name.startswith("writer-")]
+        assert len(pruning) == 1
+        before = len(made)
+        for text in ("今天做什么", "出发吧", "往北走"):
+            run_turn(graph, context, instance, text)
+        flush_event_writes()
+        assert len(made) == before  # the same connection pruned after each of these turns
+        assert checkpoint_sizes(postgres_url)[thread]["checkpoints"] == 1
+        base = postgres_url.replace("postgresql+psycopg://", "postgresql://", 1).split("?")[0]
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pruning[0].info.backend_pid,))
+        assert run_turn(graph, context, instance, "继续")["turn"] == 5
+        flush_event_writes()
+    assert len([name for name, _ in made[before:] if name.startswith("writer-")]) == 1  # made again once
+    assert checkpoint_sizes(postgres_url)[thread]["checkpoints"] == 1
+
+
 def scripted_data_folder(data_dir: Path) -> tuple[str, int, dict[str, str]]:
     """A sample instance in the default data folder's SQLite database, and the environment of a `personalab`
     process playing it there with the offline scripted model and one turn of recent dialogue in the prompt;
