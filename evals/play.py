@@ -583,6 +583,8 @@ def _one_turn(
             "fallback": "director" in timings,
             # what a real model's reply looks like (issue 17): the seed's 【emotion】 format, a progress marker
             "formatted": any(segment.get("original_emotion") for segment in state.get("reply_lines") or []),
+            # its prompt reminded the model of the format: its last line had none (issue 30)
+            "format_note": bool(((debug.get("prompt") or {}).get("tail") or {}).get("format_note")),
             "marker": bool((debug.get("progress") or {}).get("markers")),
             "rss_mb": turns.rss_mb(),
             "total_ms": debug.get("total_ms", 0.0),

@@ -199,15 +199,26 @@ def replies(results: Iterable[dict[str, Any]]) -> dict[str, Any]:
     formatted = sum(1 for row in series if row.get("formatted"))
     markers = sum(1 for row in series if row.get("marker"))
     total = [float(row.get("total_ms") or 0.0) for row in series]
+    noted = [row for row in series if row.get("format_note")]
     return {
         "turns": len(series),
         "formatted": formatted,
         "format_rate": _rate(formatted, len(series)),
+        # turns whose prompt carried the format note (the last line had no 【emotion】), and how many then kept it
+        "format_notes": len(noted),
+        "formatted_after_note": sum(1 for row in noted if row.get("formatted")),
         "markers": markers,
         "marker_rate": _rate(markers, len(series)),
         "turn_ms_p50": round(percentile(total, 0.5), 1),
         "turn_ms_p95": round(percentile(total, 0.95), 1),
     }
+
+
+def _notes(replies: Mapping[str, Any]) -> str:
+    """The format notes of `replies` (a row of `replies()`), when any was given."""
+    if not replies.get("format_notes"):
+        return ""
+    return f"; after a format note {replies['formatted_after_note']} of {replies['format_notes']}"
 
 
 def _percent(rate: float | None) -> str:
@@ -463,7 +474,8 @@ def markdown(
         "",
         "| turns | 【emotion】 format | progress marker | reply checks (memory used) | turn p50 / p95 ms (model included) |",
         "| --- | --- | --- | --- | --- |",
-        f"| {r['turns']} | {r['formatted']} ({_percent(r['format_rate'])}) | {r['markers']} ({_percent(r['marker_rate'])}) | "
+        f"| {r['turns']} | {r['formatted']} ({_percent(r['format_rate'])}){_notes(r)} | "
+        f"{r['markers']} ({_percent(r['marker_rate'])}) | "
         f"{total['reply']['passed']}/{total['reply']['checks']} | {r['turn_ms_p50']:,} / {r['turn_ms_p95']:,} |",
     ]
     if total.get("judge"):

@@ -55,6 +55,7 @@ from personalab.nodes.rules.director import director_blocks
 from personalab.nodes.rules.echo import REASON_INPUT, REPEAT_LINES, EchoGuard
 from personalab.nodes.rules.prompt_assembly import RegionBudgets, RetrievedBlock, split_latest_user
 from personalab.nodes.rules.prompt_catalog import catalog_for
+from personalab.nodes.rules.reply import format_lost
 from personalab.nodes.rules.review.relations import scene_relations
 from personalab.nodes.rules.shown_memory import describe as describe_staying
 from personalab.nodes.rules.shown_memory import not_shown, same_dialogue_start, staying_memory, stretch_after
@@ -197,6 +198,7 @@ def build_prompt(
         budgets=budgets,
         turn=state.get("turn"),
         position_texts=state.get("injected") or {},
+        format_note=catalog.format_note if format_lost(recent) else "",
         **play,
     )
     prompt = assemble(staying)

@@ -4,7 +4,9 @@ core-memory maintenance, the LLM review, the event-log summary — only the card
 instance sends exactly the requests it sent before (tests/fixtures/request_language_zh.json, recorded with main
 before this change; re-recorded after issue 30 moved the turn number and relationship behind the stable head: every
 request holds the same lines as before, only that block moved; and after issue 26 showed the LLM review the scene's
-participants: two rule lines and an optional answer field, every other line the same). Rules-based texts a user
+participants: two rule lines and an optional answer field, every other line the same; and after issue 30's format
+note: the first turn's reply request says the format again after the card's greeting, which has no 【emotion】).
+Rules-based texts a user
 reads (relationship events, review reasons, recap lines) follow the instance's language too."""
 
 from __future__ import annotations

@@ -231,6 +231,7 @@ def assemble_prompt(
     depth_prompt: DepthPrompt | None = None,
     relations: Mapping[str, Mapping[str, Any]] | None = None,
     staying_memory: Mapping[int, str] | None = None,
+    format_note: str = "",
 ) -> AssembledPrompt:
     """The prompt of one turn, region by region (seed 002 Prompt区域分配策略); rules in the module doc.
 
@@ -251,6 +252,8 @@ def assemble_prompt(
     `staying_memory` (issue 30, nodes/rules/shown_memory.py): turns back (1: the last answered turn) → the retrieved
     region that turn showed, put right before that turn's user line as a `retrieved` system message, counted in the
     middle's budget with its turn (dropped with it).
+    `format_note` (issue 30): said at the end of the tail's turn message, before the input, when the character's
+    last line did not follow the reply format (`rules.reply.format_lost`).
     """
     budgets = budgets or RegionBudgets()
     position_texts = position_texts or {}
@@ -278,6 +281,8 @@ def assemble_prompt(
         turn_parts.append(catalog.head_relationship + "\n" + _json(dict(relationship)))
     if relations:
         turn_parts.append(catalog.head_relations + "\n" + _json({k: dict(v) for k, v in relations.items()}))
+    if format_note.strip():
+        turn_parts.append(format_note.strip())
     scenario_cut = fit_scenario(head_parts, scenario, catalog.scenario_label, budgets.head, count, budgets.counter)
     if scenario_cut.text:
         head_parts.insert(1 + sum(1 for _, text in character_parts if text.strip()), scenario_cut.text)
@@ -432,6 +437,8 @@ def assemble_prompt(
     if turn_parts:
         tail.insert(0, {"role": "system", "content": "\n\n".join(turn_parts)})
     tail_debug = _region(count(tail), budgets.tail)
+    if format_note.strip():
+        tail_debug["format_note"] = True
     if tail_debug["over_budget"]:
         tail_debug["notes"].append(f"the user input is {tail_debug['tokens']} tokens, over the tail budget; sent whole")
 

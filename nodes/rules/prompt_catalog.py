@@ -95,6 +95,7 @@ class Catalog:
     persona_change: Mapping[str, str] = field(default_factory=lambda: dict(zh.PERSONA_CHANGE))
     echo_note: str = zh.ECHO_NOTE  # after the input, when the reply only repeated it (issue 30)
     repeat_note: str = zh.REPEAT_NOTE  # after the input, when the reply repeated the character's own line
+    format_note: str = zh.FORMAT_NOTE  # before the input, when the character's last line had no 【emotion】
 
     def role_play_instruction(self, role_name: str, *, open_story: bool = False) -> str:
         """The head's system instruction for `role_name`; an open story's asks for no progress markers."""
@@ -211,6 +212,7 @@ EN = Catalog(
     persona_change=en.PERSONA_CHANGE,
     echo_note=en.ECHO_NOTE,
     repeat_note=en.REPEAT_NOTE,
+    format_note=en.FORMAT_NOTE,
 )
 
 CATALOGS: Mapping[str, Catalog] = {"zh": ZH, "en": EN}

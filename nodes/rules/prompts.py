@@ -70,6 +70,11 @@ RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排
 # asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
 ECHO_NOTE = "（提示：不要复述用户刚说的话。请以「{role_name}」的身份，用自己的话回应。）"
 REPEAT_NOTE = "（提示：不要重复你之前说过的话。请以「{role_name}」的身份，针对用户刚说的话，用新的话回应。）"
+# before the input, when the character's last line in the dialogue has no 【情绪】 (issue 30): a small model imitates
+# its own recent lines more than the head's format, so one line without it is followed by more
+FORMAT_NOTE = (
+    "（提示：你上一条回复缺少【情绪】。这次回复的每个片段都以【情绪】开头，例如：【好奇】你想去哪里？(歪了歪头)）"
+)
 
 # seed 002 需求1 兜底机制: the two labelled layers of the director's pull-back retrieval
 DIRECTOR_CURRENT_TITLE = "【当前剧情事件】（这些是当前剧情中实际发生的事件）"

@@ -58,6 +58,10 @@ RETRIEVED_REGION = "Material retrieved from memory, most relevant first, for ref
 # asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
 ECHO_NOTE = "(Note: do not repeat what the user just said. Answer as {role_name}, in your own words.)"
 REPEAT_NOTE = "(Note: do not repeat what you said before. Answer what the user just said as {role_name}, in new words.)"
+FORMAT_NOTE = (
+    "(Note: your last reply had no 【emotion】. Begin each segment of this reply with one, for example: "
+    "【curious】Where do you want to go? (tilts her head))"
+)
 
 DIRECTOR_CURRENT_TITLE = "[Current story events] (events that really happened in this story)"
 DIRECTOR_REFERENCE_TITLE = (

@@ -149,3 +149,10 @@ def render_segments(segments: Sequence[Mapping[str, Any]], *, emotion: bool = Tr
 def format_reply(segments: Sequence[Mapping[str, Any]]) -> str:
     """The reply text of parsed segments (seed 000 format), the inverse of `parse_reply`."""
     return render_segments(segments)
+
+
+def format_lost(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the character's last line among `messages` (seed 000's list: its own lines are `assistant`) has no
+    【emotion】 (issue 30): stored without one, it is shown without one, and a small model imitates it."""
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    return last is not None and not _EMOTION_RE.search(str(last.get("content") or ""))
