@@ -68,8 +68,9 @@ HEAD_RELATIONS = "【与场景中其他人的关系】（角色对最近在场�
 WORLD_SETTING = "【世界设定】"
 RETRIEVED_REGION = "以下是从记忆中检索到的资料，按相关程度排序，供回复时参考。"
 # asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
-ECHO_NOTE = "（提示：不要复述用户刚说的话。请以「{role_name}」的身份，用自己的话回应。）"
-REPEAT_NOTE = "（提示：不要重复你之前说过的话。请以「{role_name}」的身份，针对用户刚说的话，用新的话回应。）"
+# both end with the reply format: a second reply asked with a bare note often dropped it (issue 30, session 23)
+ECHO_NOTE = "（提示：不要复述用户刚说的话。请以「{role_name}」的身份，用自己的话回应，每个片段以【情绪】开头。）"
+REPEAT_NOTE = "（提示：不要重复你之前说过的话。请以「{role_name}」的身份，针对用户刚说的话，用新的话回应，每个片段以【情绪】开头。）"
 # before the input, when the character's last line in the dialogue has no 【情绪】 (issue 30): a small model imitates
 # its own recent lines more than the head's format, so one line without it is followed by more
 FORMAT_NOTE = (

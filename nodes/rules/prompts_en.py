@@ -56,8 +56,15 @@ HEAD_RELATIONS = "[Relations in the scene] (the character and the other characte
 WORLD_SETTING = "[World setting]"
 RETRIEVED_REGION = "Material retrieved from memory, most relevant first, for reference while replying."
 # asked once more after a reply that only repeated the user's words (issue 30, nodes/rules/echo.py): after the input
-ECHO_NOTE = "(Note: do not repeat what the user just said. Answer as {role_name}, in your own words.)"
-REPEAT_NOTE = "(Note: do not repeat what you said before. Answer what the user just said as {role_name}, in new words.)"
+# both end with the reply format: a second reply asked with a bare note often dropped it (issue 30, session 23)
+ECHO_NOTE = (
+    "(Note: do not repeat what the user just said. Answer as {role_name}, in your own words, "
+    "each segment beginning with an 【emotion】.)"
+)
+REPEAT_NOTE = (
+    "(Note: do not repeat what you said before. Answer what the user just said as {role_name}, in new words, "
+    "each segment beginning with an 【emotion】.)"
+)
 FORMAT_NOTE = (
     "(Note: your last reply had no 【emotion】. Begin each segment of this reply with one, for example: "
     "【curious】Where do you want to go? (tilts her head))"
