@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from langgraph.runtime import Runtime
 from personalab.nodes.context import Context, context_of
 from personalab.nodes.rules.plot import apply_progress, extract_progress, markers_within_reach, progress_events
-from personalab.nodes.rules.reply import format_reply, parse_reply
+from personalab.nodes.rules.prompt_catalog import scaffolding_headings
+from personalab.nodes.rules.reply import cut_at_heading, format_reply, parse_reply
 from personalab.nodes.state import TurnState, TurnUpdate
 
 
@@ -26,6 +28,8 @@ def progress_parse(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
         logging.getLogger(__name__).warning(
             "instance %s turn %s: ignored %s (%s)", state.get("instance_id"), turn, item["raw"], item["reason"]
         )
+    # the prompt's own sections a small model wrote on after its answer are not the character's line (issue 30)
+    clean, heading = cut_at_heading(clean, scaffolding_headings())
     segments = parse_reply(clean)
     if not segments:
         # nothing left to say once the markers and emotions are out (`【开心】`, a bare marker): a failed turn, and
@@ -34,11 +38,10 @@ def progress_parse(state: TurnState, runtime: Runtime[Context]) -> TurnUpdate:
             "error": "the reply has no text once its markers and emotion tags are taken out; no reply stored",
             "debug": {"progress": {"markers": [], "ignored": ignored, "dropped_markers": markers}},
         }
-    update: TurnUpdate = {
-        "reply": format_reply(segments),
-        "reply_lines": segments,
-        "debug": {"progress": {"markers": markers, "ignored": ignored}},
-    }
+    progress: dict[str, Any] = {"markers": markers, "ignored": ignored}
+    if heading is not None:
+        progress["cut_at_heading"] = heading
+    update: TurnUpdate = {"reply": format_reply(segments), "reply_lines": segments, "debug": {"progress": progress}}
     if markers:
         update["plot_state"] = apply_progress(plot_state, markers, turn)
         language = state["character"].get("language")  # issue 28: the events in the instance's language

@@ -91,3 +91,35 @@ def test_after_a_reply_without_its_emotion_the_next_prompt_says_the_format_again
     # the second reply had no 【emotion】: only the third turn's prompt says the format again (the sample has no greeting)
     assert noted == [False, False, True, False]
     assert state["reply"] == "【好奇】那是什么声音？"
+
+
+@pytest.mark.parametrize(
+    ("reply", "stored", "heading"),
+    [
+        # the 1.5B model's probe reply in the English memory play (session 23)
+        (
+            "【curious】I wonder if you've found it yet. (pauses) Did …  [Related memories] (no specific memories "
+            'mentioned)  [Core memory] (the character\'s whole current personality) {  "name": "Mara"',
+            "【curious】I wonder if you've found it yet. (pauses) Did …",
+            "[Related memories]",
+        ),
+        ("【开心】好呀！【核心记忆】（角色当前完整的人格画像）{}", "【开心】好呀！", "【核心记忆】"),
+        ("【平静】走吧。\n=== 相关记忆 ===\n第3轮：…", "【平静】走吧。", "=== 相关记忆 ==="),
+        ("【calm】Let's go. [plot state] {}", "【calm】Let's go.", "[plot state]"),
+        # the format's own example emotions and a character's brackets are not headings
+        ("【开心】好呀！【担心】可是天要黑了。(看天)", "【开心】好呀！【担心】可是天要黑了。(看天)", None),
+        ("【calm】The sign said [closed]. (shrugs)", "【calm】The sign said [closed]. (shrugs)", None),
+    ],
+)
+def test_a_reply_is_stored_up_to_the_prompts_own_sections_it_ran_on_into(
+    reply: str, stored: str, heading: str | None, sqlite_url: str, openai_stub: OpenAIStub
+) -> None:
+    from personalab.nodes.rules.reply import format_reply, parse_reply
+
+    openai_stub.queue_for("reply", StubReply(reply, chunk=6))
+    instance = create_sample_instance(sqlite_url)
+    with turn_graph(Context(database_url=sqlite_url)) as (graph, ctx):
+        state = run_turn(graph, ctx, instance, "我们走吧。")
+    assert state["error"] is None
+    assert state["reply"] == format_reply(parse_reply(stored))
+    assert state["debug"]["progress"].get("cut_at_heading") == heading

@@ -10,8 +10,10 @@ least `CJK_SHARE` of its letters are CJK characters, else `en`. `check_language`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from personalab.nodes.rules import character as zh_character
@@ -253,3 +255,48 @@ def detect_language(*texts: str) -> str:
         return DEFAULT_LANGUAGE
     share = sum(1 for char in letters if _is_cjk(char)) / len(letters)
     return "zh" if share >= CJK_SHARE else "en"
+
+
+_HEADING_RE = re.compile(r"^\s*(?:\[([^\]\n]{2,60})\]|【([^】\n]{2,20})】|===\s*([^=\n]+?)\s*===)")
+
+
+def _catalog_texts(catalog: Catalog) -> list[str]:
+    return [
+        catalog.role_play_system,
+        catalog.open_story_system,
+        catalog.head_turn,
+        catalog.head_core_memory,
+        catalog.head_plot_state,
+        catalog.head_relationship,
+        catalog.head_relations,
+        catalog.world_setting,
+        catalog.director_current_title,
+        catalog.director_reference_title,
+        catalog.session_recap_title,
+        catalog.persona_label,
+        catalog.description_label,
+        catalog.system_prompt_label,
+        catalog.scenario_label,
+        catalog.example_dialogue_label,
+        catalog.post_history_label,
+        *catalog.titles.keys(),
+        *catalog.titles.values(),
+    ]
+
+
+@lru_cache(maxsize=1)
+def scaffolding_headings() -> tuple[str, ...]:
+    """The names of the reply prompt's section headings in every language (`[Core memory]`, `【核心记忆】`,
+    `=== 相关记忆 ===` → "Core memory", "核心记忆", "相关记忆"): what opens a line of the prompt's own scaffolding,
+    never a line of a character's reply (issue 30: the 1.5B model ran on past its answer into them). Only a line's
+    opening bracket counts, so the format's example emotions (【开心】, inside a line) are not headings."""
+    names: set[str] = set()
+    for catalog in CATALOGS.values():
+        for text in _catalog_texts(catalog):
+            for line in text.splitlines():
+                match = _HEADING_RE.match(line)
+                if match:
+                    name = next(group for group in match.groups() if group).strip()
+                    if "{" not in name and not name.upper().startswith("PROGRESS"):
+                        names.add(name)
+    return tuple(sorted(names, key=len, reverse=True))

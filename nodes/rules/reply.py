@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from personalab.nodes.rules.memory_builder import format_own_line
@@ -156,3 +157,25 @@ def format_lost(messages: Sequence[Mapping[str, Any]]) -> bool:
     【emotion】 (issue 30): stored without one, it is shown without one, and a small model imitates it."""
     last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
     return last is not None and not _EMOTION_RE.search(str(last.get("content") or ""))
+
+
+@lru_cache(maxsize=4)
+def _heading_re(names: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(name) for name in names)
+    return re.compile(
+        rf"\[\s*(?:{alternatives})\s*\]|【\s*(?:{alternatives})\s*】|===\s*(?:{alternatives})\s*===", re.IGNORECASE
+    )
+
+
+def cut_at_heading(text: str, names: tuple[str, ...]) -> tuple[str, str | None]:
+    """`text` up to the first section heading of the prompt's scaffolding it holds (`names`, as
+    `prompt_catalog.scaffolding_headings` gives them, in any of the prompt's forms `[name]`, `【name】`,
+    `=== name ===`), and that heading (None: nothing cut). A small model that runs on past its answer writes the
+    prompt's next sections (issue 30: "… Did …  [Related memories] (no specific memories mentioned)  [Core memory]
+    {json}"); none of that is the character's line."""
+    if not names:
+        return text, None
+    match = _heading_re(names).search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()].rstrip(), match.group(0)
