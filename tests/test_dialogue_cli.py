@@ -171,6 +171,9 @@ def test_ctrl_c_during_a_reply_frees_the_instance_at_once(
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        # as from a terminal: a suite started in the background (`cmd &` in a script) ignores SIGINT, and a child
+        # inherits that (tests/test_eval_run.py)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert chat.stdin is not None and chat.stdout is not None
     chat.stdin.write("你好\n")

@@ -598,7 +598,9 @@ def test_a_scenario_process_that_dies_of_ctrl_c_first_is_left_to_the_resume_not_
     that scenario is unfinished (no result kept, the run says it was interrupted and how to resume), not failed."""
     from personalab.evals import runs
 
-    monkeypatch.setattr(runs, "WORKER", ("-c", "import os, signal; os.kill(os.getpid(), signal.SIGINT)"))
+    # SIGINT's default first: a suite started in the background (`cmd &`) ignores it, and the worker inherits that
+    die = "import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGINT)"
+    monkeypatch.setattr(runs, "WORKER", ("-c", die))
     files = write_trio(tmp_path / "scenarios", ("own", "gap"))
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, "eval", "run", *files, "--out", str(out), "--parallel", "1", "--no-progress")
